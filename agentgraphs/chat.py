@@ -1,0 +1,211 @@
+"""Chat templates, append-only. The single module that knows how prompts are rendered.
+
+The first prompt of a conversation is rendered once with the tokenizer's chat template and encoded
+with add_special_tokens=False. After that a conversation only grows by APPENDING:
+- the engine's output ids, exactly as returned (trained);
+- template glue and new messages (tool results, user turns), encoded on their own (masked).
+History is never re-rendered or re-tokenized, so the ids the model saw are the ids we train on.
+
+Glue for new messages is found by rendering a two-message probe conversation with and without the
+new messages and keeping the text after the probe assistant's end-of-turn token: this works for any
+template that renders each message independently of later ones (Qwen2.5, Qwen3, Llama 3, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, Sequence
+
+from .errors import TemplateError
+
+Message = Mapping[str, Any]
+
+_PROBE_USER = "\u2063probe-user\u2063"
+_PROBE_ASSISTANT = "\u2063probe-assistant\u2063"
+
+
+class Tokenizer(Protocol):
+    """The slice of a Hugging Face tokenizer this module uses."""
+
+    eos_token: str | None
+    eos_token_id: int | None
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], **kwargs: Any) -> str: ...
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+    def convert_tokens_to_ids(self, token: str) -> Any: ...
+
+
+class ChatTemplate:
+    """Renders first prompts and append-only glue for one tokenizer.
+
+    `template_kwargs` go to `apply_chat_template` (e.g. `{"enable_thinking": False}` for Qwen3).
+
+    >>> from agentgraphs.testing import tiny_tokenizer  # doctest: +SKIP
+    >>> tpl = ChatTemplate(tiny_tokenizer())  # doctest: +SKIP
+    >>> ids = tpl.render([{"role": "user", "content": "Hi"}])  # doctest: +SKIP
+    >>> glue = tpl.glue([{"role": "user", "content": "And then?"}])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        template_kwargs: Mapping[str, Any] | None = None,
+        end_of_turn: str | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
+        self.end_of_turn = end_of_turn or _end_of_turn_token(tokenizer)
+        self.end_of_turn_id = _single_id(tokenizer, self.end_of_turn)
+        self._glue_cache: dict[str, list[int]] = {}
+
+    # -- rendering -------------------------------------------------------------------------
+    def render_text(
+        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        kwargs: dict[str, Any] = dict(self.template_kwargs)
+        if tools:
+            kwargs["tools"] = list(tools)
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+        )
+        if not isinstance(text, str):
+            raise TemplateError("apply_chat_template(tokenize=False) did not return a string")
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        """Encode template text: special tokens in the text are matched, none are added."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        splice: Mapping[str, Sequence[int]] | None = None,
+    ) -> list[int]:
+        """The first prompt of a conversation, ending with the assistant generation header.
+
+        `splice` maps placeholder strings in message contents to token ids inserted verbatim:
+        a document chunk that is already tokenized stays exactly those ids (no decode/re-encode).
+        Each placeholder must occur exactly once in the rendered text.
+        """
+        if not messages:
+            raise TemplateError("cannot render an empty message list: give at least one user message")
+        text = self.render_text(messages, tools=tools)
+        if not splice:
+            return self.encode(text)
+        return self._encode_spliced(text, splice)
+
+    def _encode_spliced(self, text: str, splice: Mapping[str, Sequence[int]]) -> list[int]:
+        positions: list[tuple[int, str]] = []
+        for placeholder in splice:
+            count = text.count(placeholder)
+            if count != 1:
+                raise TemplateError(
+                    f"splice placeholder {placeholder!r} occurs {count} times in the rendered prompt; "
+                    "use a placeholder string that appears exactly once"
+                )
+            positions.append((text.index(placeholder), placeholder))
+        ids: list[int] = []
+        cursor = 0
+        for at, placeholder in sorted(positions):
+            ids.extend(self.encode(text[cursor:at]))
+            ids.extend(int(t) for t in splice[placeholder])
+            cursor = at + len(placeholder)
+        ids.extend(self.encode(text[cursor:]))
+        return ids
+
+    def glue_text(self, messages: Sequence[Message]) -> str:
+        """Text to append after an assistant end-of-turn token: the new messages + generation header."""
+        if not messages:
+            raise TemplateError("glue needs at least one new message (tool result or user turn)")
+        probe: list[dict[str, Any]] = [
+            {"role": "user", "content": _PROBE_USER},
+            {"role": "assistant", "content": _PROBE_ASSISTANT},
+        ]
+        full = self.render_text(probe + [dict(m) for m in messages])
+        at = full.find(_PROBE_ASSISTANT)
+        if at < 0:
+            raise TemplateError("the chat template dropped the assistant message content; cannot find glue")
+        end = full.find(self.end_of_turn, at)
+        if end < 0:
+            raise TemplateError(
+                f"the chat template does not close assistant turns with {self.end_of_turn!r}; "
+                "pass end_of_turn= to ChatTemplate"
+            )
+        return full[end + len(self.end_of_turn):]
+
+    def glue(self, messages: Sequence[Message]) -> list[int]:
+        """Ids to append after the model's end-of-turn token (masked in training)."""
+        key = repr([sorted(dict(m).items()) for m in messages])
+        cached = self._glue_cache.get(key)
+        if cached is None:
+            cached = self.encode(self.glue_text(messages))
+            if len(self._glue_cache) < 256:
+                self._glue_cache[key] = cached
+        return list(cached)
+
+
+def _end_of_turn_token(tokenizer: Tokenizer) -> str:
+    # Qwen/ChatML close turns with <|im_end|>, which is also their eos in instruct checkpoints.
+    for candidate in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+        ids = tokenizer.encode(candidate, add_special_tokens=False)
+        if len(ids) == 1:
+            return candidate
+    if tokenizer.eos_token:
+        return tokenizer.eos_token
+    raise TemplateError("tokenizer has no end-of-turn token; pass end_of_turn= to ChatTemplate")
+
+
+def _single_id(tokenizer: Tokenizer, token: str) -> int:
+    ids = tokenizer.encode(token, add_special_tokens=False)
+    if len(ids) != 1:
+        raise TemplateError(f"end-of-turn token {token!r} is not a single token in this vocabulary")
+    return int(ids[0])
+
+
+class Conversation:
+    """An append-only token sequence for one chat with the policy.
+
+    `ids` is always the next prompt. Plain Python state: nodes rebuild it from the Turns in graph
+    state (see `agentgraphs.node`), so it never needs to be checkpointed itself.
+
+    >>> conv = Conversation.start(tpl, [{"role": "user", "content": "2+2?"}])  # doctest: +SKIP
+    >>> conv.add_output(completion.token_ids, completion.finish_reason)      # doctest: +SKIP
+    >>> conv.add_messages([{"role": "user", "content": "Why?"}])              # doctest: +SKIP
+    """
+
+    def __init__(self, template: ChatTemplate, ids: Sequence[int]) -> None:
+        self.template = template
+        self.ids: list[int] = list(ids)
+
+    @classmethod
+    def start(
+        cls, template: ChatTemplate, messages: Sequence[Message], *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> "Conversation":
+        return cls(template, template.render(messages, tools=tools))
+
+    def add_output(self, output_ids: Sequence[int], finish_reason: str) -> None:
+        """Append the engine's output ids exactly as returned."""
+        self.ids.extend(output_ids)
+        if finish_reason == "abort":
+            raise TemplateError("an aborted generation cannot be continued; end the episode")
+
+    def add_messages(self, messages: Sequence[Message]) -> list[int]:
+        """Append glue + new messages + the generation header. Returns the appended (masked) ids.
+
+        If the previous output did not end with the end-of-turn token (finish by length, or a stop
+        string), the end-of-turn token is appended first as glue so the template stays well formed.
+        """
+        added: list[int] = []
+        if not self.ids or self.ids[-1] != self.template.end_of_turn_id:
+            added.append(self.template.end_of_turn_id)
+        added.extend(self.template.glue(messages))
+        self.ids.extend(added)
+        return added

@@ -1,0 +1,225 @@
+"""The LLM node helper: one call inside a LangGraph node that talks to an engine and records a Turn.
+
+    async def planner(state: MyState, runtime: Runtime[AgentContext]) -> dict:
+        out = await call_llm(state, runtime, node="planner", conversation="planner",
+                             messages=[{"role": "user", "content": state["question"]}])
+        return {"answer": out.text, **out.update}
+
+The conversation named by `conversation` is rebuilt from the Turns already in state: the next prompt
+is the last turn's prompt + its output ids + glue for the new `messages`. So nothing but Turns has to
+be checkpointed, and replaying from a checkpoint continues exactly the same token sequence.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Mapping, Sequence, TypedDict
+
+from .chat import ChatTemplate, Conversation, Message
+from .engine import Completion, Engine, SamplingParams
+from .errors import ConfigError
+from .trace import Turn, make_turn
+
+
+class TraceState(TypedDict):
+    """Base state of every agent graph: the trace. Extend it with the method's own fields."""
+
+    turns: Annotated[list[Turn], operator.add]
+
+
+@dataclass
+class Limits:
+    """Per-rollout limits. `max_llm_calls` guards against graphs that loop forever."""
+
+    max_llm_calls: int = 256
+    max_time_s: float | None = None
+    recursion_limit: int = 1000
+
+
+@dataclass
+class AgentContext:
+    """Per-run objects, passed as LangGraph's runtime context (never stored in state).
+
+    `policy` is the trained model's engine; `engines` holds helper models by name (judge, executor,
+    experts) that may also be addressed by `call_llm(..., engine="judge")`; `config` carries method
+    options (chunk size, max steps...) so one graph serves training and evaluation.
+    """
+
+    policy: Engine
+    tokenizer: Any
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    engines: dict[str, Engine] = field(default_factory=dict)
+    tokenizers: dict[str, Any] = field(default_factory=dict)
+    tools: dict[str, Any] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    config: dict[str, Any] = field(default_factory=dict)
+    evaluation: bool = False
+    _templates: dict[str, ChatTemplate] = field(default_factory=dict, repr=False)
+
+    def engine(self, name: str | None) -> Engine:
+        if name is None or name == "policy":
+            return self.policy
+        try:
+            return self.engines[name]
+        except KeyError:
+            raise ConfigError(
+                f"no engine named {name!r} in the context; known: {['policy', *self.engines]}. "
+                "Add it to AgentContext.engines"
+            ) from None
+
+    def template(self, name: str | None = None) -> ChatTemplate:
+        key = name or "policy"
+        tpl = self._templates.get(key)
+        if tpl is None:
+            tokenizer = self.tokenizers.get(key, self.tokenizer)
+            tpl = ChatTemplate(tokenizer, template_kwargs=self.template_kwargs)
+            self._templates[key] = tpl
+        return tpl
+
+
+@dataclass(frozen=True)
+class LLMResult:
+    """What `call_llm` returns: the text to parse, the raw completion, and the state update."""
+
+    text: str
+    completion: Completion
+    turn: Turn
+
+    @property
+    def update(self) -> dict[str, list[Turn]]:
+        return {"turns": [self.turn]}
+
+    @property
+    def truncated(self) -> bool:
+        return self.completion.finish_reason == "length"
+
+
+class RolloutAborted(Exception):
+    """The engine aborted a generation (weights update, server shutdown): slime re-queues the sample."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        super().__init__(f"engine aborted the generation of node {turn['node']!r} (rid {turn['rid']})")
+
+
+class LLMCallLimitExceeded(Exception):
+    """The graph made more LLM calls than Limits.max_llm_calls allows."""
+
+
+def context_of(runtime: Any) -> AgentContext:
+    """Accept a LangGraph Runtime[AgentContext] or an AgentContext."""
+    ctx = getattr(runtime, "context", runtime)
+    if not isinstance(ctx, AgentContext):
+        raise ConfigError(
+            "the graph was invoked without an AgentContext: pass context=AgentContext(...) "
+            "to graph.ainvoke / graph.astream"
+        )
+    return ctx
+
+
+def last_turn_of(turns: Sequence[Turn], conversation: str) -> Turn | None:
+    for turn in reversed(turns):
+        if turn["conversation"] == conversation:
+            return turn
+    return None
+
+
+def next_prompt(
+    turns: Sequence[Turn],
+    template: ChatTemplate,
+    *,
+    conversation: str,
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    splice: Mapping[str, Sequence[int]] | None = None,
+) -> list[int]:
+    """The next prompt ids: a fresh render, or the named conversation extended append-only."""
+    previous = last_turn_of(turns, conversation) if conversation else None
+    if previous is None:
+        return template.render(messages, tools=tools, splice=splice)
+    if splice:
+        raise ConfigError("splice= applies to a conversation's first prompt only")
+    conv = Conversation(template, previous["prompt_ids"])
+    conv.add_output(previous["output_ids"], previous["finish_reason"])
+    if messages:
+        conv.add_messages(messages)
+    return conv.ids
+
+
+async def call_llm(
+    state: Mapping[str, Any],
+    runtime: Any,
+    *,
+    node: str,
+    messages: Sequence[Message] = (),
+    prompt_ids: Sequence[int] | None = None,
+    conversation: str = "",
+    trainable: bool = True,
+    engine: str | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    splice: Mapping[str, Sequence[int]] | None = None,
+    **sampling: Any,
+) -> LLMResult:
+    """Render or extend a prompt, call an engine, and return the text plus a Turn for state.
+
+    `messages` are the full first messages of a new conversation, or only the NEW messages
+    (tool results, user turns) when `conversation` already has a turn in `state["turns"]`.
+    `prompt_ids` bypasses templating entirely (the caller owns the exact ids). Keyword overrides
+    (`max_new_tokens=`, `temperature=`, `stop=`...) adjust the context's sampling params.
+    Turns from helper engines (`engine="judge"`) are recorded with trainable=False.
+    """
+    ctx = context_of(runtime)
+    turns: Sequence[Turn] = state.get("turns") or []
+    _check_budget(ctx, turns)
+    template = ctx.template(engine)
+    if prompt_ids is None:
+        prompt_ids = next_prompt(
+            turns, template, conversation=conversation, messages=messages, tools=tools, splice=splice
+        )
+    params = _params(ctx.sampling, sampling)
+    eng = ctx.engine(engine)
+    completion = await eng.generate(list(prompt_ids), params)
+    is_policy = engine in (None, "policy")
+    turn = make_turn(
+        completion,
+        node=node,
+        prompt_ids=prompt_ids,
+        trainable=trainable and is_policy and not ctx.evaluation,
+        temperature=params.temperature,
+        engine=eng.name,
+        conversation=conversation,
+    )
+    if completion.finish_reason == "abort":
+        raise RolloutAborted(turn)
+    return LLMResult(text=_visible_text(completion, template), completion=completion, turn=turn)
+
+
+def _params(base: SamplingParams, overrides: Mapping[str, Any]) -> SamplingParams:
+    if not overrides:
+        return base
+    for key in ("stop", "stop_token_ids"):
+        if key in overrides and isinstance(overrides[key], list):
+            overrides = {**overrides, key: tuple(overrides[key])}
+    try:
+        return base.replace(**overrides)
+    except TypeError as exc:
+        raise ConfigError(f"unknown sampling override in call_llm: {exc}") from None
+
+
+def _visible_text(completion: Completion, template: ChatTemplate) -> str:
+    # The end-of-turn token is part of the trained ids but not of the text a parser should see.
+    text = completion.text
+    eot = template.end_of_turn
+    if text.endswith(eot):
+        text = text[: -len(eot)]
+    return text
+
+
+def _check_budget(ctx: AgentContext, turns: Sequence[Turn]) -> None:
+    if len(turns) >= ctx.limits.max_llm_calls:
+        raise LLMCallLimitExceeded(
+            f"rollout made {len(turns)} LLM calls, the limit is {ctx.limits.max_llm_calls}; "
+            "raise Limits.max_llm_calls or check the graph's stop condition"
+        )

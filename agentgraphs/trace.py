@@ -1,0 +1,232 @@
+"""The trace record (`Turn`), training sequences built from turns, and invariant checks.
+
+A Turn is JSON-primitive so it can live in LangGraph state: checkpoints, replay, `langgraph dev`
+and the viewer all see exactly what the engine returned. This module is plain Python: no LangGraph.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal, Sequence, TypedDict
+
+from .engine import Completion
+from .errors import TraceError
+
+Layout = Literal["per_turn", "concat"]
+
+
+class Turn(TypedDict):
+    """One engine call, exactly as it happened.
+
+    `prompt_ids` is the full prompt the engine was given; `output_ids`/`output_logprobs` are what it
+    returned, untouched. `conversation` names the append-only conversation the call extended
+    ("" for a one-off prompt).
+    """
+
+    node: str
+    conversation: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    trainable: bool
+    finish_reason: str
+    temperature: float
+    engine: str
+    weight_version: str | None
+    rid: str
+    text: str
+    retries: int
+
+
+class TrainSequence(TypedDict):
+    """One training sequence in slime's shape: the response is the last `response_length` tokens."""
+
+    tokens: list[int]
+    response_length: int
+    loss_mask: list[int]
+    rollout_log_probs: list[float]
+    turn_indices: list[int]
+
+
+def make_turn(
+    completion: Completion,
+    *,
+    node: str,
+    prompt_ids: Sequence[int],
+    trainable: bool,
+    temperature: float,
+    engine: str,
+    conversation: str = "",
+) -> Turn:
+    """Record a completion as a Turn (copies into plain lists; never re-tokenizes)."""
+    return Turn(
+        node=node,
+        conversation=conversation,
+        prompt_ids=list(prompt_ids),
+        output_ids=list(completion.token_ids),
+        output_logprobs=[float(x) for x in completion.logprobs],
+        trainable=trainable,
+        finish_reason=completion.finish_reason,
+        temperature=float(temperature),
+        engine=engine,
+        weight_version=completion.weight_version,
+        rid=completion.rid,
+        text=completion.text,
+        retries=completion.retries,
+    )
+
+
+def _is_prefix(prefix: Sequence[int], seq: Sequence[int]) -> bool:
+    return len(prefix) <= len(seq) and list(seq[: len(prefix)]) == list(prefix)
+
+
+def per_turn_sequences(turns: Sequence[Turn], *, include_untrainable: bool = False) -> list[TrainSequence]:
+    """Each (trainable) turn is its own sequence: prompt masked, response = the output ids."""
+    out: list[TrainSequence] = []
+    for i, turn in enumerate(turns):
+        if not turn["trainable"] and not include_untrainable:
+            continue
+        n = len(turn["output_ids"])
+        mask = 1 if turn["trainable"] else 0
+        out.append(
+            TrainSequence(
+                tokens=list(turn["prompt_ids"]) + list(turn["output_ids"]),
+                response_length=n,
+                loss_mask=[mask] * n,
+                rollout_log_probs=list(turn["output_logprobs"]) if mask else [0.0] * n,
+                turn_indices=[i],
+            )
+        )
+    return out
+
+
+def concat_sequences(turns: Sequence[Turn]) -> list[TrainSequence]:
+    """Merge turns of one conversation into one sequence wherever invariant 3 allows it.
+
+    Turn k+1 joins the sequence of turn k only if its prompt starts with everything the sequence
+    holds so far (prompt + outputs + glue). Anything in between two outputs (template glue, tool
+    observations) is masked with log-prob 0.0. A prefix break starts a new sequence; sequences
+    with no trainable token are dropped.
+    """
+    open_runs: dict[str, list[int]] = {}
+    runs: list[list[int]] = []
+    for i, turn in enumerate(turns):
+        key = turn["conversation"]
+        run = open_runs.get(key) if key else None
+        if run is not None:
+            last = turns[run[-1]]
+            if _is_prefix(list(last["prompt_ids"]) + list(last["output_ids"]), turn["prompt_ids"]):
+                run.append(i)
+                continue
+        run = [i]
+        runs.append(run)
+        if key:
+            open_runs[key] = run
+    runs.sort(key=lambda r: r[0])
+    out = [_merge_run(turns, run) for run in runs]
+    return [s for s in out if any(s["loss_mask"])]
+
+
+def _merge_run(turns: Sequence[Turn], run: list[int]) -> TrainSequence:
+    first = turns[run[0]]
+    last = turns[run[-1]]
+    tokens = list(last["prompt_ids"]) + list(last["output_ids"])
+    start = len(first["prompt_ids"])
+    n = len(tokens) - start
+    mask = [0] * n
+    logprobs = [0.0] * n
+    for i in run:
+        turn = turns[i]
+        if not turn["trainable"]:
+            continue
+        a = len(turn["prompt_ids"]) - start
+        for j, lp in enumerate(turn["output_logprobs"]):
+            mask[a + j] = 1
+            logprobs[a + j] = float(lp)
+    return TrainSequence(
+        tokens=tokens, response_length=n, loss_mask=mask, rollout_log_probs=logprobs, turn_indices=list(run)
+    )
+
+
+def build_sequences(turns: Sequence[Turn], layout: Layout) -> list[TrainSequence]:
+    """Turns -> training sequences. `per_turn`: one per trainable turn. `concat`: merged per conversation."""
+    if layout == "per_turn":
+        return per_turn_sequences(turns)
+    if layout == "concat":
+        return concat_sequences(turns)
+    raise ValueError(f"layout must be 'per_turn' or 'concat', got {layout!r}")
+
+
+def check_turn(turn: Turn) -> None:
+    """Lengths agree and every log-prob is a finite non-positive number."""
+    n = len(turn["output_ids"])
+    if len(turn["output_logprobs"]) != n:
+        raise TraceError(f"turn {turn['node']!r}: {n} output ids but {len(turn['output_logprobs'])} log-probs")
+    for lp in turn["output_logprobs"]:
+        if not (lp <= 1e-6 and lp == lp and lp != float("-inf")):
+            raise TraceError(f"turn {turn['node']!r}: log-prob {lp!r} is not a finite value <= 0")
+
+
+def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
+    """Invariants 2 and 3 for one sequence, against the turns it claims to carry.
+
+    2: len(tokens) = prompt_len + response_length; mask and log-probs have response_length entries;
+       masked positions carry 0.0.
+    3: every trained span [a, b) from turn c has tokens[:a] == c.prompt_ids, tokens[a:b] == c.output_ids,
+       and exactly c's log-probs.
+    """
+    n = seq["response_length"]
+    tokens = seq["tokens"]
+    if not 0 <= n <= len(tokens):
+        raise TraceError(f"response_length {n} outside 0..{len(tokens)}")
+    if len(seq["loss_mask"]) != n or len(seq["rollout_log_probs"]) != n:
+        raise TraceError(
+            f"response_length {n} but {len(seq['loss_mask'])} mask entries and "
+            f"{len(seq['rollout_log_probs'])} log-probs"
+        )
+    start = len(tokens) - n
+    covered = [False] * n
+    for i in seq["turn_indices"]:
+        turn = turns[i]
+        check_turn(turn)
+        if not turn["trainable"]:
+            continue
+        a = len(turn["prompt_ids"])
+        b = a + len(turn["output_ids"])
+        if tokens[:a] != list(turn["prompt_ids"]):
+            raise TraceError(f"turn {i} ({turn['node']!r}): sequence prefix differs from the prompt it was generated from")
+        if tokens[a:b] != list(turn["output_ids"]):
+            raise TraceError(f"turn {i} ({turn['node']!r}): trained span differs from the engine's output ids")
+        if a < start:
+            raise TraceError(f"turn {i} ({turn['node']!r}): output starts inside the masked prompt")
+        for j, lp in enumerate(turn["output_logprobs"]):
+            k = a - start + j
+            if seq["loss_mask"][k] != 1 or seq["rollout_log_probs"][k] != lp:
+                raise TraceError(f"turn {i}: position {k} lost its mask or its exact log-prob")
+            covered[k] = True
+    for k in range(n):
+        if seq["loss_mask"][k] and not covered[k]:
+            raise TraceError(f"position {k} is trained but no engine output produced it")
+        if not seq["loss_mask"][k] and seq["rollout_log_probs"][k] != 0.0:
+            raise TraceError(f"position {k} is masked but carries log-prob {seq['rollout_log_probs'][k]}")
+
+
+def check_trace(turns: Sequence[Turn], layout: Layout = "per_turn") -> list[TrainSequence]:
+    """Build the sequences of a finished run and check invariants 1-3 on each; returns them.
+
+    >>> check_trace([], "per_turn")
+    []
+    """
+    for turn in turns:
+        check_turn(turn)
+    seqs = build_sequences(turns, layout)
+    for seq in seqs:
+        check_sequence(seq, turns)
+    trained = {i for s in seqs for i in s["turn_indices"] if turns[i]["trainable"]}
+    missing = [i for i, t in enumerate(turns) if t["trainable"] and t["output_ids"] and i not in trained]
+    if missing:
+        raise TraceError(f"trainable turns {missing} ended up in no training sequence")
+    return seqs
+
+
+def iter_trainable(turns: Iterable[Turn]) -> Iterable[Turn]:
+    return (t for t in turns if t["trainable"])
