@@ -1,0 +1,299 @@
+"""MemAgent datasets: RULER-HQA evaluation rows and HotpotQA training rows, normalised to ``MemAgentRow``.
+
+Two public formats are read:
+
+- RULER-HQA (evaluation): ``{"context": str, "input": str, "answers": str | list[str], "length"?: int,
+  "_id" | "index" | "id"?: ...}``, one JSON object per line, or one JSON list of them.
+- HotpotQA (training, BytedTsinghua-SIA/hotpotqa): ``{"prompt": str | [{"role", "content"}, ...],
+  "context": str, "reward_model": {"ground_truth": str | list[str]}, "extra_info"?: {"index": ...}}``.
+
+JSONL files are read line by line (evaluation files reach gigabytes). A bad row raises
+``InputError(field, problem, fix)`` naming the field and where it is (``file:line``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from agentgraphs.errors import InputError
+
+__all__ = [
+    "MemAgentRow",
+    "SlimeRow",
+    "row_from_ruler",
+    "row_from_hotpotqa",
+    "read_ruler_hqa",
+    "read_hotpotqa",
+    "read_memagent_rows",
+    "to_slime_row",
+    "write_jsonl",
+]
+
+StrPath = str | PathLike[str]
+Format = Literal["auto", "ruler", "hotpotqa"]
+
+
+class MemAgentRow(TypedDict):
+    question: str
+    document: str
+    answers: list[str]
+    length: int | None  # the RULER length bucket (tokens), when the data states it
+    id: str
+
+
+class SlimeRow(TypedDict):
+    input: str
+    label: list[str]
+    metadata: dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one row
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _text_field(obj: Mapping[str, Any], key: str, where: str, what: str) -> str:
+    if key not in obj or obj[key] is None:
+        raise InputError(key, f"{where}: the {what} is missing", f"give every row a non-empty string {key!r}")
+    value = obj[key]
+    if not isinstance(value, str):
+        problem = f"{where}: the {what} is a {type(value).__name__}, not a string"
+        raise InputError(key, problem, f"store {key!r} as a string")
+    if not value.strip():
+        raise InputError(key, f"{where}: the {what} is empty", f"give every row a non-empty {key!r}")
+    return value
+
+
+def _answers(value: Any, field: str, where: str) -> list[str]:
+    fix = f"store {field!r} as a string or a non-empty list of strings"
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise InputError(field, f"{where}: the answer list is empty", fix)
+        bad = [a for a in value if not isinstance(a, str)]
+        if bad:
+            raise InputError(field, f"{where}: answer {bad[0]!r} is a {type(bad[0]).__name__}, not a string", fix)
+        return list(value)
+    if value is None:
+        raise InputError(field, f"{where}: the answers are missing", fix)
+    raise InputError(field, f"{where}: the answers are a {type(value).__name__}", fix)
+
+
+def _row_id(obj: Mapping[str, Any], default: str) -> str:
+    for key in ("_id", "id", "index"):
+        if obj.get(key) is not None:
+            return str(obj[key])
+    extra = obj.get("extra_info")
+    if isinstance(extra, Mapping) and extra.get("index") is not None:
+        return str(extra["index"])
+    return default
+
+
+def _length(obj: Mapping[str, Any]) -> int | None:
+    value = obj.get("length")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _require_object(obj: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        problem = f"{where}: the row is a {type(obj).__name__}, not a JSON object"
+        raise InputError("row", problem, "write one JSON object per row")
+    return obj
+
+
+def row_from_ruler(obj: Any, where: str = "row") -> MemAgentRow:
+    """Normalise one RULER-HQA row ``{context, input, answers}``.
+
+    >>> row_from_ruler({"context": "Doc.", "input": "Q?", "answers": ["A"], "length": 7000, "_id": 3})
+    {'question': 'Q?', 'document': 'Doc.', 'answers': ['A'], 'length': 7000, 'id': '3'}
+    """
+    obj = _require_object(obj, where)
+    question = _text_field(obj, "input", where, "question")
+    document = _text_field(obj, "context", where, "context document")
+    answers = _answers(obj.get("answers"), "answers", where)
+    return MemAgentRow(
+        question=question, document=document, answers=answers, length=_length(obj), id=_row_id(obj, where)
+    )
+
+
+def _question_from_prompt(prompt: Any, where: str) -> str:
+    if isinstance(prompt, str):
+        return _text_field({"prompt": prompt}, "prompt", where, "question")
+    fix = "store 'prompt' as a string or a list of {'role', 'content'} messages with a user message"
+    if isinstance(prompt, (list, tuple)):
+        users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+        if users and isinstance(users[-1].get("content"), str) and users[-1]["content"].strip():
+            return users[-1]["content"]
+        raise InputError("prompt", f"{where}: the chat prompt has no user message with text content", fix)
+    if prompt is None:
+        raise InputError("prompt", f"{where}: the question is missing", fix)
+    raise InputError("prompt", f"{where}: the prompt is a {type(prompt).__name__}", fix)
+
+
+def row_from_hotpotqa(obj: Any, where: str = "row") -> MemAgentRow:
+    """Normalise one HotpotQA training row ``{prompt, context, reward_model: {ground_truth}}``.
+
+    The question is the prompt string, or the content of the last user message of a chat prompt.
+
+    >>> row = row_from_hotpotqa({"prompt": [{"role": "user", "content": "Q?"}], "context": "Doc.",
+    ...                          "reward_model": {"ground_truth": "A"}, "extra_info": {"index": 7}})
+    >>> row["question"], row["answers"], row["id"]
+    ('Q?', ['A'], '7')
+    """
+    obj = _require_object(obj, where)
+    question = _question_from_prompt(obj.get("prompt"), where)
+    document = _text_field(obj, "context", where, "context document")
+    reward_model = obj.get("reward_model")
+    if not isinstance(reward_model, Mapping):
+        raise InputError(
+            "reward_model.ground_truth",
+            f"{where}: 'reward_model' is missing or not an object",
+            "give every row reward_model: {ground_truth: <answer or list of answers>}",
+        )
+    answers = _answers(reward_model.get("ground_truth"), "reward_model.ground_truth", where)
+    return MemAgentRow(
+        question=question, document=document, answers=answers, length=_length(obj), id=_row_id(obj, where)
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# files
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _decode(raw: bytes, path: Path, line_no: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            "file",
+            f"{path}:{line_no}: byte {exc.start} of the line is not valid UTF-8 ({exc.reason})",
+            "re-encode the file as UTF-8",
+        ) from None
+
+
+def _first_byte(path: Path) -> bytes:
+    with path.open("rb") as f:
+        while chunk := f.read(4096):
+            stripped = chunk.lstrip(b" \t\r\n\xef\xbb\xbf")
+            if stripped:
+                return stripped[:1]
+    return b""
+
+
+def _iter_list_file(path: Path) -> Iterator[tuple[Any, str]]:
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line_no = raw[: exc.start].count(b"\n") + 1
+        problem = f"{path}:{line_no}: not valid UTF-8 ({exc.reason})"
+        raise InputError("file", problem, "re-encode the file as UTF-8") from None
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError("file", f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", "fix the JSON list") from None
+    for i, obj in enumerate(rows):
+        yield obj, f"{path}[{i}]"
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[Any, str]]:
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            text = _decode(raw, path, line_no)
+            if line_no == 1:
+                text = text.removeprefix("\ufeff")
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                problem = f"{path}:{line_no}: not valid JSON ({exc.msg})"
+                raise InputError("line", problem, "write one JSON object per line") from None
+            yield obj, f"{path}:{line_no}"
+
+
+def _iter_objects(path: StrPath) -> Iterator[tuple[Any, str]]:
+    """(object, location) pairs from a JSONL file, or from a file holding one JSON list."""
+    p = Path(path)
+    if _first_byte(p) == b"[":
+        yield from _iter_list_file(p)
+    else:
+        yield from _iter_jsonl(p)
+
+
+def read_ruler_hqa(path: StrPath) -> Iterator[MemAgentRow]:
+    """Rows of a RULER-HQA file (JSONL, or a JSON list as in MemAgent's ``eval_{length}.json``).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "eval.jsonl")
+    >>> _ = open(p, "w").write('{"context": "D", "input": "Q", "answers": ["A"]}\\n')
+    >>> [r["answers"] for r in read_ruler_hqa(p)]
+    [['A']]
+    """
+    for obj, where in _iter_objects(path):
+        yield row_from_ruler(obj, where)
+
+
+def read_hotpotqa(path: StrPath) -> Iterator[MemAgentRow]:
+    """Rows of a HotpotQA training file in MemAgent's format (JSONL or a JSON list).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "train.jsonl")
+    >>> _ = open(p, "w").write('{"prompt": "Q", "context": "D", "reward_model": {"ground_truth": "A"}}\\n')
+    >>> [r["question"] for r in read_hotpotqa(p)]
+    ['Q']
+    """
+    for obj, where in _iter_objects(path):
+        yield row_from_hotpotqa(obj, where)
+
+
+def read_memagent_rows(path: StrPath, fmt: Format = "auto") -> Iterator[MemAgentRow]:
+    """Rows of either format; ``auto`` decides per row (a ``reward_model`` key means HotpotQA).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "mixed.jsonl")
+    >>> _ = open(p, "w").write('{"context": "D", "input": "Q", "answers": "A"}\\n'
+    ...                        '{"prompt": "Q2", "context": "D", "reward_model": {"ground_truth": ["B"]}}\\n')
+    >>> [r["answers"] for r in read_memagent_rows(p)]
+    [['A'], ['B']]
+    """
+    if fmt not in ("auto", "ruler", "hotpotqa"):
+        raise ValueError(f"fmt must be 'auto', 'ruler' or 'hotpotqa', not {fmt!r}")
+    for obj, where in _iter_objects(path):
+        is_hotpot = fmt == "hotpotqa" or (fmt == "auto" and isinstance(obj, Mapping) and "reward_model" in obj)
+        yield row_from_hotpotqa(obj, where) if is_hotpot else row_from_ruler(obj, where)
+
+
+def to_slime_row(row: MemAgentRow) -> SlimeRow:
+    """The row under slime's default keys (``--input-key input --label-key label --metadata-key metadata``).
+
+    >>> to_slime_row({"question": "Q", "document": "D", "answers": ["A"], "length": None, "id": "0"})
+    {'input': 'Q', 'label': ['A'], 'metadata': {'context': 'D', 'length': None, 'id': '0'}}
+    """
+    return SlimeRow(
+        input=row["question"],
+        label=list(row["answers"]),
+        metadata={"context": row["document"], "length": row["length"], "id": row["id"]},
+    )
+
+
+def write_jsonl(rows: Iterable[Mapping[str, Any]], path: StrPath) -> int:
+    """Write rows as UTF-8 JSONL (one object per line, non-ASCII kept); returns the number written.
+
+    >>> import tempfile, os
+    >>> write_jsonl([{"a": 1}, {"b": "é"}], os.path.join(tempfile.mkdtemp(), "out.jsonl"))
+    2
+    """
+    count = 0
+    with Path(path).open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False))
+            f.write("\n")
+            count += 1
+    return count
