@@ -1,0 +1,27 @@
+"""MemAgent: read a document of any length chunk by chunk into a fixed-size memory, then answer.
+
+>>> from agentgraphs.memagent import SPEC
+>>> SPEC.options["chunk_tokens"]
+5000
+"""
+
+from .graph import DEFAULT_OPTIONS, MemAgentState, build_graph, chunk_spans
+from .prompts import FINAL_TEMPLATE, INITIAL_MEMORY, MEMORY_UPDATE_TEMPLATE
+from .reward import eval_metrics, memagent_reward
+from .spec import SPEC, answers_of, make_input, question_of
+
+__all__ = [
+    "DEFAULT_OPTIONS",
+    "FINAL_TEMPLATE",
+    "INITIAL_MEMORY",
+    "MEMORY_UPDATE_TEMPLATE",
+    "MemAgentState",
+    "SPEC",
+    "answers_of",
+    "build_graph",
+    "chunk_spans",
+    "eval_metrics",
+    "make_input",
+    "memagent_reward",
+    "question_of",
+]

@@ -1,0 +1,167 @@
+"""MemAgent as a LangGraph graph: prepare -> memory_update (loop over chunks) -> final_answer -> score.
+
+The document is tokenized ONCE in `prepare`; every chunk is a slice of those ids, spliced verbatim
+into the memory-update prompt (no decode/re-encode). Each memory update and the final answer are
+separate engine calls with their own prompts, so each becomes its own training sequence (per_turn).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NotRequired, Sequence
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from ..node import AgentContext, TraceState, call_llm, context_of
+from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt
+from .reward import eval_metrics, memagent_reward
+
+CHUNK_PLACEHOLDER = "\u2063<<agentgraphs:chunk>>\u2063"
+
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "chunk_tokens": 5000,
+    "memory_max_new_tokens": 1024,
+    "final_max_new_tokens": 1024,
+    "question_max_tokens": 1024,
+    "max_chunks": 8,  # training cap: the middle of longer documents is cut
+    "eval_max_chunks": None,  # evaluation reads everything
+    "train_final_answer": True,  # original MemAgent; the seed variant masks it (False)
+    "reward_split": "broadcast",  # original MemAgent; the seed variant divides ("divide")
+}
+
+Span = list[int]  # [start, end) into doc_ids
+
+
+class MemAgentState(TraceState):
+    question: str
+    document: str
+    answers: NotRequired[list[str]]
+    doc_ids: NotRequired[list[int]]
+    chunks: NotRequired[list[list[Span]]]
+    chunk_index: NotRequired[int]
+    memory: NotRequired[str]
+    answer: NotRequired[str]
+    score: NotRequired[dict[str, float]]
+
+
+def chunk_spans(n_tokens: int, chunk_tokens: int, max_chunks: int | None) -> list[list[Span]]:
+    """Chunks of `chunk_tokens` ids as spans into the document ids.
+
+    With a cap, the document is first cut to `max_chunks * chunk_tokens` ids by dropping its MIDDLE
+    (the first and last halves are kept), then chunked; a chunk may straddle the cut (two spans).
+
+    >>> chunk_spans(10, 4, None)
+    [[[0, 4]], [[4, 8]], [[8, 10]]]
+    >>> chunk_spans(10, 2, 2)
+    [[[0, 2]], [[8, 10]]]
+    """
+    if chunk_tokens <= 0:
+        raise ValueError(f"chunk_tokens must be > 0, got {chunk_tokens}")
+    segments: list[Span] = [[0, n_tokens]]
+    if max_chunks is not None and n_tokens > max_chunks * chunk_tokens:
+        keep = max_chunks * chunk_tokens
+        head = keep - keep // 2
+        segments = [[0, head], [n_tokens - keep // 2, n_tokens]]
+    chunks: list[list[Span]] = []
+    current: list[Span] = []
+    room = chunk_tokens
+    for start, end in segments:
+        while start < end:
+            take = min(room, end - start)
+            current.append([start, start + take])
+            start += take
+            room -= take
+            if room == 0:
+                chunks.append(current)
+                current, room = [], chunk_tokens
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def chunk_ids(doc_ids: Sequence[int], spans: Sequence[Span]) -> list[int]:
+    out: list[int] = []
+    for start, end in spans:
+        out.extend(doc_ids[start:end])
+    return out
+
+
+def _options(ctx: AgentContext) -> dict[str, Any]:
+    return {**DEFAULT_OPTIONS, **{k: v for k, v in ctx.config.items() if k in DEFAULT_OPTIONS}}
+
+
+def prepare(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+    """Tokenize the document once, cut it into chunks, and start from the initial memory."""
+    ctx = context_of(runtime)
+    opts = _options(ctx)
+    tok = ctx.tokenizer
+    question = state["question"]
+    q_ids = tok.encode(question, add_special_tokens=False)
+    if len(q_ids) > opts["question_max_tokens"]:
+        # prompt text only (never trained): keep the question's first question_max_tokens tokens
+        question = tok.decode(q_ids[: opts["question_max_tokens"]])
+    doc_ids = tok.encode(state["document"], add_special_tokens=False)
+    cap = opts["eval_max_chunks"] if ctx.evaluation else opts["max_chunks"]
+    chunks = chunk_spans(len(doc_ids), int(opts["chunk_tokens"]), cap)
+    # the text is no longer needed: keep one copy of the document (its ids) per rollout
+    return {"question": question, "document": "", "doc_ids": doc_ids, "chunks": chunks,
+            "chunk_index": 0, "memory": INITIAL_MEMORY}
+
+
+async def memory_update(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+    """Read one chunk and rewrite the memory. Trained: this is what MemAgent learns."""
+    ctx = context_of(runtime)
+    opts = _options(ctx)
+    i = state["chunk_index"]
+    ids = chunk_ids(state["doc_ids"], state["chunks"][i])
+    user = memory_update_prompt(state["question"], state["memory"], CHUNK_PLACEHOLDER)
+    out = await call_llm(
+        state, runtime, node="memory_update", messages=[{"role": "user", "content": user}],
+        splice={CHUNK_PLACEHOLDER: ids}, max_new_tokens=int(opts["memory_max_new_tokens"]),
+    )
+    return {"memory": memory_from_response(out.text), "chunk_index": i + 1, **out.update}
+
+
+async def final_answer(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+    """Answer from memory alone, in \\boxed{}."""
+    ctx = context_of(runtime)
+    opts = _options(ctx)
+    user = final_prompt(state["question"], state["memory"])
+    out = await call_llm(
+        state, runtime, node="final_answer", messages=[{"role": "user", "content": user}],
+        trainable=bool(opts["train_final_answer"]), max_new_tokens=int(opts["final_max_new_tokens"]),
+    )
+    return {"answer": out.text, **out.update}
+
+
+def score(state: MemAgentState) -> dict[str, Any]:
+    """Reward and RULER metrics when the input carried answers (for debugging and evaluation)."""
+    answers = state.get("answers") or []
+    if not answers:
+        return {}
+    answer = state.get("answer", "")
+    return {"score": {"reward": memagent_reward(answer, answers), **eval_metrics(answer, answers)}}
+
+
+def route_after_update(state: MemAgentState) -> str:
+    return "memory_update" if state["chunk_index"] < len(state["chunks"]) else "final_answer"
+
+
+def build_graph(options: Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
+    """The compiled MemAgent graph (options arrive at run time through AgentContext.config).
+
+    >>> g = build_graph()
+    >>> sorted(g.get_graph().nodes)
+    ['__end__', '__start__', 'final_answer', 'memory_update', 'prepare', 'score']
+    """
+    builder = StateGraph(MemAgentState, context_schema=AgentContext)
+    builder.add_node("prepare", prepare)
+    builder.add_node("memory_update", memory_update)
+    builder.add_node("final_answer", final_answer)
+    builder.add_node("score", score)
+    builder.add_edge(START, "prepare")
+    builder.add_conditional_edges("prepare", route_after_update, ["memory_update", "final_answer"])
+    builder.add_conditional_edges("memory_update", route_after_update, ["memory_update", "final_answer"])
+    builder.add_edge("final_answer", "score")
+    builder.add_edge("score", END)
+    return builder.compile(checkpointer=checkpointer, name="memagent")
