@@ -1,0 +1,106 @@
+"""Turns -> training sequences, and the invariant checks any user can run on a finished trace."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from agentgraphs.errors import TraceError
+from agentgraphs.trace import Turn, build_sequences, check_sequence, check_trace
+
+
+def turn(prompt: list[int], out: list[int], *, conv: str = "c", trainable: bool = True,
+         lp: float = -0.5, finish: str = "stop", node: str = "n") -> Turn:
+    return Turn(node=node, conversation=conv, prompt_ids=prompt, output_ids=out,
+                output_logprobs=[lp - 0.01 * i for i in range(len(out))], trainable=trainable,
+                finish_reason=finish, temperature=1.0, engine="test", weight_version=None, rid="r",
+                text="", retries=0)
+
+
+def conversation() -> list[Turn]:
+    t1 = turn([1, 2, 3], [10, 11, 99])
+    t2 = turn([1, 2, 3, 10, 11, 99, 50, 51], [12, 99])  # glue [50, 51]
+    t3 = turn([1, 2, 3, 10, 11, 99, 50, 51, 12, 99, 60], [13, 14, 99])
+    return [t1, t2, t3]
+
+
+def test_per_turn_one_sequence_per_trainable_turn() -> None:
+    turns = conversation()
+    turns[1]["trainable"] = False
+    seqs = check_trace(turns, "per_turn")
+    assert [s["turn_indices"] for s in seqs] == [[0], [2]]
+    s = seqs[1]
+    assert s["tokens"] == turns[2]["prompt_ids"] + turns[2]["output_ids"]
+    assert s["response_length"] == 3 and s["loss_mask"] == [1, 1, 1]
+    assert s["rollout_log_probs"] == turns[2]["output_logprobs"]
+
+
+def test_concat_merges_exact_prefixes_and_masks_glue() -> None:
+    turns = conversation()
+    [seq] = check_trace(turns, "concat")
+    assert seq["tokens"] == turns[2]["prompt_ids"] + turns[2]["output_ids"]
+    assert seq["response_length"] == len(seq["tokens"]) - 3
+    #            10 11 99 50 51 12 99 60 13 14 99
+    assert seq["loss_mask"] == [1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1]
+    glue_lps = [seq["rollout_log_probs"][i] for i in (3, 4, 7)]
+    assert glue_lps == [0.0, 0.0, 0.0]
+    assert seq["rollout_log_probs"][5:7] == turns[1]["output_logprobs"]
+
+
+def test_concat_masks_untrainable_turn_inside_the_sequence() -> None:
+    turns = conversation()
+    turns[1]["trainable"] = False
+    [seq] = check_trace(turns, "concat")
+    assert seq["loss_mask"][5:7] == [0, 0] and seq["rollout_log_probs"][5:7] == [0.0, 0.0]
+
+
+def test_concat_splits_where_the_prefix_breaks() -> None:
+    turns = conversation()
+    turns[2]["prompt_ids"] = [1, 2, 3, 10, 11, 98, 50, 51, 12, 99, 60]  # history was re-rendered
+    seqs = check_trace(turns, "concat")
+    assert [s["turn_indices"] for s in seqs] == [[0, 1], [2]]
+
+
+def test_concat_keeps_separate_conversations_apart() -> None:
+    a = turn([1], [2, 99], conv="a")
+    b = turn([5], [6, 99], conv="b")
+    a2 = turn([1, 2, 99, 7], [8, 99], conv="a")
+    seqs = check_trace([a, b, a2], "concat")
+    assert [s["turn_indices"] for s in seqs] == [[0, 2], [1]]
+
+
+def test_sequence_without_trainable_tokens_is_dropped() -> None:
+    t = turn([1], [2], trainable=False)
+    assert build_sequences([t], "concat") == [] and build_sequences([t], "per_turn") == []
+
+
+@pytest.mark.parametrize("tamper", ["token", "logprob", "mask", "glue_logprob", "length"])
+def test_check_sequence_catches_tampering(tamper: str) -> None:
+    turns = conversation()
+    [seq] = build_sequences(turns, "concat")
+    bad = copy.deepcopy(seq)
+    if tamper == "token":
+        bad["tokens"][4] = 12345  # inside the first output
+    elif tamper == "logprob":
+        bad["rollout_log_probs"][0] += 1e-3
+    elif tamper == "mask":
+        bad["loss_mask"][3] = 1  # glue claimed as trained
+    elif tamper == "glue_logprob":
+        bad["rollout_log_probs"][3] = -0.1
+    else:
+        bad["loss_mask"].append(0)
+    with pytest.raises(TraceError):
+        check_sequence(bad, turns)
+
+
+def test_bad_layout_and_bad_logprobs() -> None:
+    with pytest.raises(ValueError):
+        build_sequences([], "zigzag")  # type: ignore[arg-type]
+    t = turn([1], [2, 3])
+    t["output_logprobs"] = [-0.1]
+    with pytest.raises(TraceError):
+        check_trace([t])
+    t["output_logprobs"] = [float("nan"), -0.1]
+    with pytest.raises(TraceError):
+        check_trace([t])
