@@ -1,0 +1,205 @@
+"""Run an AgentSpec over a JSONL file: bounded concurrency, input order kept, every row answered.
+
+The CLI's `agentgraphs run` is a thin face over `run_file`; tests call it directly.
+Rows use slime's default keys (`input`, `label`, `metadata`; configurable). A malformed row does
+not stop the run: it comes back as a FAILED sample whose reason names the line and the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
+
+from .errors import InputError
+from .node import AgentContext
+from .rollout import Rollout, rollout_input, run_rollout, sample_fields, trace_record
+from .spec import AgentSpec, RolloutInput
+
+
+@dataclass(frozen=True)
+class RowKeys:
+    input: str = "input"
+    label: str = "label"
+    metadata: str = "metadata"
+
+
+@dataclass
+class RunSummary:
+    rows: int = 0
+    results: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    reward_sum: float = 0.0
+    llm_calls: int = 0
+    wall_s: float = 0.0
+    metrics_sum: dict[str, float] = field(default_factory=dict)
+
+    def add(self, rollout: Rollout, reward_key: str) -> None:
+        self.results += 1
+        self.by_status[rollout.status] = self.by_status.get(rollout.status, 0) + 1
+        r = rollout.reward
+        self.reward_sum += float(r.get(reward_key, 0.0)) if isinstance(r, dict) else float(r or 0.0)
+        self.llm_calls += len(rollout.turns)
+        for k, v in rollout.metrics.items():
+            self.metrics_sum[k] = self.metrics_sum.get(k, 0.0) + float(v)
+
+    def as_dict(self) -> dict[str, Any]:
+        n = max(self.results, 1)
+        return {
+            "rows": self.rows,
+            "results": self.results,
+            "by_status": dict(sorted(self.by_status.items())),
+            "mean_reward": self.reward_sum / n,
+            "metrics": {k: v / n for k, v in sorted(self.metrics_sum.items())},
+            "llm_calls": self.llm_calls,
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+@dataclass(frozen=True)
+class ParsedRow:
+    line: int
+    inp: RolloutInput | None
+    error: str | None = None
+
+
+def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1,
+              limit: int | None = None) -> Iterator[ParsedRow]:
+    """Parse a slime-style JSONL file lazily; each row repeated `n_samples` times (a GRPO group)."""
+    with open(path, "rb") as fh:
+        count = 0
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            if limit is not None and count >= limit:
+                return
+            parsed = _parse_row(raw, line_no, keys, group=count)
+            for k in range(n_samples):
+                if parsed.inp is None:
+                    yield parsed
+                else:
+                    inp = RolloutInput(**{**parsed.inp, "index": count * n_samples + k})  # type: ignore[typeddict-item]
+                    yield ParsedRow(line_no, inp)
+            count += 1
+
+
+def _parse_row(raw: bytes, line_no: int, keys: RowKeys, group: int) -> ParsedRow:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ParsedRow(line_no, None, f"line {line_no}: not valid UTF-8 at byte {exc.start}; re-encode the file as UTF-8")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ParsedRow(line_no, None, f"line {line_no}: invalid JSON ({exc.msg} at column {exc.colno})")
+    if not isinstance(obj, dict):
+        return ParsedRow(line_no, None, f"line {line_no}: expected a JSON object, got {type(obj).__name__}")
+    if keys.input not in obj:
+        return ParsedRow(line_no, None, f"line {line_no}: missing field {keys.input!r} (the prompt); "
+                                        f"add it or pass --input-key")
+    metadata = obj.get(keys.metadata) or {}
+    if not isinstance(metadata, dict):
+        return ParsedRow(line_no, None, f"line {line_no}: field {keys.metadata!r} must be an object")
+    inp = rollout_input(obj[keys.input], obj.get(keys.label), metadata, None)
+    inp["metadata"] = {**metadata, "group_index": group}
+    return ParsedRow(line_no, inp)
+
+
+ResultSink = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+async def run_rows(
+    spec: AgentSpec,
+    rows: Iterable[ParsedRow],
+    make_context: Callable[[], AgentContext],
+    *,
+    options: Mapping[str, Any] | None = None,
+    concurrency: int = 8,
+    on_result: ResultSink | None = None,
+) -> RunSummary:
+    """Run rollouts with at most `concurrency` in flight; results delivered in input order."""
+    summary = RunSummary()
+    started = time.monotonic()
+    pending: deque[tuple[ParsedRow, Awaitable[Rollout]]] = deque()
+
+    async def drain_one() -> None:
+        row, task = pending.popleft()
+        rollout = await task
+        summary.add(rollout, spec.reward_key)
+        if on_result is not None:
+            on_result(_sample_record(rollout, spec, row), _trace_line(rollout, row))
+
+    for row in rows:
+        summary.rows += 1
+        if row.inp is None:
+            task: Awaitable[Rollout] = _done(_bad_row(row))
+        else:
+            task = asyncio.ensure_future(run_rollout(spec, row.inp, make_context(), options=options))
+        pending.append((row, task))
+        if len(pending) >= concurrency:
+            await drain_one()
+    while pending:
+        await drain_one()
+    summary.wall_s = time.monotonic() - started
+    return summary
+
+
+async def _done(rollout: Rollout) -> Rollout:
+    return rollout
+
+
+def _bad_row(row: ParsedRow) -> Rollout:
+    exc = InputError("row", row.error or "unreadable", "fix the dataset row")
+    return Rollout(status="failed", reason=f"bad input: {row.error}", error=str(exc))
+
+
+def _sample_record(rollout: Rollout, spec: AgentSpec, row: ParsedRow) -> dict[str, Any]:
+    fields = sample_fields(rollout, spec)
+    inp = row.inp
+    meta = dict(inp["metadata"]) if inp else {}
+    group = meta.pop("group_index", None)
+    return {
+        "group_index": group,
+        "index": inp["index"] if inp else None,
+        "line": row.line,
+        "prompt": inp["prompt"] if inp else None,
+        "label": inp["label"] if inp else None,
+        **fields,
+        "metadata": {**meta, **fields["metadata"]},
+    }
+
+
+def _trace_line(rollout: Rollout, row: ParsedRow) -> dict[str, Any]:
+    rec = trace_record(rollout, row.inp or rollout_input(None, index=None))
+    rec["line"] = row.line
+    return rec
+
+
+class JsonlWriter:
+    """samples.jsonl + traces.jsonl side by side, flushed per line so a crash loses nothing written."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._samples = open(self.out_dir / "samples.jsonl", "w", encoding="utf-8")
+        self._traces = open(self.out_dir / "traces.jsonl", "w", encoding="utf-8")
+
+    def __call__(self, sample: dict[str, Any], trace: dict[str, Any]) -> None:
+        self._samples.write(json.dumps(sample, ensure_ascii=False) + "\n")
+        self._traces.write(json.dumps(trace, ensure_ascii=False) + "\n")
+        self._samples.flush()
+        self._traces.flush()
+
+    def close(self) -> None:
+        self._samples.close()
+        self._traces.close()
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

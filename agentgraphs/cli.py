@@ -1,0 +1,198 @@
+"""`agentgraphs` command line: a thin face over library functions (tests call those directly)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .errors import AgentGraphsError, ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Agentic-RL graphs with token-exact traces (LangGraph + SGLang + slime).")
+console = Console(stderr=True)
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """`key=value` pairs; values parsed as JSON when they parse (numbers, true/false, null), else strings.
+
+    >>> parse_options(["max_chunks=4", "train_final_answer=false", "name=x"])
+    {'max_chunks': 4, 'train_final_answer': False, 'name': 'x'}
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option {pair!r}: expected KEY=VALUE, e.g. --option max_chunks=8")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console)
+
+
+@app.command("tiny-model")
+def tiny_model(
+    out_dir: Path = typer.Argument(..., help="directory to write the HF model into"),
+    seed: int = typer.Option(0, help="weight initialisation seed"),
+    template: str = typer.Option("qwen2.5", help="chat template: qwen2.5 or qwen3"),
+) -> None:
+    """Write a tiny randomly initialised Qwen2 model with the real Qwen2.5 vocabulary (offline)."""
+    from .testing.tiny_model import build_tiny_model
+
+    path = build_tiny_model(out_dir, seed=seed, template=template)  # type: ignore[arg-type]
+    console.print(f"tiny model written to {path}")
+
+
+@app.command()
+def run(
+    agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
+    data: Path = typer.Option(..., "--data", help="JSONL with slime-style rows (input, label, metadata)"),
+    engine: str = typer.Option(..., "--engine", help="hf:MODEL_DIR or sglang:http://HOST:PORT"),
+    out: Path = typer.Option(..., "--out", help="output dir: samples.jsonl, traces.jsonl, summary.json"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    concurrency: int = typer.Option(8, min=1, help="rollouts in flight"),
+    n_samples: int = typer.Option(1, "--n-samples-per-prompt", min=1, help="rollouts per row (a GRPO group)"),
+    temperature: float = typer.Option(1.0, min=0.0),
+    top_p: float = typer.Option(1.0),
+    max_new_tokens: int = typer.Option(1024, min=1),
+    evaluation: bool = typer.Option(False, "--eval", help="evaluation mode: nothing trainable, no chunk caps"),
+    limit: Optional[int] = typer.Option(None, help="only the first N rows"),
+    input_key: str = typer.Option("input"),
+    label_key: str = typer.Option("label"),
+    metadata_key: str = typer.Option("metadata"),
+) -> None:
+    """Run an agent over a dataset and write slime samples and traces."""
+    try:
+        summary = run_command(agent, data, engine, out, tokenizer=tokenizer, options=parse_options(option),
+                              concurrency=concurrency, n_samples=n_samples, temperature=temperature,
+                              top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
+                              keys=(input_key, label_key, metadata_key), progress=True)
+    except AgentGraphsError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print_json(json.dumps(summary))
+
+
+def run_command(agent: str, data: Path, engine: str, out: Path, *, tokenizer: str | None = None,
+                options: dict[str, Any] | None = None, concurrency: int = 8, n_samples: int = 1,
+                temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
+                evaluation: bool = False, limit: int | None = None,
+                keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
+                ) -> dict[str, Any]:
+    """What `agentgraphs run` does; returns the summary (also OUT/summary.json)."""
+    from .batch import JsonlWriter, RowKeys, read_rows, run_rows
+    from .engine import SamplingParams, make_engine
+    from .node import AgentContext
+    from .spec import load_spec
+
+    spec = load_spec(agent)
+    opts = spec.resolve_options(options)
+    if not data.is_file():
+        raise ConfigError(f"--data {data}: no such file")
+    eng = make_engine(engine)
+    tok = _tokenizer(eng, tokenizer)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    row_keys = RowKeys(*keys)
+    total = sum(1 for line in open(data, "rb") if line.strip())
+    total = min(total, limit) if limit is not None else total
+
+    def make_context() -> AgentContext:
+        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation)
+
+    with JsonlWriter(out) as writer, _maybe_progress(progress) as bar:
+        task = bar.add_task(spec.name, total=total * n_samples, status="") if bar else None
+
+        def sink(sample: dict[str, Any], trace: dict[str, Any]) -> None:
+            writer(sample, trace)
+            if bar is not None and task is not None:
+                bar.update(task, advance=1, status=sample["status"])
+
+        rows = read_rows(data, row_keys, n_samples=n_samples, limit=limit)
+        summary = asyncio.run(run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
+                                       on_result=sink))
+    result = {"agent": spec.name, "engine": eng.name, "options": opts, **summary.as_dict()}
+    (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+class _NoProgress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _maybe_progress(enabled: bool) -> Any:
+    return _progress() if enabled else _NoProgress()
+
+
+def _tokenizer(engine: Any, path: str | None) -> Any:
+    if path:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)
+    tok = getattr(engine, "tokenizer", None)
+    if tok is None:
+        raise ConfigError("an sglang: engine needs --tokenizer DIR (the model's HF directory)")
+    return tok
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("out/demo"), "--out", help="output directory"),
+    seed: int = typer.Option(0),
+) -> None:
+    """The main job on the embedded default: MemAgent on the tiny model, no server needed."""
+    from .demo import run_demo
+
+    with _progress() as bar:
+        task = bar.add_task("memagent demo", total=8, status="")
+        summary = run_demo(out, seed=seed,
+                           on_result=lambda s, t: bar.update(task, advance=1, status=s["status"]))
+    console.print_json(json.dumps(summary))
+    console.print(f"samples: {out / 'samples.jsonl'}  traces: {out / 'traces.jsonl'}")
+
+
+@app.command("test-server")
+def test_server(
+    model: Path = typer.Option(..., help="HF model dir served by HFEngine"),
+    port: int = typer.Option(30000),
+    latency_ms: float = typer.Option(0.0, help="fixed extra latency per call"),
+) -> None:
+    """Serve a model on 127.0.0.1 behind SGLang's /generate contract (for local debugging)."""
+    import time
+
+    from .hf_engine import HFEngine
+    from .testing.server import SGLangTestServer
+
+    server = SGLangTestServer(HFEngine.from_dir(model), port=port)
+    if latency_ms:
+        server.faults.latency_s = latency_ms / 1000.0
+    with server as srv:
+        console.print(f"SGLang-contract server at {srv.url} (Ctrl-C to stop)")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

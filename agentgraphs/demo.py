@@ -1,0 +1,68 @@
+"""The main job on the embedded default: MemAgent on the tiny model, no server needed.
+
+Builds the tiny Qwen2 model (real Qwen2.5 vocabulary) if needed, writes a small synthetic
+long-document QA set, runs MemAgent through HFEngine and writes slime samples and traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .batch import JsonlWriter, RowKeys, read_rows, run_rows
+from .engine import SamplingParams
+from .node import AgentContext
+
+DEMO_OPTIONS: dict[str, Any] = {
+    "chunk_tokens": 1000,
+    "memory_max_new_tokens": 48,
+    "final_max_new_tokens": 32,
+    "max_chunks": 8,
+}
+
+
+def write_demo_data(path: Path, tokenizer: Any, *, lengths: tuple[int, ...] = (2000, 4000), per_length: int = 2,
+                    seed: int = 0) -> int:
+    from .memagent.data import to_slime_row, write_jsonl
+    from .memagent.synthetic import make_dataset
+
+    rows = make_dataset(tokenizer, lengths, per_length=per_length, seed=seed)
+    return write_jsonl((to_slime_row(r) for r in rows), path)
+
+
+def run_demo(out_dir: str | Path, *, model_dir: str | Path | None = None, seed: int = 0,
+             n_samples: int = 2, on_result: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+             ) -> dict[str, Any]:
+    """Run the demo and return its summary (also written to OUT/summary.json).
+
+    >>> summary = run_demo("/tmp/agentgraphs-demo")  # doctest: +SKIP
+    >>> summary["by_status"]  # doctest: +SKIP
+    """
+    from .hf_engine import HFEngine
+    from .memagent import SPEC
+    from .testing.tiny_model import ensure_tiny_model
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    engine = HFEngine.from_dir(model_dir or ensure_tiny_model(), seed=seed)
+    data = out / "data.jsonl"
+    write_demo_data(data, engine.tokenizer, seed=seed)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=64, sampling_seed=seed)
+
+    def make_context() -> AgentContext:
+        return AgentContext(policy=engine, tokenizer=engine.tokenizer, sampling=sampling)
+
+    with JsonlWriter(out) as writer:
+        def sink(sample: dict[str, Any], trace: dict[str, Any]) -> None:
+            writer(sample, trace)
+            if on_result is not None:
+                on_result(sample, trace)
+
+        rows = read_rows(data, RowKeys(), n_samples=n_samples)
+        summary = asyncio.run(run_rows(SPEC, rows, make_context, options=DEMO_OPTIONS, concurrency=4,
+                                       on_result=sink))
+    result = {"agent": SPEC.name, "engine": engine.name, "data": str(data), **summary.as_dict()}
+    (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result

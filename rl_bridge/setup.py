@@ -1,0 +1,145 @@
+"""Per-process setup for the slime hooks: agent spec, engines and tokenizer, built once, checked early.
+
+Everything comes from slime's `args` (extra keys arrive through `--custom-config-path` YAML):
+
+    agentgraph: memagent                  # or a 'package.module:attr' path; env AGENTGRAPH as fallback
+    agentgraph_options: {max_chunks: 8}   # the method's options (AgentSpec.options)
+    agentgraph_engines: {judge: "sglang:http://127.0.0.1:30001"}   # helper models, never trained
+    agentgraph_return_list: false         # true: one Sample per training sequence (slime >= 0.3)
+    agentgraph_template_kwargs: {enable_thinking: false}
+    agentgraph_max_time_s: 900            # per rollout
+    agentgraph_max_llm_calls: 256
+    agentgraph_request_timeout_s: 600
+    agentgraph_max_retries: 3
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from agentgraphs.engine import Engine, SamplingParams, make_engine
+from agentgraphs.errors import ConfigError
+from agentgraphs.node import AgentContext, Limits
+from agentgraphs.spec import AgentSpec, load_spec
+
+
+@dataclass
+class BridgeSetup:
+    spec: AgentSpec
+    options: dict[str, Any]
+    policy: Engine
+    tokenizer: Any
+    engines: dict[str, Engine] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    return_list: bool = False
+
+    def context(self, sampling: SamplingParams, *, evaluation: bool) -> AgentContext:
+        return AgentContext(
+            policy=self.policy,
+            tokenizer=self.tokenizer,
+            sampling=sampling,
+            engines=self.engines,
+            template_kwargs=self.template_kwargs,
+            limits=self.limits,
+            evaluation=evaluation,
+        )
+
+
+_SETUPS: dict[tuple[Any, ...], BridgeSetup] = {}
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def agent_name(args: Any) -> str:
+    name = getattr(args, "agentgraph", None) or os.environ.get("AGENTGRAPH", "")
+    if not name:
+        raise ConfigError(
+            "no agent selected: set `agentgraph: <name or pkg.module:attr>` in the --custom-config-path "
+            "YAML, or the AGENTGRAPH environment variable on the Ray workers"
+        )
+    return str(name)
+
+
+def router_url(args: Any) -> str:
+    ip = getattr(args, "sglang_router_ip", None)
+    port = getattr(args, "sglang_router_port", None)
+    if not ip or not port:
+        raise ConfigError(
+            "args.sglang_router_ip / args.sglang_router_port are not set: rl_bridge.generate must run "
+            "inside slime's rollout (or set them on args)"
+        )
+    host = f"[{ip}]" if ":" in str(ip) and not str(ip).startswith("[") else str(ip)
+    return f"http://{host}:{port}"
+
+
+def load_tokenizer(path: str) -> Any:
+    tok = _TOKENIZERS.get(path)
+    if tok is None:
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+        except Exception as exc:
+            raise ConfigError(f"cannot load the tokenizer from hf_checkpoint={path!r}: {exc}") from exc
+        _TOKENIZERS[path] = tok
+    return tok
+
+
+def _mapping(args: Any, key: str) -> dict[str, Any]:
+    value = getattr(args, key, None) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"args.{key} must be a mapping (YAML dict), got {type(value).__name__}")
+    return dict(value)
+
+
+def get_setup(args: Any) -> BridgeSetup:
+    """The cached setup for these args in this process and event loop (engines are loop-bound)."""
+    name = agent_name(args)
+    hf_checkpoint = getattr(args, "hf_checkpoint", None)
+    if not hf_checkpoint:
+        raise ConfigError("args.hf_checkpoint is not set: pass --hf-checkpoint (the tokenizer is read from it)")
+    url = router_url(args)
+    try:
+        loop_id = id(asyncio.get_running_loop())
+    except RuntimeError:
+        loop_id = 0
+    key = (name, url, hf_checkpoint, loop_id, repr(sorted(_mapping(args, "agentgraph_options").items())))
+    setup = _SETUPS.get(key)
+    if setup is None:
+        setup = _build_setup(args, name, url, str(hf_checkpoint))
+        _SETUPS[key] = setup
+    return setup
+
+
+def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSetup:
+    spec = load_spec(name)
+    options = spec.resolve_options(_mapping(args, "agentgraph_options"))
+    tokenizer = load_tokenizer(hf_checkpoint)
+    engine_kwargs = {
+        "timeout": float(getattr(args, "agentgraph_request_timeout_s", 600.0) or 600.0),
+        "max_retries": int(getattr(args, "agentgraph_max_retries", 3)),
+    }
+    policy = make_engine(f"sglang:{url}", **engine_kwargs)
+    engines = {k: make_engine(str(v)) for k, v in _mapping(args, "agentgraph_engines").items()}
+    limits = Limits(
+        max_llm_calls=int(getattr(args, "agentgraph_max_llm_calls", 256) or 256),
+        max_time_s=getattr(args, "agentgraph_max_time_s", None),
+    )
+    return BridgeSetup(
+        spec=spec,
+        options=options,
+        policy=policy,
+        tokenizer=tokenizer,
+        engines=engines,
+        template_kwargs=_mapping(args, "agentgraph_template_kwargs"),
+        limits=limits,
+        return_list=bool(getattr(args, "agentgraph_return_list", False)),
+    )
+
+
+def clear_cache() -> None:
+    """Forget cached setups (tests; or after changing args in one process)."""
+    _SETUPS.clear()
