@@ -1,0 +1,206 @@
+"""rl_bridge end to end: slime's hooks against the local SGLang-contract server, with a Sample
+stand-in that has slime's exact fields and Status enum."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import rl_bridge
+from agentgraphs.errors import ConfigError
+from agentgraphs.testing.server import SGLangTestServer
+from agentgraphs.testing.slime_sample import Sample, SampleV03
+from rl_bridge.setup import clear_cache
+from tests.test_multiturn import RecordingEngine
+
+SLIME_SAMPLING = {  # what slime's rollout hands a custom generate function
+    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "stop": None,
+    "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
+    "spaces_between_special_tokens": False,
+}
+
+
+@pytest.fixture()
+def server(tiny_engine: Any):
+    recorder = RecordingEngine(tiny_engine)
+    with SGLangTestServer(recorder, port=0) as srv:
+        srv.recorder = recorder  # type: ignore[attr-defined]
+        yield srv
+    clear_cache()
+
+
+def make_args(srv_url: str, model_dir: Path, agent: str, **extra: Any) -> SimpleNamespace:
+    host, port = srv_url.removeprefix("http://").rsplit(":", 1)
+    return SimpleNamespace(agentgraph=agent, hf_checkpoint=str(model_dir), sglang_router_ip=host,
+                           sglang_router_port=int(port), agentgraph_max_retries=0, reward_key=None, **extra)
+
+
+def sample(i: int = 0, cls: type = Sample) -> Any:
+    return cls(group_index=0, index=i, prompt="What is 6 * 7?", label="42", metadata={"source": "t"})
+
+
+def generate(args: Any, s: Any, **sp: Any) -> Any:
+    return asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, **sp}))
+
+
+def check_against_server(seqs: list[dict], calls: list) -> None:
+    """Invariants 1-3 token by token against what the server returned."""
+    spans = 0
+    for seq in seqs:
+        tokens, n = seq["tokens"], seq["response_length"]
+        assert len(seq["loss_mask"]) == len(seq["rollout_log_probs"]) == n
+        start = len(tokens) - n
+        for k in range(n):
+            if not seq["loss_mask"][k]:
+                assert seq["rollout_log_probs"][k] == 0.0
+        for prompt, comp in calls:
+            a, b = len(prompt), len(prompt) + len(comp.token_ids)
+            if tokens[:a] == prompt and tokens[a:b] == comp.token_ids and a >= start:
+                spans += 1
+                assert seq["loss_mask"][a - start:b - start] == [1] * (b - a)
+                assert seq["rollout_log_probs"][a - start:b - start] == comp.logprobs
+        assert sum(seq["loss_mask"]) == sum(
+            len(c.token_ids) for p, c in calls
+            if tokens[:len(p)] == p and tokens[len(p):len(p) + len(c.token_ids)] == c.token_ids and len(p) >= start)
+    assert spans == len(calls)
+
+
+def test_concat_layout_one_sequence(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = generate(args, sample())
+    assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+    seqs = s.train_metadata["turns"]
+    assert len(seqs) == 1 and s.train_metadata["layout"] == "concat"
+    assert s.tokens == seqs[0]["tokens"] and s.loss_mask == seqs[0]["loss_mask"]
+    assert s.response_length == seqs[0]["response_length"]
+    assert len(server.recorder.calls) == 2
+    check_against_server(seqs, server.recorder.calls)
+    assert s.metadata["llm_calls"] == 2 and s.metadata["source"] == "t"
+    assert s.reward is None  # slime's rm runs next
+
+
+def test_per_turn_layout_two_sequences(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN_PER_TURN")
+    s = generate(args, sample())
+    seqs = s.train_metadata["turns"]
+    assert len(seqs) == 2
+    check_against_server(seqs, server.recorder.calls)
+    for seq, (prompt, comp) in zip(seqs, server.recorder.calls):
+        assert seq["tokens"] == prompt + comp.token_ids and seq["loss_mask"] == [1] * len(comp.token_ids)
+
+
+def test_list_layout_siblings_share_rollout_id(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN_PER_TURN",
+                     agentgraph_return_list=True)
+    out = generate(args, sample(5, SampleV03))
+    assert isinstance(out, list) and len(out) == 2
+    assert {o.rollout_id for o in out} == {5}
+    check_against_server([o.train_metadata["turns"][0] for o in out], server.recorder.calls)
+    for o in out:
+        assert o.tokens == o.train_metadata["turns"][0]["tokens"]
+        assert len(o.loss_mask) == o.response_length == len(o.rollout_log_probs)
+    rewards = asyncio.run(rl_bridge.reward_func(args, out))
+    assert len(rewards) == 2 and all(isinstance(r, float) for r in rewards)
+
+
+def test_reward_and_convert_round_trip(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN_PER_TURN",
+                     n_samples_per_prompt=2, rollout_batch_size=1, global_batch_size=4,
+                     advantage_estimator="grpo")
+    samples = [generate(args, sample(i)) for i in range(2)]
+    for s in samples:
+        s.reward = asyncio.run(rl_bridge.reward_func(args, s))
+        assert s.reward in (0.0, 1.0)
+    # a forced correct answer scores 1
+    samples[0].metadata["answer"] = "so \\boxed{42}"
+    assert asyncio.run(rl_bridge.reward_func(args, samples[0])) == 1.0
+    samples[0].reward = 1.0
+    data = rl_bridge.convert(args, samples)
+    assert len(data["tokens"]) == 4 and data["rewards"][:2] == [data["rewards"][0]] * 2
+    assert data["rewards"][0] > 0 > data["rewards"][2]
+    assert all(len(m) == n for m, n in zip(data["loss_masks"], data["response_lengths"]))
+
+
+def test_graph_exception_comes_back_failed(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:FAILING")
+    s = generate(args, sample())
+    assert s.status == Sample.Status.FAILED and s.remove_sample
+    assert "always fails" in s.metadata["status_reason"] and "RuntimeError" in s.metadata["error"]
+    for seq in s.train_metadata["turns"]:
+        assert not any(seq["loss_mask"]) and not any(seq["rollout_log_probs"])
+    assert len(s.loss_mask) == s.response_length == len(s.rollout_log_probs) >= 1
+    assert asyncio.run(rl_bridge.reward_func(args, s)) == 0.0
+
+
+def test_server_down_comes_back_failed(tiny_model_dir: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once closed
+    args = make_args(f"http://127.0.0.1:{port}", tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = generate(args, sample())
+    clear_cache()
+    assert s.status == Sample.Status.FAILED and "EngineUnavailableError" in s.metadata["status_reason"]
+    assert not any(s.loss_mask)
+
+
+def test_abort_comes_back_aborted(server: Any, tiny_model_dir: Path) -> None:
+    server.faults.schedule("abort", 1)
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = generate(args, sample())
+    assert s.status == Sample.Status.ABORTED
+
+
+def test_truncation_comes_back_truncated(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = generate(args, sample(), max_new_tokens=2)  # the random model never closes its turn in 2 tokens
+    assert s.status == Sample.Status.TRUNCATED
+    assert "max_new_tokens" in s.metadata["status_reason"]
+    check_against_server(s.train_metadata["turns"], server.recorder.calls)
+
+
+@pytest.mark.parametrize("agent, hf, match", [
+    ("no_such_agent", True, "unknown agent"),
+    ("", True, "no agent selected"),
+    ("agentgraphs.testing.agents:TWO_TURN", False, "hf_checkpoint"),
+    ("agentgraphs.testing.agents:NOPE", True, "not an AgentSpec"),
+])
+def test_bad_args_fail_before_any_rollout(server: Any, tiny_model_dir: Path, monkeypatch: Any,
+                                          agent: str, hf: bool, match: str) -> None:
+    monkeypatch.delenv("AGENTGRAPH", raising=False)
+    args = make_args(server.url, tiny_model_dir, agent)
+    if not hf:
+        args.hf_checkpoint = None
+    with pytest.raises(ConfigError, match=match):
+        generate(args, sample())
+    assert server.stats.generate_requests == 0
+
+
+def test_unknown_agent_option_is_an_error(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "memagent", agentgraph_options={"chunk_size": 10})
+    with pytest.raises(ConfigError, match="chunk_size"):
+        generate(args, sample())
+
+
+def test_agent_from_environment(server: Any, tiny_model_dir: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("AGENTGRAPH", "agentgraphs.testing.agents:TWO_TURN")
+    args = make_args(server.url, tiny_model_dir, "")
+    assert generate(args, sample()).status != Sample.Status.FAILED
+
+
+def test_eval_log_writes_json_and_feeds_slime_logger(tmp_path: Path) -> None:
+    samples = [Sample(index=i, metadata={"metrics": {"sub_em": float(i % 2), "f1": 0.5}},
+                      status=Sample.Status.COMPLETED) for i in range(4)]
+    data = {"ruler_7k": {"rewards": [1.0, 0.0, 1.0, 1.0], "truncated": [0, 0, 1, 0], "samples": samples}}
+    extra: dict[str, Any] = {}
+    args = SimpleNamespace(agentgraph_eval_dir=str(tmp_path), reward_key=None)
+    assert rl_bridge.eval_log(3, args, data, extra) is False
+    assert extra["eval/ruler_7k/accuracy"] == 0.75 and extra["eval/ruler_7k/sub_em"] == 0.5
+    assert extra["eval/ruler_7k/truncated_rate"] == 0.25
+    written = json.loads((tmp_path / "eval_3.json").read_text())
+    assert written["metrics"]["ruler_7k"]["f1"] == 0.5
