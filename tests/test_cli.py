@@ -1,0 +1,86 @@
+"""The CLI is a thin face over library functions; these tests drive it as a user would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentgraphs.cli import app, parse_options
+from agentgraphs.errors import ConfigError
+from agentgraphs.memagent.data import to_slime_row, write_jsonl
+from agentgraphs.memagent.synthetic import make_needle_example
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def rows_file(tiny_engine, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "rows.jsonl"
+    rows = [to_slime_row(make_needle_example(tiny_engine.tokenizer, 900, seed=i)) for i in range(2)]
+    write_jsonl(rows, path)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"input": "Q?", "label": ["a"]}\n')  # no document: a FAILED sample, not a skipped row
+        fh.write("not json\n")
+    return path
+
+
+def test_run_memagent_writes_one_sample_per_row(rows_file: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                                 "--out", str(out), "--max-new-tokens", "8", "-o", "chunk_tokens=300",
+                                 "-o", "final_max_new_tokens=8", "-o", "memory_max_new_tokens=8",
+                                 "--n-samples-per-prompt", "2", "--concurrency", "3"])
+    assert result.exit_code == 0, result.output
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert len(samples) == len(traces) == 8  # 4 rows x 2 samples, input order kept
+    assert [s["index"] for s in samples[:4]] == [0, 1, 2, 3]
+    assert [s["group_index"] for s in samples[:4]] == [0, 0, 1, 1]
+    ok = samples[:4]
+    for s in ok:
+        assert s["status"] in ("completed", "truncated")
+        assert len(s["loss_mask"]) == s["response_length"] == len(s["rollout_log_probs"])
+        assert len(s["train_metadata"]["turns"]) == len(traces[0]["turns"])
+    bad = samples[4:]
+    assert all(s["status"] == "failed" for s in bad)
+    assert "metadata.context" in bad[0]["metadata"]["status_reason"]
+    assert "line 4" in bad[-1]["metadata"]["status_reason"] and "invalid JSON" in bad[-1]["metadata"]["status_reason"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rows"] == summary["results"] == 8 and summary["by_status"]["failed"] == 4
+
+
+def test_run_rejects_unknown_option_and_agent(rows_file: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(tmp_path), "-o", "chunk_size=3"])
+    assert r.exit_code == 2 and "chunk_size" in r.output
+    r = runner.invoke(app, ["run", "nope", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown agent" in r.output
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", "gpt:x", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "hf:MODEL_DIR" in r.output
+
+
+def test_tiny_model_command(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["tiny-model", str(tmp_path / "m"), "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path / "m").encode(" Hello", add_special_tokens=False) == [21927]
+
+
+def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
+    from agentgraphs.demo import run_demo
+
+    summary = run_demo(tmp_path / "demo", n_samples=1)
+    assert summary["rows"] == summary["results"] == 4
+    lines = (tmp_path / "demo" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and all(json.loads(line)["tokens"] for line in lines)
+
+
+def test_parse_options() -> None:
+    assert parse_options(["a=1", "b=[1,2]", "c=x y"]) == {"a": 1, "b": [1, 2], "c": "x y"}
+    with pytest.raises(ConfigError):
+        parse_options(["novalue"])
