@@ -1,0 +1,230 @@
+"""MemAgent data -> slime JSONL (keys input / label / metadata). Local files only: nothing is downloaded.
+
+    # training rows: HotpotQA in MemAgent's format (BytedTsinghua-SIA/hotpotqa), JSON/JSONL/parquet
+    python examples/memagent/prepare_data.py --hotpotqa /data/hotpotqa/train.parquet --out data/memagent/train.jsonl
+
+    # evaluation: RULER-HQA files (MemAgent's eval_{n_docs}.json, n_docs 50 = 7K tokens ... 3200 = 448K)
+    python examples/memagent/prepare_data.py --ruler /data/ruler_hqa/eval_*.json --out-dir data/memagent/ruler
+
+    # a synthetic needle-in-filler set (no data at all; needs the policy's tokenizer to size documents)
+    python examples/memagent/prepare_data.py --synthetic 7K,14K,28K --tokenizer /root/Qwen2.5-7B-Instruct \
+        --per-length 16 --out-dir data/memagent/synthetic
+
+Every output row is `{"input": question, "label": [answers], "metadata": {"context": document, "length",
+"id"}}`, which `agentgraph: memagent` reads with `--input-key input --label-key label --metadata-key metadata`.
+The RULER and synthetic modes write one file per length and print the matching `--eval-prompt-data` flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgraphs.errors import AgentGraphsError
+from agentgraphs.memagent.data import (
+    MemAgentRow,
+    read_hotpotqa,
+    read_ruler_hqa,
+    row_from_hotpotqa,
+    row_from_ruler,
+    to_slime_row,
+    write_jsonl,
+)
+
+# MemAgent names RULER-HQA files by their number of documents; the paper reports them in tokens.
+RULER_DOCS_TO_LENGTH: dict[int, str] = {
+    50: "7K", 100: "14K", 200: "28K", 400: "56K", 800: "112K", 1600: "224K", 3200: "448K", 6400: "896K",
+}
+
+
+def length_label(n_tokens: int) -> str:
+    """7000 -> '7K', 7168 -> '7K', 1500 -> '1500'.
+
+    >>> [length_label(n) for n in (7000, 7168, 448000, 1500)]
+    ['7K', '7K', '448K', '1500']
+    """
+    for unit in (1000, 1024):
+        if n_tokens >= unit and n_tokens % unit == 0:
+            return f"{n_tokens // unit}K"
+    return str(n_tokens)
+
+
+def parse_lengths(text: str) -> list[int]:
+    """'7K,14K,2000' -> [7000, 14000, 2000] (K = 1000 tokens).
+
+    >>> parse_lengths("7K, 14k,2000")
+    [7000, 14000, 2000]
+    """
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)([kK]?)", part)
+        if not m:
+            raise argparse.ArgumentTypeError(f"bad length {part!r}: use integers or nK, e.g. 7K,14K,28K")
+        out.append(int(m.group(1)) * (1000 if m.group(2) else 1))
+    return out
+
+
+def ruler_label(path: Path, lengths: Iterable[int | None] = ()) -> str:
+    """The length bucket of a RULER-HQA file: from MemAgent's eval_{n_docs} name, else its rows' length.
+
+    >>> ruler_label(Path("eval_50.json")), ruler_label(Path("x.jsonl"), [14000, 14000]), ruler_label(Path("y.json"))
+    ('7K', '14K', 'y')
+    """
+    m = re.fullmatch(r"eval_(\d+)", path.stem)
+    if m and int(m.group(1)) in RULER_DOCS_TO_LENGTH:
+        return RULER_DOCS_TO_LENGTH[int(m.group(1))]
+    distinct = set(lengths)
+    if len(distinct) == 1 and isinstance(n := next(iter(distinct)), int):
+        return length_label(n)
+    return path.stem
+
+
+def _parquet_rows(path: Path, convert: Any) -> Iterator[MemAgentRow]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SystemExit(f"{path}: reading parquet needs pyarrow (pip install pyarrow), or convert it to JSONL")
+    index = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
+        for obj in batch.to_pylist():
+            index += 1
+            yield convert(obj, f"{path}[{index - 1}]")
+
+
+def hotpotqa_rows(path: Path) -> Iterator[MemAgentRow]:
+    return _parquet_rows(path, row_from_hotpotqa) if path.suffix == ".parquet" else read_hotpotqa(path)
+
+
+def ruler_rows(path: Path) -> Iterator[MemAgentRow]:
+    return _parquet_rows(path, row_from_ruler) if path.suffix == ".parquet" else read_ruler_hqa(path)
+
+
+def _limited(rows: Iterable[MemAgentRow], limit: int | None) -> Iterator[MemAgentRow]:
+    for i, row in enumerate(rows):
+        if limit is not None and i >= limit:
+            return
+        yield row
+
+
+def _write(rows: Iterable[MemAgentRow], path: Path) -> int:
+    """slime rows to `path`, all or nothing: a bad input row leaves no half-written file behind."""
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        n = write_jsonl((to_slime_row(r) for r in rows), tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
+    return n
+
+
+def convert_hotpotqa(src: Path, out: Path, *, limit: int | None = None) -> int:
+    """HotpotQA training rows -> slime JSONL; returns the number of rows written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return _write(_limited(hotpotqa_rows(src), limit), out)
+
+
+def convert_ruler(paths: Sequence[Path], out_dir: Path, *, limit: int | None = None) -> dict[str, Path]:
+    """RULER-HQA files -> out_dir/ruler_hqa_{length}.jsonl; returns {dataset name: path}, in input order.
+
+    Rows are streamed (a 448K-token file is hundreds of MB); the name is settled once all are read.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for src in paths:
+        lengths: set[int | None] = set()
+
+        def rows(src: Path = src) -> Iterator[MemAgentRow]:
+            for row in _limited(ruler_rows(src), limit):
+                lengths.add(row["length"])
+                yield row
+
+        staged = out_dir / f".{src.name}.converted"
+        _write(rows(), staged)
+        name = f"ruler_hqa_{ruler_label(src, lengths)}"
+        if name in written:
+            staged.unlink()
+            raise SystemExit(f"{src}: a second file for {name}; give each length one file")
+        written[name] = out_dir / f"{name}.jsonl"
+        staged.replace(written[name])
+    return written
+
+
+def make_synthetic(lengths: Sequence[int], tokenizer_dir: str, out_dir: Path, *, per_length: int,
+                   seed: int) -> dict[str, Path]:
+    """Needle-in-filler questions sized with the policy's tokenizer -> out_dir/synthetic_{length}.jsonl."""
+    from transformers import AutoTokenizer
+
+    from agentgraphs.memagent.synthetic import make_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for n in lengths:
+        name = f"synthetic_{length_label(n)}"
+        written[name] = out_dir / f"{name}.jsonl"
+        _write(make_dataset(tokenizer, [n], per_length=per_length, seed=seed), written[name])
+    return written
+
+
+def eval_prompt_data_flag(written: dict[str, Path]) -> str:
+    """The slime flag for these files: `--eval-prompt-data name path name path ...`."""
+    return "--eval-prompt-data " + " ".join(f"{name} {path}" for name, path in written.items())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--hotpotqa", type=Path, metavar="FILE", help="HotpotQA training file (JSON, JSONL, parquet)")
+    mode.add_argument("--ruler", type=Path, nargs="+", metavar="FILE", help="RULER-HQA eval files")
+    mode.add_argument("--synthetic", type=parse_lengths, metavar="LENGTHS",
+                      help="comma-separated document lengths in tokens, e.g. 7K,14K,28K")
+    p.add_argument("--out", type=Path, help="output JSONL (--hotpotqa)")
+    p.add_argument("--out-dir", type=Path, help="output directory (--ruler, --synthetic)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N rows of each input file")
+    p.add_argument("--tokenizer", help="HF tokenizer dir used to size synthetic documents (--synthetic)")
+    p.add_argument("--per-length", type=int, default=128, help="questions per length (--synthetic)")
+    p.add_argument("--seed", type=int, default=0, help="seed (--synthetic)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _run(parser, args)
+    except (AgentGraphsError, OSError) as exc:  # a bad row names its file:line and field
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.hotpotqa is not None:
+        if args.out is None:
+            parser.error("--hotpotqa needs --out FILE.jsonl")
+        n = convert_hotpotqa(args.hotpotqa, args.out, limit=args.limit)
+        print(f"wrote {n} training rows to {args.out}")
+        return 0
+    if args.out_dir is None:
+        parser.error("--ruler / --synthetic need --out-dir DIR")
+    if args.ruler is not None:
+        written = convert_ruler(args.ruler, args.out_dir, limit=args.limit)
+    else:
+        if not args.tokenizer:
+            parser.error("--synthetic needs --tokenizer DIR (the policy's tokenizer sizes the documents)")
+        written = make_synthetic(args.synthetic, args.tokenizer, args.out_dir, per_length=args.per_length,
+                                 seed=args.seed)
+    for name, path in written.items():
+        print(f"{name}: {path}")
+    print(eval_prompt_data_flag(written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
