@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .engine import Engine
 from .errors import AgentGraphsError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -85,13 +86,16 @@ def run(
     console.print_json(json.dumps(summary))
 
 
-def run_command(agent: str, data: Path, engine: str, out: Path, *, tokenizer: str | None = None,
+def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, tokenizer: str | None = None,
                 options: dict[str, Any] | None = None, concurrency: int = 8, n_samples: int = 1,
                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
                 evaluation: bool = False, limit: int | None = None,
                 keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
                 ) -> dict[str, Any]:
-    """What `agentgraphs run` does; returns the summary (also OUT/summary.json)."""
+    """What `agentgraphs run` does; returns the summary (also OUT/summary.json).
+
+    `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls.
+    """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
     from .engine import SamplingParams, make_engine
     from .node import AgentContext
@@ -101,11 +105,12 @@ def run_command(agent: str, data: Path, engine: str, out: Path, *, tokenizer: st
     opts = spec.resolve_options(options)
     if not data.is_file():
         raise ConfigError(f"--data {data}: no such file")
-    eng = make_engine(engine)
+    eng = make_engine(engine) if isinstance(engine, str) else engine
     tok = _tokenizer(eng, tokenizer)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     row_keys = RowKeys(*keys)
-    total = sum(1 for line in open(data, "rb") if line.strip())
+    with open(data, "rb") as fh:
+        total = sum(1 for line in fh if line.strip())
     total = min(total, limit) if limit is not None else total
 
     def make_context() -> AgentContext:

@@ -7,6 +7,9 @@ AgentSpec (see examples/new_agent.py); slime finds it through `agentgraph: pkg.m
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Mapping, TypedDict, Union
 
@@ -108,8 +111,30 @@ def registered_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _load_module(module_name: str, agent: str) -> Any:
+    """Import `package.module`, or load `path/to/file.py` directly (independent of sys.path order)."""
+    if module_name.endswith(".py"):
+        path = os.path.abspath(module_name)
+        if not os.path.isfile(path):
+            raise ConfigError(f"agent {agent!r}: no such file {path!r}")
+        name = "agentgraphs_user_" + os.path.splitext(os.path.basename(path))[0]
+        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == path:
+            return sys.modules[name]
+        file_spec = importlib.util.spec_from_file_location(name, path)
+        if file_spec is None or file_spec.loader is None:
+            raise ConfigError(f"agent {agent!r}: cannot load {path!r} as a Python module")
+        module = importlib.util.module_from_spec(file_spec)
+        sys.modules[name] = module
+        file_spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import module {module_name!r} for agent {agent!r}: {exc}") from exc
+
+
 def load_spec(name_or_path: str) -> AgentSpec:
-    """A registered name (`memagent`) or a `package.module:attr` path to an AgentSpec.
+    """A registered name (`memagent`), a `package.module:attr` path, or `path/to/file.py:attr`.
 
     >>> load_spec("memagent").name
     'memagent'
@@ -121,11 +146,8 @@ def load_spec(name_or_path: str) -> AgentSpec:
         raise ConfigError(
             f"unknown agent {name_or_path!r}: use one of {registered_names()} or a 'package.module:attr' path"
         )
-    module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import module {module_name!r} for agent {name_or_path!r}: {exc}") from exc
+    module_name, _, attr = target.rpartition(":")
+    module = _load_module(module_name, name_or_path)
     spec = getattr(module, attr, None)
     if callable(spec) and not isinstance(spec, AgentSpec):
         spec = spec()

@@ -204,3 +204,13 @@ def test_eval_log_writes_json_and_feeds_slime_logger(tmp_path: Path) -> None:
     assert extra["eval/ruler_7k/truncated_rate"] == 0.25
     written = json.loads((tmp_path / "eval_3.json").read_text())
     assert written["metrics"]["ruler_7k"]["f1"] == 0.5
+
+
+def test_agent_from_a_file_path(tmp_path: Path) -> None:
+    from agentgraphs.spec import load_spec
+
+    src = Path(__file__).resolve().parent.parent / "examples" / "new_agent.py"
+    spec = load_spec(f"{src}:SPEC")
+    assert spec.layout == "concat"
+    with pytest.raises(ConfigError, match="no such file"):
+        load_spec(f"{tmp_path / 'missing.py'}:SPEC")
