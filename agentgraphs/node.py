@@ -13,11 +13,12 @@ be checkpointed, and replaying from a checkpoint continues exactly the same toke
 from __future__ import annotations
 
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Mapping, Sequence, TypedDict
 
 from .chat import ChatTemplate, Conversation, Message
-from .engine import Completion, Engine, SamplingParams
+from .engine import Completion, Engine, SamplingParams, make_engine
 from .errors import ConfigError
 from .trace import Turn, make_turn
 
@@ -44,10 +45,20 @@ class AgentContext:
     `policy` is the trained model's engine; `engines` holds helper models by name (judge, executor,
     experts) that may also be addressed by `call_llm(..., engine="judge")`; `config` carries method
     options (chunk size, max steps...) so one graph serves training and evaluation.
+
+    Plain data works too, so a graph can be driven from `langgraph dev` or a JSON request: engines
+    may be given as strings (`"hf:MODEL_DIR"`, `"sglang:http://host:port"`, `"hf:tiny"` for the
+    embedded tiny model), `tokenizer` may be a path or omitted (the engine's own is used), and
+    `sampling` / `limits` may be dicts.
+
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
+    ...                    sampling={"temperature": 0.7})
+    >>> ctx.policy.name, ctx.sampling.temperature
+    ('sglang:http://127.0.0.1:30000', 0.7)
     """
 
     policy: Engine
-    tokenizer: Any
+    tokenizer: Any = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     engines: dict[str, Engine] = field(default_factory=dict)
     tokenizers: dict[str, Any] = field(default_factory=dict)
@@ -57,6 +68,24 @@ class AgentContext:
     config: dict[str, Any] = field(default_factory=dict)
     evaluation: bool = False
     _templates: dict[str, ChatTemplate] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):
+            self.policy = shared_engine(self.policy)
+        self.engines = {k: shared_engine(v) if isinstance(v, str) else v for k, v in self.engines.items()}
+        if isinstance(self.sampling, Mapping):
+            self.sampling = SamplingParams.from_slime(dict(self.sampling))
+        if isinstance(self.limits, Mapping):
+            self.limits = Limits(**dict(self.limits))
+        if isinstance(self.tokenizer, (str, os.PathLike)):
+            self.tokenizer = shared_tokenizer(str(self.tokenizer))
+        if self.tokenizer is None:
+            self.tokenizer = getattr(self.policy, "tokenizer", None)
+            if self.tokenizer is None:
+                raise ConfigError(
+                    f"no tokenizer for engine {self.policy.name!r}: pass tokenizer= (an HF tokenizer or "
+                    "the model's directory)"
+                )
 
     def engine(self, name: str | None) -> Engine:
         if name is None or name == "policy":
@@ -109,14 +138,61 @@ class LLMCallLimitExceeded(Exception):
 
 
 def context_of(runtime: Any) -> AgentContext:
-    """Accept a LangGraph Runtime[AgentContext] or an AgentContext."""
+    """Accept a LangGraph Runtime[AgentContext] or an AgentContext.
+
+    With no context at all (e.g. a `langgraph dev` run started from the UI), the engine named by the
+    environment variable AGENTGRAPHS_ENGINE is used (`hf:tiny` when unset: the embedded tiny model).
+    """
     ctx = getattr(runtime, "context", runtime)
+    if ctx is None:
+        return AgentContext(policy=os.environ.get("AGENTGRAPHS_ENGINE", "hf:tiny"))
+    if isinstance(ctx, Mapping):
+        return AgentContext(**dict(ctx))
     if not isinstance(ctx, AgentContext):
         raise ConfigError(
-            "the graph was invoked without an AgentContext: pass context=AgentContext(...) "
-            "to graph.ainvoke / graph.astream"
+            f"the graph was invoked with context of type {type(ctx).__name__}: pass "
+            "context=AgentContext(...) (or a dict of its fields) to graph.ainvoke / graph.astream"
         )
     return ctx
+
+
+_SHARED_ENGINES: dict[tuple[str, int], Engine] = {}
+_SHARED_TOKENIZERS: dict[str, Any] = {}
+
+
+def shared_engine(spec: str) -> Engine:
+    """One engine per spec string (and event loop, for HTTP engines) in this process.
+
+    `hf:tiny` is the embedded default: the tiny Qwen2 model of the testing kit, built offline.
+    """
+    loop = 0
+    if spec.startswith("sglang:"):
+        try:
+            import asyncio
+
+            loop = id(asyncio.get_running_loop())
+        except RuntimeError:
+            loop = 0
+    key = (spec, loop)
+    engine = _SHARED_ENGINES.get(key)
+    if engine is None:
+        if spec == "hf:tiny":
+            from .testing.tiny_model import ensure_tiny_model
+
+            spec = f"hf:{ensure_tiny_model()}"
+        engine = make_engine(spec)
+        _SHARED_ENGINES[key] = engine
+    return engine
+
+
+def shared_tokenizer(path: str) -> Any:
+    tok = _SHARED_TOKENIZERS.get(path)
+    if tok is None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path)
+        _SHARED_TOKENIZERS[path] = tok
+    return tok
 
 
 def last_turn_of(turns: Sequence[Turn], conversation: str) -> Turn | None:
