@@ -49,7 +49,8 @@ class AgentContext:
     Plain data works too, so a graph can be driven from `langgraph dev` or a JSON request: engines
     may be given as strings (`"hf:MODEL_DIR"`, `"sglang:http://host:port"`, `"hf:tiny"` for the
     embedded tiny model), `tokenizer` may be a path or omitted (the engine's own is used), and
-    `sampling` / `limits` may be dicts.
+    `sampling` / `limits` may be dicts. `AgentContext()` alone uses $AGENTGRAPHS_ENGINE, else the
+    embedded tiny model.
 
     >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
     ...                    sampling={"temperature": 0.7})
@@ -57,7 +58,7 @@ class AgentContext:
     ('sglang:http://127.0.0.1:30000', 0.7)
     """
 
-    policy: Engine
+    policy: Engine = field(default_factory=lambda: os.environ.get("AGENTGRAPHS_ENGINE", "hf:tiny"))  # type: ignore[assignment]
     tokenizer: Any = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     engines: dict[str, Engine] = field(default_factory=dict)
@@ -145,7 +146,7 @@ def context_of(runtime: Any) -> AgentContext:
     """
     ctx = getattr(runtime, "context", runtime)
     if ctx is None:
-        return AgentContext(policy=os.environ.get("AGENTGRAPHS_ENGINE", "hf:tiny"))
+        return AgentContext()
     if isinstance(ctx, Mapping):
         return AgentContext(**dict(ctx))
     if not isinstance(ctx, AgentContext):

@@ -1,0 +1,15 @@
+"""Graphs for `langgraph dev` / LangGraph Studio (listed in langgraph.json).
+
+Each is compiled WITHOUT a checkpointer (the server brings persistence). Give the run a context such
+as `{"policy": "sglang:http://127.0.0.1:30000", "tokenizer": "/models/Qwen2.5-7B-Instruct"}`; with no
+context the engine named by AGENTGRAPHS_ENGINE is used (`hf:tiny`, the embedded tiny model, by default).
+Every Turn (ids, log-probs, masks-to-be) is in the thread state, so Studio shows and forks it.
+"""
+
+from __future__ import annotations
+
+from agentgraphs.memagent.graph import build_graph as _memagent
+from agentgraphs.testing.agents import TWO_TURN
+
+memagent = _memagent()
+two_turn = TWO_TURN.build_graph({})

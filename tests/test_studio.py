@@ -1,0 +1,43 @@
+"""The graphs listed in langgraph.json load the way `langgraph dev` loads them (by file path) and run
+with a plain-JSON context (LangGraph coerces a dict into AgentContext)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_graph(entry: str):
+    path, _, attr = entry.partition(":")
+    spec = importlib.util.spec_from_file_location("studio_under_test", ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["studio_under_test"] = module
+    spec.loader.exec_module(module)
+    return getattr(module, attr)
+
+
+def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> None:
+    config = json.loads((ROOT / "langgraph.json").read_text())
+    assert set(config["graphs"]) == {"memagent", "two_turn"}
+    graph = load_graph(config["graphs"]["two_turn"])
+    context = {"policy": f"hf:{tiny_model_dir}", "sampling": {"max_new_tokens": 4, "temperature": 0.7}}
+    final = asyncio.run(graph.ainvoke({"question": "2+2?", "turns": []}, {"recursion_limit": 10},
+                                      context=context))
+    assert [t["node"] for t in final["turns"]] == ["solve", "check"]
+    assert all(t["temperature"] == 0.7 and len(t["output_ids"]) <= 4 for t in final["turns"])
+    memagent = load_graph(config["graphs"]["memagent"])
+    assert "memory_update" in memagent.get_graph().nodes
+
+
+def test_no_context_uses_the_embedded_default(monkeypatch, tiny_model_dir: Path) -> None:
+    from agentgraphs.node import AgentContext, context_of
+
+    monkeypatch.setenv("AGENTGRAPHS_ENGINE", f"hf:{tiny_model_dir}")
+    ctx = context_of(None)
+    assert isinstance(ctx, AgentContext) and ctx.policy.name == f"hf:{tiny_model_dir}"
+    assert ctx.tokenizer is ctx.policy.tokenizer
