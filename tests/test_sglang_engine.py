@@ -1,0 +1,273 @@
+"""SGLangEngine against a real HTTP server on 127.0.0.1 that keeps SGLang's /generate contract.
+
+Retry policy under test (documented in sglang_engine.py): 5xx, 408/429, dropped connections,
+timeouts, truncated bodies and contract-breaking bodies (invalid JSON, log-probs that disagree
+with output_ids) are all retried; when every attempt failed, the last failure decides the error:
+transport/5xx -> EngineUnavailableError, bad body -> EngineProtocolError. A 4xx is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from agentgraphs.engine import Engine, SamplingParams
+from agentgraphs.errors import EngineProtocolError, EngineRequestError, EngineUnavailableError
+from agentgraphs.sglang_engine import SGLangEngine, _parse_completion
+from agentgraphs.testing.fake_engines import TOY_EOS_ID, TOY_SCRIPT, FixedLatencyEngine
+from agentgraphs.testing.server import SGLangTestServer
+from agentgraphs.testing.sglang_contract import SAMPLING_PARAM_TYPES
+
+PROMPT = [1, 5, 7, 9]
+STEP = 0.01  # per-position log-prob step: a misaligned id/log-prob pair cannot pass unnoticed
+
+
+@pytest.fixture
+def srv() -> Iterator[SGLangTestServer]:
+    with SGLangTestServer(FixedLatencyEngine(latency_s=0.0, logprob_step=STEP)) as server:
+        yield server
+
+
+def client(srv: SGLangTestServer, **kw: object) -> SGLangEngine:
+    opts: dict[str, object] = {
+        "timeout": httpx.Timeout(2.0, connect=1.0), "max_retries": 2, "backoff_s": 0.01,
+    }
+    return SGLangEngine(srv.url, **{**opts, **kw})  # type: ignore[arg-type]
+
+
+async def wait_until(cond, timeout_s: float = 2.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def expected_logprobs(n: int) -> list[float]:
+    return [-0.5 - i * STEP for i in range(n)]
+
+
+# -- the request and its parse ---------------------------------------------------------------
+
+
+async def test_request_body_holds_only_documented_keys(srv: SGLangTestServer) -> None:
+    async with client(srv) as engine:
+        out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=4, stop=["?"], sampling_seed=3))
+    body = srv.stats.bodies[-1]
+    assert set(body) == {"input_ids", "sampling_params", "return_logprob", "logprob_start_len", "rid"}
+    assert set(body["sampling_params"]) <= set(SAMPLING_PARAM_TYPES)
+    assert body["input_ids"] == PROMPT and body["return_logprob"] is True
+    assert body["logprob_start_len"] == -1 and body["rid"] == out.rid
+
+
+async def test_unknown_sampling_key_is_a_request_error_and_not_retried(srv: SGLangTestServer) -> None:
+    class WithMaxTokens(SamplingParams):
+        def to_sglang(self) -> dict[str, object]:
+            return {**super().to_sglang(), "max_tokens": 8}  # the classic OpenAI-ism
+
+    async with client(srv) as engine:
+        with pytest.raises(EngineRequestError) as info:
+            await engine.generate(PROMPT, WithMaxTokens(max_new_tokens=4))
+    assert info.value.status_code == 400 and "max_tokens" in info.value.detail
+    assert srv.stats.generate_requests == 1
+
+
+async def test_parse_keeps_stop_token_with_its_logprob(srv: SGLangTestServer) -> None:
+    async with client(srv) as engine:
+        out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=32))
+        assert isinstance(engine, Engine) and engine.name == f"sglang:{srv.url}"
+    assert out.token_ids == list(TOY_SCRIPT) and out.token_ids[-1] == TOY_EOS_ID
+    assert out.logprobs == pytest.approx(expected_logprobs(len(TOY_SCRIPT)))
+    assert out.finish_reason == "stop"
+    assert out.meta["finish_reason"] == {"type": "stop", "matched": TOY_EOS_ID}
+    assert out.text == "Hello, world! How are you?</s>"  # to_sglang asks for no_stop_trim, specials kept
+    assert (out.prompt_tokens, out.weight_version, out.retries) == (len(PROMPT), "fixed-v0", 0)
+    assert out.latency_s > 0 and out.meta["server_rid"] == out.rid
+
+
+async def test_length_finish(srv: SGLangTestServer) -> None:
+    async with client(srv) as engine:
+        out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=3))
+    assert out.finish_reason == "length" and out.token_ids == list(TOY_SCRIPT[:3])
+    assert out.meta["finish_reason"] == {"type": "length", "length": 3}
+
+
+def test_parse_without_output_ids_uses_logprob_ids() -> None:
+    payload = {"text": "", "meta_info": {"finish_reason": {"type": "length", "length": 2},
+                                         "output_token_logprobs": [[-0.1, 7, None], [-0.2, 8, None]]}}
+    out = _parse_completion(payload, rid="r", prompt_len=3, latency_s=0.0, retries=0)
+    assert out.token_ids == [7, 8] and out.logprobs == [-0.1, -0.2] and out.prompt_tokens == 3
+
+
+# -- the server's side of the contract ---------------------------------------------------------
+
+
+async def test_server_trims_text_but_keeps_stop_ids(srv: SGLangTestServer) -> None:
+    async with httpx.AsyncClient(base_url=srv.url) as http:
+        body = {"input_ids": PROMPT, "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 32, "skip_special_tokens": True}}
+        by_token = (await http.post("/generate", json=body)).json()
+        body["sampling_params"]["stop"] = [" are"]
+        by_string = (await http.post("/generate", json=body)).json()
+        both = {"input_ids": [1], "text": "Hi", "sampling_params": {}}
+        rejected = await http.post("/generate", json=both)
+        text_in = await http.post("/generate", json={"text": "Hello!", "whatever": 1})
+    assert by_token["text"] == "Hello, world! How are you?" and by_token["output_ids"][-1] == TOY_EOS_ID
+    assert by_string["meta_info"]["finish_reason"] == {"type": "stop", "matched": " are"}
+    assert by_string["text"] == "Hello, world! How" and by_string["output_ids"][-1] == 15
+    assert len(by_string["meta_info"]["output_token_logprobs"]) == len(by_string["output_ids"])
+    assert rejected.status_code == 400 and "exactly one" in rejected.json()["message"].lower()
+    assert text_in.status_code == 200 and text_in.json()["meta_info"]["prompt_tokens"] == 2
+    assert "output_token_logprobs" not in text_in.json()["meta_info"]  # return_logprob not asked
+
+
+# -- aborts and cancellation -------------------------------------------------------------------
+
+
+async def test_abort_request_while_in_flight_returns_abort(srv: SGLangTestServer) -> None:
+    srv.faults.latency_s = 5.0
+    async with client(srv) as engine, httpx.AsyncClient(base_url=srv.url) as http:
+        task = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=8)))
+        await wait_until(lambda: srv.in_flight_rids())
+        rid = srv.in_flight_rids()[0]
+        started = time.monotonic()
+        assert (await http.post("/abort_request", json={"rid": rid, "abort_all": False})).status_code == 200
+        out = await task
+    assert time.monotonic() - started < 3.0  # well before the 5 s generation would have ended
+    assert out.finish_reason == "abort" and out.rid == rid and out.token_ids == []
+    assert srv.stats.aborts[rid] == 1 and srv.stats.aborted_in_flight == 1
+
+
+async def test_abort_all_and_partial_abort(srv: SGLangTestServer) -> None:
+    async with client(srv) as engine:
+        srv.faults.schedule("abort")  # the server answers abort with the tokens generated so far
+        partial = await engine.generate(PROMPT, SamplingParams(max_new_tokens=32))
+        srv.faults.latency_s = 5.0
+        tasks = [asyncio.create_task(engine.generate(PROMPT, SamplingParams())) for _ in range(3)]
+        await wait_until(lambda: len(srv.in_flight_rids()) == 3)
+        await engine.abort_all()
+        outs = await asyncio.gather(*tasks)
+    half = len(TOY_SCRIPT) // 2
+    assert partial.finish_reason == "abort" and partial.token_ids == list(TOY_SCRIPT[:half])
+    assert partial.logprobs == pytest.approx(expected_logprobs(half))
+    assert [o.finish_reason for o in outs] == ["abort"] * 3 and srv.stats.abort_all == 1
+
+
+async def test_cancel_sends_abort_for_its_rid_promptly_without_leaking_tasks(srv: SGLangTestServer) -> None:
+    srv.faults.latency_s = 5.0
+    async with client(srv) as engine:
+        before = asyncio.all_tasks()
+        task = asyncio.create_task(engine.generate(PROMPT, SamplingParams()))
+        await wait_until(lambda: srv.in_flight_rids())
+        rid = srv.in_flight_rids()[0]
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - started < 3.0  # well before the 5 s generation would have ended
+        assert asyncio.all_tasks() <= before  # the abort was awaited, nothing left behind
+    assert srv.stats.aborts[rid] == 1
+    await wait_until(lambda: srv.stats.in_flight == 0)  # the server stopped generating
+
+
+# -- retries -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("faults", [["http500", "http503"], ["drop"], ["cut_body"], ["slow"],
+                                    ["truncated_json"], ["short_logprobs"]])
+async def test_transient_fault_is_retried(srv: SGLangTestServer, faults: list[str]) -> None:
+    srv.faults.slow_s = 5.0
+    for kind in faults:
+        srv.faults.schedule(kind)
+    async with client(srv, timeout=httpx.Timeout(0.3, connect=1.0)) as engine:
+        out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=32))
+    assert out.token_ids == list(TOY_SCRIPT) and out.retries == len(faults)
+    assert srv.stats.generate_requests == len(faults) + 1 and sum(srv.stats.faults.values()) == len(faults)
+
+
+@pytest.mark.parametrize(("kind", "error"), [
+    ("http503", EngineUnavailableError), ("drop", EngineUnavailableError),
+    ("slow", EngineUnavailableError), ("truncated_json", EngineProtocolError),
+    ("short_logprobs", EngineProtocolError),
+])
+async def test_persistent_fault_raises_after_all_attempts(
+    srv: SGLangTestServer, kind: str, error: type[Exception]
+) -> None:
+    srv.faults.slow_s = 5.0
+    srv.faults.set_rate(kind, 1.0)
+    async with client(srv, max_retries=2, timeout=httpx.Timeout(0.2, connect=1.0)) as engine:
+        with pytest.raises(error) as info:
+            await engine.generate(PROMPT, SamplingParams(max_new_tokens=32))
+    assert srv.stats.generate_requests == 3
+    if isinstance(info.value, EngineUnavailableError):
+        assert info.value.attempts == 3
+    await wait_until(lambda: srv.stats.in_flight == 0)  # timed-out requests were cancelled server-side
+
+
+def test_backoff_is_exponential_capped_and_jittered() -> None:
+    engine = SGLangEngine("http://127.0.0.1:9", backoff_s=0.5, backoff_cap_s=2.0)
+    for attempt, full in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 2.0)]:
+        delays = [engine._backoff(attempt) for _ in range(50)]
+        assert all(full / 2 <= d <= full for d in delays) and len(set(delays)) > 1
+
+
+# -- the other endpoints, throughput, client ownership ----------------------------------------
+
+
+async def test_health_and_model_info(srv: SGLangTestServer) -> None:
+    async with client(srv) as engine:
+        assert await engine.health()
+        info = await engine.model_info()
+    assert info["is_generation"] is True and info["weight_version"] == "fixed-v0"
+    assert {"model_path", "tokenizer_path"} <= set(info)
+    with SGLangTestServer(FixedLatencyEngine(latency_s=0.0), serve_model_info=False) as old:
+        async with client(old) as engine:
+            assert (await engine.model_info())["model_path"] == "fixed-latency"  # /get_model_info
+        dead_url = old.url
+    async with SGLangEngine(dead_url, timeout=1.0) as engine:
+        assert not await engine.health()
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(srv.url + "/health_generate")).status_code == 200
+
+
+async def test_256_concurrent_requests_overlap(srv: SGLangTestServer) -> None:
+    srv.engine.latency_s = 0.02  # type: ignore[attr-defined]
+    async with client(srv) as engine:
+        started = time.monotonic()
+        outs = await asyncio.gather(
+            *(engine.generate(PROMPT, SamplingParams(max_new_tokens=4)) for _ in range(256))
+        )
+        elapsed = time.monotonic() - started
+    assert all(o.token_ids == list(TOY_SCRIPT[:4]) for o in outs)
+    # overlap is shown structurally (wall-time targets live in bench/overhead.py, not in tests)
+    assert srv.stats.max_in_flight >= 128, f"only {srv.stats.max_in_flight} in flight ({elapsed:.2f} s)"
+
+
+async def test_passed_in_client_is_not_closed(srv: SGLangTestServer) -> None:
+    async with httpx.AsyncClient() as http:
+        async with SGLangEngine(srv.url, client=http) as engine:
+            await engine.generate(PROMPT, SamplingParams(max_new_tokens=2))
+        assert not http.is_closed
+
+
+# -- a real model behind the server (HFEngine on the tiny Qwen2) ------------------------------
+
+
+async def test_hf_engine_over_http_is_token_exact(tiny_engine) -> None:  # type: ignore[no-untyped-def]
+    """Ids and log-probs that cross HTTP are bit-identical to the in-process engine's."""
+    prompt = [151644, 77091, 198]
+    params = SamplingParams(max_new_tokens=6, temperature=0.8, sampling_seed=7)
+    direct = await tiny_engine.generate(prompt, params)
+    stop_id = direct.token_ids[2]  # make the model stop on a token it really samples
+    with SGLangTestServer(tiny_engine) as server:
+        async with client(server) as engine:
+            remote = await engine.generate(prompt, params)
+            stopped = await engine.generate(prompt, params.replace(stop_token_ids=(stop_id,)))
+    assert remote.token_ids == direct.token_ids and remote.logprobs == direct.logprobs
+    assert remote.finish_reason == "length" and remote.text == tiny_engine.decode(direct.token_ids)
+    first = direct.token_ids.index(stop_id) + 1
+    assert stopped.token_ids == direct.token_ids[:first] and stopped.logprobs == direct.logprobs[:first]
+    assert stopped.meta["finish_reason"] == {"type": "stop", "matched": stop_id}
