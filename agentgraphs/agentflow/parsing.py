@@ -1,0 +1,228 @@
+"""AgentFlow's output parsers: the planner's next step, the verifier's verdict, the final answer.
+
+Rules from the public AgentFlow code (reference/methods.md); every function accepts any text and
+returns its documented fallback instead of raising, because a policy in training writes anything.
+The original uses backtracking regexes; these scan with str.find/rfind so a hostile output (long
+whitespace or marker runs) costs linear time, and they agree with the original on well-formed text.
+
+- `parse_next_step`: a JSON object {context, sub_goal, tool_name}, else after removing every `**`
+  the LAST block "Context: ... Sub-Goal: ... Tool Name: ..."; the tool name (text up to the first
+  blank line, a closing ``` fence dropped) is matched against the available tools by AgentFlow's
+  canonical form (lower-case, runs of spaces/underscores -> "_"); unknown -> "No matched tool
+  given: X" with `matched=False`.
+- `parse_verifier_conclusion`: "STOP" or "CONTINUE" from, in order: a JSON object (a `conclusion`
+  string, or the original's MemoryVerification `stop_signal` boolean); the LAST match of
+  `conclusion\\**:?\\s*\\**\\s*(\\w+)` (case-insensitive) when its word is STOP/CONTINUE; the substring
+  "stop", then "continue" (case-insensitive, as the original); else CONTINUE.
+- `parse_answer_tags`: the content of the last <answer>...</answer>, else the whole output, stripped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, Literal, TypedDict
+
+__all__ = [
+    "NO_MATCHED_TOOL",
+    "NextStep",
+    "Conclusion",
+    "canonical_tool_name",
+    "match_tool",
+    "parse_next_step",
+    "parse_verifier_conclusion",
+    "parse_answer_tags",
+]
+
+NO_MATCHED_TOOL = "No matched tool given: "
+Conclusion = Literal["STOP", "CONTINUE"]
+
+_CONTEXT, _SUB_GOAL, _TOOL_NAME = "Context:", "Sub-Goal:", "Tool Name:"
+_FENCE = "```"
+_SEPARATORS = re.compile(r"[ _]+")
+
+
+class NextStep(TypedDict):
+    """The planner's next step. `matched` is False when the tool is not an available one."""
+
+    context: str
+    sub_goal: str
+    tool_name: str
+    matched: bool
+
+
+# -- the planner's next step --------------------------------------------------------------------
+
+
+def canonical_tool_name(name: str) -> str:
+    """AgentFlow's canonical tool name: lower-case, each run of spaces/underscores one "_".
+
+    >>> canonical_tool_name("Python  Coder_tool")
+    'python_coder_tool'
+    """
+    return "_".join(part.lower() for part in _SEPARATORS.split(name.strip()))
+
+
+def match_tool(name: str, available_tools: Sequence[str]) -> tuple[str, bool]:
+    """The available tool `name` denotes, or ("No matched tool given: name", False).
+
+    >>> match_tool("python coder tool", ["Python_Coder_Tool"])
+    ('Python_Coder_Tool', True)
+    >>> match_tool("Google_Search", ["Python_Coder_Tool"])
+    ('No matched tool given: Google_Search', False)
+    """
+    wanted = canonical_tool_name(name)
+    for tool in available_tools:
+        if isinstance(tool, str) and canonical_tool_name(tool) == wanted:
+            return tool, True
+    return NO_MATCHED_TOOL + name, False
+
+
+def parse_next_step(text: str, available_tools: Sequence[str]) -> NextStep:
+    """Context, sub-goal and tool of the planner's `generate_next_step` output; never raises.
+
+    Without a complete Context/Sub-Goal/Tool Name block, context and sub_goal are "" and the tool
+    is "No matched tool given: " (nothing named).
+
+    >>> out = "**Context:** x = 2\\n**Sub-Goal:** square it\\n**Tool Name:** python_coder_tool"
+    >>> parse_next_step(out, ["Python_Coder_Tool", "Base_Generator_Tool"])
+    {'context': 'x = 2', 'sub_goal': 'square it', 'tool_name': 'Python_Coder_Tool', 'matched': True}
+    >>> parse_next_step("I will think more.", ["Python_Coder_Tool"])["tool_name"]
+    'No matched tool given: '
+    """
+    if not isinstance(text, str):
+        return _next_step("", "", "", available_tools)
+    from_json = _next_step_json(text)
+    if from_json is not None:
+        return _next_step(*from_json, available_tools)
+    plain = text.replace("**", "")
+    # the last Sub-Goal: that has a Tool Name: after it, then the last Context: before that Sub-Goal
+    last_tool = plain.rfind(_TOOL_NAME)
+    last_goal = plain.rfind(_SUB_GOAL, 0, max(last_tool, 0))
+    ctx = plain.rfind(_CONTEXT, 0, max(last_goal, 0))
+    if last_tool < 0 or last_goal < 0 or ctx < 0:
+        return _next_step("", "", "", available_tools)
+    goal = plain.find(_SUB_GOAL, ctx + len(_CONTEXT))  # the first of each after it, as the
+    tool = plain.find(_TOOL_NAME, goal + len(_SUB_GOAL))  # original's lazy groups take
+    context = plain[ctx + len(_CONTEXT):goal].strip()
+    sub_goal = plain[goal + len(_SUB_GOAL):tool].strip()
+    name = plain[tool + len(_TOOL_NAME):].lstrip().split("\n\n", 1)[0].rstrip()
+    if name.endswith(_FENCE):
+        name = name[: -len(_FENCE)].rstrip()
+    return _next_step(context, sub_goal, name, available_tools)
+
+
+def _next_step_json(text: str) -> tuple[str, str, str] | None:
+    obj = _json_object(text)
+    if obj is None:
+        return None
+    fields = (obj.get("context"), obj.get("sub_goal"), obj.get("tool_name"))
+    if not all(isinstance(f, str) for f in fields):
+        return None
+    return fields[0].strip(), fields[1].strip(), fields[2].strip()  # type: ignore[union-attr]
+
+
+def _next_step(context: str, sub_goal: str, name: str, available_tools: Sequence[str]) -> NextStep:
+    tool_name, matched = match_tool(name, available_tools) if name else (NO_MATCHED_TOOL, False)
+    return NextStep(context=context, sub_goal=sub_goal, tool_name=tool_name, matched=matched)
+
+
+# -- the verifier's verdict ---------------------------------------------------------------------
+
+_CONCLUSION = re.compile("conclusion", re.IGNORECASE)
+# `conclusion\**:?\s*\**\s*(\w+)` in greedy pieces: each can match in only one way, so reading
+# them in turn is the regex without its quadratic backtracking on long runs of spaces or stars.
+_LEAD = re.compile(r"\**:?\s*")
+_STARS = re.compile(r"(?:\*+\s*)?")
+_WORD = re.compile(r"\w+")
+
+
+def parse_verifier_conclusion(text: str) -> Conclusion:
+    """STOP or CONTINUE from the verifier's output; CONTINUE when nothing says otherwise.
+
+    >>> parse_verifier_conclusion("The memory answers the query.\\n**Conclusion**: **STOP**")
+    'STOP'
+    >>> parse_verifier_conclusion('{"analysis": "incomplete", "stop_signal": false}')
+    'CONTINUE'
+    >>> parse_verifier_conclusion("Conclusion: maybe. We must stop here.")
+    'STOP'
+    """
+    if not isinstance(text, str):
+        return "CONTINUE"
+    verdict = _conclusion_json(text)
+    if verdict is None:
+        verdict = _conclusion_regex(text)
+    if verdict is not None:
+        return verdict
+    lowered = text.lower()
+    if "stop" in lowered:
+        return "STOP"
+    return "CONTINUE"  # "continue" in the text, or nothing at all: both continue
+
+
+def _conclusion_json(text: str) -> Conclusion | None:
+    obj = _json_object(text)
+    if obj is None:
+        return None
+    value = obj.get("conclusion")
+    if isinstance(value, str) and value.strip().upper() in ("STOP", "CONTINUE"):
+        return value.strip().upper()  # type: ignore[return-value]
+    signal = obj.get("stop_signal")
+    if isinstance(signal, bool):
+        return "STOP" if signal else "CONTINUE"
+    return None
+
+
+def _conclusion_regex(text: str) -> Conclusion | None:
+    word: str | None = None
+    end = 0
+    for m in _CONCLUSION.finditer(text):
+        if m.start() < end:
+            continue  # inside the previous match: finditer's matches do not overlap
+        pos = _LEAD.match(text, m.end()).end()  # type: ignore[union-attr]
+        pos = _STARS.match(text, pos).end()  # type: ignore[union-attr]
+        w = _WORD.match(text, pos)
+        if w is not None:
+            word, end = w.group(), w.end()
+    if word is not None and word.upper() in ("STOP", "CONTINUE"):
+        return word.upper()  # type: ignore[return-value]
+    return None
+
+
+# -- the final answer ---------------------------------------------------------------------------
+
+_ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
+
+
+def parse_answer_tags(text: str) -> str:
+    """The last <answer>...</answer>'s content, else the whole output; both stripped.
+
+    >>> parse_answer_tags("Summary... <answer> 42 </answer>")
+    '42'
+    >>> parse_answer_tags("  no tags, so all of it ")
+    'no tags, so all of it'
+    """
+    if not isinstance(text, str):
+        return ""
+    close = text.rfind(_ANSWER_CLOSE)
+    open_ = text.rfind(_ANSWER_OPEN, 0, max(close, 0))
+    if close < 0 or open_ < 0:
+        return text.strip()
+    return text[open_ + len(_ANSWER_OPEN):close].strip()
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """`text` (or the one ``` fenced block it consists of) as a JSON object, else None."""
+    body = text.strip()
+    if body.startswith(_FENCE) and body.endswith(_FENCE) and len(body) >= 2 * len(_FENCE):
+        body = body[len(_FENCE):-len(_FENCE)]
+        body = body[4:] if body.startswith("json") else body
+        body = body.strip()
+    if not body.startswith("{"):
+        return None
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
