@@ -89,13 +89,16 @@ def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1
 
 def _parse_row(raw: bytes, line_no: int, keys: RowKeys, group: int) -> ParsedRow:
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")  # an editor's BOM is not data
     except UnicodeDecodeError as exc:
         return ParsedRow(line_no, None, f"line {line_no}: not valid UTF-8 at byte {exc.start}; re-encode the file as UTF-8")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         return ParsedRow(line_no, None, f"line {line_no}: invalid JSON ({exc.msg} at column {exc.colno})")
+    except (ValueError, RecursionError) as exc:  # an over-long integer; nesting deeper than Python recurses
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return ParsedRow(line_no, None, f"line {line_no}: invalid JSON ({problem})")
     if not isinstance(obj, dict):
         return ParsedRow(line_no, None, f"line {line_no}: expected a JSON object, got {type(obj).__name__}")
     if keys.input not in obj:

@@ -95,6 +95,23 @@ def _mapping(args: Any, key: str) -> dict[str, Any]:
     return dict(value)
 
 
+def _number(args: Any, key: str, default: Any, kind: type, *, minimum: float, strict: bool = False) -> Any:
+    """args.<key> as an int/float >= minimum (> when strict); None or absent gives the default."""
+    value = getattr(args, key, None)
+    if value is None:
+        return default
+    try:
+        if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"args.{key} must be a{'n integer' if kind is int else ' number'}, "
+                          f"got {value!r}") from None
+    if number < minimum or (strict and number == minimum):
+        raise ConfigError(f"args.{key} must be {'>' if strict else '>='} {minimum}, got {value!r}")
+    return number
+
+
 def get_setup(args: Any) -> BridgeSetup:
     """The cached setup for these args in this process and event loop (engines are loop-bound)."""
     name = agent_name(args)
@@ -103,10 +120,12 @@ def get_setup(args: Any) -> BridgeSetup:
         raise ConfigError("args.hf_checkpoint is not set: pass --hf-checkpoint (the tokenizer is read from it)")
     url = router_url(args)
     try:
-        loop_id = id(asyncio.get_running_loop())
+        # the loop itself, not its id: a new loop may reuse a dead loop's id, and an engine bound
+        # to the dead loop must not be handed out again
+        loop: Any = asyncio.get_running_loop()
     except RuntimeError:
-        loop_id = 0
-    key = (name, url, hf_checkpoint, loop_id, repr(sorted(_mapping(args, "agentgraph_options").items())))
+        loop = None
+    key = (name, url, hf_checkpoint, loop, repr(sorted(_mapping(args, "agentgraph_options").items())))
     setup = _SETUPS.get(key)
     if setup is None:
         setup = _build_setup(args, name, url, str(hf_checkpoint))
@@ -119,14 +138,14 @@ def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSe
     options = spec.resolve_options(_mapping(args, "agentgraph_options"))
     tokenizer = load_tokenizer(hf_checkpoint)
     engine_kwargs = {
-        "timeout": float(getattr(args, "agentgraph_request_timeout_s", 600.0) or 600.0),
-        "max_retries": int(getattr(args, "agentgraph_max_retries", 3)),
+        "timeout": _number(args, "agentgraph_request_timeout_s", 600.0, float, minimum=0.0, strict=True),
+        "max_retries": _number(args, "agentgraph_max_retries", 3, int, minimum=0),
     }
     policy = make_engine(f"sglang:{url}", **engine_kwargs)
     engines = {k: make_engine(str(v)) for k, v in _mapping(args, "agentgraph_engines").items()}
     limits = Limits(
-        max_llm_calls=int(getattr(args, "agentgraph_max_llm_calls", 256) or 256),
-        max_time_s=getattr(args, "agentgraph_max_time_s", None),
+        max_llm_calls=_number(args, "agentgraph_max_llm_calls", 256, int, minimum=1),
+        max_time_s=_number(args, "agentgraph_max_time_s", None, float, minimum=0.0, strict=True),
     )
     return BridgeSetup(
         spec=spec,
@@ -143,3 +162,21 @@ def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSe
 def clear_cache() -> None:
     """Forget cached setups (tests; or after changing args in one process)."""
     _SETUPS.clear()
+
+
+async def aclose_all() -> None:
+    """Close the engines of every setup built in the running event loop, and forget them.
+
+    Engines hold HTTP connection pools bound to the loop that made them, so only this loop's
+    setups can be closed here; setups of other (finished) loops are forgotten without closing.
+    Call it at the end of a process's rollouts (tests, scripts) so no connection outlives it.
+    """
+    loop = asyncio.get_running_loop()
+    for key in list(_SETUPS):
+        setup = _SETUPS.pop(key)
+        if key[3] is not loop:
+            continue
+        for engine in {id(e): e for e in (setup.policy, *setup.engines.values())}.values():
+            close = getattr(engine, "aclose", None)
+            if close is not None:
+                await close()

@@ -1,0 +1,269 @@
+"""Bad input, through the dataset reader (agentgraphs.batch) and through slime's hook (rl_bridge).
+
+The rule (DESIGN.md invariant 5): every input comes back. A malformed row or Sample is never skipped
+and never crashes the run: it returns as a FAILED result whose reason names the line and the field.
+Wrong configuration is different: it raises ConfigError naming the argument before any request is
+sent, because every rollout would fail the same way.
+
+MemAgent's input rules (memagent/spec.py): the question is a non-empty string or chat messages with
+a user message; the document is a non-empty string under metadata["context"]; the label is
+OPTIONAL for the rollout (evaluation and debugging run without one) but REQUIRED to score it, so
+a label-less Sample rolls out COMPLETED and reward_func then raises InputError naming 'label'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import rl_bridge
+from agentgraphs.batch import read_rows, run_rows
+from agentgraphs.errors import ConfigError, InputError
+from agentgraphs.memagent import SPEC as MEMAGENT
+from agentgraphs.node import AgentContext
+from agentgraphs.rollout import rollout_input, run_rollout
+from agentgraphs.testing.fake_engines import FixedLatencyEngine
+from agentgraphs.testing.server import SGLangTestServer
+from agentgraphs.testing.slime_sample import Sample
+from rl_bridge.setup import aclose_all, clear_cache, load_tokenizer
+
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "stop": None,
+            "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
+            "spaces_between_special_tokens": False}
+DOC = "Alice was born in Paris. She moved to Rome in 1990. " * 4
+OPTIONS = {"chunk_tokens": 64}
+
+
+# -- dataset files: agentgraphs.batch ---------------------------------------------------------------
+
+GOOD = {"input": "Where was Alice born?", "label": "Paris", "metadata": {"context": DOC}}
+ROWS: list[tuple[bytes, str | None]] = [  # (line, the words its failure reason must contain)
+    (json.dumps(GOOD).encode(), None),
+    (b'{"input": "cut off', "invalid JSON"),
+    (b"[1, 2, 3]", "expected a JSON object, got list"),
+    (b'"just a string"', "expected a JSON object, got str"),
+    (json.dumps({"label": "Paris", "metadata": {"context": DOC}}).encode(), "missing field 'input'"),
+    (json.dumps({"input": "Q?", "metadata": ["context"]}).encode(), "field 'metadata' must be an object"),
+    ('{"input": "caf\u00e9?", "metadata": {"context": "x"}}'.encode("latin-1"), "not valid UTF-8 at byte"),
+    (b"[" * 100_000 + b"]" * 100_000, "invalid JSON (nested too deeply)"),
+    (b'{"input": "Q?", "label": ' + b"9" * 5000 + b"}", "invalid JSON"),
+    (json.dumps({"input": 42, "metadata": {"context": DOC}}).encode(), "input field 'prompt'"),
+    (json.dumps({"input": "  ", "metadata": {"context": DOC}}).encode(), "input field 'prompt'"),
+    (json.dumps({"input": "Q?", "metadata": {"context": ""}}).encode(), "input field 'metadata.context'"),
+    (json.dumps({"input": "Q?"}).encode(), "input field 'metadata.context'"),
+    (json.dumps({"input": "Q?", "label": 42, "metadata": {"context": DOC}}).encode(), "input field 'label'"),
+    (json.dumps({"input": "Q?", "metadata": {"context": DOC}}).encode(), "input field 'label'"),  # scoring
+    (json.dumps({**GOOD, "metadata": None}).encode(), "input field 'metadata.context'"),
+]
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rows.jsonl"
+    # a byte-order mark before the first row and a blank line between rows are not rows
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(line for line, _ in ROWS[:3]) + b"\n\n"
+                     + b"\n".join(line for line, _ in ROWS[3:]) + b"\n")
+    return path
+
+
+def test_read_rows_names_line_and_field(data_file: Path) -> None:
+    rows = list(read_rows(data_file))
+    assert len(rows) == len(ROWS)
+    for row, (_, words) in zip(rows, ROWS):
+        if row.inp is None:
+            assert words is not None and (row.error or "").startswith(f"line {row.line}: ")
+            assert words in (row.error or ""), (row.line, row.error)
+        else:
+            assert row.error is None
+    assert [r.line for r in rows] == [1, 2, 3] + list(range(5, 5 + len(ROWS) - 3))  # blank line 4
+    assert rows[0].inp is not None and rows[0].inp["prompt"] == GOOD["input"]  # the BOM is gone
+
+
+def test_read_rows_repeats_bad_rows_per_sample(data_file: Path) -> None:
+    rows = list(read_rows(data_file, n_samples=3))
+    assert len(rows) == 3 * len(ROWS)
+    assert [r.line for r in rows[3:6]] == [2, 2, 2] and all(r.inp is None for r in rows[3:6])
+
+
+def test_run_rows_answers_every_row(data_file: Path, tiny_model_dir: Path) -> None:
+    tok = load_tokenizer(str(tiny_model_dir))
+    records: list[dict[str, Any]] = []
+    summary = asyncio.run(run_rows(
+        MEMAGENT, read_rows(data_file, n_samples=2),
+        lambda: AgentContext(policy=FixedLatencyEngine(latency_s=0.0), tokenizer=tok),
+        options=OPTIONS, concurrency=4, on_result=lambda sample, trace: records.append(sample),
+    ))
+    assert summary.rows == summary.results == len(records) == 2 * len(ROWS)
+    assert summary.by_status == {"completed": 2, "failed": 2 * (len(ROWS) - 1)}
+    for k, record in enumerate(records):
+        _, words = ROWS[k // 2]
+        if words is None:
+            assert record["status"] == "completed"
+            continue
+        reason = record["metadata"]["status_reason"]
+        assert record["status"] == "failed" and words in reason, record["metadata"]
+        if record["index"] is None:  # unreadable rows: the reason says where they are
+            assert reason.startswith(f"bad input: line {record['line']}: ")
+        assert record["remove_sample"] and not any(record["loss_mask"])  # never trained
+        assert record["line"] == (k // 2 + 1 if k // 2 < 3 else k // 2 + 2)
+
+
+# -- slime Samples: rl_bridge.generate ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[SGLangTestServer]:
+    with SGLangTestServer(FixedLatencyEngine(latency_s=0.0)) as srv:
+        yield srv
+
+
+def make_args(server: SGLangTestServer, model_dir: Path, **extra: Any) -> SimpleNamespace:
+    return SimpleNamespace(**{
+        "agentgraph": "memagent", "hf_checkpoint": str(model_dir), "sglang_router_ip": "127.0.0.1",
+        "sglang_router_port": server.port, "agentgraph_max_retries": 0, "reward_key": None,
+        "agentgraph_options": dict(OPTIONS), **extra,
+    })
+
+
+def generate_all(args: Any, samples: list[Any], evaluation: bool = False, **sp: Any) -> list[Any]:
+    async def main() -> list[Any]:
+        try:
+            return [await rl_bridge.generate(args, s, {**SAMPLING, **sp}, evaluation=evaluation)
+                    for s in samples]
+        finally:
+            await aclose_all()
+
+    try:
+        return asyncio.run(main())
+    finally:
+        clear_cache()
+
+
+def sample(i: int = 0, prompt: Any = "Where was Alice born?", label: Any = "Paris",
+           metadata: Any = None) -> Sample:
+    return Sample(index=i, prompt=prompt, label=label,
+                  metadata={"context": DOC} if metadata is None else metadata)
+
+
+BAD_SAMPLES: list[tuple[Sample, str]] = [
+    (sample(prompt=123), "input field 'prompt'"),
+    (sample(prompt=""), "input field 'prompt'"),
+    (sample(prompt=[{"role": "system", "content": "no user message"}]), "input field 'prompt'"),
+    (sample(metadata={"context": ""}), "input field 'metadata.context'"),
+    (sample(metadata={"context": "   \n"}), "input field 'metadata.context'"),
+    (sample(metadata={"document": DOC}), "input field 'metadata.context'"),
+    (sample(metadata={"context": ["not", "text"]}), "input field 'metadata.context'"),
+    (sample(metadata="a string, not a dict"), "input field 'metadata.context'"),
+    (sample(label=42), "input field 'label'"),
+    (sample(label=[]), "input field 'label'"),
+    (sample(label={"ground_truth": {"nested": 1}}), "input field 'label'"),
+]
+
+
+def test_bad_samples_come_back_failed_naming_the_field(server: SGLangTestServer, tiny_model_dir: Path) -> None:
+    requests_before = server.stats.generate_requests
+    good = [sample(i=100), sample(i=101, prompt=[{"role": "user", "content": "Where was Alice born?"}])]
+    inputs = [s for s, _ in BAD_SAMPLES] + good
+    out = generate_all(make_args(server, tiny_model_dir), inputs)
+    assert len(out) == len(inputs) and all(o is i for o, i in zip(out, inputs))  # one result per input
+    for s, (_, words) in zip(out, BAD_SAMPLES):
+        assert s.status == Sample.Status.FAILED, (words, s.metadata)
+        assert s.metadata["status_reason"].startswith("bad input: ") and words in s.metadata["status_reason"]
+        assert s.remove_sample and not any(s.loss_mask) and len(s.loss_mask) == s.response_length >= 1
+    for s in out[len(BAD_SAMPLES):]:
+        assert s.status == Sample.Status.COMPLETED, s.metadata
+    # bad inputs fail before any request; each good one made its requests
+    assert server.stats.generate_requests - requests_before == sum(s.metadata["llm_calls"] for s in out)
+
+
+def test_missing_label_rolls_out_but_cannot_be_scored(server: SGLangTestServer, tiny_model_dir: Path) -> None:
+    args = make_args(server, tiny_model_dir)
+    s = generate_all(args, [sample(label=None)])[0]
+    assert s.status == Sample.Status.COMPLETED and s.metadata["llm_calls"] >= 2
+    assert s.metadata["metrics"] == {}  # no gold, no metrics
+    with pytest.raises(InputError, match="'label'") as err:
+        asyncio.run(rl_bridge.reward_func(args, s))
+    assert err.value.field == "label" and "--label-key" in str(err.value)
+    # the batch path scores as it rolls out: there the missing label is a FAILED rollout, trace kept
+    tok = load_tokenizer(str(tiny_model_dir))
+    rollout = asyncio.run(run_rollout(
+        MEMAGENT, rollout_input("Where was Alice born?", None, {"context": DOC}),
+        AgentContext(policy=FixedLatencyEngine(latency_s=0.0), tokenizer=tok), options=OPTIONS,
+    ))
+    assert rollout.status == "failed" and "input field 'label'" in rollout.reason and rollout.turns
+
+
+def test_document_over_the_chunk_cap_is_cut_in_the_middle_and_recorded(
+        server: SGLangTestServer, tiny_model_dir: Path) -> None:
+    tok = load_tokenizer(str(tiny_model_dir))
+    doc = " ".join(f"Fact {k}: item {k} is kept in box {k % 7}." for k in range(60))
+    doc_ids = tok.encode(doc, add_special_tokens=False)
+    chunk, cap = 32, 2
+    n_chunks = -(-len(doc_ids) // chunk)
+    assert n_chunks > cap + 2
+    args = make_args(server, tiny_model_dir, agentgraph_options={"chunk_tokens": chunk, "max_chunks": cap})
+    train = generate_all(args, [sample(metadata={"context": doc})])[0]
+    full = generate_all(args, [sample(metadata={"context": doc})], evaluation=True)[0]
+    # training reads max_chunks chunks (+ the final answer); evaluation reads the whole document
+    assert train.status == Sample.Status.COMPLETED and full.status == Sample.Status.COMPLETED
+    assert train.metadata["llm_calls"] == cap + 1 == len(train.train_metadata["turns"])
+    assert full.metadata["llm_calls"] == n_chunks + 1
+    # the kept chunks are the document's first and last ids, verbatim; the middle is gone
+    seqs = [seq["tokens"] for seq in train.train_metadata["turns"][:cap]]
+    head, tail, middle = doc_ids[:chunk // 2], doc_ids[-(chunk // 2):], doc_ids[len(doc_ids) // 2:][:chunk // 2]
+    assert any(_contains(t, head) for t in seqs) and any(_contains(t, tail) for t in seqs)
+    assert not any(_contains(t, middle) for t in seqs)
+
+
+def _contains(seq: list[int], part: list[int]) -> bool:
+    return any(seq[i:i + len(part)] == part for i in range(len(seq) - len(part) + 1))
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"agentgraph_options": ["chunk_tokens", 64]}, "args.agentgraph_options must be a mapping"),
+    ({"agentgraph_options": {"chunk_size": 64}}, "unknown option 'chunk_size'"),
+    ({"agentgraph_max_retries": "three"}, "args.agentgraph_max_retries must be an integer"),
+    ({"agentgraph_max_retries": -1}, "args.agentgraph_max_retries must be >= 0"),
+    ({"agentgraph_max_retries": 1.5}, "args.agentgraph_max_retries must be an integer"),
+    ({"agentgraph_request_timeout_s": "10s"}, "args.agentgraph_request_timeout_s must be a number"),
+    ({"agentgraph_request_timeout_s": 0}, "args.agentgraph_request_timeout_s must be > 0"),
+    ({"agentgraph_max_llm_calls": 0}, "args.agentgraph_max_llm_calls must be >= 1"),
+    ({"agentgraph_max_time_s": -5}, "args.agentgraph_max_time_s must be > 0"),
+    ({"agentgraph_engines": "sglang:http://x"}, "args.agentgraph_engines must be a mapping"),
+    ({"agentgraph_template_kwargs": [1]}, "args.agentgraph_template_kwargs must be a mapping"),
+    ({"sglang_router_port": None}, "sglang_router_port"),
+    ({"hf_checkpoint": None}, "hf_checkpoint"),
+    ({"agentgraph": "memagent_v2"}, "unknown agent 'memagent_v2'"),
+])
+def test_wrong_args_raise_naming_the_field(server: SGLangTestServer, tiny_model_dir: Path,
+                                           extra: dict[str, Any], words: str) -> None:
+    before = server.stats.generate_requests
+    with pytest.raises(ConfigError) as err:
+        generate_all(make_args(server, tiny_model_dir, **extra), [sample()])
+    assert words in str(err.value)
+    assert server.stats.generate_requests == before  # raised before any rollout
+
+
+@pytest.mark.parametrize("sp, words", [
+    ({"temperature": -1.0}, "temperature"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"max_new_tokens": -3}, "max_new_tokens"),
+])
+def test_wrong_sampling_params_raise_naming_the_field(server: SGLangTestServer, tiny_model_dir: Path,
+                                                      sp: dict[str, Any], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        generate_all(make_args(server, tiny_model_dir), [sample()], **sp)
+
+
+def test_bad_option_value_fails_every_rollout_naming_it(server: SGLangTestServer, tiny_model_dir: Path) -> None:
+    args = make_args(server, tiny_model_dir, agentgraph_options={"chunk_tokens": 0})
+    out = generate_all(args, [sample(i) for i in range(3)])
+    assert len(out) == 3
+    for s in out:
+        assert s.status == Sample.Status.FAILED and "chunk_tokens must be > 0" in s.metadata["status_reason"]
