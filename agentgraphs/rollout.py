@@ -38,6 +38,7 @@ class Rollout:
     error: str | None = None
     final_state: dict[str, Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def retries(self) -> int:
@@ -80,52 +81,83 @@ async def _run(
         return _failed(started, f"bad input: {exc}", exc)
     graph = spec.graph(opts)
     run_config = {"recursion_limit": ctx.limits.recursion_limit, **(config or {})}
+    # stream the state so a rollout that fails half-way still reports the turns it made
+    last: dict[str, Any] = dict(graph_input)
+
+    async def drive() -> None:
+        nonlocal last
+        async for values in graph.astream(graph_input, run_config, context=ctx, stream_mode="values"):
+            last = values
+
     try:
-        coro = graph.ainvoke(graph_input, run_config, context=ctx)
         if ctx.limits.max_time_s is not None:
-            final = await asyncio.wait_for(coro, ctx.limits.max_time_s)
+            await asyncio.wait_for(drive(), ctx.limits.max_time_s)
         else:
-            final = await coro
+            await drive()
     except RolloutAborted as exc:
-        return Rollout(status="aborted", reason=str(exc), turns=[exc.turn], time_s=time.monotonic() - started)
+        turns = [*(last.get("turns") or []), exc.turn]
+        return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started)
     except asyncio.TimeoutError as exc:
-        return _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc)
+        return _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc, _turns(last))
     except (EngineError, LLMCallLimitExceeded) as exc:
-        return _failed(started, f"{type(exc).__name__}: {exc}", exc)
+        return _failed(started, f"{type(exc).__name__}: {exc}", exc, _turns(last))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug in a user's node must not escape into slime
-        return _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc)
-    return await _finish(spec, inp, ctx, dict(final), started, compute_reward)
+        return _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, _turns(last))
+    return await _finish(spec, inp, ctx, dict(last), started, compute_reward)
+
+
+def _turns(state: Mapping[str, Any]) -> list[Turn]:
+    return list(state.get("turns") or [])
 
 
 async def _finish(
     spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, final: dict[str, Any], started: float,
     compute_reward: bool,
 ) -> Rollout:
-    turns: list[Turn] = list(final.get("turns") or [])
+    turns: list[Turn] = _turns(final)
     try:
         answer = spec.answer(final)
         sequences = build_sequences(turns, spec.layout)
         for seq in sequences:
             check_sequence(seq, turns)
+        summary = trace_summary(turns)
+        if spec.summarize is not None:
+            summary.update(spec.summarize(final))
     except Exception as exc:
         return _failed(started, f"building training data failed: {type(exc).__name__}: {exc}", exc, turns)
     truncated = [i for i, t in enumerate(turns) if t["finish_reason"] == "length" and t["trainable"]]
     status: Status = "truncated" if truncated else "completed"
     reason = f"turns {truncated} hit max_new_tokens" if truncated else "ok"
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
-                      final_state=final)
+                      final_state=final, summary=summary)
     rin = reward_input(rollout, inp)
-    if compute_reward:
+    labelled = inp["label"] is not None or not spec.requires_label
+    if compute_reward and labelled:
         try:
             rollout.reward = await score(spec, rin, ctx)
         except Exception as exc:
             return _failed(started, f"reward failed: {type(exc).__name__}: {exc}", exc, turns)
-    if spec.eval_metrics is not None:
+    elif compute_reward:
+        rollout.reason += "; no label: not scored"
+    if spec.eval_metrics is not None and labelled:
         rollout.metrics = spec.eval_metrics(rin)
     rollout.time_s = time.monotonic() - started
     return rollout
+
+
+def trace_summary(turns: list[Turn]) -> dict[str, Any]:
+    """Counts a user reads first: calls per node, tokens generated and trained, truncations."""
+    by_node: dict[str, int] = {}
+    for t in turns:
+        by_node[t["node"]] = by_node.get(t["node"], 0) + 1
+    return {
+        "turns_by_node": by_node,
+        "output_tokens": sum(len(t["output_ids"]) for t in turns),
+        "trained_tokens": sum(len(t["output_ids"]) for t in turns if t["trainable"]),
+        "truncated_turns": sum(1 for t in turns if t["finish_reason"] == "length"),
+    }
 
 
 def reward_input(rollout: Rollout, inp: RolloutInput) -> RewardInput:
@@ -192,6 +224,7 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
             "num_sequences": len(rollout.sequences),
             "rollout_time_s": round(rollout.time_s, 4),
             "metrics": rollout.metrics,
+            "trace_summary": rollout.summary or trace_summary(rollout.turns),
         },
         "train_metadata": {
             "turns": [
@@ -213,6 +246,7 @@ def trace_record(rollout: Rollout, inp: RolloutInput) -> dict[str, Any]:
         "answer": rollout.answer,
         "reward": rollout.reward,
         "metrics": rollout.metrics,
+        "summary": rollout.summary or trace_summary(rollout.turns),
         "time_s": round(rollout.time_s, 4),
         "turns": rollout.turns,
         "error": rollout.error,

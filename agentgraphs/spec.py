@@ -53,6 +53,9 @@ class AgentSpec:
     - `reward(RewardInput, ctx)` scores it (sync or async; ctx is None when no engines are at hand);
     - `layout`: `per_turn` (each trainable turn its own sequence) or `concat` (merge where exact);
     - `reward_split`: `broadcast` the trajectory's reward to every sequence, or `divide` it among them;
+    - `requires_label`: rows without a label are run but not scored (reward None) instead of failing;
+    - `summarize(final_state)`: method facts for sample metadata (e.g. chunks read of chunks total);
+    - `validate_options(options)`: raise ConfigError for bad option values, before any rollout;
     - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key);
     - `options`: defaults for method settings, overridable from the CLI / slime YAML (`agentgraph_options`).
 
@@ -73,6 +76,9 @@ class AgentSpec:
     options: dict[str, Any] = field(default_factory=dict)
     reward_key: str = "reward"
     dict_reward: bool = False
+    requires_label: bool = True
+    summarize: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    validate_options: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -85,6 +91,8 @@ class AgentSpec:
                     f"unknown option {key!r} for agent {self.name!r}; known options: {sorted(self.options)}"
                 )
             merged[key] = value
+        if self.validate_options is not None:
+            self.validate_options(merged)
         return merged
 
     def graph(self, options: Mapping[str, Any]) -> Any:

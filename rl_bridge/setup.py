@@ -125,7 +125,10 @@ def get_setup(args: Any) -> BridgeSetup:
         loop: Any = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
-    key = (name, url, hf_checkpoint, loop, repr(sorted(_mapping(args, "agentgraph_options").items())))
+    # every agentgraph_* setting is part of the key: changing one must not reuse a stale setup
+    settings = sorted((k, repr(v)) for k, v in vars(args).items() if k.startswith("agentgraph")) \
+        if hasattr(args, "__dict__") else []
+    key = (name, url, hf_checkpoint, loop, repr(settings))
     setup = _SETUPS.get(key)
     if setup is None:
         setup = _build_setup(args, name, url, str(hf_checkpoint))

@@ -58,7 +58,7 @@ ROWS: list[tuple[bytes, str | None]] = [  # (line, the words its failure reason 
     (json.dumps({"input": "Q?", "metadata": {"context": ""}}).encode(), "input field 'metadata.context'"),
     (json.dumps({"input": "Q?"}).encode(), "input field 'metadata.context'"),
     (json.dumps({"input": "Q?", "label": 42, "metadata": {"context": DOC}}).encode(), "input field 'label'"),
-    (json.dumps({"input": "Q?", "metadata": {"context": DOC}}).encode(), "input field 'label'"),  # scoring
+    (json.dumps({"input": "Q?", "metadata": {"context": DOC}}).encode(), None),  # unlabelled: run, not scored
     (json.dumps({**GOOD, "metadata": None}).encode(), "input field 'metadata.context'"),
 ]
 
@@ -100,7 +100,8 @@ def test_run_rows_answers_every_row(data_file: Path, tiny_model_dir: Path) -> No
         options=OPTIONS, concurrency=4, on_result=lambda sample, trace: records.append(sample),
     ))
     assert summary.rows == summary.results == len(records) == 2 * len(ROWS)
-    assert summary.by_status == {"completed": 2, "failed": 2 * (len(ROWS) - 1)}
+    good = sum(1 for _, words in ROWS if words is None)
+    assert summary.by_status == {"completed": 2 * good, "failed": 2 * (len(ROWS) - good)}
     for k, record in enumerate(records):
         _, words = ROWS[k // 2]
         if words is None:
@@ -190,13 +191,14 @@ def test_missing_label_rolls_out_but_cannot_be_scored(server: SGLangTestServer, 
     with pytest.raises(InputError, match="'label'") as err:
         asyncio.run(rl_bridge.reward_func(args, s))
     assert err.value.field == "label" and "--label-key" in str(err.value)
-    # the batch path scores as it rolls out: there the missing label is a FAILED rollout, trace kept
+    # the batch path scores as it rolls out: an unlabelled row is run and reported as not scored
     tok = load_tokenizer(str(tiny_model_dir))
     rollout = asyncio.run(run_rollout(
         MEMAGENT, rollout_input("Where was Alice born?", None, {"context": DOC}),
         AgentContext(policy=FixedLatencyEngine(latency_s=0.0), tokenizer=tok), options=OPTIONS,
     ))
-    assert rollout.status == "failed" and "input field 'label'" in rollout.reason and rollout.turns
+    assert rollout.status == "completed" and rollout.reward is None and rollout.turns
+    assert "no label: not scored" in rollout.reason
 
 
 def test_document_over_the_chunk_cap_is_cut_in_the_middle_and_recorded(
@@ -261,9 +263,13 @@ def test_wrong_sampling_params_raise_naming_the_field(server: SGLangTestServer, 
         generate_all(make_args(server, tiny_model_dir), [sample()], **sp)
 
 
-def test_bad_option_value_fails_every_rollout_naming_it(server: SGLangTestServer, tiny_model_dir: Path) -> None:
-    args = make_args(server, tiny_model_dir, agentgraph_options={"chunk_tokens": 0})
-    out = generate_all(args, [sample(i) for i in range(3)])
-    assert len(out) == 3
-    for s in out:
-        assert s.status == Sample.Status.FAILED and "chunk_tokens must be > 0" in s.metadata["status_reason"]
+def test_bad_option_value_is_rejected_before_any_rollout(server: SGLangTestServer, tiny_model_dir: Path) -> None:
+    before = server.stats.generate_requests
+    for bad, words in [({"chunk_tokens": 0}, "chunk_tokens must be a positive integer"),
+                       ({"max_chunks": -1}, "max_chunks must be a positive integer or null"),
+                       ({"reward_split": "half"}, "reward_split must be 'broadcast' or 'divide'"),
+                       ({"train_final_answer": "yes"}, "train_final_answer must be true or false")]:
+        args = make_args(server, tiny_model_dir, agentgraph_options=bad)
+        with pytest.raises(ConfigError, match=words):
+            generate_all(args, [sample(0)])
+    assert server.stats.generate_requests == before

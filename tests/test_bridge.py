@@ -132,6 +132,8 @@ def test_graph_exception_comes_back_failed(server: Any, tiny_model_dir: Path) ->
     s = generate(args, sample())
     assert s.status == Sample.Status.FAILED and s.remove_sample
     assert "always fails" in s.metadata["status_reason"] and "RuntimeError" in s.metadata["error"]
+    # the turn made before the failure is kept for debugging (and masked)
+    assert s.metadata["llm_calls"] == 1 and s.metadata["trace_summary"]["turns_by_node"] == {"solve": 1}
     for seq in s.train_metadata["turns"]:
         assert not any(seq["loss_mask"]) and not any(seq["rollout_log_probs"])
     assert len(s.loss_mask) == s.response_length == len(s.rollout_log_probs) >= 1

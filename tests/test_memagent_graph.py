@@ -61,6 +61,8 @@ def test_fact_from_chunk_3_of_8_reaches_the_boxed_answer(tiny_engine: Any) -> No
     assert rollout.reward == 1.0
     assert rollout.metrics["sub_em"] == 1.0
     assert len(rollout.sequences) == 9  # every update and the final answer: own sequence
+    assert rollout.summary["chunks_read"] == rollout.summary["chunks_planned"] == 8
+    assert rollout.summary["turns_by_node"] == {"memory_update": 8, "final_answer": 1}
     check_trace(rollout.turns, "per_turn")
     # the fact enters memory at chunk 3 (index 2) and is carried to the end
     memories = [t["text"] for t in rollout.turns[:8]]
@@ -91,6 +93,7 @@ def test_training_cap_cuts_the_middle(tiny_engine: Any) -> None:
     row = needle_row(tok, chunk_index=0, n_tokens=12 * CHUNK)
     rollout, _ = run(tiny_engine, row, remembering_script(), max_chunks=4)
     assert [t["node"] for t in rollout.turns].count("memory_update") == 4
+    assert rollout.summary["tokens_read"] == 4 * CHUNK < rollout.summary["doc_tokens"]  # recorded
     doc_ids = tok.encode(row["document"], add_special_tokens=False)
     assert chunk_spans(len(doc_ids), CHUNK, 4)[0] == [[0, CHUNK]]
     assert chunk_spans(len(doc_ids), CHUNK, 4)[-1][-1][1] == len(doc_ids)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..node import AgentContext
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from .graph import DEFAULT_OPTIONS, build_graph
@@ -57,6 +57,39 @@ def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     return memagent_reward(rin["answer"], answers_of(rin["label"]))
 
 
+def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
+    """How much of the document was read: a training cap drops the middle of long documents."""
+    doc_tokens = len(state.get("doc_ids") or [])
+    chunks = state.get("chunks") or []
+    return {
+        "doc_tokens": doc_tokens,
+        "chunks_read": int(state.get("chunk_index", 0)),
+        "chunks_planned": len(chunks),
+        "tokens_read": sum(end - start for chunk in chunks for start, end in chunk),
+    }
+
+
+def validate_options(options: Mapping[str, Any]) -> None:
+    """Reject bad option values up front, naming the option."""
+    for key in ("chunk_tokens", "memory_max_new_tokens", "final_max_new_tokens", "question_max_tokens"):
+        _positive_int(options, key, allow_none=False)
+    for key in ("max_chunks", "eval_max_chunks"):
+        _positive_int(options, key, allow_none=True)
+    if not isinstance(options.get("train_final_answer"), bool):
+        raise ConfigError(f"option train_final_answer must be true or false, got {options.get('train_final_answer')!r}")
+    if options.get("reward_split") not in ("broadcast", "divide"):
+        raise ConfigError(f"option reward_split must be 'broadcast' or 'divide', got {options.get('reward_split')!r}")
+
+
+def _positive_int(options: Mapping[str, Any], key: str, *, allow_none: bool) -> None:
+    value = options.get(key)
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        allowed = "a positive integer or null" if allow_none else "a positive integer"
+        raise ConfigError(f"option {key} must be {allowed}, got {value!r}")
+
+
 def metrics(rin: RewardInput) -> dict[str, float]:
     golds = answers_of(rin["label"]) if rin["label"] is not None else []
     if not golds:
@@ -71,6 +104,8 @@ SPEC = AgentSpec(
     answer=answer,
     reward=reward,
     eval_metrics=metrics,
+    summarize=summarize,
+    validate_options=validate_options,
     layout="per_turn",
     reward_split="broadcast",
     options=dict(DEFAULT_OPTIONS),
