@@ -31,11 +31,15 @@ class TraceState(TypedDict):
 
 @dataclass
 class Limits:
-    """Per-rollout limits. `max_llm_calls` guards against graphs that loop forever."""
+    """Per-rollout limits. `max_llm_calls` guards against graphs that loop forever.
 
-    max_llm_calls: int = 256
+    The defaults admit MemAgent evaluation on multi-million-token documents (one call per
+    5000-token chunk); lower them for agents whose loops should be short.
+    """
+
+    max_llm_calls: int = 2000
     max_time_s: float | None = None
-    recursion_limit: int = 1000
+    recursion_limit: int = 5000
 
 
 @dataclass

@@ -7,8 +7,9 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
     agentgraph_engines: {judge: "sglang:http://127.0.0.1:30001"}   # helper models, never trained
     agentgraph_return_list: false         # true: one Sample per training sequence (slime >= 0.3)
     agentgraph_template_kwargs: {enable_thinking: false}
-    agentgraph_max_time_s: 900            # per rollout
-    agentgraph_max_llm_calls: 256
+    agentgraph_max_time_s: 900            # per rollout (default: none)
+    agentgraph_max_llm_calls: 2000        # per rollout: guards against graphs that never stop
+    agentgraph_eval_max_time_s / agentgraph_eval_max_llm_calls   # the same for evaluation
     agentgraph_request_timeout_s: 600
     agentgraph_max_retries: 3
 """
@@ -35,6 +36,7 @@ class BridgeSetup:
     engines: dict[str, Engine] = field(default_factory=dict)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
+    eval_limits: Limits = field(default_factory=Limits)
     return_list: bool = False
 
     def context(self, sampling: SamplingParams, *, evaluation: bool) -> AgentContext:
@@ -44,7 +46,7 @@ class BridgeSetup:
             sampling=sampling,
             engines=self.engines,
             template_kwargs=self.template_kwargs,
-            limits=self.limits,
+            limits=self.eval_limits if evaluation else self.limits,
             evaluation=evaluation,
         )
 
@@ -147,8 +149,14 @@ def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSe
     policy = make_engine(f"sglang:{url}", **engine_kwargs)
     engines = {k: make_engine(str(v)) for k, v in _mapping(args, "agentgraph_engines").items()}
     limits = Limits(
-        max_llm_calls=_number(args, "agentgraph_max_llm_calls", 256, int, minimum=1),
+        max_llm_calls=_number(args, "agentgraph_max_llm_calls", Limits.max_llm_calls, int, minimum=1),
         max_time_s=_number(args, "agentgraph_max_time_s", None, float, minimum=0.0, strict=True),
+    )
+    # evaluation reads whole documents (MemAgent: no chunk cap), so it gets its own limits
+    eval_limits = Limits(
+        max_llm_calls=_number(args, "agentgraph_eval_max_llm_calls", limits.max_llm_calls, int, minimum=1),
+        max_time_s=_number(args, "agentgraph_eval_max_time_s", limits.max_time_s, float, minimum=0.0,
+                           strict=True),
     )
     return BridgeSetup(
         spec=spec,
@@ -158,6 +166,7 @@ def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSe
         engines=engines,
         template_kwargs=_mapping(args, "agentgraph_template_kwargs"),
         limits=limits,
+        eval_limits=eval_limits,
         return_list=bool(getattr(args, "agentgraph_return_list", False)),
     )
 

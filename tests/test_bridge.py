@@ -216,3 +216,12 @@ def test_agent_from_a_file_path(tmp_path: Path) -> None:
     assert spec.layout == "concat"
     with pytest.raises(ConfigError, match="no such file"):
         load_spec(f"{tmp_path / 'missing.py'}:SPEC")
+
+
+def test_evaluation_has_its_own_limits(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN",
+                     agentgraph_max_llm_calls=1, agentgraph_eval_max_llm_calls=5)
+    train = generate(args, sample())
+    assert train.status == Sample.Status.FAILED and "LLMCallLimitExceeded" in train.metadata["status_reason"]
+    evaluated = asyncio.run(rl_bridge.generate(args, sample(1), SLIME_SAMPLING, evaluation=True))
+    assert evaluated.status != Sample.Status.FAILED and evaluated.metadata["llm_calls"] == 2
