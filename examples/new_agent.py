@@ -18,8 +18,8 @@ Train it with slime: put the repository root on the Ray workers' PYTHONPATH and,
     agentgraph_options: {check: true}
 
 slime's own checkout ALSO has a package called `examples`; whichever comes first on sys.path wins.
-If the workers import slime's (ModuleNotFoundError: No module named 'examples.new_agent'), put
-`<repo>/examples` on PYTHONPATH instead and use `agentgraph: new_agent:SPEC`.
+If the workers import slime's (ModuleNotFoundError: No module named 'examples.new_agent'), name the
+file instead: `agentgraph: /path/to/agentgraphs/examples/new_agent.py:SPEC`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from agentgraphs.errors import InputError
-from agentgraphs.memagent.reward import last_boxed, normalize_math
+from agentgraphs.answers import last_boxed, normalize_math
 from agentgraphs.node import AgentContext, TraceState, call_llm, context_of
 from agentgraphs.spec import AgentSpec, RewardInput, RolloutInput
 

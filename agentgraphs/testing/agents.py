@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from langgraph.graph import END, START, StateGraph
 
 from ..errors import InputError
-from ..memagent.reward import last_boxed, normalize_math
+from ..answers import last_boxed, normalize_math
 from ..node import AgentContext, TraceState, call_llm
 from ..spec import AgentSpec, RewardInput, RolloutInput
 
