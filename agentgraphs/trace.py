@@ -6,6 +6,7 @@ and the viewer all see exactly what the engine returned. This module is plain Py
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Literal, Sequence, TypedDict
 
 from .engine import Completion
@@ -161,7 +162,10 @@ def check_turn(turn: Turn) -> None:
     n = len(turn["output_ids"])
     if len(turn["output_logprobs"]) != n:
         raise TraceError(f"turn {turn['node']!r}: {n} output ids but {len(turn['output_logprobs'])} log-probs")
-    for lp in turn["output_logprobs"]:
+    lps = turn["output_logprobs"]
+    if lps and all(map(math.isfinite, lps)) and max(lps) <= 1e-6:
+        return  # the common case, checked in C; the loop below names the culprit
+    for lp in lps:
         if not (lp <= 1e-6 and lp == lp and lp != float("-inf")):
             raise TraceError(f"turn {turn['node']!r}: log-prob {lp!r} is not a finite value <= 0")
 
@@ -184,7 +188,8 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
             f"{len(seq['rollout_log_probs'])} log-probs"
         )
     start = len(tokens) - n
-    covered = [False] * n
+    mask, seq_lps = seq["loss_mask"], seq["rollout_log_probs"]
+    spans: list[tuple[int, int]] = []
     for i in seq["turn_indices"]:
         turn = turns[i]
         check_turn(turn)
@@ -198,16 +203,23 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
             raise TraceError(f"turn {i} ({turn['node']!r}): trained span differs from the engine's output ids")
         if a < start:
             raise TraceError(f"turn {i} ({turn['node']!r}): output starts inside the masked prompt")
+        s, e = a - start, b - start
+        spans.append((s, e))
+        if mask[s:e] == [1] * (e - s) and seq_lps[s:e] == list(turn["output_logprobs"]):
+            continue  # the common case, compared in C; the loop names the first bad position
         for j, lp in enumerate(turn["output_logprobs"]):
-            k = a - start + j
-            if seq["loss_mask"][k] != 1 or seq["rollout_log_probs"][k] != lp:
+            k = s + j
+            if mask[k] != 1 or seq_lps[k] != lp:
                 raise TraceError(f"turn {i}: position {k} lost its mask or its exact log-prob")
-            covered[k] = True
-    for k in range(n):
-        if seq["loss_mask"][k] and not covered[k]:
-            raise TraceError(f"position {k} is trained but no engine output produced it")
-        if not seq["loss_mask"][k] and seq["rollout_log_probs"][k] != 0.0:
-            raise TraceError(f"position {k} is masked but carries log-prob {seq['rollout_log_probs'][k]}")
+    cursor = 0
+    for s, e in sorted(spans) + [(n, n)]:  # outside the trained spans: mask 0 and log-prob 0.0
+        if s > cursor and (any(mask[cursor:s]) or any(seq_lps[cursor:s])):
+            for k in range(cursor, s):
+                if mask[k]:
+                    raise TraceError(f"position {k} is trained but no engine output produced it")
+                if seq_lps[k] != 0.0:
+                    raise TraceError(f"position {k} is masked but carries log-prob {seq_lps[k]}")
+        cursor = max(cursor, e)
 
 
 def check_trace(turns: Sequence[Turn], layout: Layout = "per_turn") -> list[TrainSequence]:
