@@ -140,3 +140,35 @@ def test_qwen3_thinking_blocks_kept_where_the_template_would_strip_them(qwen3, t
                                                   {"role": "user", "content": "and 3+3?"}]))
         assert rerendered[:prompt_len + len(out)] != conv.ids[:prompt_len + len(out)]
         assert "add them" not in qwen3.decode(rerendered)
+
+
+def _random_text(seed: int, n_chars: int) -> str:
+    import random
+
+    rng = random.Random(seed)
+    pieces = ["the", "The", " ", "  ", "\n", "\n\n", "\t", "42", "3.14", "don't", "I'm", "naïve", "日本語",
+              "🙂", "<|im_end|>", "<tool_call>", "’s", "--", "...", "é", "\u0301", "Zürich", "x" * 30, " 7",
+              "A", "b", "\r\n", "ſ", "İ", "\u00a0", "  \n  ", "'S", "word", "Word", "WORD"]
+    out: list[str] = []
+    size = 0
+    while size < n_chars:
+        piece = rng.choice(pieces)
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_encode_text_equals_tokenizer_encode_on_long_hostile_text(qwen25, seed: int) -> None:
+    """encode_text cuts long texts into pieces for bounded memory: the ids must not change."""
+    from agentgraphs.chat import encode_text
+
+    text = _random_text(seed, 70_000)
+    assert encode_text(qwen25, text) == qwen25.encode(text, add_special_tokens=False)
+
+
+def test_encode_text_equals_tokenizer_encode_on_qwen3(qwen3) -> None:
+    from agentgraphs.chat import encode_text
+
+    text = _random_text(99, 50_000) + "<think>\nx\n</think>"
+    assert encode_text(qwen3, text) == qwen3.encode(text, add_special_tokens=False)

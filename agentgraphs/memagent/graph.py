@@ -7,11 +7,13 @@ separate engine calls with their own prompts, so each becomes its own training s
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Mapping, NotRequired, Sequence
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from ..chat import encode_text
 from ..node import AgentContext, TraceState, call_llm, context_of
 from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt
 from .reward import eval_metrics, memagent_reward
@@ -30,6 +32,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 Span = list[int]  # [start, end) into doc_ids
+_INLINE_TOKENIZE_CHARS = 100_000  # ~20K tokens, a few ms: longer documents are tokenized off the event loop
 
 
 class MemAgentState(TraceState):
@@ -90,8 +93,14 @@ def _options(ctx: AgentContext) -> dict[str, Any]:
     return {**DEFAULT_OPTIONS, **{k: v for k, v in ctx.config.items() if k in DEFAULT_OPTIONS}}
 
 
-def prepare(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
-    """Tokenize the document once, cut it into chunks, and start from the initial memory."""
+async def prepare(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+    """Tokenize the document once, cut it into chunks, and start from the initial memory.
+
+    Every function of this graph is async: LangGraph runs a sync node or router of an async graph in a
+    thread pool, and those hops cost ~0.2 ms CPU per LLM call (bench/overhead.py). Only a long document is
+    tokenized on a worker thread (the tokenizer releases the GIL), so the event loop keeps serving the
+    other rollouts meanwhile.
+    """
     ctx = context_of(runtime)
     opts = _options(ctx)
     tok = ctx.tokenizer
@@ -100,7 +109,11 @@ def prepare(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, A
     if len(q_ids) > opts["question_max_tokens"]:
         # prompt text only (never trained): keep the question's first question_max_tokens tokens
         question = tok.decode(q_ids[: opts["question_max_tokens"]])
-    doc_ids = tok.encode(state["document"], add_special_tokens=False)
+    document = state["document"]
+    if len(document) > _INLINE_TOKENIZE_CHARS:
+        doc_ids = await asyncio.to_thread(encode_text, tok, document)
+    else:
+        doc_ids = encode_text(tok, document)
     cap = opts["eval_max_chunks"] if ctx.evaluation else opts["max_chunks"]
     chunks = chunk_spans(len(doc_ids), int(opts["chunk_tokens"]), cap)
     # the text is no longer needed: keep one copy of the document (its ids) per rollout
@@ -134,7 +147,7 @@ async def final_answer(state: MemAgentState, runtime: Runtime[AgentContext]) -> 
     return {"answer": out.text, **out.update}
 
 
-def score(state: MemAgentState) -> dict[str, Any]:
+async def score(state: MemAgentState) -> dict[str, Any]:
     """Reward and RULER metrics when the input carried answers (for debugging and evaluation)."""
     answers = state.get("answers") or []
     if not answers:
@@ -143,7 +156,7 @@ def score(state: MemAgentState) -> dict[str, Any]:
     return {"score": {"reward": memagent_reward(answer, answers), **eval_metrics(answer, answers)}}
 
 
-def route_after_update(state: MemAgentState) -> str:
+async def route_after_update(state: MemAgentState) -> str:
     return "memory_update" if state["chunk_index"] < len(state["chunks"]) else "final_answer"
 
 
