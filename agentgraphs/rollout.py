@@ -30,13 +30,15 @@ class Rollout:
     status: Status
     reason: str
     answer: str = ""
-    turns: list[Turn] = field(default_factory=list)
-    sequences: list[TrainSequence] = field(default_factory=list)
+    # bulky fields stay out of repr(): asyncio.run() reprs its result when it restores the SIGINT
+    # handler, and a 448K-token document made that a 15 MB string
+    turns: list[Turn] = field(default_factory=list, repr=False)
+    sequences: list[TrainSequence] = field(default_factory=list, repr=False)
     reward: RewardValue | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     time_s: float = 0.0
     error: str | None = None
-    final_state: dict[str, Any] | None = None
+    final_state: dict[str, Any] | None = field(default=None, repr=False)
     options: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
 
