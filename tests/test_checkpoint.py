@@ -1,0 +1,220 @@
+"""agentgraphs.checkpoint: compact SQLite savers round-trip Turns exactly and grow linearly.
+
+A conversation graph loops one LLM node (call_llm with conversation="main") N times against an
+in-process engine; runs with the compact savers must give back exactly what LangGraph's own savers
+give back (final state, every state in the history, resumes and forks), in a database that grows
+linearly with the conversation instead of with its cube.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from agentgraphs.checkpoint import (
+    ENTRIES_TABLE,
+    CompactAsyncSqliteSaver,
+    compact_async_sqlite_saver,
+    compact_sqlite_saver,
+)
+from agentgraphs.engine import Completion, SamplingParams
+from agentgraphs.node import AgentContext, TraceState, call_llm
+from agentgraphs.testing.fake_engines import FixedLatencyEngine
+from agentgraphs.trace import make_turn
+
+
+class ChatState(TraceState):
+    step: int
+    limit: int
+    doc_ids: list[int]
+
+
+async def chat(state: ChatState, runtime: Any) -> dict[str, Any]:
+    i = state["step"]
+    text = f"Step {i}: look at the next part and continue." if i else "Solve the puzzle step by step."
+    out = await call_llm(state, runtime, node="chat", conversation="main",
+                         messages=[{"role": "user", "content": text}])
+    return {"step": i + 1, **out.update}
+
+
+def route(state: ChatState) -> str:
+    return "chat" if state["step"] < state["limit"] else END
+
+
+def chat_graph(checkpointer: Any) -> Any:
+    builder = StateGraph(ChatState, context_schema=AgentContext)
+    builder.add_node("chat", chat)
+    builder.add_edge(START, "chat")
+    builder.add_conditional_edges("chat", route, ["chat", END])
+    return builder.compile(checkpointer=checkpointer)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def context(tokenizer: Any) -> AgentContext:
+    reply = tokenizer.encode("Let me think about this part again. " * 6, add_special_tokens=False)
+    # log-probs like -0.5 - 0.0137 * i are not short decimals: their bits must survive storage
+    engine = FixedLatencyEngine(latency_s=0.0, script=(*reply, tokenizer.eos_token_id), tokenizer=tokenizer,
+                                logprob_step=0.0137)
+    return AgentContext(policy=engine, tokenizer=tokenizer, sampling=SamplingParams(max_new_tokens=256))
+
+
+def _input(n: int) -> dict[str, Any]:
+    return {"turns": [], "step": 0, "limit": n, "doc_ids": list(range(1000, 1600))}
+
+
+def _config(thread: str = "t") -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, "recursion_limit": 500}
+
+
+def db_bytes(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return os.path.getsize(path)
+
+
+async def run_to_end(saver: Any, n: int, ctx: AgentContext, thread: str = "t") -> tuple[Any, list[Any]]:
+    graph = chat_graph(saver)
+    final = await graph.ainvoke(_input(n), _config(thread), context=ctx)
+    history = [s async for s in graph.aget_state_history(_config(thread))]
+    return final, history
+
+
+async def test_state_and_history_match_langgraphs_own_saver(tmp_path: Path, context: AgentContext) -> None:
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "plain.sqlite")) as plain:
+        want_final, want_history = await run_to_end(plain, 12, context)
+    async with compact_async_sqlite_saver(str(tmp_path / "compact.sqlite")) as saver:
+        final, history = await run_to_end(saver, 12, context)
+        state = await chat_graph(saver).aget_state(_config())
+    assert final == want_final
+    assert state.values == want_final
+    assert [s.values for s in history] == [s.values for s in want_history]
+    assert [s.next for s in history] == [s.next for s in want_history]
+    turn = final["turns"][-1]
+    assert all(type(x) is float for x in turn["output_logprobs"]) and turn["output_logprobs"][3] == -0.5 - 3 * 0.0137
+    assert list(turn.keys()) == list(want_final["turns"][-1].keys())
+
+
+async def test_a_new_process_reads_and_resumes_from_a_mid_checkpoint(tmp_path: Path, context: AgentContext) -> None:
+    path = str(tmp_path / "c.sqlite")
+    async with compact_async_sqlite_saver(path) as saver:
+        final, history = await run_to_end(saver, 10, context)
+    mid = next(s for s in history if s.values["step"] == 5)
+    # a fresh saver (empty caches), as after a restart; the context is passed again on resume
+    async with compact_async_sqlite_saver(path) as saver:
+        graph = chat_graph(saver)
+        again = await graph.aget_state(mid.config)
+        assert again.values == mid.values
+        assert again.values["turns"] == final["turns"][:5]
+        resumed = await graph.ainvoke(None, mid.config, context=context)
+        assert resumed == final  # same engine script: replaying regenerates identical turns
+        newest = await graph.aget_state(_config())
+        assert newest.values == final
+
+
+async def test_update_state_forks_and_the_fork_continues(tmp_path: Path, context: AgentContext) -> None:
+    async with compact_async_sqlite_saver(str(tmp_path / "c.sqlite")) as saver:
+        graph = chat_graph(saver)
+        final, history = await run_to_end(saver, 6, context)
+        mid = next(s for s in history if s.values["step"] == 3)
+        extra = make_turn(Completion([7, 8, 9], [-0.25, -1.5, -3.0], "stop", text="x"), node="judge",
+                          prompt_ids=[1, 2, 3], trainable=False, temperature=0.0, engine="judge")
+        fork_config = await graph.aupdate_state(mid.config, {"turns": [extra], "limit": 4})
+        fork = await graph.aget_state(fork_config)
+        assert fork.values["turns"] == mid.values["turns"] + [extra]
+        assert fork.values["limit"] == 4
+        out = await graph.ainvoke(None, fork_config, context=context)
+        assert out["turns"][:4] == mid.values["turns"] + [extra]
+        assert len(out["turns"]) == 5 and out["step"] == 4
+        # the original branch is untouched
+        original = await graph.aget_state(history[0].config)
+        assert original.values == final
+
+
+def test_sync_saver_round_trips_and_forks(tmp_path: Path) -> None:
+    def grow(state: TraceState) -> dict[str, Any]:
+        turns = state["turns"]
+        k = len(turns)
+        prompt = [*turns[-1]["prompt_ids"], *turns[-1]["output_ids"], 500 + k] if turns else list(range(300))
+        done = Completion([10 + k, 11 + k, 2**31 + k], [-0.1 * (k + 1), 0.0, -7e-9], "stop", text=f"t{k}")
+        return {"turns": [make_turn(done, node="grow", prompt_ids=prompt, trainable=True, temperature=0.7,
+                                    engine="fake", conversation="c")]}
+
+    builder = StateGraph(TraceState)
+    builder.add_node("grow", grow)
+    builder.add_edge(START, "grow")
+    builder.add_conditional_edges("grow", lambda s: "grow" if len(s["turns"]) < 8 else END, ["grow", END])
+    with compact_sqlite_saver(str(tmp_path / "s.sqlite")) as saver:
+        graph = builder.compile(checkpointer=saver)
+        final = graph.invoke({"turns": []}, _config())
+        history = list(graph.get_state_history(_config()))
+        assert graph.get_state(_config()).values == final
+        for snap in history:
+            assert snap.values.get("turns", []) == final["turns"][: len(snap.values.get("turns", []))]
+        mid = next(s for s in history if len(s.values["turns"]) == 4)
+        fork = graph.update_state(mid.config, {"turns": []})
+        assert graph.get_state(fork).values["turns"] == final["turns"][:4]
+        assert graph.invoke(None, fork)["turns"] == final["turns"]
+
+
+async def test_odd_values_come_back_exactly(tmp_path: Path) -> None:
+    odd = make_turn(Completion([1], [-1.0], "stop"), node="n", prompt_ids=[5], trainable=True,
+                    temperature=1.0, engine="e")
+    odd["output_logprobs"] = [0]  # an int where a float belongs: must come back an int
+    reordered = dict(reversed(list(odd.items())))
+    values = {"turns": [odd, reordered], "ids": list(range(-5, 400)), "big": list(range(2**32, 2**32 + 300)),
+              "bools": [True] * 300, "doc": "h\u00e9llo \ud800 w\u00f6rld \U0001f389 " * 600}
+    async with compact_async_sqlite_saver(str(tmp_path / "c.sqlite")) as saver:
+        cfg = {"configurable": {"thread_id": "x", "checkpoint_ns": ""}}
+        checkpoint = {"v": 4, "id": "1", "ts": "", "channel_values": values, "channel_versions": {},
+                      "versions_seen": {}, "updated_channels": None}
+        stored = await saver.aput(cfg, checkpoint, {}, {})
+        back = (await saver.aget_tuple(stored)).checkpoint["channel_values"]
+    assert back == values
+    assert type(back["turns"][0]["output_logprobs"][0]) is int
+    assert list(back["turns"][1].keys()) == list(reordered.keys())
+    assert all(type(b) is bool for b in back["bools"])
+    with sqlite3.connect(tmp_path / "c.sqlite") as conn:  # the long text went to the side table
+        assert conn.execute(f"SELECT count(*) FROM {ENTRIES_TABLE} WHERE kind = 's'").fetchone() == (1,)
+
+
+async def test_database_grows_linearly_with_the_conversation(tmp_path: Path, context: AgentContext) -> None:
+    sizes, unique, trace = {}, {}, {}
+    for n in (16, 64):
+        path = tmp_path / f"c{n}.sqlite"
+        async with compact_async_sqlite_saver(str(path)) as saver:
+            final, _ = await run_to_end(saver, n, context)
+        sizes[n] = db_bytes(path)
+        last = final["turns"][-1]
+        unique[n] = len(last["prompt_ids"]) + len(last["output_ids"])  # the conversation's distinct ids
+        trace[n] = sum(len(t["prompt_ids"]) + len(t["output_ids"]) for t in final["turns"])
+        with sqlite3.connect(path) as conn:
+            kinds = dict(conn.execute(f"SELECT kind, count(*) FROM {ENTRIES_TABLE} GROUP BY kind").fetchall())
+        assert kinds["t"] == n  # every turn stored once
+    growth, content_growth = sizes[64] / sizes[16], unique[64] / unique[16]
+    assert growth < 1.5 * content_growth, (sizes, unique)  # LangGraph's own saver: ~31x here
+    assert sizes[64] <= 4 * 4 * trace[64]  # the benchmark's target, with 4 bytes per traced id
+
+
+async def test_a_missing_entry_is_a_clear_error(tmp_path: Path, context: AgentContext) -> None:
+    path = tmp_path / "c.sqlite"
+    async with compact_async_sqlite_saver(str(path)) as saver:
+        await run_to_end(saver, 2, context)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"DELETE FROM {ENTRIES_TABLE} WHERE kind = 't'")
+    async with CompactAsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        with pytest.raises(LookupError, match=ENTRIES_TABLE):
+            await chat_graph(saver).aget_state(_config())
