@@ -37,13 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver  # noqa: E402
-from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 from agentgraphs.checkpoint import CompactAsyncSqliteSaver  # noqa: E402
 from agentgraphs.engine import SamplingParams  # noqa: E402
 from agentgraphs.memagent.graph import build_graph as memagent_graph  # noqa: E402
 from agentgraphs.memagent.synthetic import make_needle_example  # noqa: E402
-from agentgraphs.node import AgentContext, Limits, TraceState, call_llm  # noqa: E402
+from agentgraphs.node import AgentContext, Limits  # noqa: E402
+from agentgraphs.testing.agents import looping_chat_graph  # noqa: E402
 from agentgraphs.testing.fake_engines import FixedLatencyEngine  # noqa: E402
 
 NAME = "checkpoints"
@@ -51,25 +51,8 @@ TARGET = 4.0
 REPLY = "Let me look at this part of the problem again and continue from where I stopped. " * 4
 
 
-class ChatState(TraceState):
-    step: int
-    limit: int
-
-
-async def chat(state: ChatState, runtime: Any) -> dict[str, Any]:
-    i = state["step"]
-    text = f"Step {i}: look at the next part and continue." if i else "Solve the puzzle step by step."
-    out = await call_llm(state, runtime, node="chat", conversation="main",
-                         messages=[{"role": "user", "content": text}])
-    return {"step": i + 1, **out.update}
-
-
 def chat_graph(checkpointer: Any) -> Any:
-    builder = StateGraph(ChatState, context_schema=AgentContext)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    builder.add_conditional_edges("chat", lambda s: "chat" if s["step"] < s["limit"] else END, ["chat", END])
-    return builder.compile(checkpointer=checkpointer)
+    return looping_chat_graph(checkpointer)
 
 
 def db_bytes(path: Path) -> int:

@@ -39,3 +39,21 @@ def tiny_engine(tiny_model_dir: Path):  # -> agentgraphs.hf_engine.HFEngine
     from agentgraphs.hf_engine import HFEngine
 
     return HFEngine.from_dir(tiny_model_dir, device="cpu", seed=0)
+
+
+@pytest.fixture(scope="session")
+def qwen25(tiny_model_dir: Path):  # -> a transformers fast tokenizer
+    """The tiny model's tokenizer: the real Qwen2.5 vocabulary and chat template."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen3(agentgraphs_cache: Path):  # -> a transformers fast tokenizer
+    """The Qwen3 variant: <think>/<tool_response> tokens and Qwen3's chat template."""
+    from transformers import AutoTokenizer
+
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+
+    return AutoTokenizer.from_pretrained(ensure_tiny_model(template="qwen3"))

@@ -10,22 +10,6 @@ from agentgraphs.chat import ChatTemplate, Conversation
 from agentgraphs.errors import TemplateError
 
 
-@pytest.fixture(scope="module")
-def qwen25(tiny_model_dir: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def qwen3(agentgraphs_cache: Path):
-    from transformers import AutoTokenizer
-
-    from agentgraphs.testing.tiny_model import ensure_tiny_model
-
-    return AutoTokenizer.from_pretrained(ensure_tiny_model(template="qwen3"))
-
-
 def _ids(tok, text: str) -> list[int]:
     return tok.encode(text, add_special_tokens=False)
 

@@ -24,35 +24,14 @@ from agentgraphs.checkpoint import (
     compact_sqlite_saver,
 )
 from agentgraphs.engine import Completion, SamplingParams
-from agentgraphs.node import AgentContext, TraceState, call_llm
+from agentgraphs.node import AgentContext, TraceState
+from agentgraphs.testing.agents import looping_chat_graph
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.trace import make_turn
 
 
-class ChatState(TraceState):
-    step: int
-    limit: int
-    doc_ids: list[int]
-
-
-async def chat(state: ChatState, runtime: Any) -> dict[str, Any]:
-    i = state["step"]
-    text = f"Step {i}: look at the next part and continue." if i else "Solve the puzzle step by step."
-    out = await call_llm(state, runtime, node="chat", conversation="main",
-                         messages=[{"role": "user", "content": text}])
-    return {"step": i + 1, **out.update}
-
-
-def route(state: ChatState) -> str:
-    return "chat" if state["step"] < state["limit"] else END
-
-
 def chat_graph(checkpointer: Any) -> Any:
-    builder = StateGraph(ChatState, context_schema=AgentContext)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    builder.add_conditional_edges("chat", route, ["chat", END])
-    return builder.compile(checkpointer=checkpointer)
+    return looping_chat_graph(checkpointer)
 
 
 @pytest.fixture(scope="module")

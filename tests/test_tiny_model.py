@@ -18,13 +18,13 @@ from agentgraphs.testing.tiny_model import (
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir: Path):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+def tokenizer(qwen25):
+    return qwen25
 
 
 @pytest.fixture(scope="module")
-def qwen3_tokenizer(agentgraphs_cache: Path):
-    return AutoTokenizer.from_pretrained(ensure_tiny_model(template="qwen3"))
+def qwen3_tokenizer(qwen3):
+    return qwen3
 
 
 def test_real_qwen_token_ids(tokenizer) -> None:

@@ -3,12 +3,14 @@
     agentgraph: agentgraphs.testing.agents:TWO_TURN            # concat layout: one sequence
     agentgraph: agentgraphs.testing.agents:TWO_TURN_PER_TURN   # per_turn layout: two sequences
     agentgraph: agentgraphs.testing.agents:FAILING             # a node that raises (failure paths)
+
+`looping_chat_graph()` continues one conversation N times (long append-only traces, checkpoints).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Mapping, NotRequired
 
 from langgraph.graph import END, START, StateGraph
 
@@ -67,3 +69,36 @@ TWO_TURN = AgentSpec(name="two_turn", build_graph=_graph, make_input=make_input,
                      description="solve, then self-check in the same conversation")
 TWO_TURN_PER_TURN = replace(TWO_TURN, name="two_turn_per_turn", layout="per_turn", _graphs={})
 FAILING = replace(TWO_TURN, name="failing", build_graph=lambda o: _graph(o, failing=True), _graphs={})
+
+
+class LoopingChatState(TraceState):
+    """A conversation that continues `limit` times; `doc_ids` is an optional bulky list (checkpoint tests)."""
+
+    step: int
+    limit: int
+    doc_ids: NotRequired[list[int]]
+
+
+async def chat_step(state: LoopingChatState, runtime: Any) -> dict[str, Any]:
+    i = state["step"]
+    text = f"Step {i}: look at the next part and continue." if i else "Solve the puzzle step by step."
+    out = await call_llm(state, runtime, node="chat", conversation="main",
+                         messages=[{"role": "user", "content": text}])
+    return {"step": i + 1, **out.update}
+
+
+def _chat_route(state: LoopingChatState) -> str:
+    return "chat" if state["step"] < state["limit"] else END
+
+
+def looping_chat_graph(checkpointer: Any = None) -> Any:
+    """One LLM node continuing one conversation `limit` times: long append-only traces on demand.
+
+    >>> sorted(looping_chat_graph().get_graph().nodes)
+    ['__end__', '__start__', 'chat']
+    """
+    builder = StateGraph(LoopingChatState, context_schema=AgentContext)
+    builder.add_node("chat", chat_step)
+    builder.add_edge(START, "chat")
+    builder.add_conditional_edges("chat", _chat_route, ["chat", END])
+    return builder.compile(checkpointer=checkpointer, name="looping_chat")
