@@ -135,3 +135,22 @@ def test_bad_input_fails_with_the_field_named(tiny_engine: Any, bad: dict, field
 def test_graph_draws_offline() -> None:
     text = build_graph().get_graph().draw_mermaid()
     assert "memory_update" in text and "final_answer" in text
+
+
+def test_448k_token_document_end_to_end(qwen25: Any) -> None:
+    """The full RULER length through the graph with a fast engine: 90 chunks, one copy of the ids."""
+    from agentgraphs.testing.fake_engines import FixedLatencyEngine
+
+    row = make_needle_example(qwen25, 448_000, seed=1, needle_position=0.5)
+    reply = qwen25.encode("Nothing relevant yet.", add_special_tokens=False) + [151645]
+    engine = FixedLatencyEngine(latency_s=0.0, script=tuple(reply), tokenizer=qwen25)
+    ctx = AgentContext(policy=engine, tokenizer=qwen25, evaluation=True,
+                       sampling=SamplingParams(max_new_tokens=64))
+    inp = rollout_input(row["question"], row["answers"], {"context": row["document"]}, 0)
+    rollout = asyncio.run(run_rollout(SPEC, inp, ctx))
+    assert rollout.status == "completed", rollout.reason
+    s = rollout.summary
+    assert s["chunks_read"] == s["chunks_planned"] == -(-s["doc_tokens"] // 5000) >= 89
+    assert s["tokens_read"] == s["doc_tokens"] and abs(s["doc_tokens"] - 448_000) <= 0.02 * 448_000
+    final = rollout.final_state
+    assert final["document"] == "" and len(final["doc_ids"]) == s["doc_tokens"]  # text dropped, ids kept once
