@@ -16,6 +16,7 @@ one), the event loop never blocks, and a request's result does not depend on wha
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import random
 import threading
@@ -122,6 +123,9 @@ class HFEngine:
                 model = model.to(dtype=getattr(torch, dtype) if isinstance(dtype, str) else dtype)
             self.name = f"hf:{getattr(model, 'name_or_path', '') or type(model).__name__}"
         self.model = model.to(self.device).eval()
+        # transformers >= 5.24 renamed the KV-cache argument and output `past_key_values` -> `cache`
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.tokenizer = tokenizer
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.eos_token_ids = self._eos_ids()
@@ -194,9 +198,9 @@ class HFEngine:
 
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         # logits_to_keep: only the rows we sample from, not a vocab-wide row per prompt token.
-        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=use_cache,
-                         logits_to_keep=keep)
-        return out.logits[0].float(), out.past_key_values
+        out = self.model(input_ids=input_ids, use_cache=use_cache, logits_to_keep=keep,
+                         **{self._cache_arg: cache})
+        return out.logits[0].float(), out.get(self._cache_arg)
 
     def _prefill(self, request: _Request) -> None:
         logits, request.cache = self._forward(request.prompt_ids, None, 1)
