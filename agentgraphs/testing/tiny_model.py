@@ -131,7 +131,9 @@ def _base_tokenizer_path() -> Path:
         return path
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    tok = TikTokenConverter(vocab_file=str(vocab_file), pattern=pattern).converted()
+    # the special tokens are added afterwards at their real ids; transformers 4.x iterates this
+    # argument (None breaks it), 5.x names it extra_special_tokens
+    tok = TikTokenConverter(vocab_file=str(vocab_file), pattern=pattern, additional_special_tokens=[]).converted()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tok.save(str(tmp))
