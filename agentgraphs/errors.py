@@ -28,13 +28,23 @@ class EngineError(AgentGraphsError):
 class EngineRequestError(EngineError):
     """The server rejected the request (HTTP 4xx). Retrying the same body cannot help."""
 
-    def __init__(self, status_code: int, detail: str) -> None:
+    def __init__(self, status_code: int, detail: str, url: str = "") -> None:
         self.status_code = status_code
         self.detail = detail
-        super().__init__(
-            f"engine rejected the request with HTTP {status_code}: {detail}. "
-            "Check the sampling parameters: SGLang accepts only its documented keys."
-        )
+        self.url = url
+        super().__init__(f"engine{' at ' + url if url else ''} rejected the request with HTTP {status_code}: "
+                         f"{detail}. {_hint(status_code)}")
+
+
+def _hint(status_code: int) -> str:
+    if status_code in (404, 405):
+        return "Point the engine at the server root (http://host:port), not at /v1 or /generate."
+    if status_code in (401, 403):
+        return "The server wants credentials this client does not send; check the router's auth settings."
+    if status_code == 413:
+        return "The request is too large for the server; shorten the prompt or raise the server's limit."
+    return ("Check the sampling parameters (SGLang accepts only its documented keys) and the prompt length "
+            "(it must fit the server's context length).")
 
 
 class EngineUnavailableError(EngineError):

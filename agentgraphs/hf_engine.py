@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     import torch
 
 
+# SGLang samples greedily (and reports unscaled log-probs) below this temperature
+GREEDY_BELOW = 1e-6
+
+
 def sample_token(
     logits: "torch.Tensor", params: SamplingParams, generator: "torch.Generator | None" = None
 ) -> tuple[int, float]:
@@ -45,9 +49,9 @@ def sample_token(
     import torch
 
     logits = logits.float()
-    if params.temperature == 0 or params.top_k == 1:
-        # SGLang turns temperature 0 into top_k=1 at temperature 1, so the log-prob is unscaled.
-        temperature = 1.0 if params.temperature == 0 else params.temperature
+    if params.temperature < GREEDY_BELOW or params.top_k == 1:
+        # SGLang turns temperature ~0 into top_k=1 at temperature 1, so the log-prob is unscaled.
+        temperature = 1.0 if params.temperature < GREEDY_BELOW else params.temperature
         logprobs = torch.log_softmax(logits / temperature, dim=-1)
         token = int(torch.argmax(logits))
         return token, float(logprobs[token])
@@ -157,6 +161,9 @@ class HFEngine:
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         """Sample up to `params.max_new_tokens` ids after `prompt_ids`, with the log-prob of each."""
         self._check_ids(prompt_ids, "prompt_ids", allow_empty=False)
+        if params.stop and self.tokenizer is None:
+            raise InputError("sampling_params.stop", "stop strings need text, and this engine has no tokenizer",
+                             "pass tokenizer= to HFEngine or use stop_token_ids")
         started = time.perf_counter()
         request = self._new_request(prompt_ids, params)
         if params.max_new_tokens == 0:
@@ -250,7 +257,7 @@ class HFEngine:
         self._check_ids(output_ids, "output_ids", allow_empty=True)
         if not output_ids:
             return []
-        scale = temperature if temperature > 0 else 1.0
+        scale = temperature if temperature >= GREEDY_BELOW else 1.0
         with self._lock, torch.inference_mode():
             # The last len(output)+1 positions predict output[0..]; the very last predicts nothing.
             logits, _ = self._forward(

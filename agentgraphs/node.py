@@ -161,7 +161,7 @@ def context_of(runtime: Any) -> AgentContext:
     return ctx
 
 
-_SHARED_ENGINES: dict[tuple[str, int], Engine] = {}
+_SHARED_ENGINES: dict[tuple[str, Any], Engine] = {}
 _SHARED_TOKENIZERS: dict[str, Any] = {}
 
 
@@ -170,14 +170,16 @@ def shared_engine(spec: str) -> Engine:
 
     `hf:tiny` is the embedded default: the tiny Qwen2 model of the testing kit, built offline.
     """
-    loop = 0
+    loop: Any = None
     if spec.startswith("sglang:"):
         try:
             import asyncio
 
-            loop = id(asyncio.get_running_loop())
+            # the loop itself, not its id: a new loop can reuse a dead loop's id, and an HTTP
+            # engine bound to the dead loop must not be handed out again
+            loop = asyncio.get_running_loop()
         except RuntimeError:
-            loop = 0
+            loop = None
     key = (spec, loop)
     engine = _SHARED_ENGINES.get(key)
     if engine is None:

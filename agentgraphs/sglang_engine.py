@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import ssl
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 
 from .engine import Completion, FinishReason, SamplingParams
-from .errors import EngineProtocolError, EngineRequestError, EngineUnavailableError
+from .errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class SGLangEngine:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         if backoff_s < 0 or backoff_cap_s < 0:
             raise ValueError("backoff_s and backoff_cap_s must be >= 0")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"SGLangEngine base_url {base_url!r} has no scheme: use 'http://host:port' "
+                              "(the server root, without /v1 or /generate)")
         self.base_url = base_url.rstrip("/")
         self.name = f"sglang:{self.base_url}"
         self.max_retries = max_retries
@@ -212,7 +216,8 @@ class SGLangEngine:
         """Abort every request on the server (slime does this between rollouts)."""
         try:
             resp = await self._client.post(
-                f"{self.base_url}/abort_request", json={"abort_all": True}, timeout=self._timeout
+                f"{self.base_url}/abort_request", json={"abort_all": True},
+                timeout=max(self.abort_timeout_s, 5.0),  # never the 600 s generation timeout
             )
         except httpx.HTTPError as err:
             raise EngineUnavailableError(f"{self.base_url}/abort_request", 1, repr(err)) from err
@@ -222,8 +227,10 @@ class SGLangEngine:
         """Finish pending best-effort aborts, then close the client if the engine made it."""
         if self._abort_tasks:
             await asyncio.wait(set(self._abort_tasks), timeout=self.abort_timeout_s)
-            for task in list(self._abort_tasks):
+            leftover = list(self._abort_tasks)
+            for task in leftover:
                 task.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)
         if self._slots is not None:
             await self._slots.aclose()
         if self._owns_client:
@@ -262,6 +269,10 @@ class SGLangEngine:
         except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as err:
             # our URL or request is malformed: no retry can fix that
             raise EngineUnavailableError(f"{self.base_url}/generate", 1, repr(err)) from err
+        except httpx.TimeoutException as err:
+            # the attempt may still be generating on the server: stop it before a retry adds load
+            self._abort_in_background(rid)
+            raise _Retryable(f"{type(err).__name__}: {err}") from err
         except httpx.TransportError as err:
             raise _Retryable(f"{type(err).__name__}: {err}") from err
         if resp.status_code >= 500 or resp.status_code in _TRANSIENT_4XX:
@@ -288,6 +299,11 @@ class SGLangEngine:
             await asyncio.wait_for(asyncio.shield(task), self.abort_timeout_s)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             pass  # the caller is already being cancelled; its CancelledError is re-raised above
+
+    def _abort_in_background(self, rid: str) -> None:
+        task = asyncio.ensure_future(self._send_abort(rid))
+        self._abort_tasks.add(task)
+        task.add_done_callback(self._abort_tasks.discard)
 
     async def _send_abort(self, rid: str) -> None:
         try:
@@ -323,7 +339,7 @@ def _raise_for_status(resp: httpx.Response) -> None:
     if resp.status_code >= 500:
         raise EngineUnavailableError(str(resp.request.url), 1, f"HTTP {resp.status_code}: {resp.text[:300]}")
     if resp.status_code >= 400:
-        raise EngineRequestError(resp.status_code, resp.text[:500])
+        raise EngineRequestError(resp.status_code, resp.text[:500], url=str(resp.request.url))
 
 
 def _parse_completion(
@@ -334,9 +350,16 @@ def _parse_completion(
     if not isinstance(meta, dict):
         raise _Retryable("response has no meta_info object", protocol=True)
     finish, raw_finish = _parse_finish(meta.get("finish_reason"))
-    token_ids, logprobs = _parse_logprobs(meta.get("output_token_logprobs"))
+    raw_logprobs = meta.get("output_token_logprobs")
+    if finish == "abort" and raw_logprobs is None:
+        # SGLang answers a request aborted while still queued ("Abort before prefill") with no
+        # output fields at all: an abort with nothing generated, not a broken body
+        raw_logprobs = []
+    token_ids, logprobs = _parse_logprobs(raw_logprobs)
     output_ids = payload.get("output_ids")
-    if output_ids is not None and list(output_ids) != token_ids:
+    if output_ids is not None and not isinstance(output_ids, list):
+        raise _Retryable(f"output_ids is not a list: {output_ids!r:.100}", protocol=True)
+    if output_ids is not None and output_ids != token_ids:
         raise _Retryable(
             f"output_ids ({len(output_ids)} ids) disagree with output_token_logprobs "
             f"({len(token_ids)} entries)",
@@ -367,7 +390,7 @@ def _parse_completion(
 def _parse_finish(raw: object) -> tuple[FinishReason, dict[str, Any]]:
     # SGLang sends {"type": ..., ...}; a bare string is accepted for lenient proxies
     finish = raw.get("type") if isinstance(raw, dict) else raw
-    if finish not in _FINISH_TYPES:
+    if not isinstance(finish, str) or finish not in _FINISH_TYPES:
         raise _Retryable(f"finish_reason {raw!r:.200} is not stop/length/abort", protocol=True)
     return finish, dict(raw) if isinstance(raw, dict) else {"type": finish}  # type: ignore[return-value]
 
@@ -387,7 +410,8 @@ def _parse_logprobs(raw: object) -> tuple[list[int], list[float]]:
             )
         lp, tok = entry[0], entry[1]
         # null is how SGLang's JSON encodes a non-finite log-prob: unusable for training
-        if isinstance(lp, bool) or not isinstance(lp, (int, float)):
+        if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp) or lp > 1e-4:
+            # NaN/inf (a proxy's json) or a positive value cannot be a sampled token's log-prob
             raise _Retryable(f"output_token_logprobs[{i}] has log-prob {lp!r}", protocol=True)
         if isinstance(tok, bool) or not isinstance(tok, int):
             raise _Retryable(f"output_token_logprobs[{i}] has token id {tok!r}", protocol=True)

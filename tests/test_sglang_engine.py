@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from agentgraphs.engine import Engine, SamplingParams
-from agentgraphs.errors import EngineProtocolError, EngineRequestError, EngineUnavailableError
+from agentgraphs.errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
 from agentgraphs.sglang_engine import SGLangEngine, _parse_completion
 from agentgraphs.testing.fake_engines import TOY_EOS_ID, TOY_SCRIPT, FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
@@ -271,3 +271,45 @@ async def test_hf_engine_over_http_is_token_exact(tiny_engine) -> None:  # type:
     first = direct.token_ids.index(stop_id) + 1
     assert stopped.token_ids == direct.token_ids[:first] and stopped.logprobs == direct.logprobs[:first]
     assert stopped.meta["finish_reason"] == {"type": "stop", "matched": stop_id}
+
+
+# -- odd bodies, checked without a server (httpx.MockTransport) -------------------------------------
+
+
+def _mock_engine(body: object, status: int = 200) -> SGLangEngine:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if isinstance(body, str):
+            return httpx.Response(status, content=body.encode())
+        return httpx.Response(status, json=body)
+
+    return SGLangEngine("http://127.0.0.1:9", client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+                        max_retries=1, backoff_s=0.0)
+
+
+async def test_abort_before_prefill_body_is_an_abort_not_an_error() -> None:
+    body = {"text": "", "meta_info": {"id": "x", "prompt_tokens": 0, "completion_tokens": 0,
+                                      "finish_reason": {"type": "abort", "message": "Abort before prefill"}}}
+    out = await _mock_engine(body).generate([1, 2], SamplingParams(max_new_tokens=4))
+    assert out.finish_reason == "abort" and out.token_ids == [] and out.retries == 0
+
+
+@pytest.mark.parametrize("raw, why", [
+    ('{"output_ids": [5], "meta_info": {"finish_reason": {"type": "stop"}, '
+     '"output_token_logprobs": [[NaN, 5, null]]}}', "NaN"),
+    ('{"output_ids": [5], "meta_info": {"finish_reason": {"type": "stop"}, '
+     '"output_token_logprobs": [[3.5, 5, null]]}}', "positive"),
+    ('{"output_ids": 5, "meta_info": {"finish_reason": {"type": "stop"}, '
+     '"output_token_logprobs": [[-1.0, 5, null]]}}', "ids not a list"),
+    ('{"output_ids": [5], "meta_info": {"finish_reason": {"type": ["stop"]}, '
+     '"output_token_logprobs": [[-1.0, 5, null]]}}', "finish type not a string"),
+])
+async def test_malformed_bodies_raise_typed_protocol_errors(raw: str, why: str) -> None:
+    with pytest.raises(EngineProtocolError):
+        await _mock_engine(raw).generate([1, 2], SamplingParams(max_new_tokens=4))
+
+
+async def test_request_errors_say_what_to_fix() -> None:
+    with pytest.raises(EngineRequestError, match="server root"):
+        await _mock_engine({"detail": "Not Found"}, status=404).generate([1], SamplingParams())
+    with pytest.raises(ConfigError, match="no scheme"):
+        SGLangEngine("127.0.0.1:30000")

@@ -427,9 +427,14 @@ class SGLangTestServer:
             return _Response(0, mode="drop")
         delay = self.faults.latency_s + (self.faults.slow_s if fault == "slow" else 0.0)
         completion = await self._run_abortable(req, delay)
-        if completion is None:  # aborted through /abort_request: SGLang answers with what it has
-            completion = Completion([], [], "abort", meta={"abort_message": "aborted by /abort_request"})
-        elif fault == "abort":
+        if completion is None:
+            # aborted through /abort_request before any token (the latency stands for the queue):
+            # SGLang answers "Abort before prefill" with no output fields at all
+            return _Response.of(200, {"text": "", "meta_info": {
+                "id": req.rid, "prompt_tokens": 0, "completion_tokens": 0,
+                "finish_reason": {"type": "abort", "message": "Abort before prefill", "status_code": None},
+            }})
+        if fault == "abort":
             half = len(completion.token_ids) // 2
             completion = Completion(completion.token_ids[:half], completion.logprobs[:half], "abort",
                                     weight_version=completion.weight_version,
