@@ -52,6 +52,18 @@ _BATCH = 500  # keys per IN (...) query, under SQLite's variable limit
 Row = tuple[bytes, str, "str | None", bytes]  # key, kind ('t' turn, 'n' node, 'i' ids, 's' text), serde type, data
 
 
+class _Rows(list):  # type: ignore[type-arg]
+    """The rows one encode call emits, with their keys (to emit each once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: set[bytes] = set()
+
+    def add(self, row: Row) -> None:
+        self.append(row)
+        self.keys.add(row[0])
+
+
 class Fetch:
     """A request from the decoder to the driver: entries by key, and node chains by head key."""
 
@@ -83,6 +95,11 @@ class _LRU(OrderedDict):  # type: ignore[type-arg]
         while len(self) > self.size or (self.max_cost is not None and self.cost > self.max_cost and len(self) > 1):
             old, _ = self.popitem(last=False)
             self.cost -= self._costs.pop(old, 0)
+
+    def discard(self, key: Any) -> None:
+        if key in self:
+            del self[key]
+            self.cost -= self._costs.pop(key, 0)
 
 
 def _key(kind: str, type_: str | None, data: bytes) -> bytes:
@@ -164,17 +181,21 @@ class Codec:
     def __init__(self, serde: Any) -> None:
         self.serde = serde
         self.lock = threading.RLock()  # sync savers put from background threads
-        # object identity -> (object, key); holds the object so its id cannot be reused meanwhile
+        # object identity -> (object, key[, snapshot]); holds the object so its id cannot be reused meanwhile.
+        # An identity hit is trusted only if the entry is committed (or re-emitted): see _ensure.
         self._stored = _LRU(65536, max_cost=4_000_000)
         self._decoded = _LRU(65536, max_cost=4_000_000)  # key -> turn dict or id list
         self._nodes = _LRU(200_000)  # node key -> (previous node key | None, turn key)
         self._tails = _LRU(1024)  # (thread, ns, conversation) -> last turn stored or loaded
-        self._written: set[bytes] = set()
+        self._written: set[bytes] = set()  # keys known to be in the database (written or loaded)
+        # rows emitted but not (yet) known to be committed, with the keys they need: key -> (row, deps).
+        # A write can fail (or still be in flight for a concurrent put): later puts re-emit these.
+        self._pending = _LRU(65536, max_cost=4_000_000)
 
     # -- encoding ------------------------------------------------------------------------------
 
     def encode_checkpoint(self, config: Any, checkpoint: dict[str, Any]) -> tuple[dict[str, Any], list[Row]]:
-        rows: list[Row] = []
+        rows = _Rows()
         values = checkpoint.get("channel_values") or {}
         with self.lock:
             scope = scope_of(config)
@@ -184,18 +205,16 @@ class Codec:
         return {**checkpoint, "channel_values": out}, rows
 
     def encode_writes(self, config: Any, writes: Sequence[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], list[Row]]:
-        rows: list[Row] = []
+        rows = _Rows()
         with self.lock:
             scope = scope_of(config)
             return [(ch, self._encode_value(v, rows, scope)) for ch, v in writes], rows
 
     def mark_written(self, rows: Sequence[Row]) -> None:
-        with self.lock:
-            if len(self._written) > 2_000_000:
-                self._written.clear()
-            self._written.update(r[0] for r in rows)
+        """Call once `rows` are committed: only then do later puts rely on them without re-emitting."""
+        self._mark_loaded([r[0] for r in rows])
 
-    def _encode_value(self, value: Any, rows: list[Row], scope: tuple[str, str], depth: int = 0) -> Any:
+    def _encode_value(self, value: Any, rows: _Rows, scope: tuple[str, str], depth: int = 0) -> Any:
         if type(value) is dict and depth < _MAX_DEPTH and not _is_turn(value) and _as_marker(value) is None:
             # e.g. the graph input under __start__: a dict of the state's fields
             out = {k: self._encode_value(v, rows, scope, depth + 1) for k, v in value.items()}
@@ -211,21 +230,23 @@ class Codec:
             return value if key is None else _marker("ids", key, len(value))
         return value
 
-    def _encode_ids(self, ids: list[int], rows: list[Row]) -> bytes | None:
+    def _encode_ids(self, ids: list[int], rows: _Rows) -> bytes | None:
         hit = self._stored.get_fresh(id(ids))
-        if hit is not None and hit[0] is ids:
+        # a list can change in place between checkpoints: the identity hit also needs the content it had
+        # then (a snapshot: == compares the shared items by identity first, so this costs little)
+        if hit is not None and hit[0] is ids and hit[2] == ids and self._ensure(rows, hit[1]):
             return hit[1]
         data = _pack_ids(ids)
         if data is None:
             return None
         key = _key("i", None, data)
         self._emit(rows, key, "i", None, data)
-        self._stored.put(id(ids), (ids, key), len(ids))
+        self._stored.put(id(ids), (ids, key, list(ids)), 2 * len(ids))
         return key
 
-    def _encode_text(self, text: str, rows: list[Row]) -> bytes:
+    def _encode_text(self, text: str, rows: _Rows) -> bytes:
         hit = self._stored.get_fresh(id(text))
-        if hit is not None and hit[0] is text:
+        if hit is not None and hit[0] is text and self._ensure(rows, hit[1]):  # a str cannot change
             return hit[1]
         data = text.encode("utf-8", "surrogatepass")  # any str round-trips, lone surrogates included
         key = _key("s", None, data)
@@ -233,7 +254,7 @@ class Codec:
         self._stored.put(id(text), (text, key), len(data) // 4)
         return key
 
-    def _encode_turns(self, turns: list[Turn], rows: list[Row], scope: tuple[str, str]) -> bytes:
+    def _encode_turns(self, turns: list[Turn], rows: _Rows, scope: tuple[str, str]) -> bytes:
         node: bytes | None = None
         last_of: dict[str, Turn] = {}
         for i, turn in enumerate(turns):
@@ -249,12 +270,12 @@ class Codec:
         assert node is not None
         return node
 
-    def _turn_key(self, turn: Turn, rows: list[Row], scope: tuple[str, str], turns: list[Turn], at: int) -> bytes:
+    def _turn_key(self, turn: Turn, rows: _Rows, scope: tuple[str, str], turns: list[Turn], at: int) -> bytes:
         """The key of `turns[at]`, encoding it (prompt as a delta where it can) if it is not known yet."""
         hit = self._stored.get_fresh(id(turn))
-        if hit is not None and hit[0] is turn:
+        if hit is not None and hit[0] is turn and self._ensure(rows, hit[1]):
             return hit[1]
-        base, base_key = self._find_base(turn, scope, turns, at)
+        base, base_key = self._find_base(turn, scope, turns, at, rows)
         prompt = turn["prompt_ids"]
         extra = prompt[len(base["prompt_ids"]) + len(base["output_ids"]):] if base is not None else prompt
         order = list(turn.keys())
@@ -269,13 +290,14 @@ class Codec:
         }
         type_, data = self.serde.dumps_typed(obj)
         key = _key("t", type_, data)
-        self._emit(rows, key, "t", type_, data)
+        self._emit(rows, key, "t", type_, data, deps=() if base_key is None else (base_key,))
         self._stored.put(id(turn), (turn, key), len(prompt) + len(turn["output_ids"]))
         if turn["conversation"]:
             self._tails.put((*scope, turn["conversation"]), turn)
         return key
 
-    def _find_base(self, turn: Turn, scope: tuple[str, str], turns: list[Turn], at: int) -> tuple[Turn | None, bytes | None]:
+    def _find_base(self, turn: Turn, scope: tuple[str, str], turns: list[Turn], at: int,
+                   rows: _Rows) -> tuple[Turn | None, bytes | None]:
         """The turn this one's prompt extends: the conversation's previous turn in the same list, else the
         last one stored or loaded for this thread (a write arrives before the checkpoint that lists it)."""
         conv = turn["conversation"]
@@ -288,13 +310,37 @@ class Codec:
             candidates.append(tail)
         for cand in candidates:
             hit = self._stored.get(id(cand))
-            if hit is not None and hit[0] is cand and _extends(turn, cand):
+            if hit is not None and hit[0] is cand and _extends(turn, cand) and self._ensure(rows, hit[1]):
                 return cand, hit[1]
         return None, None
 
-    def _emit(self, rows: list[Row], key: bytes, kind: str, type_: str | None, data: bytes) -> None:
-        if key not in self._written:
-            rows.append((key, kind, type_, data))
+    def _emit(self, rows: _Rows, key: bytes, kind: str, type_: str | None, data: bytes,
+              deps: Sequence[bytes] = ()) -> None:
+        if key in self._written or key in rows.keys:
+            return
+        row = (key, kind, type_, data)
+        rows.add(row)
+        if kind != "n":  # nodes are rebuilt by every put; entries are found by identity and re-emitted
+            self._pending.put(key, (row, tuple(deps)), len(data) // 4)
+
+    def _ensure(self, rows: _Rows, key: bytes) -> bool:
+        """Whether entry `key` and the entries it needs (a turn's base turns) are committed or in `rows`,
+        re-emitting those emitted before but not known to be committed (a failed or concurrent write).
+        False when one of them is neither: the caller encodes the value again."""
+        need, todo = [], [key]
+        while todo:
+            k = todo.pop()
+            if k in self._written or k in rows.keys:
+                continue
+            got = self._pending.get(k)
+            if got is None:
+                return False
+            need.append(got[0])
+            todo.extend(got[1])
+        for row in need:
+            if row[0] not in rows.keys:
+                rows.add(row)
+        return True
 
     # -- decoding (sans I/O) -------------------------------------------------------------------
 
@@ -330,7 +376,7 @@ class Codec:
                     raise LookupError(f"checkpoint entry {ref.hex()} ({kind}) is missing from {ENTRIES_TABLE}")
             if len(value) != n:
                 raise LookupError(f"checkpoint entry {ref.hex()} holds {len(value)} items, the marker says {n}")
-            return value
+            return list(value) if kind == "ids" else value  # a caller may edit its list: not the cached one
         keys = yield from self._turn_keys(ref)
         if len(keys) != n:
             raise LookupError(f"turn list {ref.hex()} has {len(keys)} turns, the marker says {n}")
@@ -413,7 +459,11 @@ class Codec:
 
     def _mark_loaded(self, keys: Sequence[bytes]) -> None:
         with self.lock:
+            if len(self._written) > 2_000_000:
+                self._written.clear()
             self._written.update(keys)
+            for k in keys:
+                self._pending.discard(k)
 
 
 def _dependency_order(raw: dict[bytes, dict[str, Any]]) -> list[bytes]:

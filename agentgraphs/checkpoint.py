@@ -31,8 +31,11 @@ identical value. Opt in by using these classes where you would use LangGraph's:
 The encoding itself (no I/O, shared by both savers) is agentgraphs._checkpoint_codec.
 
 Limits: entries are shared between threads (content-addressed), so `delete_thread` leaves them in
-place; Turns are immutable records (do not edit a Turn in place once it is in state: the saver
-remembers objects it has stored by identity).
+place; Turns are immutable records (do not edit a Turn in place once it is in state, nor one that was
+loaded: the saver remembers turns by identity, and loads share them). A list of ids may be changed in
+place (the saver checks its content against what it stored), and every load returns a fresh list.
+Entries are written before the checkpoint that refers to them; one whose write failed is written again
+by the next put that needs it.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 
@@ -197,3 +198,69 @@ async def test_a_missing_entry_is_a_clear_error(tmp_path: Path, context: AgentCo
     async with CompactAsyncSqliteSaver.from_conn_string(str(path)) as saver:
         with pytest.raises(LookupError, match=ENTRIES_TABLE):
             await chat_graph(saver).aget_state(_config())
+
+
+def _checkpoint(i: int, values: dict[str, Any]) -> dict[str, Any]:
+    return {"v": 4, "id": f"{i:04d}", "ts": "", "channel_values": values, "channel_versions": {},
+            "versions_seen": {}, "updated_channels": None}
+
+
+_CFG = {"configurable": {"thread_id": "x", "checkpoint_ns": ""}}
+
+
+async def test_a_list_changed_in_place_is_stored_again(tmp_path: Path) -> None:
+    path = str(tmp_path / "c.sqlite")
+    ids = list(range(300))
+    async with compact_async_sqlite_saver(path) as saver:
+        s1 = await saver.aput(_CFG, _checkpoint(1, {"doc": ids}), {}, {})
+        ids.append(999)  # the same list object, grown in place, checkpointed again
+        s2 = await saver.aput(s1, _checkpoint(2, {"doc": ids}), {}, {})
+        ids[5] = 12345  # same length, one item changed in place
+        s3 = await saver.aput(s2, _checkpoint(3, {"doc": ids}), {}, {})
+        got = [(await saver.aget_tuple(s)).checkpoint["channel_values"]["doc"] for s in (s1, s2, s3)]
+    want = [list(range(300)), [*range(300), 999], [*range(5), 12345, *range(6, 300), 999]]
+    assert got == want
+    async with compact_async_sqlite_saver(path) as fresh:  # and from the database alone
+        assert [(await fresh.aget_tuple(s)).checkpoint["channel_values"]["doc"] for s in (s1, s2, s3)] == want
+
+
+async def test_editing_a_loaded_value_does_not_change_the_next_load(tmp_path: Path) -> None:
+    async with compact_async_sqlite_saver(str(tmp_path / "c.sqlite")) as saver:
+        stored = await saver.aput(_CFG, _checkpoint(1, {"doc": list(range(300))}), {}, {})
+        first = (await saver.aget_tuple(stored)).checkpoint["channel_values"]["doc"]
+        first.append(-1)
+        first[0] = -2
+        again = (await saver.aget_tuple(stored)).checkpoint["channel_values"]["doc"]
+        assert again == list(range(300)) and again is not first
+
+
+async def test_a_failed_write_is_written_again_by_the_next_put(tmp_path: Path) -> None:
+    path = str(tmp_path / "c.sqlite")
+    t1 = make_turn(Completion([1, 2], [-0.1, -0.2], "stop"), node="n", prompt_ids=[5, 6], trainable=True,
+                   temperature=1.0, engine="e", conversation="c")
+    # extends t1: stored as a delta against t1's entry, which the failed write never committed
+    t2 = make_turn(Completion([3], [-0.3], "stop"), node="n", prompt_ids=[5, 6, 1, 2, 7], trainable=True,
+                   temperature=1.0, engine="e", conversation="c")
+    doc, text = list(range(300)), "x" * 5000
+    async with compact_async_sqlite_saver(path) as saver:
+        real = saver._write
+
+        async def locked(rows: Any) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+        saver._write = locked  # type: ignore[method-assign]
+        with pytest.raises(sqlite3.OperationalError):
+            await saver.aput(_CFG, _checkpoint(1, {"turns": [t1], "doc": doc, "text": text}), {}, {})
+        with pytest.raises(sqlite3.OperationalError):  # a write of the next turn fails too
+            await saver.aput_writes(_CFG, [("turns", [t2])], "task")
+        saver._write = real  # type: ignore[method-assign]
+        s1 = await saver.aput(_CFG, _checkpoint(1, {"turns": [t1], "doc": doc, "text": text}), {}, {})
+        s2 = await saver.aput(s1, _checkpoint(2, {"turns": [t1, t2], "doc": doc, "text": text}), {}, {})
+    async with compact_async_sqlite_saver(path) as fresh:  # empty caches: everything from the database
+        assert (await fresh.aget_tuple(s1)).checkpoint["channel_values"] == {"turns": [t1], "doc": doc, "text": text}
+        assert (await fresh.aget_tuple(s2)).checkpoint["channel_values"] == {"turns": [t1, t2], "doc": doc,
+                                                                             "text": text}
+    with sqlite3.connect(path) as conn:  # t2 is still stored as a delta against t1
+        rows = conn.execute(f"SELECT type, data FROM {ENTRIES_TABLE} WHERE kind = 't'").fetchall()
+    bases = sorted(JsonPlusSerializer().loads_typed((type_, data))["b"] is not None for type_, data in rows)
+    assert bases == [False, True]
