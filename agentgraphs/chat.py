@@ -45,10 +45,14 @@ class ChatTemplate:
 
     `template_kwargs` go to `apply_chat_template` (e.g. `{"enable_thinking": False}` for Qwen3).
 
-    >>> from agentgraphs.testing import tiny_tokenizer  # doctest: +SKIP
-    >>> tpl = ChatTemplate(tiny_tokenizer())  # doctest: +SKIP
-    >>> ids = tpl.render([{"role": "user", "content": "Hi"}])  # doctest: +SKIP
-    >>> glue = tpl.glue([{"role": "user", "content": "And then?"}])  # doctest: +SKIP
+    >>> from transformers import AutoTokenizer
+    >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
+    >>> tpl = ChatTemplate(AutoTokenizer.from_pretrained(ensure_tiny_model()))  # Qwen2.5's template
+    >>> ids = tpl.render([{"role": "user", "content": "Hi"}])
+    >>> tpl.tokenizer.decode(ids)
+    '<|im_start|>system\\nYou are Qwen, ...<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+    >>> tpl.tokenizer.decode(tpl.glue([{"role": "user", "content": "And then?"}]))
+    '\\n<|im_start|>user\\nAnd then?<|im_end|>\\n<|im_start|>assistant\\n'
     """
 
     def __init__(
@@ -279,9 +283,22 @@ class Conversation:
     `ids` is always the next prompt. Plain Python state: nodes rebuild it from the Turns in graph
     state (see `agentgraphs.node`), so it never needs to be checkpointed itself.
 
-    >>> conv = Conversation.start(tpl, [{"role": "user", "content": "2+2?"}])  # doctest: +SKIP
-    >>> conv.add_output(completion.token_ids, completion.finish_reason)      # doctest: +SKIP
-    >>> conv.add_messages([{"role": "user", "content": "Why?"}])              # doctest: +SKIP
+    >>> import asyncio
+    >>> from agentgraphs.engine import SamplingParams
+    >>> from agentgraphs.hf_engine import HFEngine
+    >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
+    >>> engine = HFEngine.from_dir(ensure_tiny_model(), device="cpu", seed=0)
+    >>> tpl = ChatTemplate(engine.tokenizer)
+    >>> conv = Conversation.start(tpl, [{"role": "user", "content": "2+2?"}])
+    >>> completion = asyncio.run(engine.generate(conv.ids, SamplingParams(max_new_tokens=3)))
+    >>> completion.finish_reason  # cut short: the output has no <|im_end|>
+    'length'
+    >>> conv.add_output(completion.token_ids, completion.finish_reason)
+    >>> glue = conv.add_messages([{"role": "user", "content": "Why?"}])  # masked ids, <|im_end|> first
+    >>> tpl.tokenizer.decode(glue)
+    '<|im_end|>\\n<|im_start|>user\\nWhy?<|im_end|>\\n<|im_start|>assistant\\n'
+    >>> conv.ids == tpl.render([{"role": "user", "content": "2+2?"}]) + completion.token_ids + glue
+    True
     """
 
     def __init__(self, template: ChatTemplate, ids: Sequence[int]) -> None:

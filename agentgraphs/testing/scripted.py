@@ -32,8 +32,19 @@ class ScriptedPolicy:
     A script is a list of replies (used in order) or a function of the ScriptCall. A reply longer
     than max_new_tokens is cut and finishes with "length", exactly like a real engine.
 
-    >>> from agentgraphs.testing import tiny_engine  # doctest: +SKIP
-    >>> policy = ScriptedPolicy(tiny_engine(), ["Hello!"])  # doctest: +SKIP
+    >>> import asyncio
+    >>> from agentgraphs.hf_engine import HFEngine
+    >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
+    >>> policy = ScriptedPolicy(HFEngine.from_dir(ensure_tiny_model(), device="cpu", seed=0), ["Hello!"])
+    >>> prompt = policy.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}],
+    ...                                               add_generation_prompt=True, tokenize=False)
+    >>> out = asyncio.run(policy.generate(policy.tokenizer.encode(prompt), SamplingParams(max_new_tokens=16)))
+    >>> out.text, out.finish_reason, len(out.logprobs) == len(out.token_ids)
+    ('Hello!<|im_end|>', 'stop', True)
+    >>> out = asyncio.run(policy.generate(policy.tokenizer.encode(prompt), SamplingParams()))
+    Traceback (most recent call last):
+    ...
+    RuntimeError: scripted policy ran out of replies at call 1
     """
 
     def __init__(self, scorer: HFEngine, script: Script, *, end_of_turn: str = "<|im_end|>",
