@@ -314,9 +314,9 @@ class Conversation:
 
     def add_output(self, output_ids: Sequence[int], finish_reason: str) -> None:
         """Append the engine's output ids exactly as returned."""
-        self.ids.extend(output_ids)
         if finish_reason == "abort":
             raise TemplateError("an aborted generation cannot be continued; end the episode")
+        self.ids.extend(output_ids)
 
     def add_messages(self, messages: Sequence[Message]) -> list[int]:
         """Append glue + new messages + the generation header. Returns the appended (masked) ids.

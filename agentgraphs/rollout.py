@@ -81,6 +81,8 @@ async def _run(
         graph_input = spec.make_input(inp, opts)
     except InputError as exc:
         return _failed(started, f"bad input: {exc}", exc)
+    except Exception as exc:  # a user's make_input must not take the whole batch down
+        return _failed(started, f"bad input: {spec.name}.make_input raised {type(exc).__name__}: {exc}", exc)
     graph = spec.graph(opts)
     run_config = {"recursion_limit": ctx.limits.recursion_limit, **(config or {})}
     # stream the state so a rollout that fails half-way still reports the turns it made
@@ -129,7 +131,9 @@ async def _finish(
             summary.update(spec.summarize(final))
     except Exception as exc:
         return _failed(started, f"building training data failed: {type(exc).__name__}: {exc}", exc, turns)
-    truncated = [i for i, t in enumerate(turns) if t["finish_reason"] == "length" and t["trainable"]]
+    # the policy's turns decide: in evaluation (and for masked turns) nothing is trainable, yet a
+    # policy turn cut by max_new_tokens still makes the rollout TRUNCATED
+    truncated = [i for i, t in enumerate(turns) if t["finish_reason"] == "length" and t["engine"] == ctx.policy.name]
     status: Status = "truncated" if truncated else "completed"
     reason = f"turns {truncated} hit max_new_tokens" if truncated else "ok"
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
@@ -144,7 +148,10 @@ async def _finish(
     elif compute_reward:
         rollout.reason += "; no label: not scored"
     if spec.eval_metrics is not None and labelled:
-        rollout.metrics = spec.eval_metrics(rin)
+        try:
+            rollout.metrics = spec.eval_metrics(rin)
+        except Exception as exc:
+            return _failed(started, f"{spec.name}.eval_metrics raised {type(exc).__name__}: {exc}", exc, turns)
     rollout.time_s = time.monotonic() - started
     return rollout
 
@@ -201,8 +208,9 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
             seq["loss_mask"] = [0] * seq["response_length"]
             seq["rollout_log_probs"] = [0.0] * seq["response_length"]
     if not sequences:
-        # slime needs a non-empty response: one masked placeholder token, never trained.
-        sequences = [dict(TrainSequence(tokens=[pad_id], response_length=1, loss_mask=[0],
+        # slime needs a non-empty prompt AND response (it reads the logits at position prompt_len-1):
+        # two pad tokens, the second a masked placeholder response, never trained.
+        sequences = [dict(TrainSequence(tokens=[pad_id, pad_id], response_length=1, loss_mask=[0],
                                         rollout_log_probs=[0.0], turn_indices=[]))]
     head = sequences[0]
     n = head["response_length"]

@@ -87,6 +87,8 @@ def per_turn_sequences(turns: Sequence[Turn], *, include_untrainable: bool = Fal
         if not turn["trainable"] and not include_untrainable:
             continue
         n = len(turn["output_ids"])
+        if n == 0 or not turn["prompt_ids"]:
+            continue  # nothing to train (slime reads an empty response as the whole sequence)
         mask = 1 if turn["trainable"] else 0
         out.append(
             TrainSequence(
@@ -180,8 +182,9 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
     """
     n = seq["response_length"]
     tokens = seq["tokens"]
-    if not 0 <= n <= len(tokens):
-        raise TraceError(f"response_length {n} outside 0..{len(tokens)}")
+    if not 0 < n < len(tokens):
+        raise TraceError(f"response_length {n} must be in 1..{len(tokens) - 1}: slime needs a non-empty prompt "
+                         "and a non-empty response")
     if len(seq["loss_mask"]) != n or len(seq["rollout_log_probs"]) != n:
         raise TraceError(
             f"response_length {n} but {len(seq['loss_mask'])} mask entries and "

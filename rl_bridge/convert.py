@@ -34,8 +34,10 @@ Reward normalisation (only for the estimators slime normalises, and only with
 
 Failed trajectories
     status FAILED or remove_sample=True: sequences keep their tokens, get an all-zero loss mask and
-    0.0 log-probs (invariant 4: never train garbage), and still count in their group's statistics
-    (slime also normalises removed samples with the rest). ABORTED samples and samples without a
+    0.0 log-probs (invariant 4: never train garbage). A FAILED trajectory (an infrastructure or graph
+    failure, not a wrong answer) is also left out of its group's mean/std and gets reward 0, so a
+    timeout does not shift the baseline of the others; `args.agentgraph_failed_in_group_stats: true`
+    counts it with its reward, as slime does with removed samples. ABORTED samples and samples without a
     reward must not reach training: ValueError.
 
 Output keys
@@ -209,9 +211,20 @@ def _rewards(args, samples, raw, n_seqs, divide, owner, group_by) -> np.ndarray:
     if not normalise:
         return (raw * share)[owner]
     groups = _groups(args, samples)
+    # A FAILED trajectory is an infrastructure failure, not a bad answer: by default it stays out of its
+    # group's mean/std (else three correct answers would be "rewarded" because a fourth timed out) and
+    # gets advantage 0. agentgraph_failed_in_group_stats: true keeps slime's behaviour (reward 0 counted).
+    keep = np.ones(len(samples), dtype=bool)
+    if not getattr(args, "agentgraph_failed_in_group_stats", False):
+        keep = np.array([_status(x) != "failed" for x in samples], dtype=bool)
     if group_by == "trajectory":
-        return (normalize_by_group(raw, groups, std=use_std) * share)[owner]
-    return normalize_by_group((raw * share)[owner], groups[owner], std=use_std)
+        out = np.zeros(len(samples))
+        out[keep] = normalize_by_group(raw[keep], groups[keep], std=use_std)
+        return (out * share)[owner]
+    rows_keep = keep[owner]
+    out = np.zeros(owner.size)
+    out[rows_keep] = normalize_by_group((raw * share)[owner][rows_keep], groups[owner][rows_keep], std=use_std)
+    return out
 
 
 def _groups(args, samples) -> np.ndarray:
@@ -328,8 +341,10 @@ def _as_sequence(sample) -> dict[str, Any]:
 
 def _check_lengths(pos, sample, k, toks, n, mask, lps) -> None:
     """Invariant 2, the length part (the masked-log-prob part runs in bulk in `_check_masks`)."""
-    if not isinstance(n, (int, np.integer)) or not 0 <= n <= len(toks):
-        problem = f"response_length {n!r} outside 0..len(tokens)={len(toks)}"
+    if not isinstance(n, (int, np.integer)) or not 0 < n < len(toks):
+        # slime reads the response's log-probs from the logits at prompt_len-1 .. len-2: both the
+        # prompt and the response must be non-empty
+        problem = f"response_length {n!r} must be in 1..len(tokens)-1={len(toks) - 1}"
     elif mask is not None and len(mask) != n:
         problem = f"len(loss_mask)={len(mask)} != response_length={n}"
     elif lps is not None and len(lps) != n:

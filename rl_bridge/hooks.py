@@ -108,7 +108,11 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> Any:
 
     Dict rewards carry the scalar under the spec's `reward_key` ("reward" by default): pass
     `--reward-key reward`. For siblings from `agentgraph_return_list`, each gets its trajectory's
-    reward (divided by the sibling count when the spec's reward_split is "divide").
+    reward (divided by the sibling count when the spec's reward_split is "divide"). Note the order:
+    there the RAW reward is divided and slime then normalises the siblings, while rl_bridge.convert
+    normalises per trajectory first and divides the normalised value (the seed's reward / T).
+    A sample whose reward cannot be computed (no label, a judge that is down) does not stop slime:
+    it becomes FAILED with zero masks, its reason in metadata, and scores 0.
     """
     if isinstance(sample, (list, tuple)):
         return [await _reward_one(args, s) for s in sample]
@@ -122,16 +126,37 @@ async def _reward_one(args: Any, sample: Any) -> Any:
     rin = RewardInput(answer=str(meta.get("answer", sample.response or "")), label=sample.label,
                       metadata=meta, status=str(status))
     if status == "failed":
-        # a failed rollout is fully masked; its reward only enters the group mean, as a zero
-        value: Any = {setup.spec.reward_key: 0.0} if setup.spec.dict_reward else 0.0
-    else:
+        # a failed rollout is fully masked and left out of the group statistics by rl_bridge.convert
+        return _zero(setup)
+    try:
         ctx = setup.context(SamplingParams(), evaluation=False)
         value = await score(setup.spec, rin, ctx)
+    except Exception as exc:  # noqa: BLE001 - one unscorable sample must not stop slime's rollout
+        _fail_unscorable(sample, f"reward failed: {type(exc).__name__}: {exc}")
+        logger.warning("agentgraph %s: sample %s could not be scored: %s", setup.spec.name,
+                       getattr(sample, "index", None), exc)
+        return _zero(setup)
     tm = getattr(sample, "train_metadata", None) or {}
     n = int(tm.get("trajectory_sequences", 1) or 1)
     if n > 1 and setup.options.get("reward_split", setup.spec.reward_split) == "divide":
         value = _scale(value, 1.0 / n, setup.spec.reward_key)
     return value
+
+
+def _zero(setup: Any) -> Any:
+    return {setup.spec.reward_key: 0.0} if setup.spec.dict_reward else 0.0
+
+
+def _fail_unscorable(sample: Any, reason: str) -> None:
+    """A sample whose reward cannot be computed (no label, a judge that is down) trains nothing."""
+    sample.status = _status(sample, "failed")
+    sample.remove_sample = True
+    sample.loss_mask = [0] * int(sample.response_length or 0)
+    sample.rollout_log_probs = [0.0] * int(sample.response_length or 0)
+    for seq in (getattr(sample, "train_metadata", None) or {}).get("turns", []):
+        seq["loss_mask"] = [0] * seq["response_length"]
+        seq["rollout_log_probs"] = [0.0] * seq["response_length"]
+    _metadata(sample)["status_reason"] = reason
 
 
 def _scale(value: Any, factor: float, key: str) -> Any:
@@ -145,13 +170,17 @@ def eval_log(rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: di
 
     Writes `<dir>/eval_<rollout_id>.json` (dir = args.agentgraph_eval_dir, else args.save/eval_logs,
     else ./eval_logs) and adds `eval/<dataset>/<metric>` entries to slime's `extra_metrics` dict,
-    so slime's own logger (wandb/tensorboard) records them. Returns False: slime's default
-    logging still runs.
+    so slime's own logger (wandb/tensorboard) records them; when slime passes no dict (v0.2.2's
+    default eval), they are logged through slime.utils.logging_utils directly. Returns False:
+    slime's default logging still runs.
     """
-    metrics = eval_metrics(data, getattr(args, "reward_key", None) or getattr(args, "eval_reward_key", None))
+    metrics = eval_metrics(data, getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None))
     flat = {f"eval/{ds}/{k}": v for ds, m in metrics.items() for k, v in m.items()}
     if isinstance(extra_metrics, dict):
         extra_metrics.update(flat)
+    else:
+        # slime v0.2.2's default eval passes extra_metrics=None: log through slime's tracker ourselves
+        _log_with_slime(rollout_id, args, flat)
     out_dir = getattr(args, "agentgraph_eval_dir", None) or (
         os.path.join(args.save, "eval_logs") if getattr(args, "save", None) else "eval_logs"
     )
@@ -163,9 +192,24 @@ def eval_log(rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: di
     return False
 
 
+def _log_with_slime(rollout_id: int, args: Any, flat: dict[str, float]) -> None:
+    try:
+        from slime.utils import logging_utils  # type: ignore[import-not-found]
+    except ImportError:
+        return  # outside slime: the JSON file is the record
+    try:
+        from slime.utils.metric_utils import compute_rollout_step  # type: ignore[import-not-found]
+
+        step = compute_rollout_step(args, rollout_id)
+    except Exception:  # noqa: BLE001 - older slime: the rollout id is the step
+        step = rollout_id
+    logging_utils.log(args, {**flat, "eval/step": step}, step_key="eval/step")
+
+
 def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[str, dict[str, float]]:
     """Per dataset: count, accuracy (mean scalar reward), truncated rate, status counts and the
-    means of every numeric metric the agent recorded in sample.metadata["metrics"]."""
+    means of every numeric metric the agent recorded in sample.metadata["metrics"], over ALL samples
+    (a sample without the metric, e.g. a failed rollout, counts as 0, as in accuracy)."""
     out: dict[str, dict[str, float]] = {}
     for name, entry in data.items():
         rewards = [_scalar(r, reward_key) for r in entry.get("rewards", [])]
@@ -177,7 +221,6 @@ def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[st
         if truncated:
             m["truncated_rate"] = sum(1 for t in truncated if t) / len(truncated)
         sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
         for s in samples:
             meta = getattr(s, "metadata", None) or {}
             status = getattr(getattr(s, "status", None), "value", None)
@@ -186,9 +229,8 @@ def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[st
             for k, v in (meta.get("metrics") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     sums[k] = sums.get(k, 0.0) + float(v)
-                    counts[k] = counts.get(k, 0) + 1
         for k in sums:
-            m[k] = sums[k] / counts[k]
+            m[k] = sums[k] / len(samples)
         out[name] = m
     return out
 

@@ -12,6 +12,14 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
     agentgraph_eval_max_time_s / agentgraph_eval_max_llm_calls   # the same for evaluation
     agentgraph_request_timeout_s: 600
     agentgraph_max_retries: 3
+    agentgraph_eval_dir: eval_logs        # where rl_bridge.eval_log writes its JSON (default: <save>/eval_logs)
+    agentgraph_group_by: trajectory       # rl_bridge.convert: or "sequence" (Flow-GRPO's grouping)
+    agentgraph_failed_in_group_stats: false   # rl_bridge.convert: count FAILED trajectories in group mean/std
+    agentgraph_slime_version: "0.3"       # rl_bridge.convert: force the v0.3 output keys (else detected)
+
+Refused up front (ConfigError, before any rollout): --apply-chat-template; multi-sequence trajectories
+without --custom-convert-samples-to-train-data-path (slime would train only the first sequence);
+agentgraph_return_list with --partial-rollout or --group-rm; a labelled agent without --label-key.
 """
 
 from __future__ import annotations
@@ -138,9 +146,43 @@ def get_setup(args: Any) -> BridgeSetup:
     return setup
 
 
+def check_slime_args(args: Any, spec: AgentSpec) -> None:
+    """slime flags that would silently break an agent graph: refused before any rollout.
+
+    Only flags slime actually set are checked (attributes missing from `args` mean "not slime").
+    """
+    return_list = bool(getattr(args, "agentgraph_return_list", False))
+    if getattr(args, "apply_chat_template", False):
+        raise ConfigError(
+            "--apply-chat-template is set: every agent graph renders its own prompts, so slime's templated "
+            "string would be templated twice. Drop --apply-chat-template (the question goes under --input-key "
+            "as plain text)"
+        )
+    if hasattr(args, "custom_convert_samples_to_train_data_path") and not return_list \
+            and not getattr(args, "custom_convert_samples_to_train_data_path", None):
+        raise ConfigError(
+            "--custom-convert-samples-to-train-data-path is not set: slime's default converter would train only "
+            "the FIRST sequence of each trajectory. Pass --custom-convert-samples-to-train-data-path "
+            "rl_bridge.convert, or set agentgraph_return_list: true (one Sample per sequence, slime >= 0.3)"
+        )
+    if return_list and (getattr(args, "partial_rollout", False) or getattr(args, "group_rm", False)):
+        raise ConfigError(
+            "agentgraph_return_list: true cannot be combined with --partial-rollout or --group-rm (slime "
+            "expects one Sample per prompt there); use the default single-Sample layout with rl_bridge.convert"
+        )
+    if spec.requires_label and hasattr(args, "label_key") and not getattr(args, "label_key", None):
+        raise ConfigError(f"agent {spec.name!r} scores against a label, but --label-key is not set: pass "
+                          "--label-key (e.g. label)")
+
+
 def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSetup:
     spec = load_spec(name)
+    check_slime_args(args, spec)
     options = spec.resolve_options(_mapping(args, "agentgraph_options"))
+    try:
+        spec.graph(options)  # compile once here: a broken graph is a configuration error, not N failures
+    except Exception as exc:
+        raise ConfigError(f"agent {spec.name!r}: building its graph failed: {type(exc).__name__}: {exc}") from exc
     tokenizer = load_tokenizer(hf_checkpoint)
     engine_kwargs = {
         "timeout": _number(args, "agentgraph_request_timeout_s", 600.0, float, minimum=0.0, strict=True),

@@ -188,9 +188,12 @@ def test_missing_label_rolls_out_but_cannot_be_scored(server: SGLangTestServer, 
     s = generate_all(args, [sample(label=None)])[0]
     assert s.status == Sample.Status.COMPLETED and s.metadata["llm_calls"] >= 2
     assert s.metadata["metrics"] == {}  # no gold, no metrics
-    with pytest.raises(InputError, match="'label'") as err:
-        asyncio.run(rl_bridge.reward_func(args, s))
-    assert err.value.field == "label" and "--label-key" in str(err.value)
+    # slime's rm path: an unscorable sample does not stop the run; it becomes FAILED, trains nothing,
+    # and its reason names the field and the fix
+    assert asyncio.run(rl_bridge.reward_func(args, s)) == 0.0
+    assert s.status == Sample.Status.FAILED and s.remove_sample and not any(s.loss_mask)
+    assert all(not any(seq["loss_mask"]) for seq in s.train_metadata["turns"])
+    assert "input field 'label'" in s.metadata["status_reason"] and "--label-key" in s.metadata["status_reason"]
     # the batch path scores as it rolls out: an unlabelled row is run and reported as not scored
     tok = load_tokenizer(str(tiny_model_dir))
     rollout = asyncio.run(run_rollout(

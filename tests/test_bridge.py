@@ -225,3 +225,52 @@ def test_evaluation_has_its_own_limits(server: Any, tiny_model_dir: Path) -> Non
     assert train.status == Sample.Status.FAILED and "LLMCallLimitExceeded" in train.metadata["status_reason"]
     evaluated = asyncio.run(rl_bridge.generate(args, sample(1), SLIME_SAMPLING, evaluation=True))
     assert evaluated.status != Sample.Status.FAILED and evaluated.metadata["llm_calls"] == 2
+
+
+def test_failed_placeholder_keeps_a_prompt_token(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = generate(args, Sample(index=0, prompt=["not", "a string"], label="1"))
+    assert s.status == Sample.Status.FAILED and "input field 'prompt'" in s.metadata["status_reason"]
+    # slime reads the response log-probs from the logits at prompt_len - 1: the prompt must not be empty
+    assert len(s.tokens) > s.response_length == 1 and s.loss_mask == [0]
+
+
+@pytest.mark.parametrize("flags, words", [
+    ({"apply_chat_template": True}, "--apply-chat-template"),
+    ({"custom_convert_samples_to_train_data_path": None}, "--custom-convert-samples-to-train-data-path"),
+    ({"agentgraph_return_list": True, "partial_rollout": True}, "--partial-rollout"),
+    ({"label_key": None}, "--label-key"),
+])
+def test_slime_flags_that_would_break_training_are_refused(server: Any, tiny_model_dir: Path,
+                                                           flags: dict, words: str) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN", **flags)
+    with pytest.raises(ConfigError, match=words):
+        generate(args, sample())
+    assert server.stats.generate_requests == 0
+
+
+def test_unscorable_sample_becomes_failed_instead_of_stopping_slime(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = generate(args, sample())
+    s.label = object()  # the reward function cannot handle this
+    s.metadata["answer"] = "\\boxed{42}"
+    from agentgraphs.testing import agents
+
+    original = agents.TWO_TURN.reward
+    agents.TWO_TURN.reward = lambda rin, ctx: 1 / 0
+    try:
+        assert asyncio.run(rl_bridge.reward_func(args, s)) == 0.0
+    finally:
+        agents.TWO_TURN.reward = original
+    assert s.status == Sample.Status.FAILED and s.remove_sample
+    assert "ZeroDivisionError" in s.metadata["status_reason"] and not any(s.loss_mask)
+
+
+def test_eval_metrics_average_over_every_sample(tmp_path: Path) -> None:
+    ok = Sample(index=0, metadata={"metrics": {"sub_em": 1.0}}, status=Sample.Status.COMPLETED)
+    failed = Sample(index=1, metadata={}, status=Sample.Status.FAILED)
+    data = {"ruler": {"rewards": [1.0, 0.0], "samples": [ok, failed]}}
+    args = SimpleNamespace(agentgraph_eval_dir=str(tmp_path), reward_key=None)
+    assert rl_bridge.eval_log(0, args, data, None) is False  # slime's v0.2.2 default passes None
+    metrics = json.loads((tmp_path / "eval_0.json").read_text())["metrics"]["ruler"]
+    assert metrics["accuracy"] == metrics["sub_em"] == 0.5 and metrics["status_failed"] == 1

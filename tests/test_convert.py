@@ -180,12 +180,22 @@ def test_dict_reward_with_reward_key():
         convert(make_args(reward_key="missing"), samples)
 
 
+def test_failed_trajectories_leave_the_group_statistics_by_default():
+    samples = batch()
+    samples[1].status = Status.FAILED  # B: group 0 is left with A alone
+    data = convert(make_args(), samples)
+    # group 0: A is the only counted member -> 0.0 for its 3 rows; B (failed) -> 0.0; group 1 unchanged
+    assert data["rewards"][:4] == [0.0, 0.0, 0.0, 0.0]
+    assert data["rewards"][4:] == pytest.approx(TRAJ_STD_BROADCAST[4:], rel=1e-9)
+    assert data["loss_masks"][3] == [0] * samples[1].train_metadata["turns"][0]["response_length"]
+
+
 def test_failed_and_removed_trajectories_get_zero_masks_but_stay_in_the_group():
     samples = batch()
     samples[1].status = Status.FAILED  # B
     samples[3].remove_sample = True  # D
     samples[4].status = Status.TRUNCATED  # E
-    data = convert(make_args(), samples)
+    data = convert(make_args(agentgraph_failed_in_group_stats=True), samples)
     assert data["rewards"] == pytest.approx(TRAJ_STD_BROADCAST, rel=1e-9)  # same statistics as before
     for row, turn in ((3, samples[1].train_metadata["turns"][0]), (6, samples[3].train_metadata["turns"][0]),
                       (7, samples[3].train_metadata["turns"][1])):
@@ -286,7 +296,7 @@ def _broken(mutate) -> list:
     [
         (lambda t: t.update(loss_mask=[1]), r"len\(loss_mask\)=1 != response_length=3"),
         (lambda t: t.update(rollout_log_probs=[-0.1]), r"len\(rollout_log_probs\)=1 != response_length=3"),
-        (lambda t: t.update(response_length=99), "response_length 99 outside"),
+        (lambda t: t.update(response_length=99), "response_length 99 must be in 1..len"),
         (lambda t: t["rollout_log_probs"].__setitem__(1, -0.5), "masked response position 1 carries log-prob -0.5"),
         (lambda t: t["loss_mask"].__setitem__(0, 2), "loss_mask holds 2"),
     ],

@@ -154,3 +154,23 @@ def test_448k_token_document_end_to_end(qwen25: Any) -> None:
     assert s["tokens_read"] == s["doc_tokens"] and abs(s["doc_tokens"] - 448_000) <= 0.02 * 448_000
     final = rollout.final_state
     assert final["document"] == "" and len(final["doc_ids"]) == s["doc_tokens"]  # text dropped, ids kept once
+
+
+def test_evaluation_rollout_cut_by_max_new_tokens_is_truncated(tiny_engine: Any) -> None:
+    row = needle_row(tiny_engine.tokenizer, chunk_index=0, n_tokens=2 * CHUNK)
+    policy = ScriptedPolicy(tiny_engine, remembering_script())
+    ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, evaluation=True,
+                       sampling=SamplingParams(temperature=0.0, max_new_tokens=128))
+    inp = rollout_input(row["question"], row["answers"], {"context": row["document"]}, 0)
+    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"chunk_tokens": CHUNK, "final_max_new_tokens": 3}))
+    assert not any(t["trainable"] for t in rollout.turns)
+    assert rollout.status == "truncated" and "max_new_tokens" in rollout.reason
+
+
+def test_a_crashing_make_input_is_a_failed_rollout(tiny_engine: Any) -> None:
+    from dataclasses import replace
+
+    spec = replace(SPEC, make_input=lambda row, opts: row["metadata"]["missing"], _graphs={})
+    ctx = AgentContext(policy=ScriptedPolicy(tiny_engine, []), tokenizer=tiny_engine.tokenizer)
+    rollout = asyncio.run(run_rollout(spec, rollout_input("Q?", ["a"], {"context": "x"}, 0), ctx))
+    assert rollout.status == "failed" and "make_input raised KeyError" in rollout.reason

@@ -104,3 +104,12 @@ def test_bad_layout_and_bad_logprobs() -> None:
     t["output_logprobs"] = [float("nan"), -0.1]
     with pytest.raises(TraceError):
         check_trace([t])
+
+
+def test_empty_outputs_make_no_sequence_and_prompts_must_not_be_empty() -> None:
+    t = turn([1, 2], [])
+    assert build_sequences([t], "per_turn") == [] and build_sequences([t], "concat") == []
+    seq = {"tokens": [5, 6], "response_length": 2, "loss_mask": [1, 1], "rollout_log_probs": [-0.1, -0.2],
+           "turn_indices": []}
+    with pytest.raises(TraceError, match="non-empty prompt"):
+        check_sequence(seq, [])  # type: ignore[arg-type]

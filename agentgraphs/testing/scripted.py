@@ -77,7 +77,8 @@ class ScriptedPolicy:
         self.calls.append(call)
         ids = list(self.tokenizer.encode(self._reply(call), add_special_tokens=False)) + [self.end_of_turn_id]
         finish = "stop"
-        if len(ids) > params.max_new_tokens:
+        if len(ids) >= params.max_new_tokens:
+            # like SGLang, the length limit wins even when the last allowed token is the stop token
             ids, finish = ids[: params.max_new_tokens], "length"
         logprobs = await self.scorer.score_async(list(prompt_ids), ids, params.temperature)
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
