@@ -250,7 +250,8 @@ async def call_llm(
     `messages` are the full first messages of a new conversation, or only the NEW messages
     (tool results, user turns) when `conversation` already has a turn in `state["turns"]`.
     `prompt_ids` bypasses templating entirely (the caller owns the exact ids). Keyword overrides
-    (`max_new_tokens=`, `temperature=`, `stop=`...) adjust the context's sampling params.
+    (`max_new_tokens=`, `temperature=`, `stop=`...) adjust the context's sampling params; a
+    `max_new_tokens=` override never exceeds the context's own (slime's --rollout-max-response-len).
     Turns from helper engines (`engine="judge"`) are recorded with trainable=False.
     """
     ctx = context_of(runtime)
@@ -285,6 +286,9 @@ def _params(base: SamplingParams, overrides: Mapping[str, Any]) -> SamplingParam
     for key in ("stop", "stop_token_ids"):
         if key in overrides and isinstance(overrides[key], list):
             overrides = {**overrides, key: tuple(overrides[key])}
+    if "max_new_tokens" in overrides:
+        # the context's max_new_tokens (slime: --rollout-max-response-len) is a ceiling per call
+        overrides = {**overrides, "max_new_tokens": min(int(overrides["max_new_tokens"]), base.max_new_tokens)}
     try:
         return base.replace(**overrides)
     except TypeError as exc:

@@ -174,3 +174,12 @@ def test_a_crashing_make_input_is_a_failed_rollout(tiny_engine: Any) -> None:
     ctx = AgentContext(policy=ScriptedPolicy(tiny_engine, []), tokenizer=tiny_engine.tokenizer)
     rollout = asyncio.run(run_rollout(spec, rollout_input("Q?", ["a"], {"context": "x"}, 0), ctx))
     assert rollout.status == "failed" and "make_input raised KeyError" in rollout.reason
+
+
+def test_context_max_new_tokens_caps_every_call(tiny_engine: Any) -> None:
+    row = needle_row(tiny_engine.tokenizer, chunk_index=0, n_tokens=2 * CHUNK)
+    ctx = AgentContext(policy=ScriptedPolicy(tiny_engine, remembering_script()), tokenizer=tiny_engine.tokenizer,
+                       sampling=SamplingParams(max_new_tokens=4))  # slime's --rollout-max-response-len
+    inp = rollout_input(row["question"], row["answers"], {"context": row["document"]}, 0)
+    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"chunk_tokens": CHUNK}))  # per-call caps: 1024
+    assert rollout.turns and all(len(t["output_ids"]) <= 4 for t in rollout.turns)
