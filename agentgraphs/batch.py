@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import InputError
 from .node import AgentContext
@@ -124,35 +123,63 @@ async def run_rows(
     concurrency: int = 8,
     on_result: ResultSink | None = None,
 ) -> RunSummary:
-    """Run rollouts with at most `concurrency` in flight; results delivered in input order."""
+    """Run rollouts with at most `concurrency` in flight; results delivered in input order.
+
+    A pool of `concurrency` workers pulls rows from `rows` one at a time (the file is read lazily),
+    so a slow rollout holds one slot, never the others. Results pass through a reorder buffer so
+    `on_result` sees them in input order: a rollout that finishes before an earlier, slower one
+    waits there. That buffer is the one unbounded part of memory: while the head row is still running it
+    holds every later rollout that has finished (at most the rows the other workers get through
+    in that time), and it empties as soon as the head arrives.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     summary = RunSummary()
     started = time.monotonic()
-    pending: deque[tuple[ParsedRow, Awaitable[Rollout]]] = deque()
+    source = iter(rows)
+    finished: dict[int, tuple[ParsedRow, Rollout]] = {}  # the reorder buffer, keyed by input position
+    next_seq = 0  # the next input position to hand to a worker
+    next_out = 0  # the next input position to deliver
 
-    async def drain_one() -> None:
-        row, task = pending.popleft()
-        rollout = await task
-        summary.add(rollout, spec.reward_key)
-        if on_result is not None:
-            on_result(_sample_record(rollout, spec, row), _trace_line(rollout, row))
-
-    for row in rows:
+    def take() -> tuple[int, ParsedRow] | None:
+        nonlocal next_seq
+        row = next(source, None)  # no await between reading and numbering: workers never race
+        if row is None:
+            return None
+        seq, next_seq = next_seq, next_seq + 1
         summary.rows += 1
-        if row.inp is None:
-            task: Awaitable[Rollout] = _done(_bad_row(row))
-        else:
-            task = asyncio.ensure_future(run_rollout(spec, row.inp, make_context(), options=options))
-        pending.append((row, task))
-        if len(pending) >= concurrency:
-            await drain_one()
-    while pending:
-        await drain_one()
+        return seq, row
+
+    def deliver(seq: int, row: ParsedRow, rollout: Rollout) -> None:
+        nonlocal next_out
+        finished[seq] = (row, rollout)
+        while next_out in finished:
+            head_row, head = finished.pop(next_out)
+            next_out += 1
+            summary.add(head, spec.reward_key)
+            if on_result is not None:
+                on_result(_sample_record(head, spec, head_row), _trace_line(head, head_row))
+
+    async def worker() -> None:
+        while (item := take()) is not None:
+            seq, row = item
+            if row.inp is None:
+                rollout = _bad_row(row)
+            else:
+                rollout = await run_rollout(spec, row.inp, make_context(), options=options)
+            deliver(seq, row, rollout)
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*workers)
+    except BaseException:
+        # a sink that raised (a full disk) or a cancelled run: stop the other rollouts, then re-raise
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
     summary.wall_s = time.monotonic() - started
     return summary
-
-
-async def _done(rollout: Rollout) -> Rollout:
-    return rollout
 
 
 def _bad_row(row: ParsedRow) -> Rollout:
