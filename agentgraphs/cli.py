@@ -9,9 +9,10 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .engine import Engine
+from .engine import Engine, SamplingParams
 from .errors import AgentGraphsError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -80,10 +81,29 @@ def run(
                               concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                               top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
                               keys=(input_key, label_key, metadata_key), progress=True)
-    except AgentGraphsError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except (AgentGraphsError, ValueError, OSError) as exc:  # a bad flag, file or directory: no traceback
+        console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None
     console.print_json(json.dumps(summary))
+    if summary["results"] and _usable_results(summary) == 0:
+        # outputs are written (the reasons are in them), but a run that produced nothing usable fails
+        n = summary["results"]
+        console.print("[red]error:[/red]", escape(f"every row failed ({n} of {n}); first reason: {_first_reason(out)}"))
+        raise typer.Exit(1)
+
+
+def _usable_results(summary: dict[str, Any]) -> int:
+    by_status = summary["by_status"]
+    return int(by_status.get("completed", 0)) + int(by_status.get("truncated", 0))
+
+
+def _first_reason(out: Path) -> str:
+    try:
+        with open(out / "samples.jsonl", encoding="utf-8") as fh:
+            reason = str(json.loads(fh.readline())["metadata"]["status_reason"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"see {out / 'samples.jsonl'}"
+    return reason if len(reason) <= 300 else reason[:300] + "..."
 
 
 def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, tokenizer: str | None = None,
@@ -97,7 +117,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls.
     """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
-    from .engine import SamplingParams, make_engine
+    from .engine import make_engine
     from .node import AgentContext
     from .spec import load_spec
 
@@ -105,9 +125,15 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     opts = spec.resolve_options(options)
     if not data.is_file():
         raise ConfigError(f"--data {data}: no such file")
-    eng = make_engine(engine) if isinstance(engine, str) else engine
+    sampling = _sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    if isinstance(engine, str):
+        try:
+            eng = make_engine(engine)
+        except (ValueError, OSError) as exc:  # ConfigError is a ValueError; transformers raises OSError
+            raise ConfigError(f"--engine: {exc}") from exc
+    else:
+        eng = engine
     tok = _tokenizer(eng, tokenizer)
-    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     row_keys = RowKeys(*keys)
     with open(data, "rb") as fh:
         total = sum(1 for line in fh if line.strip())
@@ -144,11 +170,24 @@ def _maybe_progress(enabled: bool) -> Any:
     return _progress() if enabled else _NoProgress()
 
 
+def _sampling(**flags: Any) -> SamplingParams:
+    """SamplingParams from the flags; a bad value is reported under its flag's name."""
+    for name, value in flags.items():
+        try:
+            SamplingParams(**{name: value})
+        except ValueError as exc:
+            raise ConfigError(f"--{name.replace('_', '-')} {value}: {exc}") from None
+    return SamplingParams(**flags)
+
+
 def _tokenizer(engine: Any, path: str | None) -> Any:
     if path:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(path)
+        try:
+            return AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from exc
     tok = getattr(engine, "tokenizer", None)
     if tok is None:
         raise ConfigError("an sglang: engine needs --tokenizer DIR (the model's HF directory)")

@@ -6,6 +6,7 @@ of each, as sampled. Nothing here knows about chat templates or LangGraph.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -123,6 +124,9 @@ class Engine(Protocol):
 def make_engine(spec: str, **kwargs: object) -> Engine:
     """Build an engine from a short string: `hf:DIR` (in-process) or `sglang:URL` (HTTP).
 
+    DIR must be an existing local directory (ConfigError otherwise); `hf:tiny` is resolved to the
+    embedded tiny model by `node.shared_engine` (AgentContext), not here.
+
     >>> make_engine("sglang:http://127.0.0.1:30000").name
     'sglang:http://127.0.0.1:30000'
     """
@@ -136,6 +140,14 @@ def make_engine(spec: str, **kwargs: object) -> Engine:
 
         return SGLangEngine(target, **kwargs)  # type: ignore[arg-type]
     if kind == "hf":
+        if not os.path.isdir(target):
+            from .errors import ConfigError
+
+            # checked here, before transformers reads a missing path as a hub repo id and fails obscurely
+            problem = "is not a directory" if os.path.exists(target) else "does not exist"
+            hint = " (the embedded tiny model is written by `agentgraphs tiny-model DIR`)" if target == "tiny" else ""
+            raise ConfigError(f"engine {spec!r}: model directory {target!r} {problem}; hf: takes a local "
+                              f"HF model directory (config.json, weights, tokenizer){hint}")
         from .hf_engine import HFEngine
 
         return HFEngine.from_dir(target, **kwargs)  # type: ignore[arg-type]
