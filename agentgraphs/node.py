@@ -15,7 +15,10 @@ from __future__ import annotations
 import operator
 import os
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Mapping, Sequence, TypedDict
+from typing import Annotated, Any, Mapping, Sequence
+
+# typing_extensions' TypedDict understands NotRequired on Python 3.10 too (subclasses use it)
+from typing_extensions import TypedDict
 
 from .chat import ChatTemplate, Conversation, Message
 from .engine import Completion, Engine, SamplingParams, make_engine

@@ -25,10 +25,11 @@ file instead: `agentgraph: /path/to/agentgraphs/examples/new_agent.py:SPEC`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, NotRequired
+from typing import Any, Mapping
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from agentgraphs.errors import InputError
 from agentgraphs.answers import last_boxed, normalize_math

@@ -8,10 +8,11 @@ separate engine calls with their own prompts, so each becomes its own training s
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, NotRequired, Sequence
+from typing import Any, Mapping, Sequence
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from ..chat import encode_text
 from ..node import AgentContext, TraceState, call_llm, context_of

@@ -10,9 +10,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping, NotRequired
+from typing import Any, Mapping
 
 from langgraph.graph import END, START, StateGraph
+from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from ..errors import InputError
 from ..answers import last_boxed, normalize_math
