@@ -24,7 +24,9 @@ from agentgraphs.testing.slime_sample import Sample
 from rl_bridge.setup import aclose_all, clear_cache, load_tokenizer
 
 N = 16
-PROMPT_S = 1.0  # "promptly": every cancelled call has returned within this after cancel()
+# "promptly": every cancelled call has returned within this after cancel(). Generous for a loaded 2-core
+# machine, yet far below what a call that does NOT honour the cancel takes (a 3600 s engine, 50 retries).
+PROMPT_S = 3.0
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "stop": None,
             "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
             "spaces_between_special_tokens": False}
@@ -80,7 +82,7 @@ def run_and_cancel(server: SGLangTestServer, args: Any, ready: Callable[[], bool
             t.cancel()
         done, pending = await asyncio.wait(tasks, timeout=5.0)
         returned_s = time.monotonic() - cancelled_at
-        await wait_until(lambda: not server.in_flight_rids(), 5.0)
+        await wait_until(lambda: not server.in_flight_rids(), 15.0)  # a poll: ends when they are gone
         await aclose_all()
         leftover = asyncio.all_tasks() - {asyncio.current_task()}
         return {
@@ -119,7 +121,7 @@ def test_cancel_first_turn_aborts_each_request_by_rid(tiny_model_dir: Path) -> N
         assert out["new_aborts"] == N
         assert server.stats.aborted_in_flight + server.stats.disconnects >= N
         assert server.stats.generate_requests == N  # nothing was retried after the cancel
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 15.0  # a poll, not a bound
         while established() > before and time.monotonic() < deadline:
             time.sleep(0.05)
         assert established() <= before, "connections left open after aclose_all"

@@ -36,7 +36,10 @@ from rl_bridge.setup import aclose_all, clear_cache, load_tokenizer
 ROLLOUTS = 1000
 CONCURRENCY = 64
 MAX_RETRIES = 2
-TIMEOUT_S = 2.0  # the client's per-request timeout: what a "slow" fault runs into
+# The client's per-request timeout: what a "slow" fault runs into. Well above any queueing delay on a
+# loaded 2-core machine: an attempt that timed out before the server drew its fault (or while a
+# fault-free answer was still queued) would make the replay below derive the wrong outcome.
+TIMEOUT_S = 10.0
 RATES = {  # per /generate attempt; one attempt in four fails, so ~1.4 % of calls fail for good
     "http500": 0.04, "http503": 0.04, "drop": 0.04, "slow": 0.01, "abort": 0.01,
     "truncated_json": 0.04, "cut_body": 0.03, "short_logprobs": 0.04,
@@ -100,7 +103,7 @@ def test_1000_rollouts_under_random_faults(tiny_model_dir: Path) -> None:
     server.faults = faults = RecordingFaults(server, seed=1234)
     for kind, p in RATES.items():
         faults.set_rate(kind, p)
-    faults.slow_s = 60.0  # far past the client's timeout
+    faults.slow_s = 6 * TIMEOUT_S  # far past the client's timeout (the client aborts the stalled attempt)
     assert set(RATES) == set(FAULT_KINDS)
     args = SimpleNamespace(
         agentgraph="agentgraphs.testing.agents:TWO_TURN", hf_checkpoint=str(tiny_model_dir),
@@ -133,7 +136,7 @@ def test_1000_rollouts_under_random_faults(tiny_model_dir: Path) -> None:
         started = time.monotonic()
         results = asyncio.run(main())
         wall = time.monotonic() - started
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 15.0  # a poll, not a bound: it ends as soon as the sockets close
         while tcp_connections() - before and time.monotonic() < deadline:
             time.sleep(0.05)  # the server side closes once it reads the client's FIN
         leaked = tcp_connections() - before

@@ -39,7 +39,8 @@ def client(srv: SGLangTestServer, **kw: object) -> SGLangEngine:
     return SGLangEngine(srv.url, **{**opts, **kw})  # type: ignore[arg-type]
 
 
-async def wait_until(cond, timeout_s: float = 2.0) -> None:  # type: ignore[no-untyped-def]
+async def wait_until(cond, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll `cond`; the bound only limits how long a failure takes to show (it passes at once when met)."""
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -127,8 +128,14 @@ async def test_server_trims_text_but_keeps_stop_ids(srv: SGLangTestServer) -> No
 # -- aborts and cancellation -------------------------------------------------------------------
 
 
+# The aborted generations below would take GENERATION_S; "promptly" is anything well under that,
+# with room for a loaded 2-core machine.
+GENERATION_S = 60.0
+PROMPT_S = 10.0
+
+
 async def test_abort_request_while_in_flight_returns_abort(srv: SGLangTestServer) -> None:
-    srv.faults.latency_s = 5.0
+    srv.faults.latency_s = GENERATION_S
     async with client(srv) as engine, httpx.AsyncClient(base_url=srv.url) as http:
         task = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=8)))
         await wait_until(lambda: srv.in_flight_rids())
@@ -136,7 +143,7 @@ async def test_abort_request_while_in_flight_returns_abort(srv: SGLangTestServer
         started = time.monotonic()
         assert (await http.post("/abort_request", json={"rid": rid, "abort_all": False})).status_code == 200
         out = await task
-    assert time.monotonic() - started < 3.0  # well before the 5 s generation would have ended
+    assert time.monotonic() - started < PROMPT_S  # well before the generation would have ended
     assert out.finish_reason == "abort" and out.rid == rid and out.token_ids == []
     assert srv.stats.aborts[rid] == 1 and srv.stats.aborted_in_flight == 1
 
@@ -145,7 +152,7 @@ async def test_abort_all_and_partial_abort(srv: SGLangTestServer) -> None:
     async with client(srv) as engine:
         srv.faults.schedule("abort")  # the server answers abort with the tokens generated so far
         partial = await engine.generate(PROMPT, SamplingParams(max_new_tokens=32))
-        srv.faults.latency_s = 5.0
+        srv.faults.latency_s = GENERATION_S
         tasks = [asyncio.create_task(engine.generate(PROMPT, SamplingParams())) for _ in range(3)]
         await wait_until(lambda: len(srv.in_flight_rids()) == 3)
         await engine.abort_all()
@@ -157,8 +164,9 @@ async def test_abort_all_and_partial_abort(srv: SGLangTestServer) -> None:
 
 
 async def test_cancel_sends_abort_for_its_rid_promptly_without_leaking_tasks(srv: SGLangTestServer) -> None:
-    srv.faults.latency_s = 5.0
-    async with client(srv) as engine:
+    srv.faults.latency_s = GENERATION_S
+    # the abort is awaited up to abort_timeout_s: wide enough that a loaded machine still sees it through
+    async with client(srv, abort_timeout_s=5.0) as engine:
         before = asyncio.all_tasks()
         task = asyncio.create_task(engine.generate(PROMPT, SamplingParams()))
         await wait_until(lambda: srv.in_flight_rids())
@@ -167,7 +175,7 @@ async def test_cancel_sends_abort_for_its_rid_promptly_without_leaking_tasks(srv
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert time.monotonic() - started < 3.0  # well before the 5 s generation would have ended
+        assert time.monotonic() - started < PROMPT_S  # well before the generation would have ended
         assert asyncio.all_tasks() <= before  # the abort was awaited, nothing left behind
     assert srv.stats.aborts[rid] == 1
     await wait_until(lambda: srv.stats.in_flight == 0)  # the server stopped generating
@@ -175,14 +183,20 @@ async def test_cancel_sends_abort_for_its_rid_promptly_without_leaking_tasks(srv
 
 # -- retries -----------------------------------------------------------------------------------
 
+# A fault-free answer must never run into the read timeout (even on a loaded machine), and a "slow"
+# fault must always run into it; wait_until's bound (10 s) stays below SLOW_S, so a timed-out request
+# that the client failed to abort is still caught in flight.
+READ_TIMEOUT_S = 2.0
+SLOW_S = 30.0
+
 
 @pytest.mark.parametrize("faults", [["http500", "http503"], ["drop"], ["cut_body"], ["slow"],
                                     ["truncated_json"], ["short_logprobs"]])
 async def test_transient_fault_is_retried(srv: SGLangTestServer, faults: list[str]) -> None:
-    srv.faults.slow_s = 5.0
+    srv.faults.slow_s = SLOW_S
     for kind in faults:
         srv.faults.schedule(kind)
-    async with client(srv, timeout=httpx.Timeout(0.3, connect=1.0)) as engine:
+    async with client(srv, timeout=httpx.Timeout(READ_TIMEOUT_S, connect=READ_TIMEOUT_S)) as engine:
         out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=32))
     assert out.token_ids == list(TOY_SCRIPT) and out.retries == len(faults)
     assert srv.stats.generate_requests == len(faults) + 1 and sum(srv.stats.faults.values()) == len(faults)
@@ -196,9 +210,9 @@ async def test_transient_fault_is_retried(srv: SGLangTestServer, faults: list[st
 async def test_persistent_fault_raises_after_all_attempts(
     srv: SGLangTestServer, kind: str, error: type[Exception]
 ) -> None:
-    srv.faults.slow_s = 5.0
+    srv.faults.slow_s = SLOW_S
     srv.faults.set_rate(kind, 1.0)
-    async with client(srv, max_retries=2, timeout=httpx.Timeout(0.2, connect=1.0)) as engine:
+    async with client(srv, max_retries=2, timeout=httpx.Timeout(READ_TIMEOUT_S, connect=READ_TIMEOUT_S)) as engine:
         with pytest.raises(error) as info:
             await engine.generate(PROMPT, SamplingParams(max_new_tokens=32))
     assert srv.stats.generate_requests == 3
@@ -233,8 +247,33 @@ async def test_health_and_model_info(srv: SGLangTestServer) -> None:
         assert (await http.get(srv.url + "/health_generate")).status_code == 200
 
 
+class HeldUntilOverlap:
+    """Wraps an engine and holds every call until `n` calls have arrived (or `limit_s` after the first).
+
+    Overlap then shows structurally, whatever the machine's load: with a client that overlaps its
+    requests, `n` of them are in flight at once; with one that does not, the hold ends at the limit
+    and the in-flight count stays low.
+    """
+
+    def __init__(self, inner: Engine, n: int, limit_s: float = 30.0) -> None:
+        self.inner, self.n, self.limit_s = inner, n, limit_s
+        self.arrived = 0
+        self.deadline: float | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams):  # type: ignore[no-untyped-def]
+        self.arrived += 1
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.limit_s
+        while self.arrived < self.n and time.monotonic() < self.deadline:
+            await asyncio.sleep(0.005)
+        return await self.inner.generate(prompt_ids, params)
+
+
 async def test_256_concurrent_requests_overlap(srv: SGLangTestServer) -> None:
-    srv.engine.latency_s = 0.02  # type: ignore[attr-defined]
+    srv.engine = HeldUntilOverlap(srv.engine, 128)  # type: ignore[assignment]
     async with client(srv) as engine:
         started = time.monotonic()
         outs = await asyncio.gather(
