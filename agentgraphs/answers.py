@@ -25,6 +25,7 @@ __all__ = [
     "last_boxed",
     "normalize_math",
     "math_equal",
+    "boxed_match",
     "normalize_answer",
     "em",
     "sub_em",
@@ -209,6 +210,19 @@ def math_equal(answer: str, gold: str) -> bool:
     (True, False)
     """
     return normalize_math(answer) == normalize_math(gold)
+
+
+def boxed_match(response: str, label: object) -> float:
+    """1.0 when the last \\boxed{} of `response` equals `label` (or any of a list) after ``normalize_math``.
+
+    >>> boxed_match("so \\\\boxed{4}.", "4"), boxed_match("\\\\boxed{5}", ["4", "four"]), boxed_match("4", None)
+    (1.0, 0.0, 0.0)
+    """
+    boxed = last_boxed(response)
+    if boxed is None or label is None:
+        return 0.0
+    golds = label if isinstance(label, (list, tuple)) else [label]
+    return 1.0 if any(math_equal(boxed, str(g)) for g in golds) else 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------

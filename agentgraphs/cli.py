@@ -182,10 +182,10 @@ def _sampling(**flags: Any) -> SamplingParams:
 
 def _tokenizer(engine: Any, path: str | None) -> Any:
     if path:
-        from transformers import AutoTokenizer
+        from .node import shared_tokenizer
 
         try:
-            return AutoTokenizer.from_pretrained(path)
+            return shared_tokenizer(path)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from exc
     tok = getattr(engine, "tokenizer", None)

@@ -195,12 +195,13 @@ def shared_engine(spec: str) -> Engine:
     return engine
 
 
-def shared_tokenizer(path: str) -> Any:
+def shared_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
+    """One tokenizer per model directory in this process (the bridge, the CLI and contexts share it)."""
     tok = _SHARED_TOKENIZERS.get(path)
     if tok is None:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         _SHARED_TOKENIZERS[path] = tok
     return tok
 

@@ -18,7 +18,7 @@ from typing import Any, Literal, Mapping
 from .errors import EngineError, InputError
 from .node import AgentContext, LLMCallLimitExceeded, RolloutAborted
 from .spec import AgentSpec, RewardInput, RewardValue, RolloutInput
-from .trace import TrainSequence, Turn, build_sequences, check_sequence
+from .trace import TrainSequence, Turn, build_sequences, check_sequence, mask_out
 
 Status = Literal["completed", "truncated", "aborted", "failed"]
 
@@ -205,8 +205,7 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
     failed = rollout.status == "failed"
     if failed:
         for seq in sequences:
-            seq["loss_mask"] = [0] * seq["response_length"]
-            seq["rollout_log_probs"] = [0.0] * seq["response_length"]
+            mask_out(seq)
     if not sequences:
         # slime needs a non-empty prompt AND response (it reads the logits at position prompt_len-1):
         # two pad tokens, the second a masked placeholder response, never trained.

@@ -159,6 +159,13 @@ def build_sequences(turns: Sequence[Turn], layout: Layout) -> list[TrainSequence
     raise ValueError(f"layout must be 'per_turn' or 'concat', got {layout!r}")
 
 
+def mask_out(seq: dict) -> None:
+    """Train nothing from `seq` (a failed trajectory): all-zero loss mask, log-prob 0.0 everywhere (invariant 4)."""
+    n = seq["response_length"]
+    seq["loss_mask"] = [0] * n
+    seq["rollout_log_probs"] = [0.0] * n
+
+
 def check_turn(turn: Turn) -> None:
     """Lengths agree and every log-prob is a finite non-positive number."""
     n = len(turn["output_ids"])

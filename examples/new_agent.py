@@ -32,7 +32,7 @@ from langgraph.runtime import Runtime
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from agentgraphs.errors import InputError
-from agentgraphs.answers import last_boxed, normalize_math
+from agentgraphs.answers import boxed_match
 from agentgraphs.node import AgentContext, TraceState, call_llm, context_of
 from agentgraphs.spec import AgentSpec, RewardInput, RolloutInput
 
@@ -108,19 +108,6 @@ def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
 
 def answer(state: Mapping[str, Any]) -> str:
     return str(state.get("answer", ""))
-
-
-def boxed_match(response: str, label: Any) -> float:
-    """1.0 when the last \\boxed{} of `response` equals `label` (or any of a list) after normalisation.
-
-    >>> boxed_match("so \\\\boxed{4}.", "4"), boxed_match("\\\\boxed{5}", ["4", "four"])
-    (1.0, 0.0)
-    """
-    boxed = last_boxed(response)
-    if boxed is None or label is None:
-        return 0.0
-    golds = label if isinstance(label, (list, tuple)) else [label]
-    return 1.0 if any(normalize_math(boxed) == normalize_math(str(g)) for g in golds) else 0.0
 
 
 def reward(rin: RewardInput, ctx: AgentContext | None) -> float:

@@ -15,12 +15,12 @@ import copy
 import json
 import logging
 import os
-import time
 from typing import Any, Sequence
 
 from agentgraphs.engine import SamplingParams
 from agentgraphs.rollout import Rollout, reward_input, rollout_input, run_rollout, sample_fields, score
 from agentgraphs.spec import RewardInput
+from agentgraphs.trace import mask_out
 
 from .setup import get_setup
 
@@ -37,15 +37,12 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     setup = get_setup(args)
     ctx = setup.context(SamplingParams.from_slime(sampling_params), evaluation=evaluation)
     inp = rollout_input(sample.prompt, sample.label, _metadata(sample), getattr(sample, "index", None))
-    started = time.monotonic()
     rollout = await run_rollout(setup.spec, inp, ctx, options=setup.options, compute_reward=False)
     _fill(sample, rollout, setup)
-    sample.non_generation_time = getattr(sample, "non_generation_time", 0.0) or 0.0
     if rollout.status == "failed":
         logger.warning("agentgraph %s: sample %s failed: %s", setup.spec.name, inp["index"], rollout.reason)
     if setup.return_list and rollout.status != "aborted":
         return _siblings(sample)
-    sample.metadata["rollout_wall_s"] = round(time.monotonic() - started, 4)
     return sample
 
 
@@ -154,8 +151,7 @@ def _fail_unscorable(sample: Any, reason: str) -> None:
     sample.loss_mask = [0] * int(sample.response_length or 0)
     sample.rollout_log_probs = [0.0] * int(sample.response_length or 0)
     for seq in (getattr(sample, "train_metadata", None) or {}).get("turns", []):
-        seq["loss_mask"] = [0] * seq["response_length"]
-        seq["rollout_log_probs"] = [0.0] * seq["response_length"]
+        mask_out(seq)
     _metadata(sample)["status_reason"] = reason
 
 

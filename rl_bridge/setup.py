@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from agentgraphs.engine import Engine, SamplingParams, make_engine
 from agentgraphs.errors import ConfigError
-from agentgraphs.node import AgentContext, Limits
+from agentgraphs.node import AgentContext, Limits, shared_tokenizer
 from agentgraphs.spec import AgentSpec, load_spec
 
 
@@ -60,7 +60,6 @@ class BridgeSetup:
 
 
 _SETUPS: dict[tuple[Any, ...], BridgeSetup] = {}
-_TOKENIZERS: dict[str, Any] = {}
 
 
 def agent_name(args: Any) -> str:
@@ -86,16 +85,11 @@ def router_url(args: Any) -> str:
 
 
 def load_tokenizer(path: str) -> Any:
-    tok = _TOKENIZERS.get(path)
-    if tok is None:
-        from transformers import AutoTokenizer
-
-        try:
-            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-        except Exception as exc:
-            raise ConfigError(f"cannot load the tokenizer from hf_checkpoint={path!r}: {exc}") from exc
-        _TOKENIZERS[path] = tok
-    return tok
+    """The tokenizer of `--hf-checkpoint`, loaded once per process (agentgraphs.node.shared_tokenizer)."""
+    try:
+        return shared_tokenizer(path, trust_remote_code=True)  # as slime loads --hf-checkpoint
+    except Exception as exc:
+        raise ConfigError(f"cannot load the tokenizer from hf_checkpoint={path!r}: {exc}") from exc
 
 
 def _mapping(args: Any, key: str) -> dict[str, Any]:

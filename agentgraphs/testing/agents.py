@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from ..errors import InputError
-from ..answers import last_boxed, normalize_math
+from ..answers import boxed_match
 from ..node import AgentContext, TraceState, call_llm
 from ..spec import AgentSpec, RewardInput, RolloutInput
 
@@ -60,9 +60,7 @@ def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
-    boxed = last_boxed(rin["answer"])
-    gold = rin["label"]
-    return float(boxed is not None and gold is not None and normalize_math(boxed) == normalize_math(str(gold)))
+    return boxed_match(rin["answer"], rin["label"])
 
 
 TWO_TURN = AgentSpec(name="two_turn", build_graph=_graph, make_input=make_input,
