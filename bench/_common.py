@@ -90,3 +90,10 @@ def result_line(name: str, passed: bool, summary: str) -> None:
     """The one line every bench ends with (the smoke test looks for it)."""
     print(f"RESULT {name}: {verdict(passed)} ({summary})")
     sys.stdout.flush()
+
+
+def finish(results_dir: Path, name: str, result: dict[str, Any], passed: bool, summary: str) -> None:
+    """Record the run (results_dir/NAME.json) and print the closing RESULT line."""
+    path = write_result(results_dir, name, result)
+    print(f"  written to {path}")
+    result_line(name, passed, summary)

@@ -181,10 +181,8 @@ def main() -> None:
               f"compact saver {mem['compact_vs_content']:.2f}x")
     passed = results["conversation"]["compact_ratio"] <= TARGET
     results["passed"] = passed
-    path = _common.write_result(args.results_dir, NAME, results)
-    print(f"  written to {path}")
     conv, mem = results["conversation"], results["memagent"]
-    _common.result_line(NAME, passed, f"64-turn conversation: compact DB {conv['compact_ratio']:.3f}x trace token "
+    _common.finish(args.results_dir, NAME, results, passed, f"64-turn conversation: compact DB {conv['compact_ratio']:.3f}x trace token "
                                       f"bytes <= {TARGET:.0f}x (LangGraph's saver {conv['plain_ratio']:.1f}x); "
                                       f"memagent {mem['compact_ratio']:.2f}x (LangGraph's {mem['plain_ratio']:.1f}x)")
 

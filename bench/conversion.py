@@ -134,9 +134,7 @@ def main() -> None:
                                                                       "no_gc_per_10k_turns_s": round(no_gc, 4),
                                                                       "passed": ok}
     results["passed"] = passed
-    path = _common.write_result(args.results_dir, NAME, results)
-    print(f"  written to {path}")
-    _common.result_line(NAME, passed, f"per_turn {results['per_turn']['per_10k_turns_s']:.3f} s, concat "
+    _common.finish(args.results_dir, NAME, results, passed, f"per_turn {results['per_turn']['per_10k_turns_s']:.3f} s, concat "
                                       f"{results['concat']['per_10k_turns_s']:.3f} s per 10,000 turns <= {TARGET_S} s")
 
 

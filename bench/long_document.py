@@ -240,9 +240,7 @@ def main() -> None:
               "worst_python_ratio_list": round(worst_ours_rss, 3),
               "ours_linearity": round(ours_tok[-1] / ours_tok[0], 3),
               "time_target": TIME_TARGET, "rss_target": RSS_TARGET, "passed": passed}
-    path = _common.write_result(args.results_dir, NAME, result)
-    print(f"  written to {path}")
-    _common.result_line(NAME, passed, f"time {worst_time:.2f}x tokenization <= {TIME_TARGET:.0f}x, "
+    _common.finish(args.results_dir, NAME, result, passed, f"time {worst_time:.2f}x tokenization <= {TIME_TARGET:.0f}x, "
                                       f"RSS growth {worst_rss:.2f}x ids list <= {RSS_TARGET:.0f}x, "
                                       f"per-token time x{linearity:.2f} over lengths")
 

@@ -394,9 +394,7 @@ def main() -> None:
         "slime_style_hand_wall_s": slime_w, "slime_style_hand_cpu_s": slime_c,
         "strict_wall_ratio": round(strict_ratio, 4),
     }
-    path = _common.write_result(args.results_dir, NAME, result)
-    print(f"  written to {path}")
-    _common.result_line(NAME, passed, f"wall ratio {wall_ratio:.3f} <= {WALL_TARGET} (strict {strict_ratio:.3f}), "
+    _common.finish(args.results_dir, NAME, result, passed, f"wall ratio {wall_ratio:.3f} <= {WALL_TARGET} (strict {strict_ratio:.3f}), "
                                       f"our CPU {our_ms:.3f} ms/call <= {CPU_TARGET_MS} ms")
 
 
