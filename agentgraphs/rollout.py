@@ -213,6 +213,18 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
                                         rollout_log_probs=[0.0], turn_indices=[]))]
     head = sequences[0]
     n = head["response_length"]
+    train_metadata: dict[str, Any] = {
+        "turns": [
+            {k: s[k] for k in ("tokens", "response_length", "loss_mask", "rollout_log_probs")}
+            for s in sequences
+        ],
+        "reward_split": rollout.options.get("reward_split", spec.reward_split),
+        "layout": spec.layout,
+    }
+    if spec.reward_shaping is not None:
+        shaping = spec.reward_shaping(rollout.options, rollout.summary or trace_summary(rollout.turns))
+        if shaping:
+            train_metadata["reward_shaping"] = shaping
     return {
         "tokens": list(head["tokens"]),
         "response_length": n,
@@ -235,14 +247,7 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
             "metrics": rollout.metrics,
             "trace_summary": rollout.summary or trace_summary(rollout.turns),
         },
-        "train_metadata": {
-            "turns": [
-                {k: s[k] for k in ("tokens", "response_length", "loss_mask", "rollout_log_probs")}
-                for s in sequences
-            ],
-            "reward_split": rollout.options.get("reward_split", spec.reward_split),
-            "layout": spec.layout,
-        },
+        "train_metadata": train_metadata,
     }
 
 

@@ -56,6 +56,7 @@ class AgentSpec:
     - `requires_label`: rows without a label are run but not scored (reward None) instead of failing;
     - `summarize(final_state)`: method facts for sample metadata (e.g. chunks read of chunks total);
     - `validate_options(options)`: raise ConfigError for bad option values, before any rollout;
+    - `reward_shaping(options, summary)`: a named group shaping for the converter (agentgraphs.shaping);
     - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key);
     - `options`: defaults for method settings, overridable from the CLI / slime YAML (`agentgraph_options`).
 
@@ -79,6 +80,8 @@ class AgentSpec:
     requires_label: bool = True
     summarize: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     validate_options: Callable[[Mapping[str, Any]], None] | None = None
+    # (options, trace summary) -> {"name", "weights", "features"} for agentgraphs.shaping, or None
+    reward_shaping: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any] | None] | None = None
     description: str = ""
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -107,6 +110,7 @@ class AgentSpec:
 
 _REGISTRY: dict[str, str] = {
     "memagent": "agentgraphs.memagent:SPEC",
+    "toolorchestra": "agentgraphs.toolorchestra:SPEC",
 }
 
 

@@ -1,0 +1,174 @@
+"""ToolOrchestra's AgentSpec: slime row -> graph input, correctness reward, cost features, shaping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..answers import em, normalize_answer
+from ..engine import SamplingParams
+from ..errors import ConfigError, InputError
+from ..node import AgentContext
+from ..spec import AgentSpec, RewardInput, RolloutInput
+from .graph import DEFAULT_OPTIONS, TOOLS, build_graph
+from .prompts import JUDGE
+
+
+def problem_of(prompt: Any) -> str:
+    """The problem text: a string, or chat messages (the last user message)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        for msg in reversed(prompt):
+            if isinstance(msg, Mapping) and msg.get("role") == "user" and isinstance(msg.get("content"), str):
+                return msg["content"]
+    raise InputError("prompt", f"expected a problem string or chat messages, got {type(prompt).__name__}",
+                     "put the question under --input-key (default 'input') as a string")
+
+
+def answers_of(label: Any) -> list[str]:
+    """Gold answers: a string, a list of strings, or {"ground_truth"/"answers": ...}.
+
+    >>> answers_of({"ground_truth": ["Paris", "paris, france"]})
+    ['Paris', 'paris, france']
+    """
+    if isinstance(label, Mapping):
+        label = label.get("ground_truth", label.get("answers"))
+    if isinstance(label, (str, int, float)) and not isinstance(label, bool):
+        return [str(label)]
+    if isinstance(label, (list, tuple)) and label and all(isinstance(x, (str, int, float)) for x in label):
+        return [str(x) for x in label]
+    raise InputError("label", f"expected an answer string or a list of answers, got {label!r:.80}",
+                     "put the gold answer(s) under --label-key (default 'label')")
+
+
+def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
+    problem = problem_of(row["prompt"]).strip()
+    if not problem:
+        raise InputError("prompt", "the problem is empty", "give a non-empty question under --input-key")
+    inp: dict[str, Any] = {"problem": problem, "turns": [], "notes": [], "steps": []}
+    if row["label"] is not None:
+        inp["answers"] = answers_of(row["label"])
+    return inp
+
+
+def answer(state: Mapping[str, Any]) -> str:
+    return str(state.get("answer", ""))
+
+
+async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
+    """1.0 when the answer matches a gold exactly (SQuAD normalisation), else the judge's yes/no when the
+    `judge` option names an engine, else 0.0. No answer (turns used up) is 0.0."""
+    golds = answers_of(rin["label"])
+    if not rin["answer"].strip():
+        return 0.0
+    if em(rin["answer"], golds):
+        return 1.0
+    judge = (ctx.config.get("judge") if ctx is not None else None) or None
+    if judge is None or ctx is None:
+        return 0.0
+    return 1.0 if await _judge(ctx, str(judge), rin, golds) else 0.0
+
+
+async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str]) -> bool:
+    meta = rin["metadata"] or {}
+    problem = str(meta.get("question") or meta.get("problem") or "(see the reference answer)")
+    prompt = JUDGE.format(problem=problem, reference=" / ".join(golds), answer=rin["answer"])
+    ids = ctx.template(name).render([{"role": "user", "content": prompt}])
+    out = await ctx.engine(name).generate(ids, SamplingParams(temperature=0.0, max_new_tokens=8))
+    return normalize_answer(out.text.replace(ctx.template(name).end_of_turn, "")).startswith("yes")
+
+
+def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The rollout's features for the cost-aware reward and for reading a run."""
+    steps = state.get("steps") or []
+    tokens: dict[str, int] = {}
+    for s in steps:
+        if s.get("model"):
+            tokens[s["model"]] = tokens.get(s["model"], 0) + int(s.get("expert_tokens", 0))
+    return {
+        "orchestrator_turns": len(steps),
+        "format_invalid_turns": sum(1 for s in steps if not s["ok"] and not s.get("model")),
+        "failed_tools": sum(1 for s in steps if not s["ok"] and s.get("model")),
+        "tool_calls": {t: sum(1 for s in steps if s["tool"] == t and s.get("model")) for t in TOOLS},
+        "expert_tokens": tokens,
+        "latency_s": round(sum(float(s.get("latency_s", 0.0)) for s in steps), 4),
+        "answered": bool(state.get("done")),
+    }
+
+
+def features(options: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, float]:
+    """cost (USD from the experts' tokens and `prices`), latency (tool seconds), tool:NAME counts.
+
+    >>> features({"prices": {"big": 10.0}}, {"expert_tokens": {"big": 1000, "small": 1000}, "latency_s": 2.0,
+    ...                                     "tool_calls": {"search": 1}})
+    {'cost': 0.011, 'latency': 2.0, 'tool:search': 1.0}
+    """
+    prices = options.get("prices") or {}
+    cost = sum(n * float(prices.get(m, 1.0)) / 1e6 for m, n in (summary.get("expert_tokens") or {}).items())
+    out = {"cost": round(cost, 9), "latency": float(summary.get("latency_s", 0.0))}
+    out.update({f"tool:{t}": float(n) for t, n in (summary.get("tool_calls") or {}).items()})
+    return out
+
+
+def reward_shaping(options: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    if options.get("reward_shaping") in (None, "none"):
+        return None
+    return {"name": options["reward_shaping"], "weights": dict(options["preference"]),
+            "features": features(options, summary)}
+
+
+def validate_options(options: Mapping[str, Any]) -> None:
+    experts = options.get("experts")
+    if not isinstance(experts, Mapping) or not experts or set(experts) - set(TOOLS):
+        raise ConfigError(f"option experts must map tools {list(TOOLS)} to lists of engine names, got {experts!r}")
+    for tool, models in experts.items():
+        if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
+            raise ConfigError(f"option experts.{tool} must be a non-empty list of engine names, got {models!r}")
+    if "answer" not in experts:
+        raise ConfigError("option experts must include 'answer' (the tool that ends an episode)")
+    for key in ("max_turns", "eval_max_turns", "context_max_tokens", "orchestrator_max_new_tokens",
+                "expert_max_new_tokens", "retrieval_topk", "retrieval_retries"):
+        value = options.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "retrieval_retries" else 1):
+            raise ConfigError(f"option {key} must be a positive integer, got {value!r}")
+    for key in ("retrieval_timeout_s", "code_timeout_s"):
+        value = options.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"option {key} must be a positive number of seconds, got {value!r}")
+    if options.get("reward_shaping") not in ("cost_aware", "none", None):
+        raise ConfigError(f"option reward_shaping must be 'cost_aware' or 'none', got {options.get('reward_shaping')!r}")
+    pref = options.get("preference")
+    if not isinstance(pref, Mapping) or not all(isinstance(v, (int, float)) for v in pref.values()):
+        raise ConfigError(f"option preference must map features (accuracy, cost, latency, tool:NAME) to weights, "
+                          f"got {pref!r}")
+    bad = sorted(k for k in pref if k not in ("accuracy", "cost", "latency") and not
+                 (k.startswith("tool:") and k[5:] in TOOLS))
+    if bad:
+        raise ConfigError(f"option preference: unknown features {bad}; use accuracy, cost, latency, "
+                          f"{', '.join('tool:' + t for t in TOOLS)}")
+    if options.get("reward_split") not in ("broadcast", "divide"):
+        raise ConfigError(f"option reward_split must be 'broadcast' or 'divide', got {options.get('reward_split')!r}")
+
+
+def metrics(rin: RewardInput) -> dict[str, float]:
+    if rin["label"] is None:
+        return {}
+    return {"em": em(rin["answer"], answers_of(rin["label"])) if rin["answer"].strip() else 0.0}
+
+
+SPEC = AgentSpec(
+    name="toolorchestra",
+    build_graph=lambda options: build_graph(options),
+    make_input=make_input,
+    answer=answer,
+    reward=reward,
+    eval_metrics=metrics,
+    summarize=summarize,
+    validate_options=validate_options,
+    reward_shaping=reward_shaping,
+    layout="per_turn",
+    reward_split="broadcast",
+    options={k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_OPTIONS.items()},
+    description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
+)

@@ -1,0 +1,192 @@
+"""ToolOrchestra's QA graph with a scripted orchestrator over the tiny Qwen3-template model (real ids and
+log-probs), scripted experts, and a real BM25 retrieval service on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgraphs.engine import SamplingParams
+from agentgraphs.hf_engine import HFEngine
+from agentgraphs.node import AgentContext
+from agentgraphs.rollout import rollout_input, run_rollout, sample_fields
+from agentgraphs.sglang_engine import SGLangEngine
+from agentgraphs.testing.scripted import ScriptedPolicy
+from agentgraphs.testing.tiny_model import ensure_tiny_model
+from agentgraphs.toolorchestra import SPEC, build_graph
+from agentgraphs.toolorchestra.graph import max_turns
+from agentgraphs.toolorchestra.prompts import tool_schemas
+from agentgraphs.trace import check_trace
+
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("bm25s")
+
+EXPERTS = {"search": ["search-expert"], "enhance_reasoning": ["code-expert"],
+           "answer": ["answer-expert", "big-expert"]}
+
+
+def call(name: str, model: str, think: str = "plan") -> str:
+    return f'<think>{think}</think>\n<tool_call>\n{json.dumps({"name": name, "arguments": {"model": model}})}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def scorer(agentgraphs_cache: Path) -> HFEngine:
+    return HFEngine.from_dir(ensure_tiny_model(template="qwen3"), device="cpu", seed=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def retrieval_url() -> Iterator[str]:
+    """A real retrieval service (BM25 over planted facts + filler) in a server thread."""
+    from agentgraphs.retrieval import BM25Index, make_app
+    from agentgraphs.retrieval.synthetic import planted_facts, synthetic_corpus
+
+    passages, _ = planted_facts()
+    app = make_app(BM25Index.build(synthetic_corpus(200, words_per_passage=20) + passages))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if server.started:
+            break
+        threading.Event().wait(0.02)
+    yield f"http://127.0.0.1:{server.config.port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def run(scorer: HFEngine, orchestrator: list[str], experts: dict[str, Any], url: str, label: Any = "4321",
+        evaluation: bool = False, **options: Any):
+    policy = ScriptedPolicy(scorer, orchestrator, name="orchestrator")
+    engines = {name: ScriptedPolicy(scorer, replies, name=name) if isinstance(replies, list) else replies
+               for name, replies in experts.items()}
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer, engines=engines, evaluation=evaluation,
+                       sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
+    opts = {"experts": EXPERTS, "retrieval_url": url, "retrieval_retries": 0, "retrieval_timeout_s": 5.0,
+            **options}
+    inp = rollout_input("What is the launch code of Zorblax station plus one?", label, {}, 0)
+    return asyncio.run(run_rollout(SPEC, inp, ctx, options=opts)), policy, engines
+
+
+def _zorblax_code(text: str) -> int:
+    return int(text.split("launch code of Zorblax station is ")[1][:4])
+
+
+def test_search_then_code_then_answer_trains_only_orchestrator_turns(scorer: HFEngine, retrieval_url: str) -> None:
+    from agentgraphs.retrieval.synthetic import planted_facts
+
+    code = int(planted_facts()[1]["answer"])
+    rollout, policy, engines = run(
+        scorer,
+        [call("search", "search-expert"), call("enhance_reasoning", "code-expert"), call("answer", "big-expert")],
+        {"search-expert": ["launch code Zorblax station"], "code-expert": [f"```python\nprint({code} + 1)\n```"],
+         "answer-expert": [], "big-expert": [f"It is \\boxed{{{code + 1}}}."]},
+        retrieval_url, label=str(code + 1))
+    assert rollout.status == "completed", rollout.reason + str(rollout.error)
+    assert rollout.answer == str(code + 1) and rollout.reward == 1.0
+    nodes = [(t["node"], t["trainable"]) for t in rollout.turns]
+    assert nodes == [("orchestrator", True), ("search_expert", False), ("orchestrator", True),
+                     ("code_expert", False), ("orchestrator", True), ("answer_expert", False)]
+    # the context is rebuilt each turn: the document reaches turn 2, the code's output turn 3
+    prompts = [c.prompt_text for c in policy.calls]
+    assert _zorblax_code(prompts[1]) == code and "Documents:" in prompts[1]
+    assert f"output:\n{code + 1}" in prompts[2] and "Documents:" in prompts[2]
+    # only the orchestrator's turns are trained, each its own sequence, token by token what the engine saw
+    sequences = check_trace(rollout.turns, "per_turn")
+    orch = [t for t in rollout.turns if t["node"] == "orchestrator"]
+    assert len(sequences) == len(rollout.sequences) == 3
+    for seq, turn, seen in zip(sequences, orch, policy.calls):
+        n = seq["response_length"]
+        assert seq["tokens"][:-n] == turn["prompt_ids"] == seen.prompt_ids
+        assert seq["tokens"][-n:] == turn["output_ids"] and seq["loss_mask"] == [1] * n
+        assert seq["rollout_log_probs"] == turn["output_logprobs"]
+    # the prompt is Qwen3's template with the tools in hermes format, rendered by transformers itself
+    user = policy.calls[0].prompt_text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+    reference = scorer.tokenizer.apply_chat_template([{"role": "user", "content": user}],
+                                                     tools=tool_schemas(EXPERTS), add_generation_prompt=True,
+                                                     tokenize=False)
+    assert scorer.tokenizer.decode(policy.calls[0].prompt_ids) == reference
+    assert "<tools>" in reference and '"name": "enhance_reasoning"' in reference
+    # the expert got the problem and its own instructions, never a trained turn
+    assert "web-search query" in engines["search-expert"].calls[0].prompt_text
+    # the cost-aware reward's features ride along to the converter
+    fields = sample_fields(rollout, SPEC)
+    shaping = fields["train_metadata"]["reward_shaping"]
+    assert shaping["name"] == "cost_aware" and shaping["features"]["tool:search"] == 1.0
+    assert shaping["features"]["cost"] > 0 and fields["metadata"]["trace_summary"]["tool_calls"] == {
+        "search": 1, "enhance_reasoning": 1, "answer": 1}
+
+
+def test_malformed_unknown_and_disallowed_turns_are_invalid_and_the_loop_goes_on(scorer: HFEngine,
+                                                                                 retrieval_url: str) -> None:
+    rollout, policy, _ = run(
+        scorer,
+        ['<think>x</think>\n<tool_call>\n{"name": "search", "arguments": {"model": \n</tool_call>',  # bad JSON
+         call("browse", "search-expert"),  # unknown tool
+         call("answer", "gpt-9"),  # a model the tool does not allow
+         '<tool_call>{"name": "answer", "arguments": {"model": "answer-expert"}, "extra": 1}</tool_call>',
+         call("answer", "answer-expert")],
+        {"search-expert": [], "code-expert": [], "answer-expert": ["\\boxed{4321}"], "big-expert": []},
+        retrieval_url)
+    assert rollout.status == "completed" and rollout.reward == 1.0
+    steps = rollout.final_state["steps"]  # type: ignore[index]
+    assert [s["ok"] for s in steps] == [False, False, False, False, True]
+    assert "bad JSON" in steps[0]["error"] and "unknown tool 'browse'" in steps[1]["error"]
+    assert "model 'gpt-9' is not allowed" in steps[2]["error"] and "keys must be exactly" in steps[3]["error"]
+    assert "Format-invalid tool call: tool call 1: unknown tool 'browse'" in policy.calls[2].prompt_text
+    assert rollout.summary["format_invalid_turns"] == 4
+    assert len(check_trace(rollout.turns)) == 5  # invalid turns are trained too (the reward judges them)
+
+
+def test_max_turns_ends_the_episode_without_an_answer(scorer: HFEngine, retrieval_url: str) -> None:
+    rollout, policy, _ = run(scorer, ["no tool call here"] * 3, {n: [] for n in
+                             ("search-expert", "code-expert", "answer-expert", "big-expert")},
+                             retrieval_url, max_turns=3)
+    assert rollout.status == "completed" and rollout.answer == "" and rollout.reward == 0.0
+    assert len(policy.calls) == 3 and len(rollout.sequences) == 3
+    assert max_turns(AgentContext(policy=policy, tokenizer=scorer.tokenizer, config=SPEC.resolve_options())) == 30
+    assert max_turns(AgentContext(policy=policy, tokenizer=scorer.tokenizer, evaluation=True,
+                                  config=SPEC.resolve_options())) == 50
+
+
+def test_a_failing_expert_endpoint_and_a_dead_retrieval_service_are_reported_and_the_run_goes_on(
+        scorer: HFEngine) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    rollout, policy, _ = run(
+        scorer,
+        [call("search", "search-expert"), call("enhance_reasoning", "code-expert"), call("answer", "answer-expert")],
+        {"search-expert": ["launch code"],  # the expert answers, but the retrieval service is down
+         "code-expert": SGLangEngine(dead, max_retries=1, backoff_s=0.01, timeout=2.0),  # the expert is down
+         "answer-expert": ["\\boxed{4321}"], "big-expert": []},
+        dead)
+    assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
+    steps = rollout.final_state["steps"]  # type: ignore[index]
+    assert [s["ok"] for s in steps] == [False, False, True]
+    assert "search for 'launch code' failed" in steps[0]["error"] and "retrieval service" in steps[0]["error"]
+    assert "expert 'code-expert' failed" in steps[1]["error"]
+    assert "expert 'code-expert' failed" in policy.calls[2].prompt_text  # the orchestrator sees it
+    assert rollout.summary["failed_tools"] == 2
+
+
+def test_experts_without_engines_fail_the_rollout_with_a_clear_reason(scorer: HFEngine) -> None:
+    policy = ScriptedPolicy(scorer, [call("answer", "answer-expert")])
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer)
+    rollout = asyncio.run(run_rollout(SPEC, rollout_input("q?", "a", {}, 0), ctx))
+    assert rollout.status == "failed" and "have no engine" in rollout.reason and "AgentContext.engines" in rollout.reason
+
+
+def test_graph_shape() -> None:
+    assert sorted(build_graph().get_graph().nodes) == ["__end__", "__start__", "answer", "enhance_reasoning",
+                                                        "orchestrator", "search"]
