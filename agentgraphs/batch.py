@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import InputError
-from .node import AgentContext
-from .rollout import Rollout, rollout_input, run_rollout, sample_fields, trace_record
+from .context import AgentContext
+from .records import sample_fields, trace_record
+from .rollout import Rollout, rollout_input, run_rollout
 from .spec import AgentSpec, RolloutInput
 
 
@@ -204,7 +205,7 @@ def _sample_record(rollout: Rollout, spec: AgentSpec, row: ParsedRow) -> dict[st
 
 
 def _trace_line(rollout: Rollout, row: ParsedRow) -> dict[str, Any]:
-    rec = trace_record(rollout, row.inp or rollout_input(None, index=None))
+    rec = trace_record(rollout, row.inp["index"] if row.inp else None)
     rec["line"] = row.line
     return rec
 

@@ -39,7 +39,7 @@ import _common  # noqa: E402
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver  # noqa: E402
 
 from agentgraphs.checkpoint import CompactAsyncSqliteSaver  # noqa: E402
-from agentgraphs.engine import SamplingParams  # noqa: E402
+from agentgraphs.engines import SamplingParams  # noqa: E402
 from agentgraphs.memagent.graph import build_graph as memagent_graph  # noqa: E402
 from agentgraphs.memagent.synthetic import make_needle_example  # noqa: E402
 from agentgraphs.node import AgentContext, Limits  # noqa: E402

@@ -156,9 +156,7 @@ def test_max_turns_ends_the_episode_without_an_answer(scorer: HFEngine, retrieva
                              retrieval_url, max_turns=3)
     assert rollout.status == "completed" and rollout.answer == "" and rollout.reward == 0.0
     assert len(policy.calls) == 3 and len(rollout.sequences) == 3
-    assert max_turns(AgentContext(policy=policy, tokenizer=scorer.tokenizer, config=SPEC.resolve_options())) == 30
-    assert max_turns(AgentContext(policy=policy, tokenizer=scorer.tokenizer, evaluation=True,
-                                  config=SPEC.resolve_options())) == 50
+    assert max_turns(SPEC.default_options(), False) == 30 and max_turns(SPEC.default_options(), True) == 50
 
 
 def test_a_failing_expert_endpoint_and_a_dead_retrieval_service_are_reported_and_the_run_goes_on(

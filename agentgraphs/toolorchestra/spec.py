@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..answers import em, normalize_answer
-from ..engine import SamplingParams
-from ..errors import ConfigError, InputError
-from ..node import AgentContext
+from ..context import AgentContext
+from ..errors import InputError
+from ..node import call_llm
 from ..spec import AgentSpec, RewardInput, RolloutInput
-from .graph import DEFAULT_OPTIONS, TOOLS, build_graph
+from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .prompts import JUDGE
 
 
@@ -42,7 +42,7 @@ def answers_of(label: Any) -> list[str]:
                      "put the gold answer(s) under --label-key (default 'label')")
 
 
-def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
+def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
     problem = problem_of(row["prompt"]).strip()
     if not problem:
         raise InputError("prompt", "the problem is empty", "give a non-empty question under --input-key")
@@ -64,8 +64,8 @@ async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
         return 0.0
     if em(rin["answer"], golds):
         return 1.0
-    judge = (ctx.config.get("judge") if ctx is not None else None) or None
-    if judge is None or ctx is None:
+    judge = (rin.get("options") or {}).get("judge")
+    if not judge or ctx is None:
         return 0.0
     return 1.0 if await _judge(ctx, str(judge), rin, golds) else 0.0
 
@@ -74,9 +74,9 @@ async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str
     meta = rin["metadata"] or {}
     problem = str(meta.get("question") or meta.get("problem") or "(see the reference answer)")
     prompt = JUDGE.format(problem=problem, reference=" / ".join(golds), answer=rin["answer"])
-    ids = ctx.template(name).render([{"role": "user", "content": prompt}])
-    out = await ctx.engine(name).generate(ids, SamplingParams(temperature=0.0, max_new_tokens=8))
-    return normalize_answer(out.text.replace(ctx.template(name).end_of_turn, "")).startswith("yes")
+    out = await call_llm({}, ctx, node="judge", engine=name, trainable=False,
+                         messages=[{"role": "user", "content": prompt}], temperature=0.0, max_new_tokens=8)
+    return normalize_answer(out.text).startswith("yes")
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,58 +97,25 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def features(options: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, float]:
+def features(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> dict[str, float]:
     """cost (USD from the experts' tokens and `prices`), latency (tool seconds), tool:NAME counts.
 
-    >>> features({"prices": {"big": 10.0}}, {"expert_tokens": {"big": 1000, "small": 1000}, "latency_s": 2.0,
-    ...                                     "tool_calls": {"search": 1}})
+    >>> features(ToolOrchestraOptions(prices={"big": 10.0}),
+    ...          {"expert_tokens": {"big": 1000, "small": 1000}, "latency_s": 2.0, "tool_calls": {"search": 1}})
     {'cost': 0.011, 'latency': 2.0, 'tool:search': 1.0}
     """
-    prices = options.get("prices") or {}
-    cost = sum(n * float(prices.get(m, 1.0)) / 1e6 for m, n in (summary.get("expert_tokens") or {}).items())
+    cost = sum(n * float(options.prices.get(m, 1.0)) / 1e6 for m, n in (summary.get("expert_tokens") or {}).items())
     out = {"cost": round(cost, 9), "latency": float(summary.get("latency_s", 0.0))}
     out.update({f"tool:{t}": float(n) for t, n in (summary.get("tool_calls") or {}).items()})
     return out
 
 
-def reward_shaping(options: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any] | None:
-    if options.get("reward_shaping") in (None, "none"):
+def reward_shaping(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The converter's group shaping for this rollout (agentgraphs.shaping), unless turned off."""
+    if options.reward_shaping == "none":
         return None
-    return {"name": options["reward_shaping"], "weights": dict(options["preference"]),
+    return {"name": options.reward_shaping, "weights": dict(options.preference),
             "features": features(options, summary)}
-
-
-def validate_options(options: Mapping[str, Any]) -> None:
-    experts = options.get("experts")
-    if not isinstance(experts, Mapping) or not experts or set(experts) - set(TOOLS):
-        raise ConfigError(f"option experts must map tools {list(TOOLS)} to lists of engine names, got {experts!r}")
-    for tool, models in experts.items():
-        if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
-            raise ConfigError(f"option experts.{tool} must be a non-empty list of engine names, got {models!r}")
-    if "answer" not in experts:
-        raise ConfigError("option experts must include 'answer' (the tool that ends an episode)")
-    for key in ("max_turns", "eval_max_turns", "context_max_tokens", "orchestrator_max_new_tokens",
-                "expert_max_new_tokens", "retrieval_topk", "retrieval_retries"):
-        value = options.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "retrieval_retries" else 1):
-            raise ConfigError(f"option {key} must be a positive integer, got {value!r}")
-    for key in ("retrieval_timeout_s", "code_timeout_s"):
-        value = options.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"option {key} must be a positive number of seconds, got {value!r}")
-    if options.get("reward_shaping") not in ("cost_aware", "none", None):
-        raise ConfigError(f"option reward_shaping must be 'cost_aware' or 'none', got {options.get('reward_shaping')!r}")
-    pref = options.get("preference")
-    if not isinstance(pref, Mapping) or not all(isinstance(v, (int, float)) for v in pref.values()):
-        raise ConfigError(f"option preference must map features (accuracy, cost, latency, tool:NAME) to weights, "
-                          f"got {pref!r}")
-    bad = sorted(k for k in pref if k not in ("accuracy", "cost", "latency") and not
-                 (k.startswith("tool:") and k[5:] in TOOLS))
-    if bad:
-        raise ConfigError(f"option preference: unknown features {bad}; use accuracy, cost, latency, "
-                          f"{', '.join('tool:' + t for t in TOOLS)}")
-    if options.get("reward_split") not in ("broadcast", "divide"):
-        raise ConfigError(f"option reward_split must be 'broadcast' or 'divide', got {options.get('reward_split')!r}")
 
 
 def metrics(rin: RewardInput) -> dict[str, float]:
@@ -159,16 +126,15 @@ def metrics(rin: RewardInput) -> dict[str, float]:
 
 SPEC = AgentSpec(
     name="toolorchestra",
-    build_graph=lambda options: build_graph(options),
+    build_graph=build_graph,
     make_input=make_input,
     answer=answer,
     reward=reward,
     eval_metrics=metrics,
     summarize=summarize,
-    validate_options=validate_options,
     reward_shaping=reward_shaping,
     layout="per_turn",
     reward_split="broadcast",
-    options={k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_OPTIONS.items()},
+    options=ToolOrchestraOptions,
     description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
 )
