@@ -81,37 +81,62 @@ print(json.dumps(f))
 _lock = threading.Lock()
 
 
+DISABLE_ENV = "AGENTGRAPHS_SANDBOX_DISABLE"
+_KNOWN = ("bwrap", "seccomp", "cgroups", "uid")
+
+
+def _disabled() -> frozenset[str]:
+    names = frozenset(n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip())
+    unknown = sorted(names - set(_KNOWN))
+    if unknown:
+        from .types import SandboxError
+
+        raise SandboxError(f"{DISABLE_ENV} names unknown mechanism(s) {unknown}. Fix: use a comma-separated "
+                           f"subset of {list(_KNOWN)}")
+    return names
+
+
 def current_plan() -> Plan:
-    """The plan in force (detected on first use, then cached for the process)."""
+    """The plan in force (detected on first use, then cached; `AGENTGRAPHS_SANDBOX_DISABLE=bwrap,seccomp,
+    cgroups,uid` turns mechanisms off, e.g. to see how the sandbox degrades)."""
+    disabled = _disabled()
     with _lock:
-        return _detect()
+        return _detect(disabled)
 
 
-@functools.lru_cache(maxsize=1)
-def _detect() -> Plan:
+@functools.lru_cache(maxsize=8)
+def _detect(disabled: frozenset[str] = frozenset()) -> Plan:
     from .runner import execute_with_plan  # the probe runs through the real pipeline
     from .types import SandboxLimits
 
     python = sys.executable
     mech: dict[str, dict[str, Any]] = {}
     cg = detect_controllers()
+    if "cgroups" in disabled:
+        cg = {c: f"disabled by {DISABLE_ENV}" for c in CONTROLLERS}
     controllers = tuple(c for c in CONTROLLERS if cg.get(c) == "")
     for c in CONTROLLERS:
         mech[f"cgroup_{c}"] = {"available": cg.get(c) == "", "detail": cg.get(c) or "per-execution group"}
     seccomp: bytes | None = None
     try:
+        if "seccomp" in disabled:
+            raise RuntimeError(f"disabled by {DISABLE_ENV}")
         from .seccomp import filter_bpf
 
         seccomp = filter_bpf()
         seccomp_why = ""
     except ImportError:
         seccomp_why = "pyseccomp is not installed: pip install 'agentgraphs[sandbox]'"
-    except (OSError, RuntimeError, ValueError) as e:
+    except RuntimeError as e:
+        seccomp_why = str(e)
+    except (OSError, ValueError) as e:
         seccomp_why = f"libseccomp failed: {e}"
-    bwrap = shutil.which("bwrap")
-    bwrap_why = "" if bwrap else "bwrap is not on PATH: apt-get install bubblewrap"
-    drop_uid = os.geteuid() == 0
-    uid_why = "" if drop_uid else "this process is not root, so it cannot switch to a private uid"
+    bwrap = None if "bwrap" in disabled else shutil.which("bwrap")
+    bwrap_why = "" if bwrap else (f"disabled by {DISABLE_ENV}" if "bwrap" in disabled
+                                  else "bwrap is not on PATH: apt-get install bubblewrap")
+    drop_uid = os.geteuid() == 0 and "uid" not in disabled
+    uid_why = "" if drop_uid else (f"disabled by {DISABLE_ENV}" if "uid" in disabled
+                                   else "this process is not root, so it cannot switch to a private uid")
 
     marker = tempfile.mkdtemp(prefix="agentgraphs-sandbox-probe-")
     facts: dict[str, Any] | None = None
@@ -120,10 +145,10 @@ def _detect() -> Plan:
         attempts: list[tuple[str | None, bytes | None, bool, str]] = [(bwrap, seccomp, drop_uid, "")]
         if bwrap:
             attempts.append((None, seccomp, drop_uid, "bwrap"))
+        if drop_uid:  # e.g. an interpreter under /root that another uid cannot traverse
+            attempts.append((None, seccomp, False, "uid"))
         if seccomp is not None:
-            attempts.append((None, None, drop_uid, "seccomp"))
-        if drop_uid:
-            attempts.append((None, None, False, "uid"))
+            attempts.append((None, None, False, "seccomp"))
         failures: list[str] = []
         chosen = (None, None, False)
         for k, (b, s, d, _) in enumerate(attempts):
@@ -211,6 +236,9 @@ def _detect() -> Plan:
     else:
         prot["filesystem"] = f"{NOT_HELD}: the code can write wherever this process can"
     prot["environment"] = "scrubbed: only PATH, HOME, TMPDIR, locale, thread counts and SandboxLimits.env"
+    if not (pidns or dropped):
+        prot["environment"] = (f"{NOT_HELD} fully: scrubbed, but the code runs as this uid without a pid "
+                               "namespace, so /proc/<parent>/environ is readable")
     if pidns:
         prot["host_processes"] = "pid namespace: host processes are invisible"
     elif dropped:
@@ -240,7 +268,7 @@ def capabilities(refresh: bool = False) -> Capabilities:
     """
     if refresh:
         with _lock:
-            _detect.cache_clear()
+            _detect.cache_clear()  # type: ignore[attr-defined]
     plan = current_plan()
     return Capabilities(mechanisms={k: dict(v) for k, v in plan.mechanisms.items()},
                         protections=dict(plan.protections), held=list(plan.held))

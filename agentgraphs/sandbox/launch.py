@@ -23,7 +23,7 @@ __all__ = ["PROLOGUE", "CODE_FILENAME", "prologue_config", "base_env", "readonly
 CODE_FILENAME = "<code>"
 
 PROLOGUE = r"""
-import json, os, sys
+import json, os, sys, resource, linecache, traceback
 _c = json.loads(sys.argv[1])
 if _c["go"] >= 0:
     if os.read(_c["go"], 1) != b"1":
@@ -52,11 +52,9 @@ if _c["uid"] >= 0:
     os.setresuid(_c["uid"], _c["uid"], _c["uid"])
     if os.getresuid() != (_c["uid"],) * 3 or os.getresgid() != (_c["uid"],) * 3:
         os._exit(125)
-import resource
 for _r, _s, _h in _c["rl"]:
     resource.setrlimit(_r, (_s, _h))
 _src = sys.stdin.buffer.read()
-import linecache, traceback
 _text = _src.decode("utf-8", "replace")
 linecache.cache["<code>"] = (len(_text), None, _text.splitlines(True), "<code>")
 sys.argv = ["<code>"]

@@ -88,6 +88,7 @@ class _Run:
         self.workdir: str | None = None
         self.fds: list[int] = []
         self.notes: list[str] = []
+        self.seen: set[int] = set()  # host pids of the execution's processes seen when killing
 
     def close_fds(self) -> None:
         for fd in self.fds:
@@ -98,6 +99,8 @@ class _Run:
         self.fds = []
 
     def kill(self) -> None:
+        if self.cgroup is not None:
+            self.seen |= self.cgroup.members()
         proc = self.proc
         if proc is not None and proc.poll() is None:
             try:
@@ -121,6 +124,7 @@ class _Run:
                     except OSError:
                         pass
             self.proc.wait()
+        _wait_gone(self.seen)
         self.close_fds()
         if self.cgroup is not None and not self.cgroup.close():
             self.notes.append("a cgroup could not be removed")
@@ -128,6 +132,14 @@ class _Run:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if self.lease is not None:
             self.lease.release()
+
+
+def _wait_gone(pids: set[int], timeout_s: float = 2.0) -> None:
+    """Wait until killed processes are fully released by the kernel (not merely out of their cgroup)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.002)
 
 
 def _execute(code: str, limits: SandboxLimits, cancel: threading.Event | None) -> ExecutionResult:
