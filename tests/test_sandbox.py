@@ -53,18 +53,31 @@ def _processes_with(token: str) -> list[int]:
 
 
 def _sandbox_uid_processes() -> list[int]:
+    """Live (not exiting) host processes under a sandbox uid, after giving exiting ones time to go."""
     uids = uid_range()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for line in (entry / "status").read_text().splitlines():
-                if line.startswith("Uid:") and int(line.split()[1]) in uids:
-                    found.append(int(entry.name))
-        except (OSError, ValueError):
-            pass
-    return found
+    deadline = time.monotonic() + 5
+    while True:
+        found, exiting = [], 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            try:
+                if int(fields["Uid"].split()[0]) not in uids:
+                    continue
+            except (KeyError, ValueError, IndexError):
+                continue
+            if fields.get("State", "").strip()[:1] in ("Z", "X"):
+                exiting += 1  # dead, waiting for the kernel to release it
+            else:
+                found.append(int(entry.name))
+        if (not found and not exiting) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def _leftover_cgroups() -> list[str]:

@@ -146,7 +146,7 @@ def readonly_paths(python: str, extra: Sequence[str]) -> list[str]:
 
 
 def bwrap_argv(bwrap: str, mounts: list[str], limits: SandboxLimits, *, privileged: bool, info_fd: int,
-               block_fd: int, seccomp_fd: int, command: list[str]) -> list[str]:
+               seccomp_fd: int, command: list[str]) -> list[str]:
     """bubblewrap's command line: every namespace, read-only mounts, a size-capped tmpfs as cwd.
 
     privileged (this process is root): no user namespace (the prologue drops to a private uid itself,
@@ -176,7 +176,7 @@ def bwrap_argv(bwrap: str, mounts: list[str], limits: SandboxLimits, *, privileg
         else:
             argv += ["--ro-bind", dest, dest]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs",
-             "/tmp", "--chdir", "/tmp", "--info-fd", str(info_fd), "--block-fd", str(block_fd)]
+             "/tmp", "--chdir", "/tmp", "--info-fd", str(info_fd)]
     if seccomp_fd >= 0:
         argv += ["--seccomp", str(seccomp_fd)]
     return argv + ["--"] + command

@@ -99,9 +99,17 @@ class _Run:
         self.fds = []
 
     def kill(self) -> None:
-        if self.cgroup is not None:
-            self.seen |= self.cgroup.members()
+        """Kill the execution's processes: the cgroup's members first, so that bubblewrap (outside the
+        group) reaps its sandbox and exits by itself; then whatever is left of the process tree."""
         proc = self.proc
+        if self.cgroup is not None:  # the code and its descendants (bubblewrap's reaper is outside)
+            self.seen |= self.cgroup.members()
+            self.cgroup.kill_all()
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    pass
         if proc is not None and proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # its own session: the tree unless a child left it
@@ -111,8 +119,6 @@ class _Run:
                 proc.kill()
             except OSError:
                 pass
-        if self.cgroup is not None:
-            self.cgroup.kill_all()
 
     def close(self) -> None:
         self.kill()
@@ -135,10 +141,17 @@ class _Run:
 
 
 def _wait_gone(pids: set[int], timeout_s: float = 2.0) -> None:
-    """Wait until killed processes are fully released by the kernel (not merely out of their cgroup)."""
+    """Wait until killed processes have exited (not merely left their cgroup): a zombie counts as gone."""
     deadline = time.monotonic() + timeout_s
     for pid in pids:
-        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    state = f.read().rpartition(b")")[2][1:2]
+            except OSError:
+                break
+            if state in (b"Z", b"X"):
+                break
             time.sleep(0.002)
 
 
@@ -175,55 +188,69 @@ def execute_with_plan(code: str, limits: SandboxLimits, plan: Plan | None,
 
 
 def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
-    """Spawn the process (blocked before user code), move it into its cgroups, let it go."""
+    """Spawn the process (it waits before any user code), move it into its cgroups, let it go."""
     python = limits.python or plan.python
     if plan.drop_uid:
         run.lease = lease_uid()
     uid = run.lease.uid if run.lease is not None else None
     if plan.controllers:
-        extra = 1 if plan.bwrap else 0  # bubblewrap's pid-1 reaper is in the group too
-        run.cgroup = ExecutionCgroup(list(plan.controllers), max_processes=limits.max_processes + extra,
+        run.cgroup = ExecutionCgroup(list(plan.controllers), max_processes=limits.max_processes,
                                      memory_bytes=limits.memory_bytes)
-    nproc = limits.max_processes + 3 if uid is not None else None  # + bwrap, its reaper, python
+    nproc = None  # only the code runs under the private uid; with a pids cgroup that binds (and counts) first
+    if uid is not None:
+        nproc = limits.max_processes + (1 if "pids" in plan.controllers else 0)
     seccomp_fd = program_fd(plan.seccomp) if plan.seccomp is not None else -1
     if seccomp_fd >= 0:
         run.fds.append(seccomp_fd)
     kwargs: dict[str, Any] = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   start_new_session=True, close_fds=True)
+    go_r, go_w = os.pipe()  # the prologue waits on it (after interpreter start-up) for the cgroups
+    run.fds += [go_r, go_w]
     if plan.bwrap is not None:
         info_r, info_w = os.pipe()
-        block_r, block_w = os.pipe()
-        run.fds += [info_r, info_w, block_r, block_w]
+        run.fds += [info_r, info_w]
         mounts = launch.readonly_paths(python, limits.extra_ro_paths)
-        config = launch.prologue_config(limits, go_fd=-1, bpf_fd=-1, uid=uid, nproc=nproc, address_space=False)
+        config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc, address_space=False)
         argv = launch.bwrap_argv(plan.bwrap, mounts, limits, privileged=os.geteuid() == 0, info_fd=info_w,
-                                 block_fd=block_r, seccomp_fd=seccomp_fd,
-                                 command=launch.python_argv(python, config))
-        passed = (info_w, block_r) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
+                                 seccomp_fd=seccomp_fd, command=launch.python_argv(python, config))
+        passed = (go_r, info_w) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
         run.proc = subprocess.Popen(argv, env=launch.base_env(limits, "/tmp"), cwd="/", pass_fds=passed,
                                     **kwargs)
         _close_passed(run, passed)  # the parent's copies would hide bubblewrap's EOFs
-        child = _read_child_pid(info_r)
-        if child is None:
+        reaper = _read_child_pid(info_r)
+        code_pid = _first_child(reaper) if reaper is not None else None
+        if code_pid is None:
             raise SandboxError("bubblewrap did not start its sandbox: " + _stderr_now(run.proc))
-        if run.cgroup is not None:
-            run.cgroup.add(child)
-        os.write(block_w, b"1")
     else:
         run.workdir = tempfile.mkdtemp(prefix="agentgraphs-sandbox-")
         if uid is not None:
             os.chown(run.workdir, uid, uid)
-        go_r, go_w = os.pipe()
-        run.fds += [go_r, go_w]
         config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=seccomp_fd, uid=uid, nproc=nproc,
                                         address_space="memory" not in plan.controllers)
         passed = (go_r,) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
         run.proc = subprocess.Popen(launch.python_argv(python, config), env=launch.base_env(limits, run.workdir),
                                     cwd=run.workdir, pass_fds=passed, **kwargs)
         _close_passed(run, passed)
-        if run.cgroup is not None:
-            run.cgroup.add(run.proc.pid)
-        os.write(go_w, b"1")
+        code_pid = run.proc.pid
+    if run.cgroup is not None:  # while the interpreter starts up; it runs nothing of the code before go
+        run.cgroup.add(code_pid)
+    os.write(go_w, b"1")
+
+
+def _first_child(pid: int) -> int | None:
+    """The first child of bubblewrap's reaper (the code's interpreter), once it has forked it."""
+    deadline = time.monotonic() + _HANDSHAKE_S
+    path = f"/proc/{pid}/task/{pid}/children"
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                children = f.read().split()
+        except OSError:
+            return None  # the reaper is gone: the sandbox failed to start
+        if children:
+            return int(children[0])
+        time.sleep(0.0005)
+    return None
 
 
 def _close_passed(run: _Run, passed: tuple[int, ...]) -> None:
@@ -320,6 +347,11 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
                 break
     finally:
         selector.close()
+    if reason is None and proc.poll() is None:  # its output ended: let it exit by itself first
+        try:
+            proc.wait(timeout=_DRAIN_S)
+        except subprocess.TimeoutExpired:
+            pass
     run.kill()
     proc.wait()
     wall = time.monotonic() - start
