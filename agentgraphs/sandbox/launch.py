@@ -12,6 +12,7 @@ import json
 import math
 import os
 import resource
+import site
 import sys
 from collections.abc import Sequence
 
@@ -116,14 +117,15 @@ _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
 
 
 def readonly_paths(python: str, extra: Sequence[str]) -> list[str]:
-    """Host paths the code may read: system libraries, the interpreter's prefixes and sys.path.
+    """Host paths the code may read: system libraries, the interpreter's prefixes and site-packages.
 
     Nested paths are dropped (their parent is mounted); only existing paths are kept.
     """
     wanted = list(_SYSTEM_PATHS)
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         wanted += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
-        wanted += [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
+        # site-packages only: `python -I` ignores PYTHONPATH and the cwd, so those stay unmounted
+        wanted += [p for p in site.getsitepackages() if os.path.isdir(p)]
     else:  # another interpreter: its installation prefix (bin/..)
         wanted.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
     wanted.append(os.path.dirname(os.path.abspath(python)))
