@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Literal, Sequence, TypedDict
 
-from .engine import Completion
+from .engines.base import MAX_LOGPROB, Completion
 from .errors import TraceError
 
 Layout = Literal["per_turn", "concat"]
@@ -172,11 +172,11 @@ def check_turn(turn: Turn) -> None:
     if len(turn["output_logprobs"]) != n:
         raise TraceError(f"turn {turn['node']!r}: {n} output ids but {len(turn['output_logprobs'])} log-probs")
     lps = turn["output_logprobs"]
-    if lps and all(map(math.isfinite, lps)) and max(lps) <= 1e-6:
+    if lps and all(map(math.isfinite, lps)) and max(lps) <= MAX_LOGPROB:
         return  # the common case, checked in C; the loop below names the culprit
     for lp in lps:
-        if not (lp <= 1e-6 and lp == lp and lp != float("-inf")):
-            raise TraceError(f"turn {turn['node']!r}: log-prob {lp!r} is not a finite value <= 0")
+        if not (lp <= MAX_LOGPROB and lp == lp and lp != float("-inf")):
+            raise TraceError(f"turn {turn['node']!r}: log-prob {lp!r} is not a finite value <= {MAX_LOGPROB} (a log-prob)")
 
 
 def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
