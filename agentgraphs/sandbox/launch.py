@@ -1,0 +1,184 @@
+"""How one execution is started: the in-sandbox prologue, the bubblewrap command line, the environment.
+
+The code itself travels on stdin. Inside, a short trusted prologue (run with `python -I -B -c`) waits
+for the parent's go (the parent first moves the process into its cgroups), loads the seccomp filter
+when bubblewrap did not, lowers its rlimits, reads the code and runs it as `__main__` with tracebacks
+that show only the user's frames (file "<code>").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import site
+import sys
+from collections.abc import Sequence
+
+from .types import SandboxLimits
+
+__all__ = ["PROLOGUE", "CODE_FILENAME", "prologue_config", "base_env", "readonly_paths", "bwrap_argv",
+           "python_argv"]
+
+CODE_FILENAME = "<code>"
+
+PROLOGUE = r"""
+import json, os, sys, resource, linecache, traceback
+_c = json.loads(sys.argv[1])
+if _c["go"] >= 0:
+    if os.read(_c["go"], 1) != b"1":
+        os._exit(125)
+    os.close(_c["go"])
+if _c["bpf"] >= 0:
+    import ctypes
+    _p = b""
+    while True:
+        _b = os.read(_c["bpf"], 65536)
+        if not _b:
+            break
+        _p += _b
+    os.close(_c["bpf"])
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    _buf = ctypes.create_string_buffer(_p, len(_p))
+    _prog = _Prog(len(_p) // 8, ctypes.addressof(_buf))
+    _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.prctl(38, 1, 0, 0, 0) != 0 or _libc.prctl(22, 2, ctypes.byref(_prog), 0, 0) != 0:
+        sys.stderr.write("sandbox: the seccomp filter could not be loaded\n")
+        os._exit(125)
+if _c["uid"] >= 0:
+    os.setgroups([])
+    os.setresgid(_c["uid"], _c["uid"], _c["uid"])
+    os.setresuid(_c["uid"], _c["uid"], _c["uid"])
+    if os.getresuid() != (_c["uid"],) * 3 or os.getresgid() != (_c["uid"],) * 3:
+        os._exit(125)
+for _r, _s, _h in _c["rl"]:
+    resource.setrlimit(_r, (_s, _h))
+_src = sys.stdin.buffer.read()
+_text = _src.decode("utf-8", "replace")
+linecache.cache["<code>"] = (len(_text), None, _text.splitlines(True), "<code>")
+sys.argv = ["<code>"]
+_g = {"__name__": "__main__", "__builtins__": __builtins__}
+try:
+    exec(compile(_src, "<code>", "exec"), _g)
+except SystemExit:
+    raise
+except BaseException as _e:
+    traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next if _e.__traceback__ else None)
+    sys.stderr.flush()
+    sys.exit(1)
+"""
+
+
+def prologue_config(limits: SandboxLimits, *, go_fd: int, bpf_fd: int, uid: int | None, nproc: int | None,
+                    address_space: bool) -> str:
+    """The prologue's argument: its fds, the uid it drops to, the rlimits it sets before the code runs."""
+    cpu = max(1, math.ceil(limits.cpu_s))
+    rl = [
+        (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
+        (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_FSIZE, limits.tmp_bytes, limits.tmp_bytes),
+    ]
+    if nproc is not None:
+        rl.append((resource.RLIMIT_NPROC, nproc, nproc))
+    if address_space:  # only without a memory cgroup: virtual memory is a poor proxy for real use
+        rl.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
+    return json.dumps({"go": go_fd, "bpf": bpf_fd, "uid": -1 if uid is None else uid, "rl": rl},
+                      separators=(",", ":"))
+
+
+def base_env(limits: SandboxLimits, home: str) -> dict[str, str]:
+    """The whole environment the code sees: nothing is inherited from this process."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+    }
+    env.update(limits.env)
+    return env
+
+
+def python_argv(python: str, config: str) -> list[str]:
+    return [python, "-I", "-B", "-c", PROLOGUE, config]
+
+
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+                 "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
+
+
+def readonly_paths(python: str, extra: Sequence[str]) -> list[str]:
+    """Host paths the code may read: system libraries, the interpreter's prefixes and site-packages.
+
+    Nested paths are dropped (their parent is mounted); only existing paths are kept.
+    """
+    wanted = list(_SYSTEM_PATHS)
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        wanted += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+        # site-packages only: `python -I` ignores PYTHONPATH and the cwd, so those stay unmounted
+        wanted += [p for p in site.getsitepackages() if os.path.isdir(p)]
+    else:  # another interpreter: its installation prefix (bin/..)
+        wanted.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+    wanted.append(os.path.dirname(os.path.abspath(python)))
+    wanted.append(os.path.dirname(os.path.realpath(python)))
+    wanted += list(extra)
+    paths: list[str] = []
+    for p in wanted:
+        p = os.path.normpath(os.path.abspath(p))
+        if os.path.lexists(p) and p not in paths:
+            paths.append(p)
+    def covered(p: str) -> bool:
+        return any(q != p and not os.path.islink(q) and p.startswith(q.rstrip("/") + "/") for q in paths)
+    kept = [p for p in paths if not covered(p)]
+    for p in list(kept):  # a symlinked top-level dir (/bin -> usr/bin): its target must be there too
+        if os.path.islink(p):
+            target = os.path.realpath(p)
+            if not any(target == q or target.startswith(q + "/") for q in kept):
+                kept.append(target)
+    return sorted(kept, key=lambda p: (p.count("/"), p))
+
+
+def bwrap_argv(bwrap: str, mounts: list[str], limits: SandboxLimits, *, privileged: bool, info_fd: int,
+               seccomp_fd: int, command: list[str]) -> list[str]:
+    """bubblewrap's command line: every namespace, read-only mounts, a size-capped tmpfs as cwd.
+
+    privileged (this process is root): no user namespace (the prologue drops to a private uid itself,
+    so bubblewrap keeps only CAP_SETUID/CAP_SETGID for it, under no_new_privs); otherwise an
+    unprivileged user namespace. Directories above each mount are created 0755 so that the dropped
+    uid can traverse them (/root is 0700 on the host).
+    """
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if privileged:
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv += ["--unshare-user"]
+    made: set[str] = set()
+    for dest in mounts:
+        parent = os.path.dirname(dest)
+        ancestors = []
+        while parent not in ("/", ""):
+            ancestors.append(parent)
+            parent = os.path.dirname(parent)
+        for d in reversed(ancestors):
+            if d not in made and not any(d == m or d.startswith(m + "/") for m in mounts):
+                argv += ["--perms", "0755", "--dir", d]
+                made.add(d)
+        if os.path.islink(dest):
+            argv += ["--symlink", os.readlink(dest), dest]
+        else:
+            argv += ["--ro-bind", dest, dest]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs",
+             "/tmp", "--chdir", "/tmp", "--info-fd", str(info_fd)]
+    if seccomp_fd >= 0:
+        argv += ["--seccomp", str(seccomp_fd)]
+    return argv + ["--"] + command
