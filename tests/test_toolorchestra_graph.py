@@ -188,3 +188,14 @@ def test_experts_without_engines_fail_the_rollout_with_a_clear_reason(scorer: HF
 def test_graph_shape() -> None:
     assert sorted(build_graph().get_graph().nodes) == ["__end__", "__start__", "answer", "enhance_reasoning",
                                                         "orchestrator", "search"]
+
+
+def test_code_that_fails_in_the_sandbox_is_shown_to_the_orchestrator(scorer: HFEngine, retrieval_url: str) -> None:
+    rollout, policy, _ = run(
+        scorer, [call("enhance_reasoning", "code-expert"), call("answer", "answer-expert")],
+        {"search-expert": [], "code-expert": ["```python\nimport socket\nsocket.create_connection(('1.1.1.1', 80), 2)"
+                                              "\n```"],
+         "answer-expert": ["\\boxed{4321}"], "big-expert": []}, retrieval_url)
+    assert rollout.status == "completed" and rollout.reward == 1.0
+    shown = policy.calls[1].prompt_text
+    assert "Python code and outputs:" in shown and "failed:" in shown and "Error" in shown  # no network inside
