@@ -40,6 +40,21 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def parse_helpers(pairs: list[str]) -> dict[str, str]:
+    """`NAME=ENGINE` pairs (helper engines by name, in the engine grammar of `agentgraphs.engines`).
+
+    >>> parse_helpers(["judge=sglang:http://127.0.0.1:30001"])
+    {'judge': 'sglang:http://127.0.0.1:30001'}
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, engine = pair.partition("=")
+        if not sep or not name or not engine:
+            raise ConfigError(f"--helper {pair!r}: expected NAME=ENGINE, e.g. --helper judge=sglang:http://host:port")
+        out[name] = engine
+    return out
+
+
 def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console)
@@ -66,6 +81,8 @@ def run(
     out: Path = typer.Option(..., "--out", help="output dir: samples.jsonl, traces.jsonl, summary.json"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
     option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=ENGINE for judges and experts, "
+                                     "e.g. answer-expert=openai:http://127.0.0.1:30003/v1#Qwen3-32B (repeatable)"),
     concurrency: int = typer.Option(8, min=1, help="rollouts in flight"),
     n_samples: int = typer.Option(1, "--n-samples-per-prompt", min=1, help="rollouts per row (a GRPO group)"),
     temperature: float = typer.Option(1.0, min=0.0),
@@ -80,6 +97,7 @@ def run(
     """Run an agent over a dataset and write slime samples and traces."""
     try:
         summary = run_command(agent, data, engine, out, tokenizer=tokenizer, options=parse_options(option),
+                              helpers=parse_helpers(helper),
                               concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                               top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
                               keys=(input_key, label_key, metadata_key), progress=True)
@@ -113,6 +131,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
                 evaluation: bool = False, limit: int | None = None,
                 keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
+                helpers: dict[str, str] | None = None,
                 ) -> dict[str, Any]:
     """What `agentgraphs run` does; returns the summary (also OUT/summary.json).
 
@@ -142,7 +161,8 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     total = min(total, limit) if limit is not None else total
 
     def make_context() -> AgentContext:
-        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation)
+        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation,
+                            engines=dict(helpers or {}))
 
     with JsonlWriter(out) as writer, _maybe_progress(progress) as bar:
         task = bar.add_task(spec.name, total=total * n_samples, status="") if bar else None
