@@ -199,3 +199,21 @@ def test_code_that_fails_in_the_sandbox_is_shown_to_the_orchestrator(scorer: HFE
     assert rollout.status == "completed" and rollout.reward == 1.0
     shown = policy.calls[1].prompt_text
     assert "Python code and outputs:" in shown and "failed:" in shown and "Error" in shown  # no network inside
+
+
+def test_reward_is_exact_match_then_the_judge_when_configured(scorer: HFEngine) -> None:
+    from agentgraphs.spec import RewardInput
+
+    judge = ScriptedPolicy(scorer, ["yes", "no"], name="judge")
+    ctx = AgentContext(policy=judge, tokenizer=scorer.tokenizer, engines={"judge": judge})
+
+    def rin(answer: str, judge_name: Any) -> RewardInput:
+        return RewardInput(answer=answer, label=["Paris"], metadata={"question": "Capital of France?"},
+                           status="completed", trace_summary={}, options={"judge": judge_name})
+
+    assert asyncio.run(SPEC.reward(rin("the Paris!", None), ctx)) == 1.0  # exact match after normalisation
+    assert asyncio.run(SPEC.reward(rin("Paris, France", None), ctx)) == 0.0 and not judge.calls
+    assert asyncio.run(SPEC.reward(rin("Paris, France", "judge"), ctx)) == 1.0  # the judge says yes
+    assert "Reference answer: Paris" in judge.calls[0].prompt_text and "Capital of France?" in judge.calls[0].prompt_text
+    assert asyncio.run(SPEC.reward(rin("Lyon", "judge"), ctx)) == 0.0  # ... and then no
+    assert asyncio.run(SPEC.reward(rin("", "judge"), ctx)) == 0.0 and len(judge.calls) == 2  # no answer: 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal, Optional
@@ -253,22 +254,25 @@ async def route(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts:
     return "orchestrator" if turns_left else END
 
 
-_CLIENTS: dict[tuple[str, float, int, Any], Any] = {}
+# one client per event loop and settings (httpx clients are loop-bound); dropped with their loop
+_CLIENTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, float, int], Any]] = weakref.WeakKeyDictionary()
 
 
 def retrieval_client(ctx: AgentContext, opts: ToolOrchestraOptions) -> Any:
-    """`ctx.tools["retrieval"]` when given, else one RetrievalClient per (settings, event loop)."""
+    """`ctx.tools["retrieval"]` when given (anything with `async search(query, topk)`), else a
+    RetrievalClient for `opts.retrieval_url`, shared by the rollouts of this event loop."""
     given = ctx.tools.get("retrieval")
     if given is not None:
         return given
     from ..retrieval.client import RetrievalClient
 
-    key = (opts.retrieval_url, opts.retrieval_timeout_s, opts.retrieval_retries, asyncio.get_running_loop())
-    client = _CLIENTS.get(key)
+    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    key = (opts.retrieval_url, opts.retrieval_timeout_s, opts.retrieval_retries)
+    client = clients.get(key)
     if client is None:
         client = RetrievalClient(opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
                                  retries=opts.retrieval_retries)
-        _CLIENTS[key] = client
+        clients[key] = client
     return client
 
 
