@@ -163,7 +163,8 @@ def test_ruler_table_formats_lengths_and_metrics() -> None:
     assert lines[2] == "| sub_em | 78.12 | 76.56 |"
     assert lines[3] == "| em | 76.56 | - |"
     assert lines[4] == "| f1 | 80.00 | - |"
-    assert lines[5] == "| n | 128 | 128 (2 failed) |"
+    assert lines[5:7] == ["| sub_em_strict | - | - |", "| answered | - | - |"]
+    assert lines[7] == "| n | 128 | 128 (2 failed) |"
     assert evaluate.ruler_table(list(summaries.items())) == evaluate.ruler_table(summaries)
 
 
@@ -179,7 +180,7 @@ def test_evaluate_runs_memagent_per_length(tmp_path: Path, tiny_model_dir: Path)
     assert list(summaries) == ["200", "400"]
     for label, summary in summaries.items():
         assert summary["results"] == 1 and summary["by_status"].get("failed", 0) == 0, summary
-        assert set(summary["metrics"]) >= {"sub_em", "em", "f1"}
+        assert set(summary["metrics"]) >= {"sub_em", "em", "f1", "sub_em_strict", "answered"}
         assert (tmp_path / "out" / f"synthetic_{label}" / "traces.jsonl").exists()
     # evaluation: nothing trainable, whole document read (400 tokens / 150 = 3 updates + final answer)
     trace = _read_jsonl(tmp_path / "out" / "synthetic_400" / "traces.jsonl")[0]
