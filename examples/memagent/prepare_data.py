@@ -186,11 +186,10 @@ def convert_ruler(sources: Sequence[str | Path], out_dir: Path, *, limit: int | 
 def make_synthetic(lengths: Sequence[int], tokenizer_dir: str, out_dir: Path, *, per_length: int,
                    seed: int) -> dict[str, Path]:
     """Needle-in-filler questions sized with the policy's tokenizer -> out_dir/synthetic_{length}.jsonl."""
-    from transformers import AutoTokenizer
-
     from agentgraphs.memagent.synthetic import make_dataset
+    from agentgraphs.tokenizers import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for n in lengths:
