@@ -228,4 +228,13 @@ def test_dockerfile_builds_on_slime_and_never_installs_torch() -> None:
     text = (ROOT / "docker" / "Dockerfile").read_text(encoding="utf-8")
     assert "slimerl/slime:latest" in text and "--no-deps -e ." in text
     installs = " ".join(re.findall(r"pip install[^&;]*", text))
-    assert "langgraph" in installs and not re.search(r"\btorch\b", installs)
+    # pyproject.toml's own requirements (and extras), held at the image's versions by constraints
+    assert "-c /tmp/image-constraints.txt" in installs and '".${extras:+[${extras}]}"' in installs
+    assert "pip list --format=freeze" in text
+    # one list stays the truth: no requirement of pyproject.toml is repeated in the Dockerfile
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in requirements} - {"agentgraphs"}  # type: ignore[union-attr]
+    assert {"torch", "langgraph"} <= names
+    assert not [n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", installs)]
