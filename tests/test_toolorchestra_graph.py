@@ -217,3 +217,22 @@ def test_reward_is_exact_match_then_the_judge_when_configured(scorer: HFEngine) 
     assert "Reference answer: Paris" in judge.calls[0].prompt_text and "Capital of France?" in judge.calls[0].prompt_text
     assert asyncio.run(SPEC.reward(rin("Lyon", "judge"), ctx)) == 0.0  # ... and then no
     assert asyncio.run(SPEC.reward(rin("", "judge"), ctx)) == 0.0 and len(judge.calls) == 2  # no answer: 0
+
+
+def test_bad_rows_and_options_name_the_field() -> None:
+    from agentgraphs.errors import ConfigError, InputError
+
+    opts = SPEC.default_options()
+    with pytest.raises(InputError, match="'prompt'"):
+        SPEC.make_input(rollout_input("   ", "x"), opts)
+    with pytest.raises(InputError, match="'label'"):
+        SPEC.make_input(rollout_input("q?", {"nothing": 1}), opts)
+    with pytest.raises(ConfigError, match="experts"):
+        SPEC.resolve_options({"experts": {"search": ["a"]}})  # no answer tool
+    with pytest.raises(ConfigError, match="experts"):
+        SPEC.resolve_options({"experts": {"answer": ["a"], "browse": ["b"]}})
+    with pytest.raises(ConfigError, match="preference"):
+        SPEC.resolve_options({"preference": {"speed": 1.0}})
+    with pytest.raises(ConfigError, match="max_turns"):
+        SPEC.resolve_options({"max_turns": 0})
+    assert SPEC.resolve_options({"preference": {"accuracy": 1, "tool:search": -0.1}}).preference["tool:search"] == -0.1

@@ -103,7 +103,6 @@ class Step(TypedDict):
 
 class ToolOrchestraState(TraceState):
     problem: str
-    answers: NotRequired[list[str]]
     notes: NotRequired[list[Note]]
     steps: NotRequired[list[Step]]
     pending: NotRequired[str]  # the tool the last orchestrator turn chose, until it has run

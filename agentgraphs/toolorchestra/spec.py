@@ -46,10 +46,9 @@ def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, An
     problem = problem_of(row["prompt"]).strip()
     if not problem:
         raise InputError("prompt", "the problem is empty", "give a non-empty question under --input-key")
-    inp: dict[str, Any] = {"problem": problem, "turns": [], "notes": [], "steps": []}
     if row["label"] is not None:
-        inp["answers"] = answers_of(row["label"])
-    return inp
+        answers_of(row["label"])  # a malformed label is a bad row, reported before any generation
+    return {"problem": problem, "turns": [], "notes": [], "steps": []}
 
 
 def answer(state: Mapping[str, Any]) -> str:
