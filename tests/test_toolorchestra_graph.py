@@ -236,3 +236,37 @@ def test_bad_rows_and_options_name_the_field() -> None:
     with pytest.raises(ConfigError, match="max_turns"):
         SPEC.resolve_options({"max_turns": 0})
     assert SPEC.resolve_options({"preference": {"accuracy": 1, "tool:search": -0.1}}).preference["tool:search"] == -0.1
+
+
+def test_a_group_of_real_rollouts_is_shaped_by_cost_in_the_converter(scorer: HFEngine, retrieval_url: str) -> None:
+    """Four rollouts of one prompt: a cheap correct one (answer at once), a costly correct one (search
+    first), two wrong ones. With cost in the preference, the converter ranks cheap > costly > wrong."""
+    from types import SimpleNamespace
+
+    from agentgraphs.testing.slime_sample import Sample
+    from rl_bridge.convert import convert
+
+    scripts = [
+        ([call("answer", "answer-expert")], {"answer-expert": ["\\boxed{4321}"]}),
+        ([call("search", "search-expert"), call("answer", "answer-expert")],
+         {"search-expert": ["launch code Zorblax station " * 8], "answer-expert": ["\\boxed{4321}"]}),
+        ([call("answer", "answer-expert")], {"answer-expert": ["\\boxed{1}"]}),
+        ([call("answer", "big-expert")], {"big-expert": ["\\boxed{2}"]}),
+    ]
+    samples = []
+    for i, (orchestrator, experts) in enumerate(scripts):
+        engines = {n: experts.get(n, []) for n in ("search-expert", "code-expert", "answer-expert", "big-expert")}
+        rollout, _, _ = run(scorer, orchestrator, engines, retrieval_url,
+                            preference={"accuracy": 1.0, "cost": 0.5, "latency": 0.0})
+        fields = sample_fields(rollout, SPEC)
+        samples.append(Sample(group_index=0, index=i, reward=fields["reward"], status=Sample.Status.COMPLETED,
+                              train_metadata=fields["train_metadata"]))
+    costs = [s.train_metadata["reward_shaping"]["features"]["cost"] for s in samples]
+    assert costs[1] > costs[0] > 0
+    data = convert(SimpleNamespace(advantage_estimator="grpo", n_samples_per_prompt=4), samples)
+    per_rollout = {}
+    for idx, reward in zip(data["sample_indices"], data["rewards"]):
+        per_rollout.setdefault(idx, set()).add(round(reward, 6))
+    assert all(len(v) == 1 for v in per_rollout.values())  # every turn of a rollout gets its value
+    adv = [per_rollout[i].pop() for i in range(4)]
+    assert adv[0] > adv[1] > adv[2] == adv[3] and data["raw_reward"].count(1.0) == 3  # rollout 1 has 2 turns
