@@ -270,3 +270,19 @@ def test_a_group_of_real_rollouts_is_shaped_by_cost_in_the_converter(scorer: HFE
     assert all(len(v) == 1 for v in per_rollout.values())  # every turn of a rollout gets its value
     adv = [per_rollout[i].pop() for i in range(4)]
     assert adv[0] > adv[1] > adv[2] == adv[3] and data["raw_reward"].count(1.0) == 3  # rollout 1 has 2 turns
+
+
+def test_context_keeps_the_newest_notes_within_the_token_budget(scorer: HFEngine) -> None:
+    from agentgraphs.toolorchestra.graph import ToolOrchestraOptions, _context_text
+    from agentgraphs.toolorchestra.notes import Note
+
+    tok = scorer.tokenizer
+    ctx = AgentContext(policy=ScriptedPolicy(scorer, []), tokenizer=tok)
+    notes = [Note(kind="document", text=f"Passage {i}: " + "alpha beta gamma delta " * 5) for i in range(6)]
+    notes.append(Note(kind="code", text="```python\nprint(2)\n```\noutput:\n2"))
+    text = _context_text(ctx, ToolOrchestraOptions(context_max_tokens=60), notes)
+    body = [line for line in text.splitlines() if line and not line.endswith(":")]
+    assert sum(len(tok.encode(line, add_special_tokens=False)) for line in body) <= 60 + len(body)
+    assert "Passage 5" in text and "Passage 0" not in text and "print(2)" in text  # newest first
+    assert text.index("Documents:") < text.index("Python code and outputs:")
+    assert _context_text(ctx, ToolOrchestraOptions(), []) == "No information gathered yet."
