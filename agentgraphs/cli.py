@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .engine import Engine, SamplingParams
+from .engines import Engine, SamplingParams
 from .errors import AgentGraphsError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -132,7 +132,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls.
     """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
-    from .engine import make_engine
+    from .engines import make_engine
     from .node import AgentContext
     from .spec import load_spec
 
@@ -168,7 +168,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
         rows = read_rows(data, row_keys, n_samples=n_samples, limit=limit)
         summary = asyncio.run(run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
                                        on_result=sink))
-    result = {"agent": spec.name, "engine": eng.name, "options": opts, **summary.as_dict()}
+    result = {"agent": spec.name, "engine": eng.name, "options": opts.model_dump(), **summary.as_dict()}
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result
 
@@ -234,7 +234,7 @@ def test_server(
     """Serve a model on 127.0.0.1 behind SGLang's /generate contract (for local debugging)."""
     import time
 
-    from .hf_engine import HFEngine
+    from .engines.hf import HFEngine
     from .testing.server import SGLangTestServer
 
     server = SGLangTestServer(HFEngine.from_dir(model), port=port)
@@ -250,6 +250,9 @@ def test_server(
 
 
 def main() -> None:
+    from .testing.tiny_model import register_tiny_alias
+
+    register_tiny_alias()  # `hf:tiny` in every --engine flag, as in contexts and Studio
     app()
 
 

@@ -411,3 +411,19 @@ def ensure_tiny_model(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def register_tiny_alias() -> None:
+    """Make `hf:tiny` name the embedded tiny model everywhere engines are built from strings.
+
+    Entry points (the CLI, the demo, the Studio graphs) call this; the core never imports the
+    testing kit. The model is built on first use.
+
+    >>> from agentgraphs.engines import resolve_model_dir
+    >>> register_tiny_alias()
+    >>> resolve_model_dir("tiny") == str(ensure_tiny_model())
+    True
+    """
+    from ..engines import register_model_alias
+
+    register_model_alias("tiny", lambda: str(ensure_tiny_model()))
