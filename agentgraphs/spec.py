@@ -181,6 +181,7 @@ class AgentSpec:
 
 _REGISTRY: dict[str, str] = {
     "memagent": "agentgraphs.memagent:SPEC",
+    "agentflow": "agentgraphs.agentflow:SPEC",
 }
 
 
