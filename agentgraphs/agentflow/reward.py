@@ -27,13 +27,17 @@ _MAX_ANSWER_CHARS = 2000  # math-verify's parser is not linear on hostile input:
 
 
 def _parse_math(text: str) -> list[Any]:
+    """math-verify's parse; bare LaTeX (no $ or \\boxed) is read as one math expression first."""
     from math_verify import parse
 
     timeout = 5 if threading.current_thread() is threading.main_thread() else None  # signal-based
-    found = parse(text, parsing_timeout=timeout)
-    if not found and "$" not in text and "\\boxed" not in text:
-        found = parse(f"${text}$", parsing_timeout=timeout)
-    return found
+    bare = "$" not in text and "\\boxed" not in text
+    attempts = [f"${text}$", text] if bare and "\\" in text else [text, f"${text}$"] if bare else [text]
+    for attempt in attempts:
+        found = parse(attempt, parsing_timeout=timeout)
+        if found:
+            return found
+    return []
 
 
 def math_verify_reward(answer: str, golds: Sequence[str]) -> float:
