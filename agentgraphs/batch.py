@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import InputError
 from .context import AgentContext
-from .records import sample_fields, trace_record
+from .records import sample_fields, scalar, trace_record
 from .rollout import Rollout, rollout_input, run_rollout
 from .spec import AgentSpec, RolloutInput
 
@@ -41,8 +41,7 @@ class RunSummary:
     def add(self, rollout: Rollout, reward_key: str) -> None:
         self.results += 1
         self.by_status[rollout.status] = self.by_status.get(rollout.status, 0) + 1
-        r = rollout.reward
-        self.reward_sum += float(r.get(reward_key, 0.0)) if isinstance(r, dict) else float(r or 0.0)
+        self.reward_sum += scalar(rollout.reward, reward_key)
         self.llm_calls += len(rollout.turns)
         for k, v in rollout.metrics.items():
             self.metrics_sum[k] = self.metrics_sum.get(k, 0.0) + float(v)
