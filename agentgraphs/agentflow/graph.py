@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from pydantic import Field
+from pydantic import Field, field_validator
 from typing_extensions import NotRequired
 
 from ..errors import AgentGraphsError, ConfigError
@@ -60,6 +60,12 @@ class AgentFlowOptions(MethodOptions):
     result_max_chars: int = Field(4000, ge=100, description="a step's result is cut to this in the memory")
     sandbox_wall_s: float = Field(10.0, gt=0, description="python_coder: wall-clock limit of one execution")
     sandbox_memory_mb: int = Field(512, ge=32, description="python_coder: memory limit of one execution")
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_from_list(cls, value: Any) -> Any:
+        """YAML and JSON give a list; the option is a tuple (frozen options are hashable)."""
+        return tuple(value) if isinstance(value, list) else value
 
 
 class AgentFlowState(TraceState):
