@@ -40,21 +40,6 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def parse_helpers(pairs: list[str]) -> dict[str, str]:
-    """`NAME=ENGINE` pairs (helper engines by name, in the engine grammar of `agentgraphs.engines`).
-
-    >>> parse_helpers(["judge=sglang:http://127.0.0.1:30001"])
-    {'judge': 'sglang:http://127.0.0.1:30001'}
-    """
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, engine = pair.partition("=")
-        if not sep or not name or not engine:
-            raise ConfigError(f"--helper {pair!r}: expected NAME=ENGINE, e.g. --helper judge=sglang:http://host:port")
-        out[name] = engine
-    return out
-
-
 def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console)
@@ -96,8 +81,6 @@ def run(
     out: Path = typer.Option(..., "--out", help="output dir: samples.jsonl, traces.jsonl, summary.json"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
     option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
-    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=ENGINE for judges and experts, "
-                                     "e.g. answer-expert=openai:http://127.0.0.1:30003/v1#Qwen3-32B (repeatable)"),
     concurrency: int = typer.Option(8, min=1, help="rollouts in flight"),
     n_samples: int = typer.Option(1, "--n-samples-per-prompt", min=1, help="rollouts per row (a GRPO group)"),
     temperature: float = typer.Option(1.0, min=0.0),
@@ -108,11 +91,13 @@ def run(
     input_key: str = typer.Option("input"),
     label_key: str = typer.Option("label"),
     metadata_key: str = typer.Option("metadata"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC, e.g. "
+                                     "helper=sglang:http://127.0.0.1:30001 or judge=openai:URL#MODEL (repeatable)"),
 ) -> None:
     """Run an agent over a dataset and write slime samples and traces."""
     try:
         summary = run_command(agent, data, engine, out, tokenizer=tokenizer, options=parse_options(option),
-                              helpers=parse_helpers(helper),
+                              engines=parse_helpers(helper),
                               concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                               top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
                               keys=(input_key, label_key, metadata_key), progress=True)
@@ -125,6 +110,22 @@ def run(
         n = summary["results"]
         console.print("[red]error:[/red]", escape(f"every row failed ({n} of {n}); first reason: {_first_reason(out)}"))
         raise typer.Exit(1)
+
+
+def parse_helpers(pairs: list[str]) -> dict[str, str]:
+    """`--helper NAME=SPEC` flags as {name: engine spec}.
+
+    >>> parse_helpers(["helper=sglang:http://127.0.0.1:30001"])
+    {'helper': 'sglang:http://127.0.0.1:30001'}
+    """
+    helpers: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, spec = pair.partition("=")
+        if not sep or not name.strip() or not spec.strip() or name.strip() == "policy":
+            raise ConfigError(f"--helper {pair!r}: expected NAME=SPEC with a name other than 'policy', e.g. "
+                              "helper=sglang:http://127.0.0.1:30001")
+        helpers[name.strip()] = spec.strip()
+    return helpers
 
 
 def _usable_results(summary: dict[str, Any]) -> int:
@@ -146,11 +147,12 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
                 evaluation: bool = False, limit: int | None = None,
                 keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
-                helpers: dict[str, str] | None = None,
+                engines: dict[str, "str | Engine"] | None = None,
                 ) -> dict[str, Any]:
     """What `agentgraphs run` does; returns the summary (also OUT/summary.json).
 
-    `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls.
+    `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls;
+    `engines` are helper engines by name (AgentContext.engines: a judge, AgentFlow's "helper"...).
     """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
     from .engines import make_engine
@@ -170,14 +172,19 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     else:
         eng = engine
     tok = _tokenizer(eng, tokenizer)
+    helpers: dict[str, Any] = {}
+    for name, helper in (engines or {}).items():
+        try:
+            helpers[name] = make_engine(helper) if isinstance(helper, str) else helper
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"--helper {name}={helper}: {exc}") from exc
     row_keys = RowKeys(*keys)
     with open(data, "rb") as fh:
         total = sum(1 for line in fh if line.strip())
     total = min(total, limit) if limit is not None else total
 
     def make_context() -> AgentContext:
-        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation,
-                            engines=dict(helpers or {}))
+        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation, engines=dict(helpers))
 
     with JsonlWriter(out) as writer, _maybe_progress(progress) as bar:
         task = bar.add_task(spec.name, total=total * n_samples, status="") if bar else None

@@ -186,6 +186,7 @@ class AgentSpec:
 _REGISTRY: dict[str, str] = {
     "memagent": "agentgraphs.memagent:SPEC",
     "toolorchestra": "agentgraphs.toolorchestra:SPEC",
+    "agentflow": "agentgraphs.agentflow:SPEC",
 }
 
 

@@ -78,7 +78,7 @@ def test_agentgraphs_run_toolorchestra_with_helpers(tmp_path: Path, agentgraphs_
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": "What is 2+2?", "label": ["4"]}) + "\n")
     experts = {"search-expert": f"hf:{model}", "code-expert": f"hf:{model}", "answer-expert": f"hf:{model}"}
-    summary = run_command("toolorchestra", data, f"hf:{model}", tmp_path / "out", helpers=experts,
+    summary = run_command("toolorchestra", data, f"hf:{model}", tmp_path / "out", engines=experts,
                           options={"max_turns": 2, "retrieval_url": "http://127.0.0.1:9"}, max_new_tokens=6)
     assert summary["by_status"] == {"truncated": 1}
     sample = json.loads((tmp_path / "out" / "samples.jsonl").read_text().splitlines()[0])

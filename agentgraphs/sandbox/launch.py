@@ -1,6 +1,6 @@
 """How one execution is started: the in-sandbox prologue, the bubblewrap command line, the environment.
 
-The code itself travels on stdin. Inside, a short trusted prologue (run with `python -I -B -c`) waits
+The code itself travels on stdin. Inside, a short trusted prologue (run with `python -I -S -B -c`) waits
 for the parent's go (the parent first moves the process into its cgroups), loads the seccomp filter
 when bubblewrap did not, lowers its rlimits, reads the code and runs it as `__main__` with tracebacks
 that show only the user's frames (file "<code>").
@@ -8,6 +8,7 @@ that show only the user's frames (file "<code>").
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 
 from .types import SandboxLimits
 
-__all__ = ["PROLOGUE", "CODE_FILENAME", "prologue_config", "base_env", "readonly_paths", "bwrap_argv",
+__all__ = ["PROLOGUE", "CODE_FILENAME", "prologue_config", "base_env", "readonly_paths", "site_dirs", "bwrap_argv",
            "python_argv"]
 
 CODE_FILENAME = "<code>"
@@ -55,6 +56,7 @@ if _c["uid"] >= 0:
         os._exit(125)
 for _r, _s, _h in _c["rl"]:
     resource.setrlimit(_r, (_s, _h))
+sys.path.extend(_c["path"])
 _src = sys.stdin.buffer.read()
 _text = _src.decode("utf-8", "replace")
 linecache.cache["<code>"] = (len(_text), None, _text.splitlines(True), "<code>")
@@ -72,7 +74,7 @@ except BaseException as _e:
 
 
 def prologue_config(limits: SandboxLimits, *, go_fd: int, bpf_fd: int, uid: int | None, nproc: int | None,
-                    address_space: bool) -> str:
+                    address_space: bool, site_dirs: Sequence[str] = ()) -> str:
     """The prologue's argument: its fds, the uid it drops to, the rlimits it sets before the code runs."""
     cpu = max(1, math.ceil(limits.cpu_s))
     rl = [
@@ -85,8 +87,8 @@ def prologue_config(limits: SandboxLimits, *, go_fd: int, bpf_fd: int, uid: int 
         rl.append((resource.RLIMIT_NPROC, nproc, nproc))
     if address_space:  # only without a memory cgroup: virtual memory is a poor proxy for real use
         rl.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
-    return json.dumps({"go": go_fd, "bpf": bpf_fd, "uid": -1 if uid is None else uid, "rl": rl},
-                      separators=(",", ":"))
+    return json.dumps({"go": go_fd, "bpf": bpf_fd, "uid": -1 if uid is None else uid, "rl": rl,
+                       "path": list(site_dirs)}, separators=(",", ":"))
 
 
 def base_env(limits: SandboxLimits, home: str) -> dict[str, str]:
@@ -109,14 +111,32 @@ def base_env(limits: SandboxLimits, home: str) -> dict[str, str]:
 
 
 def python_argv(python: str, config: str) -> list[str]:
-    return [python, "-I", "-B", "-c", PROLOGUE, config]
+    """`-S`: the host's .pth start-up hooks (editable installs, environment hooks) never run in the
+    sandbox; the prologue puts the site-packages directories on sys.path itself (`site_dirs`)."""
+    return [python, "-I", "-S", "-B", "-c", PROLOGUE, config]
+
+
+@functools.lru_cache(maxsize=8)
+def site_dirs(python: str) -> tuple[str, ...]:
+    """The site-packages directories the interpreter would use (this process's when it is the same one)."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return tuple(p for p in site.getsitepackages() if os.path.isdir(p))
+    import subprocess
+
+    out = subprocess.run([python, "-I", "-c", "import site, json; print(json.dumps(site.getsitepackages()))"],
+                         capture_output=True, text=True, timeout=60)
+    try:
+        return tuple(p for p in json.loads(out.stdout) if os.path.isdir(p))
+    except ValueError:
+        return ()
 
 
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
                  "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
 
 
-def readonly_paths(python: str, extra: Sequence[str]) -> list[str]:
+@functools.lru_cache(maxsize=32)
+def readonly_paths(python: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     """Host paths the code may read: system libraries, the interpreter's prefixes and site-packages.
 
     Nested paths are dropped (their parent is mounted); only existing paths are kept.
@@ -125,9 +145,10 @@ def readonly_paths(python: str, extra: Sequence[str]) -> list[str]:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         wanted += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
         # site-packages only: `python -I` ignores PYTHONPATH and the cwd, so those stay unmounted
-        wanted += [p for p in site.getsitepackages() if os.path.isdir(p)]
-    else:  # another interpreter: its installation prefix (bin/..)
+        wanted += list(site_dirs(python))
+    else:  # another interpreter: its installation prefix (bin/..) and its site-packages
         wanted.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+        wanted += list(site_dirs(python))
     wanted.append(os.path.dirname(os.path.abspath(python)))
     wanted.append(os.path.dirname(os.path.realpath(python)))
     wanted += list(extra)
@@ -144,10 +165,10 @@ def readonly_paths(python: str, extra: Sequence[str]) -> list[str]:
             target = os.path.realpath(p)
             if not any(target == q or target.startswith(q + "/") for q in kept):
                 kept.append(target)
-    return sorted(kept, key=lambda p: (p.count("/"), p))
+    return tuple(sorted(kept, key=lambda p: (p.count("/"), p)))
 
 
-def bwrap_argv(bwrap: str, mounts: list[str], limits: SandboxLimits, *, privileged: bool, info_fd: int,
+def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, privileged: bool, info_fd: int,
                seccomp_fd: int, command: list[str]) -> list[str]:
     """bubblewrap's command line: every namespace, read-only mounts, a size-capped tmpfs as cwd.
 

@@ -102,8 +102,8 @@ class _Run:
         """Kill the execution's processes: the cgroup's members first, so that bubblewrap (outside the
         group) reaps its sandbox and exits by itself; then whatever is left of the process tree."""
         proc = self.proc
-        if self.cgroup is not None:  # the code and its descendants (bubblewrap's reaper is outside)
-            self.seen |= self.cgroup.members()
+        if self.cgroup is not None:  # the code, its descendants and bubblewrap's pid 1 (the outer
+            self.seen |= self.cgroup.members()  # bwrap process is outside: it reaps them and exits)
             self.cgroup.kill_all()
             if proc is not None and proc.poll() is None:
                 try:
@@ -194,7 +194,8 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         run.lease = lease_uid()
     uid = run.lease.uid if run.lease is not None else None
     if plan.controllers:
-        run.cgroup = ExecutionCgroup(list(plan.controllers), max_processes=limits.max_processes,
+        extra = 1 if plan.bwrap is not None else 0  # bubblewrap's pid 1 is in the group too
+        run.cgroup = ExecutionCgroup(list(plan.controllers), max_processes=limits.max_processes + extra,
                                      memory_bytes=limits.memory_bytes)
     nproc = None  # only the code runs under the private uid; with a pids cgroup that binds (and counts) first
     if uid is not None:
@@ -210,7 +211,8 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         info_r, info_w = os.pipe()
         run.fds += [info_r, info_w]
         mounts = launch.readonly_paths(python, limits.extra_ro_paths)
-        config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc, address_space=False)
+        config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc, address_space=False,
+                                        site_dirs=launch.site_dirs(python))
         argv = launch.bwrap_argv(plan.bwrap, mounts, limits, privileged=os.geteuid() == 0, info_fd=info_w,
                                  seccomp_fd=seccomp_fd, command=launch.python_argv(python, config))
         passed = (go_r, info_w) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
@@ -218,39 +220,37 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
                                     **kwargs)
         _close_passed(run, passed)  # the parent's copies would hide bubblewrap's EOFs
         reaper = _read_child_pid(info_r)
-        code_pid = _first_child(reaper) if reaper is not None else None
-        if code_pid is None:
+        if reaper is None:
             raise SandboxError("bubblewrap did not start its sandbox: " + _stderr_now(run.proc))
+        if run.cgroup is not None:
+            # the reaper (bubblewrap's pid 1) joins while it is still setting up mounts, so the code's
+            # process it forks later is born inside; one forked before the move is moved as well
+            # (migration and fork exclude each other, so no child falls between the two)
+            run.cgroup.add(reaper)
+            for child in _children(reaper):
+                run.cgroup.add(child)
     else:
         run.workdir = tempfile.mkdtemp(prefix="agentgraphs-sandbox-")
         if uid is not None:
             os.chown(run.workdir, uid, uid)
         config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=seccomp_fd, uid=uid, nproc=nproc,
-                                        address_space="memory" not in plan.controllers)
+                                        address_space="memory" not in plan.controllers,
+                                        site_dirs=launch.site_dirs(python))
         passed = (go_r,) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
         run.proc = subprocess.Popen(launch.python_argv(python, config), env=launch.base_env(limits, run.workdir),
                                     cwd=run.workdir, pass_fds=passed, **kwargs)
         _close_passed(run, passed)
-        code_pid = run.proc.pid
-    if run.cgroup is not None:  # while the interpreter starts up; it runs nothing of the code before go
-        run.cgroup.add(code_pid)
+        if run.cgroup is not None:  # while the interpreter starts up; it runs nothing of the code before go
+            run.cgroup.add(run.proc.pid)
     os.write(go_w, b"1")
 
 
-def _first_child(pid: int) -> int | None:
-    """The first child of bubblewrap's reaper (the code's interpreter), once it has forked it."""
-    deadline = time.monotonic() + _HANDSHAKE_S
-    path = f"/proc/{pid}/task/{pid}/children"
-    while time.monotonic() < deadline:
-        try:
-            with open(path) as f:
-                children = f.read().split()
-        except OSError:
-            return None  # the reaper is gone: the sandbox failed to start
-        if children:
-            return int(children[0])
-        time.sleep(0.0005)
-    return None
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []  # the reaper is gone: the code never ran, its exit status says why
 
 
 def _close_passed(run: _Run, passed: tuple[int, ...]) -> None:

@@ -1,7 +1,7 @@
 """Data for ToolOrchestra (QA mode): slime rows from FlashRAG-style QA files, or a synthetic smoke set.
 
-    # QA rows: {"question": ..., "golden_answers": [...]} per line (NQ, HotpotQA, ... as Search-R1 /
-    # ToolOrchestra ship them) -> {"input", "label", "metadata"} rows for slime and `agentgraphs run`
+    # QA rows: {"question": ..., "golden_answers": [...]} (NQ, HotpotQA, ... as FlashRAG / Search-R1 ship
+    # them; a file, a dataset directory or a Hub id) -> {"input", "label", "metadata"} rows for slime
     python examples/toolorchestra/prepare_data.py --qa nq_train.jsonl hotpotqa_train.jsonl --out train.jsonl
 
     # a self-contained smoke set: a corpus with planted facts + questions about them
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentgraphs.data import load_located_rows
 from agentgraphs.errors import InputError
 from agentgraphs.retrieval.corpus import write_passages
 from agentgraphs.retrieval.synthetic import synthetic_corpus
@@ -52,15 +53,11 @@ def qa_row(obj: Any, where: str, source: str) -> dict[str, Any]:
     return {"input": question.strip(), "label": [str(a) for a in answers], "metadata": meta}
 
 
-def read_qa(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path.name}:{lineno}", f"not JSON ({exc.msg})", "one object per line") from None
-                yield qa_row(obj, f"{path.name}:{lineno}", path.stem)
+def read_qa(source: str, split: str = "train") -> Iterator[dict[str, Any]]:
+    """Rows of a QA source (file, dataset directory or Hugging Face id) through `agentgraphs.data`."""
+    name = Path(source).stem if Path(source).suffix else source.rstrip("/").rsplit("/", 1)[-1]
+    for obj, where in load_located_rows(source, split=split):
+        yield qa_row(obj, where, name)
 
 
 def synthetic_set(n: int, seed: int = 0, filler: int = 2000) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -88,7 +85,9 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--qa", type=Path, nargs="*", default=[], help="FlashRAG-style QA JSONL files")
+    p.add_argument("--qa", nargs="*", default=[], help="FlashRAG-style QA sources: JSONL/JSON/parquet files, "
+                   "dataset directories or Hugging Face ids (agentgraphs.data.load_rows)")
+    p.add_argument("--split", default="train", help="split of a dataset directory or Hub id")
     p.add_argument("--out", type=Path, help="slime rows (JSONL) from --qa")
     p.add_argument("--limit", type=int, default=None, help="at most this many rows")
     p.add_argument("--synthetic", type=int, default=0, help="N planted-fact questions + corpus into --out-dir")
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.qa:
         if args.out is None:
             p.error("--qa needs --out")
-        rows = [row for path in args.qa for row in read_qa(path)][: args.limit]
+        rows = [row for source in args.qa for row in read_qa(source, args.split)][: args.limit]
         write_rows(rows, args.out)
         print(f"{len(rows)} rows -> {args.out}")
     if not args.synthetic and not args.qa:
