@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 
+from typing_extensions import TypedDict
+
 from .corpus import Passage
 
 __all__ = ["synthetic_corpus", "synthetic_queries", "planted_facts", "Fact"]
@@ -55,8 +57,12 @@ def synthetic_queries(passages: list[Passage], n: int, *, seed: int = 1, words: 
     return queries
 
 
-class Fact(dict):  # a plain dict subclass so it prints and serialises as JSON
+class Fact(TypedDict):
     """A planted fact: the passage id that holds it, a question it answers, and the answer."""
+
+    id: str
+    question: str
+    answer: str
 
 
 def planted_facts(*, seed: int = 0) -> tuple[list[Passage], Fact]:
