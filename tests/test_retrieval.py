@@ -224,3 +224,5 @@ def test_bad_corpus_lines_name_the_line_and_field(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "duplicate id" in result.output
     with pytest.raises(Exception, match="not an index directory"):
         load_index(tmp_path)
+    served = CliRunner().invoke(cli_app, ["retrieval", "serve", str(tmp_path), "--port", str(_free_port())])
+    assert served.exit_code == 2 and "not an index directory" in served.output
