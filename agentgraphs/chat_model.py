@@ -318,15 +318,16 @@ def _split_reasoning(text: str) -> tuple[str | None, str]:
 
 # -- collecting the trace -----------------------------------------------------------------------------
 def turns_from_messages(messages: Sequence[Any]) -> list[Turn]:
-    """The Turns recorded with the AIMessages of `messages`, in order (each once).
+    """The Turns recorded with the AIMessages of `messages`, in order (each once). Messages may be LangChain
+    objects or their serialized dicts (as the LangGraph SDK returns a thread's state).
 
-    >>> turns_from_messages([HumanMessage("Hi"), AIMessage("Hello")])
+    >>> turns_from_messages([HumanMessage("Hi"), AIMessage("Hello"), {"type": "human", "content": "Hi"}])
     []
     """
     turns: list[Turn] = []
     seen: set[str] = set()
     for m in messages:
-        meta = getattr(m, "response_metadata", None) or {}
+        meta = (m.get("response_metadata") if isinstance(m, Mapping) else getattr(m, "response_metadata", None)) or {}
         turn = meta.get(TURN_KEY)
         if not isinstance(turn, Mapping):
             continue
