@@ -96,7 +96,7 @@ class TracedChatModel(BaseChatModel):
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        ctx = self._context()
+        ctx = await self._acontext()
         tools = kwargs.pop("tools", None) or None
         overrides = {**self.sampling, **kwargs}
         if stop:
@@ -122,19 +122,41 @@ class TracedChatModel(BaseChatModel):
         message = _ai_message(turn, template, tools, digest)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _context(self) -> AgentContext:
+    def _raw_context(self) -> Any:
+        """The run's context as given: ours, else LangGraph's runtime context (None outside a run)."""
         if self.context is not None:
-            return context_of(self.context)
-        runtime = None
+            return self.context
         try:
             from langgraph.runtime import get_runtime
 
-            runtime = get_runtime()
+            return getattr(get_runtime(), "context", None)
         except (RuntimeError, KeyError):  # called outside a LangGraph run
-            pass
-        if getattr(runtime, "context", None) is not None:
-            return context_of(runtime)
-        return _default_context()
+            return None
+
+    async def _acontext(self) -> AgentContext:
+        raw = self._raw_context()
+        if isinstance(raw, AgentContext):
+            return raw
+        # a JSON context (`langgraph dev`) or none ($AGENTGRAPHS_ENGINE): load the models it names off the
+        # event loop first (a server's loop must not block on reading weights), then build it from the caches
+        await asyncio.to_thread(_load_models, raw)
+        return _default_context() if raw is None else context_of(raw)
+
+
+def _load_models(raw: Mapping[str, Any] | None) -> None:
+    """Fill the process caches with the in-process engines and tokenizers a plain-data context names."""
+    import os
+
+    from .context import shared_engine, shared_tokenizer
+
+    fields = dict(raw or {})
+    specs = [fields.get("policy", os.environ.get("AGENTGRAPHS_ENGINE", "")),
+             *dict(fields.get("engines") or {}).values()]
+    for spec in specs:
+        if isinstance(spec, str) and spec.startswith("hf:"):  # HTTP engines belong to the loop that uses them
+            shared_engine(spec)
+    if isinstance(fields.get("tokenizer"), str):
+        shared_tokenizer(fields["tokenizer"])
 
 
 def _default_context() -> AgentContext:

@@ -277,3 +277,89 @@ def test_agentgraphs_run(tiny_engine: Any, tmp_path: Path) -> None:
     assert all(len(r["train_metadata"]["turns"]) == 1 and r["metadata"]["answer"] == FINAL for r in rows)
     traces = [json.loads(line) for line in (tmp_path / "out" / "traces.jsonl").read_text().splitlines()]
     assert all(len(t["turns"]) == 3 for t in traces)
+
+
+# ------------------------------------------------------------------------------------ langgraph dev
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def langgraph_dev(tiny_model_dir: Path, tmp_path: Path) -> Any:
+    """A real `langgraph dev` server process on 127.0.0.1 serving this repository's langgraph.json."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    import httpx
+
+    exe = shutil.which("langgraph", path=str(Path(sys.executable).parent)) or shutil.which("langgraph")
+    if exe is None:
+        pytest.skip('needs `pip install "langgraph-cli[inmem]" langgraph-sdk`')
+    port = _free_port()
+    env = {**os.environ, "AGENTGRAPHS_ENGINE": f"hf:{tiny_model_dir}", "LANGSMITH_TRACING": "false",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    log = open(tmp_path / "langgraph-dev.log", "wb")
+    proc = subprocess.Popen([exe, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):  # up to ~120 s on a loaded machine; usually a few seconds
+            if proc.poll() is not None:
+                raise AssertionError(f"langgraph dev exited: {(tmp_path / 'langgraph-dev.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/ok", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise AssertionError("langgraph dev did not come up")
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.mark.slow
+def test_react_agent_in_langgraph_dev_via_the_sdk(langgraph_dev: str, tiny_engine: Any) -> None:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph_sdk import get_client
+
+    from agentgraphs.chat import ChatTemplate
+
+    async def run() -> dict[str, Any]:
+        client = get_client(url=langgraph_dev)
+        thread = await client.threads.create()
+        await client.runs.wait(thread["thread_id"], "react_agent",
+                               input={"messages": [{"role": "user", "content": QUESTION}]},
+                               context={"sampling": {"max_new_tokens": 8, "temperature": 0.0}},
+                               config={"recursion_limit": 10})
+        return await client.threads.get_state(thread["thread_id"])
+
+    state = asyncio.run(run())
+    messages = state["values"]["messages"]
+    turns = turns_from_messages(messages)  # the trace survives in the server's thread state
+    assert len(turns) >= 1 and turns[0]["node"] == "agent" and len(turns[0]["output_ids"]) <= 8
+    tools = [convert_to_openai_tool(t) for t in (react_agent.calculator, react_agent.lookup)]
+    expected = ChatTemplate(tiny_engine.tokenizer).render(
+        [{"role": "system", "content": react_agent.SYSTEM_PROMPT}, {"role": "user", "content": QUESTION}],
+        tools=tools)
+    assert turns[0]["prompt_ids"] == expected
+    # independent check of the log-probs: the same weights, teacher-forced in this process (greedy: T=0 -> 1)
+    rescored = asyncio.run(tiny_engine.score_async(turns[0]["prompt_ids"], turns[0]["output_ids"], 1.0))
+    assert rescored == pytest.approx(turns[0]["output_logprobs"], abs=1e-3)
+    check_trace(turns, "concat")
