@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 import uuid
 from typing import Any, Callable, Mapping, Sequence
 
@@ -88,15 +89,19 @@ class TracedChatModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # the usual sync case: no loop in this thread (context variables are copied)
-            return asyncio.run(self._agenerate(messages, stop, None, **kwargs))
-        raise ConfigError("TracedChatModel.invoke() was called inside a running event loop: use ainvoke()")
+        # Engines are async and an HTTP engine belongs to one event loop: sync calls run on one background
+        # loop per process. The run's context and node name are read here, in the caller's context.
+        call = self._call(messages, stop, self._raw_context(), _node_name(), kwargs)
+        return asyncio.run_coroutine_threadsafe(call, _sync_loop()).result()
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        ctx = await self._acontext()
+        return await self._call(messages, stop, self._raw_context(), _node_name(), kwargs)
+
+    async def _call(self, messages: list[BaseMessage], stop: list[str] | None, raw_context: Any, node: str,
+                    kwargs: dict[str, Any]) -> ChatResult:
+        ctx = await _acontext(raw_context)
+        kwargs = dict(kwargs)
         tools = kwargs.pop("tools", None) or None
         overrides = {**self.sampling, **kwargs}
         if stop:
@@ -114,7 +119,7 @@ class TracedChatModel(BaseChatModel):
         prompt_ids, conversation, digest = plan_prompt(messages, template, tools)
         params = _params(ctx.sampling, overrides)
         completion = await eng.generate(list(prompt_ids), params)
-        turn = make_turn(completion, node=_node_name(), prompt_ids=prompt_ids, conversation=conversation,
+        turn = make_turn(completion, node=node, prompt_ids=prompt_ids, conversation=conversation,
                          trainable=self.trainable and self.engine in (None, "policy") and not ctx.evaluation,
                          temperature=params.temperature, engine=eng.name)
         if completion.finish_reason == "abort":
@@ -133,14 +138,29 @@ class TracedChatModel(BaseChatModel):
         except (RuntimeError, KeyError):  # called outside a LangGraph run
             return None
 
-    async def _acontext(self) -> AgentContext:
-        raw = self._raw_context()
-        if isinstance(raw, AgentContext):
-            return raw
-        # a JSON context (`langgraph dev`) or none ($AGENTGRAPHS_ENGINE): load the models it names off the
-        # event loop first (a server's loop must not block on reading weights), then build it from the caches
-        await asyncio.to_thread(_load_models, raw)
-        return _default_context() if raw is None else context_of(raw)
+
+
+async def _acontext(raw: Any) -> AgentContext:
+    if isinstance(raw, AgentContext):
+        return raw
+    # a JSON context (`langgraph dev`) or none ($AGENTGRAPHS_ENGINE): load the models it names off the
+    # event loop first (a server's loop must not block on reading weights), then build it from the caches
+    await asyncio.to_thread(_load_models, raw)
+    return _default_context() if raw is None else context_of(raw)
+
+
+_SYNC: dict[str, asyncio.AbstractEventLoop] = {}
+_SYNC_LOCK = threading.Lock()
+
+
+def _sync_loop() -> asyncio.AbstractEventLoop:
+    """The background event loop that runs sync `invoke()` calls (started on first use, a daemon thread)."""
+    with _SYNC_LOCK:
+        loop = _SYNC.get("loop")
+        if loop is None:
+            loop = _SYNC["loop"] = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="agentgraphs-chat-model", daemon=True).start()
+        return loop
 
 
 def _load_models(raw: Mapping[str, Any] | None) -> None:

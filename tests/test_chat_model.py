@@ -363,3 +363,13 @@ def test_react_agent_in_langgraph_dev_via_the_sdk(langgraph_dev: str, tiny_engin
     rescored = asyncio.run(tiny_engine.score_async(turns[0]["prompt_ids"], turns[0]["output_ids"], 1.0))
     assert rescored == pytest.approx(turns[0]["output_logprobs"], abs=1e-3)
     check_trace(turns, "concat")
+
+
+def test_sync_invoke_over_http_keeps_one_engine_loop(scripted_server: Any, tiny_engine: Any) -> None:
+    """Sync calls share one background loop, so an HTTP engine (bound to its first loop) serves them all."""
+    ctx = AgentContext(policy=SGLangEngine(scripted_server.url), tokenizer=tiny_engine.tokenizer,
+                       sampling={"max_new_tokens": 64})
+    out = agent().invoke({"messages": [{"role": "user", "content": QUESTION}]}, {"recursion_limit": 20}, context=ctx)
+    turns = turns_from_messages(out["messages"])
+    assert [t["output_ids"] for t in turns] == [c.token_ids for _, c in scripted_server.recorder.calls]
+    assert len(check_trace(turns, "concat")) == 1
