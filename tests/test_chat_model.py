@@ -373,3 +373,26 @@ def test_sync_invoke_over_http_keeps_one_engine_loop(scripted_server: Any, tiny_
     turns = turns_from_messages(out["messages"])
     assert [t["output_ids"] for t in turns] == [c.token_ids for _, c in scripted_server.recorder.calls]
     assert len(check_trace(turns, "concat")) == 1
+
+
+async def test_parallel_tool_calls_in_one_turn_stay_one_sequence(tiny_engine: Any) -> None:
+    both = LOOKUP + "\n" + LOOKUP.replace("Paris", "Lima")
+    ctx = AgentContext(policy=ScriptedPolicy(tiny_engine, [both, "\\boxed{12.1}"]), tokenizer=tiny_engine.tokenizer,
+                       sampling={"max_new_tokens": 64})
+    rollout = await run_rollout(react_agent.SPEC, rollout_input("Paris and Lima together?", "12.1"), ctx)
+    assert rollout.status == "completed" and rollout.reward == 1.0
+    messages = rollout.final_state["messages"]
+    assert [c["args"]["city"] for c in messages[1].tool_calls] == ["Paris", "Lima"]
+    assert [m.content for m in messages if m.type == "tool"] == ["2.1", "10"]
+    assert len(rollout.sequences) == 1 and len({t["conversation"] for t in rollout.turns}) == 1
+
+
+def test_abort_and_truncation_through_rl_bridge(scripted_server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(scripted_server.url, tiny_model_dir, "examples.react_agent:SPEC")
+    scripted_server.faults.schedule("abort", 1)
+    s = asyncio.run(rl_bridge.generate(args, Sample(index=0, prompt=QUESTION, label="4.2"), SLIME_SAMPLING))
+    assert s.status == Sample.Status.ABORTED
+    # 16 tokens cut the first tool call: no call is parsed, the turn is the answer and the rollout TRUNCATED
+    s = asyncio.run(rl_bridge.generate(args, Sample(index=1, prompt=QUESTION, label="4.2"), SLIME_SAMPLING))
+    assert s.status == Sample.Status.TRUNCATED and s.reward == 0.0
+    check_against_server(s.train_metadata["turns"], scripted_server.recorder.calls[-1:])
