@@ -28,23 +28,41 @@ import hashlib
 import json
 import threading
 import uuid
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field
 
-from .chat import ChatTemplate, Conversation, Message
+from .chat import ChatTemplate, Conversation
 from .context import AgentContext, context_of
 from .errors import ConfigError, InputError
 from .node import LLMCallLimitExceeded, RolloutAborted, _params
 from .spec import AgentSpec, RewardFn, RolloutInput
-from .toolcalls import THINK_CLOSE, THINK_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, parse_tool_calls
+from .toolcalls import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    parse_tool_calls,
+)
 from .trace import Turn, make_turn
 
-__all__ = ["TURN_KEY", "TracedChatModel", "messages_graph_spec", "turns_from_messages", "to_template_messages"]
+__all__ = ["TURN_KEY", "TracedChatModel", "messages_graph_spec", "to_template_messages", "turns_from_messages"]
 
 TURN_KEY = "agentgraphs_turn"  # response_metadata key of the Turn
 INPUT_KEY = "agentgraphs_input_digest"  # digest of the template messages + tools the call saw
@@ -73,7 +91,7 @@ class TracedChatModel(BaseChatModel):
     context: Any = None
     engine: str | None = None
     trainable: bool = True
-    sampling: dict[str, Any] = {}
+    sampling: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def _llm_type(self) -> str:

@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+import _common
+from langchain_core.messages import HumanMessage, ToolMessage
 
-from langchain_core.messages import HumanMessage, ToolMessage  # noqa: E402
-
-from agentgraphs.chat import ChatTemplate, Conversation  # noqa: E402
-from agentgraphs.chat_model import TURN_KEY, TracedChatModel  # noqa: E402
-from agentgraphs.context import AgentContext  # noqa: E402
-from agentgraphs.engines import Completion, SamplingParams  # noqa: E402
+from agentgraphs.chat import ChatTemplate, Conversation
+from agentgraphs.chat_model import TURN_KEY, TracedChatModel
+from agentgraphs.context import AgentContext
+from agentgraphs.engines import Completion, SamplingParams
 
 NAME = "chat_model"
 TARGET_MS = 50.0

@@ -124,7 +124,7 @@ DEMO_SCRIPT = [
 ]
 
 
-async def demo() -> Any:
+async def demo() -> Any:  # -> Rollout
     from agentgraphs.engines.hf import HFEngine
     from agentgraphs.rollout import rollout_input, run_rollout
     from agentgraphs.testing.scripted import ScriptedPolicy
@@ -134,11 +134,11 @@ async def demo() -> Any:
     ctx = AgentContext(policy=ScriptedPolicy(scorer, DEMO_SCRIPT), tokenizer=scorer.tokenizer)
     rollout = await run_rollout(SPEC, rollout_input("What is twice the population of Paris (millions)?", "4.2"),
                                 ctx)
-    return rollout, scorer.tokenizer
+    return rollout
 
 
 def main() -> None:
-    rollout, tok = asyncio.run(demo())
+    rollout = asyncio.run(demo())
     print(f"status: {rollout.status} ({rollout.reason})   answer: {rollout.answer!r}   reward: {rollout.reward}")
     for i, turn in enumerate(rollout.turns):
         print(f"turn {i} [{turn['node']}/{turn['conversation']}] prompt {len(turn['prompt_ids'])} ids -> "

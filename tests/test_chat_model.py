@@ -19,19 +19,24 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # slime loads examples from the repository root; so do the tests
     sys.path.insert(0, str(ROOT))
 
-import rl_bridge  # noqa: E402
-from agentgraphs.chat_model import ERROR_KEY, TURN_KEY, TracedChatModel, turns_from_messages  # noqa: E402
-from agentgraphs.cli import run_command  # noqa: E402
-from agentgraphs.context import AgentContext, Limits  # noqa: E402
-from agentgraphs.engines.sglang import SGLangEngine  # noqa: E402
-from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
-from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy  # noqa: E402
-from agentgraphs.testing.server import SGLangTestServer  # noqa: E402
-from agentgraphs.testing.slime_sample import Sample, SampleV03  # noqa: E402
-from agentgraphs.trace import check_trace  # noqa: E402
-from rl_bridge.setup import clear_cache  # noqa: E402
-from tests.test_bridge import SLIME_SAMPLING, check_against_server, make_args  # noqa: E402
-from tests.test_multiturn import RecordingEngine  # noqa: E402
+import rl_bridge
+from agentgraphs.chat_model import (
+    ERROR_KEY,
+    TURN_KEY,
+    TracedChatModel,
+    turns_from_messages,
+)
+from agentgraphs.cli import run_command
+from agentgraphs.context import AgentContext, Limits
+from agentgraphs.engines.sglang import SGLangEngine
+from agentgraphs.rollout import rollout_input, run_rollout
+from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
+from agentgraphs.testing.server import SGLangTestServer
+from agentgraphs.testing.slime_sample import Sample, SampleV03
+from agentgraphs.trace import check_trace
+from rl_bridge.setup import clear_cache
+from tests.test_bridge import SLIME_SAMPLING, check_against_server, make_args
+from tests.test_multiturn import RecordingEngine
 
 with warnings.catch_warnings():  # create_react_agent's own deprecation notice (it moved to langchain.agents)
     warnings.simplefilter("ignore")
@@ -307,9 +312,9 @@ def langgraph_dev(tiny_model_dir: Path, tmp_path: Path) -> Any:
     port = _free_port()
     env = {**os.environ, "AGENTGRAPHS_ENGINE": f"hf:{tiny_model_dir}", "LANGSMITH_TRACING": "false",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    log = open(tmp_path / "langgraph-dev.log", "wb")
-    proc = subprocess.Popen([exe, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path / "langgraph-dev.log", "wb") as log:
+        proc = subprocess.Popen([exe, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port)],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):  # up to ~120 s on a loaded machine; usually a few seconds
@@ -331,7 +336,6 @@ def langgraph_dev(tiny_model_dir: Path, tmp_path: Path) -> Any:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-        log.close()
 
 
 @pytest.mark.slow
