@@ -2,7 +2,7 @@
 
     from langgraph.prebuilt import create_react_agent
     agent = create_react_agent(TracedChatModel(), [calculator, lookup])
-    SPEC = AgentSpec.from_messages_graph("react", agent, reward=my_reward)
+    SPEC = AgentSpec.from_messages_graph(agent, reward=my_reward, name="react")
 
 `TracedChatModel` takes its engine, tokenizer and sampling from the run's AgentContext (LangGraph's
 runtime context), so one compiled graph serves `langgraph dev`, `agentgraphs run` and
@@ -428,21 +428,26 @@ def last_ai_text(state: Mapping[str, Any]) -> str:
     return ""
 
 
-def messages_graph_spec(name: str, graph: Any, *, reward: RewardFn, options: Any = None,
+def messages_graph_spec(graph: Any, *, reward: RewardFn, name: str | None = None, options: Any = None,
                         answer: Callable[[Mapping[str, Any]], str] = last_ai_text,
                         make_input: Callable[[RolloutInput, Any], dict[str, Any]] = messages_input,
                         **spec_fields: Any) -> AgentSpec:
     """An AgentSpec for a graph with a `messages` state whose LLM calls go through TracedChatModel.
 
-    `graph` is a compiled graph or `build_graph(options)`. Input: the row's prompt as a user message;
+    `graph` is a compiled graph or `build_graph(options)`; `name` defaults to the compiled graph's name.
+    Input: the row's prompt as a user message;
     answer: the last AIMessage's text; turns: those recorded in the messages; layout `concat`, which
     merges each chain of extending calls into one sequence and starts a new one at every prefix break.
 
-    >>> spec = messages_graph_spec("echo", lambda o: None, reward=lambda r, c: 0.0)
+    >>> spec = messages_graph_spec(lambda o: None, reward=lambda r, c: 0.0, name="echo")
     >>> spec.layout, spec.make_input({"prompt": "Hi", "label": None, "metadata": {}, "index": 0}, None)
     ('concat', {'messages': [{'role': 'user', 'content': 'Hi'}]})
     """
-    build = graph if callable(graph) and not hasattr(graph, "astream") else (lambda options=None: graph)
+    compiled = hasattr(graph, "astream")
+    build = (lambda options=None: graph) if compiled else graph
+    name = name or (getattr(graph, "name", None) if compiled else None)
+    if not name or name == "LangGraph":  # LangGraph's default name says nothing about the agent
+        raise ConfigError("messages_graph_spec: pass name= (the agent's name in records and logs)")
     extra = {"options": options} if options is not None else {}
     return AgentSpec(name=name, build_graph=build, make_input=make_input, answer=answer, reward=reward,
                      layout="concat", turns_of=_turns_of_state, **extra, **spec_fields)

@@ -148,16 +148,16 @@ class AgentSpec:
                               f"defaults, got {self.options!r:.80}")
 
     @classmethod
-    def from_messages_graph(cls, name: str, graph: Any, *, reward: RewardFn, **fields: Any) -> "AgentSpec":
+    def from_messages_graph(cls, graph: Any, *, reward: RewardFn, **fields: Any) -> "AgentSpec":
         """A spec for a LangGraph agent with a `messages` state using `agentgraphs.chat_model.TracedChatModel`
         (e.g. `create_react_agent`); see `agentgraphs.chat_model.messages_graph_spec`.
 
-        >>> AgentSpec.from_messages_graph("echo", lambda o: None, reward=lambda r, c: 0.0).layout
+        >>> AgentSpec.from_messages_graph(lambda o: None, reward=lambda r, c: 0.0, name="echo").layout
         'concat'
         """
         from .chat_model import messages_graph_spec
 
-        return messages_graph_spec(name, graph, reward=reward, **fields)
+        return messages_graph_spec(graph, reward=reward, **fields)
 
     def collect_turns(self, state: Mapping[str, Any]) -> list[Turn]:
         """The Turns of a (final or partial) graph state, in call order."""

@@ -108,7 +108,7 @@ def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     return boxed_match(rin["answer"], rin["label"])
 
 
-SPEC = AgentSpec.from_messages_graph("react_agent", build_graph, reward=reward, options=ReactOptions,
+SPEC = AgentSpec.from_messages_graph(build_graph, reward=reward, name="react_agent", options=ReactOptions,
                                      description="create_react_agent with a calculator and a city lookup")
 
 # For `langgraph dev` (langgraph.json): compiled without a checkpointer; the server brings persistence.

@@ -400,3 +400,26 @@ def test_abort_and_truncation_through_rl_bridge(scripted_server: Any, tiny_model
     s = asyncio.run(rl_bridge.generate(args, Sample(index=1, prompt=QUESTION, label="4.2"), SLIME_SAMPLING))
     assert s.status == Sample.Status.TRUNCATED and s.reward == 0.0
     check_against_server(s.train_metadata["turns"], scripted_server.recorder.calls[-1:])
+
+
+async def test_turns_survive_checkpoints_and_a_replay_extends_the_same_sequence(tiny_engine: Any) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = react_agent.build_graph(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}, "recursion_limit": 20}
+    ctx = AgentContext(policy=ScriptedPolicy(tiny_engine, react_script), tokenizer=tiny_engine.tokenizer,
+                       sampling={"max_new_tokens": 64})
+    await graph.ainvoke({"messages": [{"role": "user", "content": QUESTION}]}, config, context=ctx)
+    state = await graph.aget_state(config)
+    turns = turns_from_messages(state.values["messages"])
+    assert len(turns) == 3 and len(check_trace(turns, "concat")) == 1
+    # replay from the checkpoint right after the first tool result: a different model continues exactly there
+    history = [s async for s in graph.aget_state_history(config)]
+    (fork,) = [s for s in history if len(s.values.get("messages", [])) == 3 and s.next == ("agent",)]
+    other = AgentContext(policy=ScriptedPolicy(tiny_engine, ["It is \\boxed{4.2}."]), tokenizer=tiny_engine.tokenizer,
+                         sampling={"max_new_tokens": 64})
+    replayed = await graph.ainvoke(None, fork.config, context=other)
+    new_turns = turns_from_messages(replayed["messages"])
+    assert len(new_turns) == 2 and new_turns[0] == turns[0]
+    assert new_turns[1]["conversation"] == turns[0]["conversation"] and new_turns[1]["prompt_ids"] == turns[1]["prompt_ids"]
+    assert len(check_trace(new_turns, "concat")) == 1
