@@ -14,10 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .engines import Engine, SamplingParams
 from .errors import AgentGraphsError, ConfigError
+from .retrieval.cli import app as retrieval_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Agentic-RL graphs with token-exact traces (LangGraph + SGLang + slime).")
 console = Console(stderr=True)
+app.add_typer(retrieval_app, name="retrieval")
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:

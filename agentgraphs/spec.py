@@ -113,7 +113,9 @@ class AgentSpec:
     - `requires_label`: rows without a label are run but not scored (reward None) instead of failing;
     - `summarize(final_state)`: method facts for sample metadata (e.g. chunks read of chunks total);
     - `eval_metrics(RewardInput)`: numeric metrics recorded with the reward (accuracy tables, eval logs);
-    - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key).
+    - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key);
+    - `reward_shaping(options, trace_summary)`: a named group shaping the converter applies with the
+      group in view (`agentgraphs.shaping`, e.g. ToolOrchestra's "cost_aware"), or None.
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
     ...                  answer=lambda s: "", reward=lambda r, c: 0.0)
@@ -134,6 +136,8 @@ class AgentSpec:
     dict_reward: bool = False
     requires_label: bool = True
     summarize: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    # (resolved options, trace summary) -> {"name", "weights", "features"} for agentgraphs.shaping, or None
+    reward_shaping: Callable[[Any, Mapping[str, Any]], dict[str, Any] | None] | None = None
     description: str = ""
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -181,6 +185,7 @@ class AgentSpec:
 
 _REGISTRY: dict[str, str] = {
     "memagent": "agentgraphs.memagent:SPEC",
+    "toolorchestra": "agentgraphs.toolorchestra:SPEC",
     "agentflow": "agentgraphs.agentflow:SPEC",
 }
 
