@@ -79,3 +79,21 @@ def test_launch_script_and_yaml() -> None:
 
     assert set(cfg) <= set(BridgeSettings.model_fields)  # every key is one the bridge reads
     BridgeSettings(**cfg)
+
+
+def test_cli_helper_flag(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentgraphs.cli import app
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"input": "What is 1+1?", "label": "2"}) + "\n")
+    bad = CliRunner().invoke(app, ["run", "agentflow", "--data", str(data), "--engine", f"hf:{tiny_model_dir}",
+                                   "--out", str(tmp_path / "o"), "--helper", "helper"])
+    assert bad.exit_code == 2 and "NAME=SPEC" in bad.output
+    ok = CliRunner().invoke(app, ["run", "agentflow", "--data", str(data), "--engine", f"hf:{tiny_model_dir}",
+                                  "--out", str(tmp_path / "o"), "--helper", f"helper=hf:{tiny_model_dir}",
+                                  "-o", "max_steps=1", "--max-new-tokens", "4"])
+    assert ok.exit_code == 0, ok.output
+    trace = json.loads((tmp_path / "o" / "traces.jsonl").read_text().splitlines()[0])
+    assert [t["node"] for t in trace["turns"]][0] == "analyze_query"

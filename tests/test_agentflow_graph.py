@@ -230,3 +230,32 @@ def test_graph_has_the_issue_nodes() -> None:
     nodes = set(build_graph().get_graph().nodes) - {"__start__", "__end__"}
     assert nodes == {"analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
                      "final_output"}
+
+
+def test_helper_roles_over_an_openai_compatible_endpoint(tiny_engine: Any) -> None:
+    """The helper model behind /v1/chat/completions (text in, text out): the roles still work, and only
+    the planner's turns carry token ids to train."""
+    from agentgraphs.engines import make_engine
+    from agentgraphs.testing.server import SGLangTestServer
+
+    helper = ScriptedPolicy(tiny_engine, helper_script(), name="helper")
+    with SGLangTestServer(helper) as server:
+        async def go() -> Any:
+            engine = make_engine(f"openai:{server.url}/v1#helper")
+            policy = ScriptedPolicy(tiny_engine, [plan("Compute 6 * 7 with Python.", "Python_Coder_Tool"),
+                                                  plan("Check it.", "Python_Coder_Tool")], name="planner")
+            ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": engine},
+                               sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
+            try:
+                return await run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, 0), ctx)
+            finally:
+                await engine.aclose()
+
+        rollout = asyncio.run(go())
+        assert server.stats.chat_requests == 8  # analysis, 2 x (command, code, verify), final
+    assert rollout.status == "completed", rollout.reason
+    assert "The product is 42" in rollout.final_state["memory"][0]["result"]
+    assert rollout.reward == 1.0
+    helper_turns = [t for t in rollout.turns if t["node"] != "plan_next_step"]
+    assert helper_turns and all(t["output_ids"] == [] and not t["trainable"] for t in helper_turns)
+    assert_flow_grpo_layout(rollout)

@@ -411,3 +411,19 @@ def test_bad_limits_name_the_field():
         SandboxLimits(env={"A=B": "x"})
     with pytest.raises(Exception, match="code must be a str"):
         run_python(b"print(1)")  # type: ignore[arg-type]
+
+
+def test_groups_of_a_killed_parent_are_removed_at_detection():
+    from agentgraphs.sandbox.cgroups import remove_stale_groups
+
+    parents = _parent_dirs()
+    if not parents:
+        pytest.skip("no cgroup v1 controllers here")
+    dead = 2 ** 22 + 12345  # above pid_max's default: no such process
+    made = []
+    for parent in parents.values():
+        group = parent / f"agentgraphs-sbx-{dead}-0"
+        group.mkdir()
+        made.append(group)
+    assert remove_stale_groups(parents) >= len(made)
+    assert not any(g.exists() for g in made)

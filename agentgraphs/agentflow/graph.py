@@ -21,7 +21,8 @@ from pydantic import Field, field_validator
 from typing_extensions import NotRequired
 
 from ..errors import AgentGraphsError, ConfigError
-from ..node import AgentContext, RolloutAborted, TraceState, call_llm, context_of
+from ..context import AgentContext
+from ..node import RolloutAborted, TraceState, call_llm, context_of
 from ..sandbox import SandboxLimits
 from ..spec import MethodOptions
 from ..trace import Turn

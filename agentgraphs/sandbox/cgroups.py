@@ -63,13 +63,35 @@ def _parent_dirs() -> dict[str, Path]:
 _LIMIT_FILE = {"pids": "pids.max", "memory": "memory.limit_in_bytes", "cpuacct": "cpuacct.usage"}
 
 
+def remove_stale_groups(parents: dict[str, Path]) -> int:
+    """Remove the empty per-execution groups of processes that died without cleaning up (SIGKILL)."""
+    removed = 0
+    for parent in parents.values():
+        for group in parent.glob("agentgraphs-sbx-*-*"):
+            try:
+                owner = int(group.name.split("-")[2])
+            except (IndexError, ValueError):
+                continue
+            if owner == os.getpid() or os.path.exists(f"/proc/{owner}"):
+                continue
+            try:
+                group.rmdir()  # only succeeds when empty: a live sandbox's group is never touched
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def detect_controllers() -> dict[str, str]:
     """{controller: "" if usable, else why not}: each is probed by creating and removing a group.
+
+    Groups left by a process that was killed before it could clean up are removed on the way.
 
     >>> sorted(detect_controllers())
     ['cpuacct', 'memory', 'pids']
     """
     parents = _parent_dirs()
+    remove_stale_groups(parents)
     report: dict[str, str] = {}
     for name in CONTROLLERS:
         parent = parents.get(name)

@@ -1,9 +1,10 @@
 """How one execution is started: the in-sandbox prologue, the bubblewrap command line, the environment.
 
-The code itself travels on stdin. Inside, a short trusted prologue (run with `python -I -S -B -c`) waits
-for the parent's go (the parent first moves the process into its cgroups), loads the seccomp filter
-when bubblewrap did not, lowers its rlimits, reads the code and runs it as `__main__` with tracebacks
-that show only the user's frames (file "<code>").
+The code itself travels on stdin. Inside, a short trusted prologue (run with `python -I -S -B -c`, and
+importing nothing but os, sys and resource, so that start-up stays as cheap as a bare interpreter's) waits
+for the parent's go (the parent first moves the process into its cgroups), loads the seccomp filter when
+bubblewrap did not, drops to its private uid, lowers its rlimits, reads the code and runs it as
+`__main__` with tracebacks that show only the user's frames (file "<code>").
 """
 
 from __future__ import annotations
@@ -25,41 +26,41 @@ __all__ = ["PROLOGUE", "CODE_FILENAME", "prologue_config", "base_env", "readonly
 CODE_FILENAME = "<code>"
 
 PROLOGUE = r"""
-import json, os, sys, resource, linecache, traceback
-_c = json.loads(sys.argv[1])
-if _c["go"] >= 0:
-    if os.read(_c["go"], 1) != b"1":
+import os, sys, resource
+_h, _r, _p = sys.argv[1].split("\x1e")
+_go, _bpf, _uid = (int(x) for x in _h.split(","))
+if _go >= 0:
+    if os.read(_go, 1) != b"1":
         os._exit(125)
-    os.close(_c["go"])
-if _c["bpf"] >= 0:
+    os.close(_go)
+if _bpf >= 0:
     import ctypes
-    _p = b""
+    _b = b""
     while True:
-        _b = os.read(_c["bpf"], 65536)
-        if not _b:
+        _c = os.read(_bpf, 65536)
+        if not _c:
             break
-        _p += _b
-    os.close(_c["bpf"])
+        _b += _c
+    os.close(_bpf)
     class _Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    _buf = ctypes.create_string_buffer(_p, len(_p))
-    _prog = _Prog(len(_p) // 8, ctypes.addressof(_buf))
+    _buf = ctypes.create_string_buffer(_b, len(_b))
+    _prog = _Prog(len(_b) // 8, ctypes.addressof(_buf))
     _libc = ctypes.CDLL(None, use_errno=True)
     if _libc.prctl(38, 1, 0, 0, 0) != 0 or _libc.prctl(22, 2, ctypes.byref(_prog), 0, 0) != 0:
         sys.stderr.write("sandbox: the seccomp filter could not be loaded\n")
         os._exit(125)
-if _c["uid"] >= 0:
+if _uid >= 0:
     os.setgroups([])
-    os.setresgid(_c["uid"], _c["uid"], _c["uid"])
-    os.setresuid(_c["uid"], _c["uid"], _c["uid"])
-    if os.getresuid() != (_c["uid"],) * 3 or os.getresgid() != (_c["uid"],) * 3:
+    os.setresgid(_uid, _uid, _uid)
+    os.setresuid(_uid, _uid, _uid)
+    if os.getresuid() != (_uid,) * 3 or os.getresgid() != (_uid,) * 3:
         os._exit(125)
-for _r, _s, _h in _c["rl"]:
-    resource.setrlimit(_r, (_s, _h))
-sys.path.extend(_c["path"])
+for _l in _r.split(";") if _r else ():
+    _k, _s, _m = (int(x) for x in _l.split(","))
+    resource.setrlimit(_k, (_s, _m))
+sys.path.extend(x for x in _p.split("\x1f") if x)
 _src = sys.stdin.buffer.read()
-_text = _src.decode("utf-8", "replace")
-linecache.cache["<code>"] = (len(_text), None, _text.splitlines(True), "<code>")
 sys.argv = ["<code>"]
 _g = {"__name__": "__main__", "__builtins__": __builtins__}
 try:
@@ -67,6 +68,9 @@ try:
 except SystemExit:
     raise
 except BaseException as _e:
+    import linecache, traceback
+    _t = _src.decode("utf-8", "replace")
+    linecache.cache["<code>"] = (len(_t), None, _t.splitlines(True), "<code>")
     traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next if _e.__traceback__ else None)
     sys.stderr.flush()
     sys.exit(1)
@@ -87,8 +91,11 @@ def prologue_config(limits: SandboxLimits, *, go_fd: int, bpf_fd: int, uid: int 
         rl.append((resource.RLIMIT_NPROC, nproc, nproc))
     if address_space:  # only without a memory cgroup: virtual memory is a poor proxy for real use
         rl.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
-    return json.dumps({"go": go_fd, "bpf": bpf_fd, "uid": -1 if uid is None else uid, "rl": rl,
-                       "path": list(site_dirs)}, separators=(",", ":"))
+    if any("\x1e" in d or "\x1f" in d for d in site_dirs):
+        raise ValueError("site-packages paths must not contain the ASCII separators \\x1e / \\x1f")
+    head = f"{go_fd},{bpf_fd},{-1 if uid is None else uid}"
+    limits_text = ";".join(f"{k},{soft},{hard}" for k, soft, hard in rl)
+    return "\x1e".join([head, limits_text, "\x1f".join(site_dirs)])
 
 
 def base_env(limits: SandboxLimits, home: str) -> dict[str, str]:
