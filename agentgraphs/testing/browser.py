@@ -91,6 +91,7 @@ class HeadlessChromium:
                 raise BrowserError("chromium started but showed no page target")
             time.sleep(0.1)
         self._ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=self.timeout_s)
+        self._ws.__enter__()  # the documented way is a `with` block; this object outlives one
         self.send("Page.enable")
         self.send("Runtime.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
@@ -123,8 +124,8 @@ class HeadlessChromium:
     def close(self) -> None:
         if self._ws is not None:
             try:
-                self._ws.close()
-            except Exception:
+                self._ws.__exit__(None, None, None)
+            except Exception:  # a browser that already went away
                 pass
             self._ws = None
         if self._proc is not None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Sequence, TypedDict
 
 from ..errors import ConfigError
 from ..trace import Turn, build_sequences
-from .run_data import RunRecord, read_run
+from .run_data import RunRecord, check_run_dir, read_run
 
 BreachKind = Literal["length", "prompt", "untraced_token", "token_mismatch", "logprob_mismatch",
                      "masked_logprob", "lost_mask", "failed_trains", "sequence_count"]
@@ -131,6 +131,7 @@ def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, devic
     """
     if threshold <= 0:
         raise ConfigError(f"--threshold {threshold}: must be > 0")
+    check_run_dir(run_dir)  # before loading a model
     if scorer is None and model_dir is not None:
         scorer = transformers_scorer(model_dir, device=device, dtype=dtype)
     report = CheckReport(run_dir=str(run_dir), model=str(model_dir) if model_dir else None, device=device,
