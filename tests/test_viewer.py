@@ -18,9 +18,10 @@ from typer.testing import CliRunner
 
 from agentgraphs.cli import app, run_command
 from agentgraphs.testing.browser import HeadlessChromium, find_chromium
+from agentgraphs.testing.runs import synthetic_records
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.viewer.report import write_report_records
-from agentgraphs.viewer.run_data import RunRecord, read_run
+from agentgraphs.viewer.run_data import read_run
 
 from .viewer_support import TOOL_RESULT
 
@@ -132,38 +133,10 @@ def test_report_in_chromium(report: Path, tool_run: Path, qwen25: Any, tmp_path:
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
 
-def _synthetic(n: int, doc_tokens: int, words: list[int]) -> list[RunRecord]:
-    """n rollouts shaped like a MemAgent run (per_turn sequences); rollout 0 reads a doc_tokens document."""
-    out = []
-    for i in range(n):
-        pieces = 40 if i == 0 else 2
-        size = doc_tokens // pieces if i == 0 else 200
-        turns, seqs = [], []
-        for k in range(pieces):
-            prompt = [151644, 872, 198] + [words[(i + k + j) % len(words)] for j in range(size)] + [151645, 198,
-                                                                                                    151644, 77091, 198]
-            output = [words[(7 * k + j) % len(words)] for j in range(24)] + [151645]
-            lps = [-0.25 - 0.001 * j for j in range(len(output))]
-            turns.append({"node": "memory" if k < pieces - 1 else "final", "conversation": "", "prompt_ids": prompt,
-                          "output_ids": output, "output_logprobs": lps, "trainable": True, "finish_reason": "stop",
-                          "temperature": 1.0, "engine": "hf:synthetic", "weight_version": None, "rid": f"{i}-{k}",
-                          "text": "", "retries": 0})
-            seqs.append({"tokens": prompt + output, "response_length": len(output), "loss_mask": [1] * len(output),
-                         "rollout_log_probs": lps})
-        status = ["completed", "truncated", "failed"][i % 3]
-        sample = {"index": i, "status": status, "reward": float(i % 2),
-                  "metadata": {"status_reason": "ok", "metrics": {"em": float(i % 2)}},
-                  "train_metadata": {"turns": seqs, "layout": "per_turn"}}
-        trace = {"index": i, "status": status, "reason": "ok", "answer": "x", "reward": float(i % 2),
-                 "metrics": {"em": float(i % 2)}, "turns": turns, "time_s": 0.5}
-        out.append(RunRecord(i + 1, sample, trace))
-    return out
-
-
 @needs_chromium
 def test_thousand_rollouts_and_a_long_document_open_with_a_bounded_dom(qwen25: Any, tmp_path: Path) -> None:
     words = qwen25.encode(" the quick brown fox jumps over a lazy dog while memory agents read long books")
-    target = write_report_records(_synthetic(1000, 448_000, words), qwen25, tmp_path / "big.html",
+    target = write_report_records(synthetic_records(1000, 448_000, words, turns_per_rollout=2, prompt_tokens=200, output_tokens=25), qwen25, tmp_path / "big.html",
                                   summary={"agent": "synthetic"}, title="1000 rollouts")
     count = "document.getElementsByTagName('*').length"
     with HeadlessChromium() as browser:

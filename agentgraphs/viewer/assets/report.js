@@ -304,5 +304,7 @@
   setupTable();
   applyView();
   if (view.length) select(view[0].pos);
+  window.agentgraphsViewer = { select, applyView, renderRows };  // for automation (tests, benchmarks)
+  document.body.dataset.readyMs = String(Math.round(performance.now()));
   document.body.dataset.ready = "1";
 })();
