@@ -230,7 +230,7 @@ def view(
 @app.command()
 def check(
     run_dir: Path = typer.Argument(..., help="a run directory written by `agentgraphs run` or `demo`"),
-    model: Path = typer.Option(..., "--model", help="HF model directory to re-score the training sequences with"),
+    model: str = typer.Option(..., "--model", help="HF model directory (or hf:DIR / hf:ALIAS) to re-score with"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     threshold: float = typer.Option(1e-3, help="|delta log-prob| above which a token counts as drifted"),
     dtype: str = typer.Option("float32", help="model dtype: float32, bfloat16 or float16"),
@@ -238,10 +238,12 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
 ) -> None:
     """The exactness audit: re-score every trained token and check every invariant; exit 1 on a breach."""
+    from .engines.factory import resolve_model_dir
     from .viewer import check_run
 
     try:
-        report = check_run(run_dir, model, device=device, threshold=threshold, dtype=dtype)
+        model_dir = resolve_model_dir(model[3:]) if model.startswith("hf:") else model
+        report = check_run(run_dir, model_dir, device=device, threshold=threshold, dtype=dtype)
     except (AgentGraphsError, OSError) as exc:
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None
