@@ -152,3 +152,15 @@ def test_cli_exit_status(sampled_run: Path, tmp_path: Path, tiny_model_dir: Path
     assert "BREACH" in bad.output and "node 'answer'" in bad.output and "position" in bad.output
     missing = runner.invoke(app, ["check", str(tmp_path / "nope"), "--model", str(tiny_model_dir)])
     assert missing.exit_code == 2 and "not a directory" in " ".join(missing.output.split())
+
+
+@pytest.mark.gpu
+def test_check_on_cuda_matches_cpu(sampled_run: Path, tiny_model_dir: Path, clean_report: CheckReport) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    report = check_run(sampled_run, tiny_model_dir, device="cuda")
+    assert report.ok, report.to_text()
+    assert report.rescored_tokens == clean_report.rescored_tokens
+    for node, drift in report.nodes.items():
+        assert drift["max_abs_delta"] < 1e-3, (node, drift)
