@@ -164,3 +164,21 @@ def test_check_on_cuda_matches_cpu(sampled_run: Path, tiny_model_dir: Path, clea
     assert report.rescored_tokens == clean_report.rescored_tokens
     for node, drift in report.nodes.items():
         assert drift["max_abs_delta"] < 1e-3, (node, drift)
+
+
+def test_failed_rollout_with_turns_passes_and_its_outputs_show_untrained(tiny_engine: Any, tmp_path: Path,
+                                                                         tiny_model_dir: Path) -> None:
+    from agentgraphs.viewer.report import write_report
+
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"input": "What is 6*7?", "label": "42"}) + "\n", encoding="utf-8")
+    out = tmp_path / "failed"
+    run_command("agentgraphs.testing.agents:FAILING", data, tiny_engine, out, max_new_tokens=4)
+    rec = next(iter(read_run(out)))
+    assert rec.sample["status"] == "failed" and len(rec.turns) == 1  # the solve turn, then the node raised
+    report = check_run(out, tiny_model_dir)
+    assert report.ok and report.trained_tokens == 0, report.to_text()
+    html = write_report(out).read_text(encoding="utf-8")
+    line = html.split('id="ag-rollouts">', 1)[1].split("</script>", 1)[0]
+    turn = json.loads(line)["turns"][0]
+    assert turn["seq"] is None and turn["or"] == [[4, len(turn["o"])]]  # generated, not trained

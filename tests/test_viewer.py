@@ -164,3 +164,15 @@ def test_thousand_rollouts_and_a_long_document_open_with_a_bounded_dom(qwen25: A
         assert more == f"show {prompt_len - 256 - 384} more tokens"
         browser.evaluate("document.querySelector('#turn-3 button.more').click()")
         assert browser.evaluate(count) - opened == 2000  # one chunk of token spans, nothing more
+
+
+def test_view_errors_name_the_fix(tmp_path: Path, tool_run: Path) -> None:
+    missing = CliRunner().invoke(app, ["view", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "not a directory" in " ".join(missing.output.split())
+    run = tmp_path / "sglang-run"
+    run.mkdir()
+    for name in ("samples.jsonl", "traces.jsonl"):
+        (run / name).write_text((tool_run / name).read_text(encoding="utf-8"), encoding="utf-8")
+    (run / "summary.json").write_text(json.dumps({"engine": "sglang:http://127.0.0.1:30000"}), encoding="utf-8")
+    no_tok = CliRunner().invoke(app, ["view", str(run)])
+    assert no_tok.exit_code == 2 and "--tokenizer DIR" in " ".join(no_tok.output.split())

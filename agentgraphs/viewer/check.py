@@ -169,14 +169,21 @@ def _check_record(rec: RunRecord, report: CheckReport, scorer: Scorer | None, de
     except Exception as exc:  # a damaged trace: say so, check what can be checked
         breach(-1, "sequence_count", f"cannot rebuild training sequences from the trace: {exc}")
         expected = []
-    placeholder = not expected and len(seqs) == 1 and not any(seqs[0].get("loss_mask") or [])
+    # a rollout with nothing to train carries one placeholder sequence (records.sample_fields): a failed or
+    # aborted one whatever its turns made, any other only when its turns make no sequence
+    placeholder = len(seqs) == 1 and _is_placeholder(seqs[0]) and (not expected or status in ("failed", "aborted"))
     if len(expected) != len(seqs) and not placeholder:
         breach(-1, "sequence_count", f"{len(seqs)} training sequences recorded but the trace's turns make "
                                      f"{len(expected)} ({layout} layout)")
     for s, seq in enumerate(seqs):
         report.sequences += 1
-        members = list(expected[s]["turn_indices"]) if s < len(expected) else []
+        members = list(expected[s]["turn_indices"]) if s < len(expected) and not placeholder else []
         _check_sequence(s, seq, turns, members, status, breach, report, scorer, deltas, worst, rec)
+
+
+def _is_placeholder(seq: dict[str, Any]) -> bool:
+    return (len(seq.get("tokens") or []) == 2 and seq.get("response_length") == 1
+            and not any(seq.get("loss_mask") or []) and not any(seq.get("rollout_log_probs") or []))
 
 
 def _check_sequence(s: int, seq: dict[str, Any], turns: Sequence[Turn], members: list[int], status: str,
