@@ -16,7 +16,7 @@ from typing import IO, Any, Callable, Mapping, Sequence
 from ..trace import Turn
 from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles, chain_base, match_turns,
                     sequence_roles, to_runs)
-from .run_data import RunRecord, load_tokenizer, read_run, read_summary, tokenizer_dir
+from .run_data import RunRecord, check_run_dir, load_tokenizer, read_run, read_summary, tokenizer_dir
 
 _TEXT_CAP = 20_000  # characters of an input prompt / answer / error kept in the report
 
@@ -163,6 +163,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, tokenize
     >>> write_report("out/demo")  # doctest: +SKIP
     PosixPath('out/demo/report.html')
     """
+    check_run_dir(run_dir)
     summary = read_summary(run_dir)
     tok = load_tokenizer(tokenizer_dir(summary, tokenizer))
     target = Path(out) if out is not None else Path(run_dir) / "report.html"
