@@ -254,8 +254,10 @@ def _check_sequence(s: int, seq: dict[str, Any], turns: Sequence[Turn], members:
                        turn=owner[0], position=k)
     for first, last in _runs(untraced):
         what = f"trained token {tokens[first]}" if first == last else f"{last - first + 1} trained tokens (to {last})"
-        breach(s, "untraced_token", f"{what} produced by no engine call: glue, an observation, or a re-tokenised "
-                                    "span", position=first)
+        before = next((produced[k][0] for k in range(first - 1, start - 1, -1) if k in produced), None)
+        where = f" (after the output of turn {before})" if before is not None else ""
+        breach(s, "untraced_token", f"{what}{where} produced by no engine call: glue, an observation, or a "
+                                    "re-tokenised span", turn=before, position=first)
     if scorer is not None:
         _rescore(s, tokens, start, mask[:n], lps, produced, turns, scorer, report, deltas, worst, rec)
 

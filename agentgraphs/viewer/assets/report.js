@@ -287,7 +287,8 @@
     r.seqs.forEach((s, k) => {
       const trained = s.m.reduce((a, [m, n]) => a + (m ? n : 0), 0);
       const label = "sequence " + k + ": " + s.t.length + " tokens = prompt " + (s.t.length - s.n) + " + response " + s.n +
-        " \u00b7 trained " + trained + " \u00b7 turns [" + s.turns.join(", ") + "]";
+        " \u00b7 trained " + trained + " \u00b7 turns [" + s.turns.join(", ") + "]" +
+        (s.t.length === 2 && s.n === 1 && !trained ? " \u00b7 placeholder: nothing to train (slime needs a non-empty sequence)" : "");
       const d = lazyDetails("seq", label, (b) => {
         const v = seqView(r, k);
         b.append(roleCounts(v.roles, 0, v.ids.length));
