@@ -3,12 +3,18 @@
 >>> recs = synthetic_records(3, 1000, [100, 200, 300])
 >>> [r.sample["status"] for r in recs], len(recs[0].turns), len(recs[0].sequences[0]["tokens"])
 (['completed', 'truncated', 'failed'], 40, 161)
+>>> import tempfile
+>>> sorted(p.name for p in write_run_dir(recs, tempfile.mkdtemp()).iterdir())
+['samples.jsonl', 'summary.json', 'traces.jsonl']
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
 
+from ..records import mask_out
 from ..viewer.run_data import RunRecord
 
 IM_START, IM_END, NEWLINE, USER, ASSISTANT = 151644, 151645, 198, 872, 77091
@@ -35,6 +41,9 @@ def synthetic_records(n: int, doc_tokens: int, words: Sequence[int], *, turns_pe
             seqs.append({"tokens": prompt + output, "response_length": len(output), "loss_mask": [1] * len(output),
                          "rollout_log_probs": lps})
         status = ("completed", "truncated", "failed")[i % 3]
+        if status == "failed":  # as records.fail_fields leaves it: nothing trains
+            for seq in seqs:
+                mask_out(seq)
         reward = float(i % 2)
         sample = {"index": i, "status": status, "reward": reward,
                   "metadata": {"status_reason": "ok", "metrics": {"em": reward}},
@@ -42,4 +51,20 @@ def synthetic_records(n: int, doc_tokens: int, words: Sequence[int], *, turns_pe
         trace = {"index": i, "status": status, "reason": "ok", "answer": "x", "reward": reward,
                  "metrics": {"em": reward}, "turns": turns, "time_s": 0.5}
         out.append(RunRecord(i + 1, sample, trace))
+    return out
+
+
+def write_run_dir(records: Iterable[RunRecord], out_dir: str | Path,
+                  summary: Mapping[str, Any] | None = None) -> Path:
+    """Write records as a run directory (samples.jsonl, traces.jsonl, summary.json), as `agentgraphs run` does."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(out / "samples.jsonl", "w", encoding="utf-8") as s, open(out / "traces.jsonl", "w", encoding="utf-8") as t:
+        for rec in records:
+            s.write(json.dumps(rec.sample) + "\n")
+            t.write(json.dumps(rec.trace) + "\n")
+            n += 1
+    (out / "summary.json").write_text(json.dumps({"agent": "synthetic", "results": n, **(summary or {})}) + "\n",
+                                      encoding="utf-8")
     return out

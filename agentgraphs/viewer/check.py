@@ -126,8 +126,12 @@ def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, devic
     `scorer(tokens, positions, temperatures) -> log-probs` replaces the transformers model (for a model
     you already hold in memory); by default one is built from `model_dir` with AutoModelForCausalLM.
 
-    >>> report = check_run("out/demo", "/models/tiny")  # doctest: +SKIP
-    >>> report.ok, report.nodes["memory"]["max_abs_delta"]  # doctest: +SKIP
+    >>> import tempfile
+    >>> from agentgraphs.testing.runs import synthetic_records, write_run_dir
+    >>> run = write_run_dir(synthetic_records(3, 600, [100, 200]), tempfile.mkdtemp())
+    >>> report = check_run(run)  # invariants only; pass a model directory to re-score too
+    >>> report.ok, report.rollouts, report.sequences
+    (True, 3, 60)
     """
     if threshold <= 0:
         raise ConfigError(f"--threshold {threshold}: must be > 0")

@@ -160,8 +160,12 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, tokenize
 
     `tokenizer` is the tokenizer directory (default: the `hf:DIR` engine summary.json names).
 
-    >>> write_report("out/demo")  # doctest: +SKIP
-    PosixPath('out/demo/report.html')
+    >>> import tempfile
+    >>> from agentgraphs.testing.runs import synthetic_records, write_run_dir
+    >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
+    >>> run = write_run_dir(synthetic_records(3, 600, [100, 200]), tempfile.mkdtemp())
+    >>> write_report(run, tokenizer=ensure_tiny_model()).name
+    'report.html'
     """
     check_run_dir(run_dir)
     summary = read_summary(run_dir)
