@@ -176,3 +176,16 @@ def test_view_errors_name_the_fix(tmp_path: Path, tool_run: Path) -> None:
     (run / "summary.json").write_text(json.dumps({"engine": "sglang:http://127.0.0.1:30000"}), encoding="utf-8")
     no_tok = CliRunner().invoke(app, ["view", str(run)])
     assert no_tok.exit_code == 2 and "--tokenizer DIR" in " ".join(no_tok.output.split())
+
+
+@pytest.mark.parametrize("which", ["qwen25", "qwen3"])
+def test_glue_and_observation_split_follows_each_template(which: str, request: pytest.FixtureRequest) -> None:
+    from agentgraphs.chat import ChatTemplate
+    from agentgraphs.viewer.roles import GLUE, OBS, GlueScaffold
+
+    tok = request.getfixturevalue(which)
+    ids = ChatTemplate(tok).glue([{"role": "tool", "content": "result: 42"}, {"role": "user", "content": "Go on."}])
+    texts = [tok.decode([i]) for i in ids]
+    roles = GlueScaffold.for_tokenizer(tok).split(texts)
+    assert "".join(t for t, r in zip(texts, roles) if r == OBS) == "result: 42Go on."
+    assert "".join(t for t, r in zip(texts, roles) if r == GLUE).count("<|im_start|>") == 3

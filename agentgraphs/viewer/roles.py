@@ -50,14 +50,14 @@ class GlueScaffold:
         except Exception:  # no chat template: special tokens are the only scaffolding we can know
             return cls(pieces)
         pieces.append(template.end_of_turn)
-        for role in _MESSAGE_ROLES:
+        # one message, and two in a row (the scaffold between two contents differs by the roles around it)
+        groups = [[r] for r in _MESSAGE_ROLES] + [[a, b] for a in _MESSAGE_ROLES for b in _MESSAGE_ROLES]
+        for roles in groups:
             try:
-                text = template.glue_text([{"role": role, "content": _SENTINEL}])
-            except Exception:  # a template that refuses this role (e.g. no system after the start)
+                text = template.glue_text([{"role": r, "content": _SENTINEL} for r in roles])
+            except Exception:  # a template that refuses this order of roles (e.g. no system after the start)
                 continue
-            before, sep, after = text.partition(_SENTINEL)
-            if sep:
-                pieces.extend([before, after])
+            pieces.extend(text.split(_SENTINEL))
         return cls(pieces)
 
     def glue_chars(self, text: str) -> list[bool]:
