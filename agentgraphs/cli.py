@@ -256,6 +256,48 @@ def demo(
     console.print(f"samples: {out / 'samples.jsonl'}  traces: {out / 'traces.jsonl'}")
 
 
+@app.command()
+def view(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `agentgraphs run` or `demo`"),
+    out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default RUN_DIR/report.html)"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "--model", help="tokenizer dir (default: the hf: engine in summary.json)"),
+) -> None:
+    """Write a self-contained HTML report of a run: rollouts, graph paths, every token and its role in training."""
+    from .viewer import write_report
+
+    try:
+        path = write_report(run_dir, out, tokenizer=tokenizer)
+    except (AgentGraphsError, OSError) as exc:
+        console.print("[red]error:[/red]", escape(str(exc)))
+        raise typer.Exit(2) from None
+    console.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in any browser, offline")
+
+
+@app.command()
+def check(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `agentgraphs run` or `demo`"),
+    model: str = typer.Option(..., "--model", help="HF model directory (or hf:DIR / hf:ALIAS) to re-score with"),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+    threshold: float = typer.Option(1e-3, help="|delta log-prob| above which a token counts as drifted"),
+    dtype: str = typer.Option("float32", help="model dtype: float32, bfloat16 or float16"),
+    fail_on_drift: bool = typer.Option(False, help="also exit 1 when any token drifts over the threshold"),
+    as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
+) -> None:
+    """The exactness audit: re-score every trained token and check every invariant; exit 1 on a breach."""
+    from .engines.factory import resolve_model_dir
+    from .viewer import check_run
+
+    try:
+        model_dir = resolve_model_dir(model[3:]) if model.startswith("hf:") else model
+        report = check_run(run_dir, model_dir, device=device, threshold=threshold, dtype=dtype)
+    except (AgentGraphsError, OSError) as exc:
+        console.print("[red]error:[/red]", escape(str(exc)))
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.to_text())
+    if not report.ok or (fail_on_drift and report.drift_over_threshold):
+        raise typer.Exit(1)
+
+
 @app.command("test-server")
 def test_server(
     model: Path = typer.Option(..., help="HF model dir served by HFEngine"),
