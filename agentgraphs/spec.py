@@ -107,6 +107,7 @@ class AgentSpec:
 
 _REGISTRY: dict[str, str] = {
     "memagent": "agentgraphs.memagent:SPEC",
+    "toolorchestra-tau2": "agentgraphs.toolorchestra.tau2:SPEC",
 }
 
 
