@@ -105,8 +105,8 @@ def db_tasks(domain: str, n: int) -> list[str]:
     raise AssertionError(f"{domain} has fewer than {n} such tasks")
 
 
-@pytest.mark.parametrize("domain, task_id", [("airline", "11"), ("retail", "5")])
-async def test_gold_actions_score_one_and_a_skipped_or_altered_action_zero(scorer, domain, task_id):
+@pytest.mark.parametrize("domain, task_id, variant", [("airline", "11", "skip"), ("retail", "5", "alter")])
+async def test_gold_actions_score_one_and_a_skipped_or_altered_action_zero(scorer, domain, task_id, variant):
     task = bench.load_domain(domain).task(task_id)
     gold = await run(scorer, domain, task_id, agent_script(domain, task))
     assert_trace(gold)
@@ -117,10 +117,9 @@ async def test_gold_actions_score_one_and_a_skipped_or_altered_action_zero(score
     made = [(c["name"], c["arguments"]) for m in record["messages"] for c in m.get("tool_calls", [])]
     assert made == [(a.name, a.arguments) for a in task.evaluation_criteria.actions]
     assert sum(m["role"] == "tool" for m in record["messages"]) == len(made)
-    for variant in ("skip", "alter"):
-        broken = await run(scorer, domain, task_id, agent_script(domain, task, variant))
-        assert_trace(broken)
-        assert broken.reward["reward"] == 0.0 and broken.reward["db"] == 0.0, variant
+    broken = await run(scorer, domain, task_id, agent_script(domain, task, variant))
+    assert_trace(broken)
+    assert broken.reward["reward"] == 0.0 and broken.reward["db"] == 0.0
 
 
 @pytest.mark.slow
@@ -176,7 +175,7 @@ async def test_telecom_end_to_end_with_a_scripted_user(scorer):
 async def test_format_invalid_turns_and_call_expert(scorer):
     """Bad JSON, an unknown tool and a disallowed expert are format-invalid turns: the agent sees the error,
     tau^2 never sees the turn; call_expert asks a helper engine whose answer comes back as a tool result."""
-    domain, task_id = "airline", "11"
+    domain, task_id = "mock", "create_task_1"
     task = bench.load_domain(domain).task(task_id)
     gold = agent_script(domain, task)
     agent = [
@@ -186,7 +185,7 @@ async def test_format_invalid_turns_and_call_expert(scorer):
         tool_call("call_expert", {"expert": "expert-1", "question": "What should I do first?"}),
         *gold,
     ]
-    expert = ScriptedPolicy(scorer, ["Look up the user's reservation first."], name="expert-1")
+    expert = ScriptedPolicy(scorer, ["Create the task for user_1 first."], name="expert-1")
     rollout = await run(scorer, domain, task_id, agent, engines={"expert-1": expert})
     assert_trace(rollout)
     assert rollout.reward["reward"] == 1.0  # invalid turns and expert calls are not tau^2 actions
@@ -198,23 +197,23 @@ async def test_format_invalid_turns_and_call_expert(scorer):
     assert "Error: your last message was not understood (tool call 1: bad JSON" in second
     assert "unknown tool 'fly_me_to_the_moon'" in tok.decode(prompts[2]["prompt_ids"])
     assert "expert 'gpt-9' is not allowed" in tok.decode(prompts[3]["prompt_ids"])
-    assert "Look up the user's reservation first." in tok.decode(prompts[4]["prompt_ids"])
+    assert "Create the task for user_1 first." in tok.decode(prompts[4]["prompt_ids"])
     assert '"name": "call_expert"' in tok.decode(prompts[0]["prompt_ids"])  # the tool is in the template
     (expert_turn,) = [t for t in rollout.turns if t["node"] == "expert"]
     assert not expert_turn["trainable"] and "fly_me_to_the_moon" not in rollout.answer
 
 
 async def test_max_steps_ends_the_episode_and_tau2_scores_zero(scorer):
-    lookup = tool_call("get_user_details", {"user_id": "mia_li_3668"})
-    rollout = await run(scorer, "airline", "11", [lookup] * 10, options={"max_steps": 6})
+    lookup = tool_call("get_users", {})
+    rollout = await run(scorer, "mock", "create_task_1", [lookup] * 10, options={"max_steps": 6})
     assert rollout.summary["termination"] == "max_steps" and rollout.summary["steps"] in (6, 7)
     assert rollout.reward == {"reward": 0.0}
     assert_trace(rollout)
 
 
 async def test_a_lost_environment_is_rebuilt_by_replay(scorer):
-    """With no cached environments, every tool step replays the conversation: same score."""
-    domain, task_id = "retail", "5"
+    """With no cached environments, every tool step replays the initial state and the conversation."""
+    domain, task_id = "mock", "update_task_with_initialization_actions"
     sessions = bench.Tau2Sessions(capacity=0)
     task = bench.load_domain(domain).task(task_id)
     rollout = await run(scorer, domain, task_id, agent_script(domain, task), tools={"tau2_sessions": sessions})
