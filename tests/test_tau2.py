@@ -232,3 +232,22 @@ def test_rows_are_checked():
         validate_options({**SPEC.options, "user_engine": "policy"})
     with pytest.raises(ConfigError, match="evaluation_type"):
         validate_options({**SPEC.options, "evaluation_type": "nl_assertions"})
+
+
+def test_the_evaluation_script_prints_pass_at_1(tmp_path, capsys):
+    """examples/toolorchestra/evaluate_tau2.py end to end on the embedded tiny model (random weights)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    script = importlib.import_module("examples.toolorchestra.evaluate_tau2")
+    results = script.main(["--domains", "mock", "--engine", "hf:tiny", "--user", "hf:tiny", "--limit", "1",
+                           "--max-steps", "4", "--max-new-tokens", "8", "--out", str(tmp_path)])
+    assert results["mock"]["tasks"] == 1 and results["mock"]["pass^1"] == 0.0
+    assert "| mock | 1 | 0.000 |" in capsys.readouterr().out
+    (line,) = (tmp_path / "mock.jsonl").read_text().splitlines()
+    assert json.loads(line)["task_id"] == "create_task_1"
+    assert script.pass_at_1([1.0, 0.0]) == 0.5
