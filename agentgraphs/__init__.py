@@ -3,7 +3,7 @@
 Importing the package is cheap: torch/transformers load only when an engine or tokenizer is built.
 """
 
-from .engine import Completion, Engine, SamplingParams
+from .engines import Completion, Engine, SamplingParams
 from .errors import (
     AgentGraphsError,
     ConfigError,

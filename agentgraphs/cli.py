@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .engine import Engine, SamplingParams
+from .engines import Engine, SamplingParams
 from .errors import AgentGraphsError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -48,11 +48,26 @@ def tiny_model(
     out_dir: Path = typer.Argument(..., help="directory to write the HF model into"),
     seed: int = typer.Option(0, help="weight initialisation seed"),
     template: str = typer.Option("qwen2.5", help="chat template: qwen2.5 or qwen3"),
+    hidden_size: int = typer.Option(64, help="model width (a multiple of --heads, with an even head size)"),
+    layers: int = typer.Option(2, help="number of transformer layers"),
+    heads: int = typer.Option(4, help="attention heads"),
+    kv_heads: Optional[int] = typer.Option(None, help="key/value heads (default: half of --heads if even)"),
+    intermediate_size: int = typer.Option(128, help="MLP width"),
+    init_scale: float = typer.Option(0.02, help="std of the normal weight init (larger: sharper outputs)"),
 ) -> None:
-    """Write a tiny randomly initialised Qwen2 model with the real Qwen2.5 vocabulary (offline)."""
+    """Write a tiny randomly initialised Qwen2 model with the real Qwen2.5 vocabulary (offline).
+
+    The size options make a model big enough for a learning check, e.g. --hidden-size 256 --layers 4.
+    """
     from .testing.tiny_model import build_tiny_model
 
-    path = build_tiny_model(out_dir, seed=seed, template=template)  # type: ignore[arg-type]
+    try:
+        path = build_tiny_model(out_dir, seed=seed, template=template,  # type: ignore[arg-type]
+                                hidden_size=hidden_size, num_layers=layers, num_heads=heads,
+                                num_kv_heads=kv_heads, intermediate_size=intermediate_size, init_std=init_scale)
+    except ValueError as exc:
+        console.print(f"error: {escape(str(exc))}")
+        raise typer.Exit(2) from None
     console.print(f"tiny model written to {path}")
 
 
@@ -117,7 +132,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls.
     """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
-    from .engine import make_engine
+    from .engines import make_engine
     from .node import AgentContext
     from .spec import load_spec
 
@@ -153,7 +168,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
         rows = read_rows(data, row_keys, n_samples=n_samples, limit=limit)
         summary = asyncio.run(run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
                                        on_result=sink))
-    result = {"agent": spec.name, "engine": eng.name, "options": opts, **summary.as_dict()}
+    result = {"agent": spec.name, "engine": eng.name, "options": opts.model_dump(), **summary.as_dict()}
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result
 
@@ -219,7 +234,7 @@ def test_server(
     """Serve a model on 127.0.0.1 behind SGLang's /generate contract (for local debugging)."""
     import time
 
-    from .hf_engine import HFEngine
+    from .engines.hf import HFEngine
     from .testing.server import SGLangTestServer
 
     server = SGLangTestServer(HFEngine.from_dir(model), port=port)
@@ -235,6 +250,9 @@ def test_server(
 
 
 def main() -> None:
+    from .testing.tiny_model import register_tiny_alias
+
+    register_tiny_alias()  # `hf:tiny` in every --engine flag, as in contexts and Studio
     app()
 
 

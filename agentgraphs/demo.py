@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .batch import JsonlWriter, RowKeys, read_rows, run_rows
-from .engine import SamplingParams
+from .engines import SamplingParams
 from .node import AgentContext
 
 DEMO_OPTIONS: dict[str, Any] = {
@@ -40,7 +40,7 @@ def run_demo(out_dir: str | Path, *, model_dir: str | Path | None = None, seed: 
     >>> summary = run_demo("/tmp/agentgraphs-demo")  # doctest: +SKIP
     >>> summary["by_status"]  # doctest: +SKIP
     """
-    from .hf_engine import HFEngine
+    from .engines.hf import HFEngine
     from .memagent import SPEC
     from .testing.tiny_model import ensure_tiny_model
 

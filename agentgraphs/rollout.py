@@ -1,4 +1,4 @@
-"""Run one AgentSpec rollout and turn it into slime Sample fields. The one conversion path.
+"""Run one AgentSpec rollout: the graph, its training sequences, and its reward, computed once.
 
 `run_rollout` never raises for a rollout's own failures: every input comes back with a status
 (completed | truncated | aborted | failed) and a reason (DESIGN.md invariants 4 and 5). Only
@@ -8,24 +8,28 @@ cancellation propagates, so slime can abort a rollout batch.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from .context import AgentContext
 from .errors import EngineError, InputError
-from .node import AgentContext, LLMCallLimitExceeded, RolloutAborted
-from .spec import AgentSpec, RewardInput, RewardValue, RolloutInput
-from .trace import TrainSequence, Turn, build_sequences, check_sequence, mask_out
+from .node import LLMCallLimitExceeded, RolloutAborted
+from .records import reward_input, sample_fields, trace_record, trace_summary  # noqa: F401 (re-exported)
+from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
+from .trace import TrainSequence, Turn, build_sequences, check_sequence
 
 Status = Literal["completed", "truncated", "aborted", "failed"]
 
 
 @dataclass
 class Rollout:
-    """The result of one input. `sequences` are ready for training (FAILED ones fully masked)."""
+    """The result of one input: status, turns, training sequences, and the reward and metrics (once).
+
+    FAILED rollouts train nothing: `agentgraphs.records.sample_fields` masks their sequences.
+    """
 
     status: Status
     reason: str
@@ -39,8 +43,9 @@ class Rollout:
     time_s: float = 0.0
     error: str | None = None
     final_state: dict[str, Any] | None = field(default=None, repr=False)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: MethodOptions | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    reward_input: RewardInput | None = field(default=None, repr=False)
 
     @property
     def retries(self) -> int:
@@ -63,17 +68,19 @@ async def run_rollout(
 ) -> Rollout:
     """Run the spec's graph on one input and return a Rollout with a status, never an exception.
 
+    `options` are the method's options (a dict of overrides or a resolved MethodOptions); bad options
+    raise ConfigError before anything runs. The reward and `eval_metrics` are computed here, once, from
+    the one RewardInput (`agentgraphs.records.reward_input`); `compute_reward=False` skips the reward.
     `config` is passed to LangGraph (thread_id etc. when the graph has a checkpointer).
     """
     opts = spec.resolve_options(options)
-    ctx = dataclasses.replace(ctx, config={**opts, **ctx.config})
     rollout = await _run(spec, inp, ctx, opts, compute_reward, config)
     rollout.options = opts
     return rollout
 
 
 async def _run(
-    spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, opts: dict[str, Any], compute_reward: bool,
+    spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, opts: MethodOptions, compute_reward: bool,
     config: Mapping[str, Any] | None,
 ) -> Rollout:
     started = time.monotonic()
@@ -109,7 +116,7 @@ async def _run(
         raise
     except Exception as exc:  # a bug in a user's node must not escape into slime
         return _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, _turns(last))
-    return await _finish(spec, inp, ctx, dict(last), started, compute_reward)
+    return await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward)
 
 
 def _turns(state: Mapping[str, Any]) -> list[Turn]:
@@ -117,8 +124,8 @@ def _turns(state: Mapping[str, Any]) -> list[Turn]:
 
 
 async def _finish(
-    spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, final: dict[str, Any], started: float,
-    compute_reward: bool,
+    spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, opts: MethodOptions, final: dict[str, Any],
+    started: float, compute_reward: bool,
 ) -> Rollout:
     turns: list[Turn] = _turns(final)
     try:
@@ -138,7 +145,9 @@ async def _finish(
     reason = f"turns {truncated} hit max_new_tokens" if truncated else "ok"
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
                       final_state=final, summary=summary)
-    rin = reward_input(rollout, inp)
+    rin = reward_input(answer=answer, label=inp["label"], row_metadata=inp["metadata"], status=status,
+                       summary=summary, options=opts)
+    rollout.reward_input = rin
     labelled = inp["label"] is not None or not spec.requires_label
     if compute_reward and labelled:
         try:
@@ -156,23 +165,6 @@ async def _finish(
     return rollout
 
 
-def trace_summary(turns: list[Turn]) -> dict[str, Any]:
-    """Counts a user reads first: calls per node, tokens generated and trained, truncations."""
-    by_node: dict[str, int] = {}
-    for t in turns:
-        by_node[t["node"]] = by_node.get(t["node"], 0) + 1
-    return {
-        "turns_by_node": by_node,
-        "output_tokens": sum(len(t["output_ids"]) for t in turns),
-        "trained_tokens": sum(len(t["output_ids"]) for t in turns if t["trainable"]),
-        "truncated_turns": sum(1 for t in turns if t["finish_reason"] == "length"),
-    }
-
-
-def reward_input(rollout: Rollout, inp: RolloutInput) -> RewardInput:
-    return RewardInput(answer=rollout.answer, label=inp["label"], metadata=inp["metadata"], status=rollout.status)
-
-
 async def score(spec: AgentSpec, rin: RewardInput, ctx: AgentContext | None) -> RewardValue:
     value = spec.reward(rin, ctx)
     if inspect.isawaitable(value):
@@ -184,79 +176,3 @@ def _failed(started: float, reason: str, exc: BaseException, turns: list[Turn] |
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
     return Rollout(status="failed", reason=reason, turns=list(turns or []), error=tb,
                    time_s=time.monotonic() - started)
-
-
-def scalar_reward(reward: RewardValue | None, key: str) -> float:
-    if reward is None:
-        return 0.0
-    if isinstance(reward, dict):
-        return float(reward.get(key, 0.0))
-    return float(reward)
-
-
-def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict[str, Any]:
-    """The slime Sample fields for a rollout (status as a lower-case string).
-
-    The top-level tokens/loss_mask/rollout_log_probs hold the first training sequence, so slime's
-    default path sees a valid sample; `train_metadata["turns"]` holds every sequence for
-    rl_bridge.convert. A failed rollout trains nothing: all-zero masks and remove_sample=True.
-    """
-    sequences = [dict(s) for s in rollout.sequences]
-    failed = rollout.status == "failed"
-    if failed:
-        for seq in sequences:
-            mask_out(seq)
-    if not sequences:
-        # slime needs a non-empty prompt AND response (it reads the logits at position prompt_len-1):
-        # two pad tokens, the second a masked placeholder response, never trained.
-        sequences = [dict(TrainSequence(tokens=[pad_id, pad_id], response_length=1, loss_mask=[0],
-                                        rollout_log_probs=[0.0], turn_indices=[]))]
-    head = sequences[0]
-    n = head["response_length"]
-    return {
-        "tokens": list(head["tokens"]),
-        "response_length": n,
-        "loss_mask": list(head["loss_mask"]),
-        "rollout_log_probs": list(head["rollout_log_probs"]),
-        "response": rollout.answer,
-        "status": rollout.status,
-        "reward": rollout.reward,
-        "remove_sample": failed,
-        "weight_versions": sorted({str(t["weight_version"]) for t in rollout.turns if t.get("weight_version")}),
-        "metadata": {
-            "agentgraph": spec.name,
-            "answer": rollout.answer,
-            "status_reason": rollout.reason,
-            "error": rollout.error,
-            "llm_calls": len(rollout.turns),
-            "retries": rollout.retries,
-            "num_sequences": len(rollout.sequences),
-            "rollout_time_s": round(rollout.time_s, 4),
-            "metrics": rollout.metrics,
-            "trace_summary": rollout.summary or trace_summary(rollout.turns),
-        },
-        "train_metadata": {
-            "turns": [
-                {k: s[k] for k in ("tokens", "response_length", "loss_mask", "rollout_log_probs")}
-                for s in sequences
-            ],
-            "reward_split": rollout.options.get("reward_split", spec.reward_split),
-            "layout": spec.layout,
-        },
-    }
-
-
-def trace_record(rollout: Rollout, inp: RolloutInput) -> dict[str, Any]:
-    """A JSON line for traces.jsonl: the input's index, status and every Turn as recorded."""
-    return {
-        "index": inp.get("index"),
-        "status": rollout.status,
-        "reason": rollout.reason,
-        "answer": rollout.answer,
-        "reward": rollout.reward,
-        "metrics": rollout.metrics,
-        "summary": rollout.summary or trace_summary(rollout.turns),
-        "time_s": round(rollout.time_s, 4),
-        "turns": rollout.turns,
-        "error": rollout.error,
-    }

@@ -13,8 +13,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Mapping, TypedDict, Union
 
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from .context import AgentContext
 from .errors import ConfigError
-from .node import AgentContext
 from .trace import Layout
 
 RewardSplit = Literal["broadcast", "divide"]
@@ -31,12 +33,65 @@ class RolloutInput(TypedDict):
 
 
 class RewardInput(TypedDict):
-    """What a reward function sees: enough to score without the graph (slime calls rm separately)."""
+    """What a reward function sees, the same on every path (`run_rollout`, `agentgraphs run`, slime's rm).
+
+    `metadata` is the input row's own metadata (never the fields agentgraphs adds); `trace_summary` counts
+    the rollout's calls and tokens (`agentgraphs.records.trace_summary`); `options` are the resolved
+    method options as a dict. Built in one place: `agentgraphs.records.reward_input`.
+    """
 
     answer: str
     label: Any
     metadata: dict[str, Any]
     status: str
+    trace_summary: dict[str, Any]
+    options: dict[str, Any]
+
+
+class MethodOptions(BaseModel):
+    """Base class of every method's options: typed fields with defaults, ranges and a description each.
+
+    Unknown keys are errors (a typo must not pass silently); values are checked strictly (`"8"` is not 8,
+    `"yes"` is not true). Declare a method's options as a subclass; a graph is built from an instance.
+
+    >>> from pydantic import Field
+    >>> class MyOptions(MethodOptions):
+    ...     max_steps: int = Field(3, ge=1, description="planner turns per rollout")
+    >>> MyOptions(max_steps=5).max_steps
+    5
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def options_model(name: str, defaults: Mapping[str, Any]) -> type[MethodOptions]:
+    """A MethodOptions subclass from a dict of defaults (each field typed as its default's type).
+
+    >>> Opts = options_model("demo", {"check": True, "max_new_tokens": 64})
+    >>> Opts(check=False).model_dump()
+    {'check': False, 'max_new_tokens': 64}
+    """
+    fields: dict[str, Any] = {}
+    for key, value in defaults.items():
+        kind: Any = Any if value is None else type(value)
+        if kind is float:
+            kind = float  # strict floats still take ints
+        fields[key] = (kind, value)
+    model = create_model(f"{name.title().replace('_', '').replace('-', '')}Options", __base__=MethodOptions, **fields)
+    return model
+
+
+def options_error(agent: str, exc: ValidationError) -> ConfigError:
+    """One line per bad option: its name, what is wrong, the value given, and what the option is."""
+    model = exc.title
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "options"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown option {key!r}")
+        else:
+            lines.append(f"option {key}: {err['msg'].lower()} (got {err.get('input')!r:.80})")
+    return ConfigError(f"agent {agent!r} ({model}): " + "; ".join(lines))
 
 
 RewardFn = Callable[[RewardInput, AgentContext | None], Union[RewardValue, Awaitable[RewardValue]]]
@@ -47,7 +102,9 @@ MetricsFn = Callable[[RewardInput], dict[str, float]]
 class AgentSpec:
     """Everything needed to run a graph as an RL rollout.
 
-    - `build_graph(options)` returns a compiled graph whose context schema is AgentContext;
+    - `options`: the method's options, a MethodOptions subclass (or a dict of defaults, typed from them);
+      overridable from the CLI (`-o KEY=VALUE`) and slime's YAML (`agentgraph_options`);
+    - `build_graph(options)` returns a compiled graph (context schema AgentContext) for resolved options;
     - `make_input(row, options)` maps a RolloutInput to the graph's input state (raise InputError on bad rows);
     - `answer(final_state)` extracts the final answer text (stored in sample metadata, fed to reward);
     - `reward(RewardInput, ctx)` scores it (sync or async; ctx is None when no engines are at hand);
@@ -55,9 +112,8 @@ class AgentSpec:
     - `reward_split`: `broadcast` the trajectory's reward to every sequence, or `divide` it among them;
     - `requires_label`: rows without a label are run but not scored (reward None) instead of failing;
     - `summarize(final_state)`: method facts for sample metadata (e.g. chunks read of chunks total);
-    - `validate_options(options)`: raise ConfigError for bad option values, before any rollout;
-    - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key);
-    - `options`: defaults for method settings, overridable from the CLI / slime YAML (`agentgraph_options`).
+    - `eval_metrics(RewardInput)`: numeric metrics recorded with the reward (accuracy tables, eval logs);
+    - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key).
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
     ...                  answer=lambda s: "", reward=lambda r, c: 0.0)
@@ -73,34 +129,52 @@ class AgentSpec:
     layout: Layout = "per_turn"
     reward_split: RewardSplit = "broadcast"
     eval_metrics: MetricsFn | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Any = MethodOptions  # type[MethodOptions]; a dict of defaults is turned into one
     reward_key: str = "reward"
     dict_reward: bool = False
     requires_label: bool = True
     summarize: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
-    validate_options: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def resolve_options(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Defaults + overrides; an unknown key is an error (typos must not pass silently)."""
-        merged = dict(self.options)
-        for key, value in (overrides or {}).items():
-            if key not in self.options:
-                raise ConfigError(
-                    f"unknown option {key!r} for agent {self.name!r}; known options: {sorted(self.options)}"
-                )
-            merged[key] = value
-        if self.validate_options is not None:
-            self.validate_options(merged)
-        return merged
+    def __post_init__(self) -> None:
+        if isinstance(self.options, Mapping):
+            self.options = options_model(self.name, self.options)
+        if not (isinstance(self.options, type) and issubclass(self.options, MethodOptions)):
+            raise ConfigError(f"AgentSpec {self.name!r}: options must be a MethodOptions subclass or a dict of "
+                              f"defaults, got {self.options!r:.80}")
 
-    def graph(self, options: Mapping[str, Any]) -> Any:
+    def resolve_options(self, overrides: Mapping[str, Any] | MethodOptions | None = None) -> MethodOptions:
+        """Defaults + overrides, validated: ConfigError naming each bad or unknown option.
+
+        >>> from agentgraphs.memagent import SPEC
+        >>> SPEC.resolve_options({"max_chunks": 4}).max_chunks
+        4
+        """
+        if isinstance(overrides, self.options):
+            return overrides
+        if isinstance(overrides, MethodOptions):
+            overrides = overrides.model_dump()
+        try:
+            # JSON-like values (YAML, CLI -o) validate strictly but in JSON mode: [1, 2] fills a tuple field
+            return self.options.model_validate(dict(overrides or {}))
+        except ValidationError as exc:
+            raise options_error(self.name, exc) from None
+
+    def default_options(self) -> MethodOptions:
+        return self.resolve_options(None)
+
+    def reward_split_for(self, options: MethodOptions) -> RewardSplit:
+        """The options' `reward_split` where the method makes it an option, else the spec's."""
+        return getattr(options, "reward_split", self.reward_split)
+
+    def graph(self, options: MethodOptions | Mapping[str, Any] | None = None) -> Any:
         """The compiled graph for these options, built once per process."""
-        key = repr(sorted(options.items()))
+        resolved = self.resolve_options(options)
+        key = resolved.model_dump_json()
         graph = self._graphs.get(key)
         if graph is None:
-            graph = self.build_graph(options)
+            graph = self.build_graph(resolved)
             self._graphs[key] = graph
         return graph
 

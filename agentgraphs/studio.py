@@ -8,8 +8,14 @@ Every Turn (ids, log-probs, masks-to-be) is in the thread state, so Studio shows
 
 from __future__ import annotations
 
+import os
+
 from agentgraphs.memagent.graph import build_graph as _memagent
 from agentgraphs.testing.agents import TWO_TURN
+from agentgraphs.testing.tiny_model import register_tiny_alias
+
+register_tiny_alias()
+os.environ.setdefault("AGENTGRAPHS_ENGINE", "hf:tiny")
 
 memagent = _memagent()
 two_turn = TWO_TURN.build_graph({})

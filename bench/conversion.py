@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-from agentgraphs.engine import Completion  # noqa: E402
+from agentgraphs.engines import Completion  # noqa: E402
 from agentgraphs.rollout import Rollout, sample_fields  # noqa: E402
 from agentgraphs.spec import AgentSpec  # noqa: E402
 from agentgraphs.testing.slime_sample import Sample  # noqa: E402

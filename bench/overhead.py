@@ -53,7 +53,7 @@ import _common  # noqa: E402
 import httpx  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 
-from agentgraphs.engine import SamplingParams  # noqa: E402
+from agentgraphs.engines import SamplingParams  # noqa: E402
 from agentgraphs.memagent.prompts import (  # noqa: E402
     INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt,
 )
@@ -61,7 +61,7 @@ from agentgraphs.memagent.spec import SPEC  # noqa: E402
 from agentgraphs.memagent.synthetic import make_dataset  # noqa: E402
 from agentgraphs.node import AgentContext, Limits  # noqa: E402
 from agentgraphs.rollout import rollout_input, run_rollout, sample_fields  # noqa: E402
-from agentgraphs.sglang_engine import DEFAULT_TIMEOUT, SGLangEngine  # noqa: E402
+from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, SGLangEngine  # noqa: E402
 
 NAME = "overhead"
 WALL_TARGET = 1.10

@@ -27,14 +27,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Mapping
 
+from functools import partial
+
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from pydantic import Field
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
-from agentgraphs.errors import InputError
 from agentgraphs.answers import boxed_match
-from agentgraphs.node import AgentContext, TraceState, call_llm, context_of
-from agentgraphs.spec import AgentSpec, RewardInput, RolloutInput
+from agentgraphs.errors import InputError
+from agentgraphs.node import AgentContext, TraceState, call_llm
+from agentgraphs.spec import AgentSpec, MethodOptions, RewardInput, RolloutInput
 
 # Prompts are data.
 SOLVE_PROMPT = "{question}\n\nThink step by step, then put the final answer in \\boxed{{}}."
@@ -43,11 +46,14 @@ CHECK_PROMPT = (
     "Finish with the final answer in \\boxed{}."
 )
 
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "check": True,  # False: a single solve turn (the baseline to compare against)
-    "solve_max_new_tokens": 1024,
-    "check_max_new_tokens": 1024,
-}
+
+
+class SelfCheckOptions(MethodOptions):
+    """Typed, documented options: `-o check=false` on the CLI, `agentgraph_options` in slime's YAML."""
+
+    check: bool = Field(True, description="False: a single solve turn (the baseline to compare against)")
+    solve_max_new_tokens: int = Field(1024, ge=1, description="cap of the first answer")
+    check_max_new_tokens: int = Field(1024, ge=1, description="cap of the checked answer")
 
 
 class SelfCheckState(TraceState):
@@ -56,40 +62,36 @@ class SelfCheckState(TraceState):
     answer: NotRequired[str]  # the final (checked) answer
 
 
-def _option(runtime: Runtime[AgentContext], key: str) -> Any:
-    return context_of(runtime).config.get(key, DEFAULT_OPTIONS[key])
-
-
-async def solve(state: SelfCheckState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def solve(state: SelfCheckState, runtime: Runtime[AgentContext], opts: SelfCheckOptions) -> dict[str, Any]:
     out = await call_llm(
         state, runtime, node="solve", conversation="main",
         messages=[{"role": "user", "content": SOLVE_PROMPT.format(question=state["question"])}],
-        max_new_tokens=int(_option(runtime, "solve_max_new_tokens")),
+        max_new_tokens=opts.solve_max_new_tokens,
     )
     return {"draft": out.text, "answer": out.text, **out.update}
 
 
-async def check(state: SelfCheckState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def check(state: SelfCheckState, runtime: Runtime[AgentContext], opts: SelfCheckOptions) -> dict[str, Any]:
     # Same conversation: the prompt is solve's prompt + solve's output ids + glue for this message.
     out = await call_llm(
         state, runtime, node="check", conversation="main",
         messages=[{"role": "user", "content": CHECK_PROMPT}],
-        max_new_tokens=int(_option(runtime, "check_max_new_tokens")),
+        max_new_tokens=opts.check_max_new_tokens,
     )
     return {"answer": out.text, **out.update}
 
 
-def route_after_solve(state: SelfCheckState, runtime: Runtime[AgentContext]) -> str:
-    return "check" if _option(runtime, "check") else END
-
-
-def build_graph(options: Mapping[str, Any] | None = None) -> Any:
-    """The compiled graph; options reach the nodes at run time through AgentContext.config."""
+def build_graph(options: SelfCheckOptions | None = None) -> Any:
+    """The compiled graph for resolved options: each node gets them bound (`partial`)."""
+    opts = options or SelfCheckOptions()
     builder = StateGraph(SelfCheckState, context_schema=AgentContext)
-    builder.add_node("solve", solve)
-    builder.add_node("check", check)
+    builder.add_node("solve", partial(solve, opts=opts))
+    builder.add_node("check", partial(check, opts=opts))
     builder.add_edge(START, "solve")
-    builder.add_conditional_edges("solve", route_after_solve, ["check", END])
+    if opts.check:
+        builder.add_edge("solve", "check")
+    else:
+        builder.add_edge("solve", END)
     builder.add_edge("check", END)
     return builder.compile(name="self_check")
 
@@ -97,7 +99,7 @@ def build_graph(options: Mapping[str, Any] | None = None) -> Any:
 # ------------------------------------------------------------------------------------------ RL binding
 
 
-def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
+def make_input(row: RolloutInput, options: SelfCheckOptions) -> dict[str, Any]:
     prompt = row["prompt"]
     if isinstance(prompt, list):  # chat messages: the last user message is the question
         prompt = next((m.get("content") for m in reversed(prompt) if m.get("role") == "user"), None)
@@ -122,7 +124,7 @@ SPEC = AgentSpec(
     reward=reward,
     layout="concat",  # one sequence per conversation: both turns, glue masked
     reward_split="broadcast",
-    options=dict(DEFAULT_OPTIONS),
+    options=SelfCheckOptions,
     description="solve, then check the answer in the same conversation; boxed exact-match reward",
 )
 
@@ -143,7 +145,7 @@ def mask_runs(tokens: list[int], loss_mask: list[int], tokenizer: Any) -> list[t
 
 
 async def demo(question: str = "What is 2 + 2?", label: str = "4") -> Any:
-    from agentgraphs.hf_engine import HFEngine
+    from agentgraphs.engines.hf import HFEngine
     from agentgraphs.rollout import rollout_input, run_rollout
     from agentgraphs.testing.scripted import ScriptedPolicy
     from agentgraphs.testing.tiny_model import ensure_tiny_model

@@ -17,148 +17,136 @@ import logging
 import os
 from typing import Any, Sequence
 
-from agentgraphs.engine import SamplingParams
-from agentgraphs.rollout import Rollout, reward_input, rollout_input, run_rollout, sample_fields, score
-from agentgraphs.spec import RewardInput
-from agentgraphs.trace import mask_out
+from agentgraphs.engines import SamplingParams
+from agentgraphs.records import (
+    mask_out,
+    scalar,
+    reward_input_of_sample,
+    sample_fields,
+    scale_reward,
+    sibling_fields,
+    zero_reward,
+)
+from agentgraphs.rollout import rollout_input, run_rollout, score
 
 from .setup import get_setup
 
 logger = logging.getLogger(__name__)
+_SAMPLE_FIELDS = ("tokens", "response_length", "loss_mask", "rollout_log_probs", "response", "reward",
+                  "remove_sample", "weight_versions")
 
 
 async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
     """Run the configured agent graph for one slime Sample and fill it in place.
 
-    Returns the Sample (status COMPLETED / TRUNCATED / ABORTED / FAILED), or a list of sibling
-    Samples, one per training sequence, when `agentgraph_return_list` is set.
-    Configuration errors (unknown agent, no hf_checkpoint) raise before any rollout starts.
+    Returns the Sample (status COMPLETED / TRUNCATED / ABORTED / FAILED) with its reward already set
+    (computed once, in `run_rollout`; slime then skips its reward model for it), or, with
+    `agentgraph_return_list`, a list: one sibling Sample per training sequence (an aborted trajectory
+    comes back as a one-element list). Configuration errors raise before any rollout starts.
     """
     setup = get_setup(args)
     ctx = setup.context(SamplingParams.from_slime(sampling_params), evaluation=evaluation)
-    inp = rollout_input(sample.prompt, sample.label, _metadata(sample), getattr(sample, "index", None))
-    rollout = await run_rollout(setup.spec, inp, ctx, options=setup.options, compute_reward=False)
-    _fill(sample, rollout, setup)
+    inp = rollout_input(sample.prompt, sample.label, _row_metadata(sample), getattr(sample, "index", None))
+    rollout = await run_rollout(setup.spec, inp, ctx, options=setup.options)
+    fields = sample_fields(rollout, setup.spec, pad_id=_pad_id(setup.tokenizer))
     if rollout.status == "failed":
         logger.warning("agentgraph %s: sample %s failed: %s", setup.spec.name, inp["index"], rollout.reason)
-    if setup.return_list and rollout.status != "aborted":
-        return _siblings(sample)
-    return sample
+    if not setup.return_list:
+        _apply(sample, fields)
+        return sample
+    if rollout.status == "aborted":
+        _apply(sample, fields)
+        return [sample]  # slime's flattening takes lists only, once a generate function returns lists
+    return [_apply(copy.copy(sample), sib) for sib in sibling_fields(fields, setup.spec)]
 
 
-def _metadata(sample: Any) -> dict[str, Any]:
+def _row_metadata(sample: Any) -> dict[str, Any]:
     meta = getattr(sample, "metadata", None)
     if meta is None:
-        meta = {}
-        sample.metadata = meta
-    if not isinstance(meta, dict):
-        meta = {"value": meta}
-        sample.metadata = meta
-    return meta
+        return {}
+    return dict(meta) if isinstance(meta, dict) else {"value": meta}
 
 
-def _status(sample: Any, name: str) -> Any:
-    return type(sample).Status(name)
-
-
-def _fill(sample: Any, rollout: Rollout, setup: Any) -> None:
-    pad = getattr(setup.tokenizer, "pad_token_id", None)
+def _pad_id(tokenizer: Any) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
     if pad is None:
-        pad = getattr(setup.tokenizer, "eos_token_id", 0) or 0
-    fields = sample_fields(rollout, setup.spec, pad_id=int(pad))
-    sample.tokens = fields["tokens"]
-    sample.response_length = fields["response_length"]
-    sample.loss_mask = fields["loss_mask"]
-    sample.rollout_log_probs = fields["rollout_log_probs"]
-    sample.response = fields["response"]
-    sample.status = _status(sample, fields["status"])
-    sample.remove_sample = fields["remove_sample"]
-    sample.weight_versions = fields["weight_versions"]
-    sample.reward = None
-    _metadata(sample).update(fields["metadata"])
+        pad = getattr(tokenizer, "eos_token_id", 0) or 0
+    return int(pad)
+
+
+def _apply(sample: Any, fields: dict[str, Any]) -> Any:
+    """Set the fields `agentgraphs.records.sample_fields` computed on slime's (duck-typed) Sample."""
+    for name in _SAMPLE_FIELDS:
+        setattr(sample, name, fields[name])
+    sample.status = type(sample).Status(fields["status"])
+    meta = getattr(sample, "metadata", None)
+    base = dict(meta) if isinstance(meta, dict) else ({} if meta is None else {"value": meta})
+    sample.metadata = {**base, **fields["metadata"]}
     sample.train_metadata = {**(getattr(sample, "train_metadata", None) or {}), **fields["train_metadata"]}
-
-
-def _siblings(sample: Any) -> list[Any]:
-    """One Sample per training sequence; siblings share rollout_id (slime >= 0.3)."""
-    seqs = sample.train_metadata["turns"]
-    out = []
-    for i, seq in enumerate(seqs):
-        sib = copy.copy(sample)
-        sib.tokens = list(seq["tokens"])
-        sib.response_length = seq["response_length"]
-        sib.loss_mask = list(seq["loss_mask"])
-        sib.rollout_log_probs = list(seq["rollout_log_probs"])
-        sib.metadata = {**sample.metadata, "sequence_index": i, "num_sequences": len(seqs)}
-        sib.train_metadata = {k: v for k, v in sample.train_metadata.items() if k != "turns"}
-        sib.train_metadata["turns"] = [seq]
-        sib.train_metadata["reward_split"] = "broadcast"
-        sib.train_metadata["trajectory_sequences"] = len(seqs)
-        if hasattr(sib, "rollout_id") and getattr(sib, "rollout_id", None) is None:
-            sib.rollout_id = sample.index
-        out.append(sib)
-    return out
+    if hasattr(sample, "rollout_id") and getattr(sample, "rollout_id", None) is None \
+            and "trajectory_sequences" in fields["train_metadata"]:
+        sample.rollout_id = getattr(sample, "index", None)  # siblings share one rollout id (slime >= 0.3)
+    return sample
 
 
 async def reward_func(args: Any, sample: Any, **kwargs: Any) -> Any:
     """slime's custom rm: a float or dict per Sample; a list of them when given a list.
 
-    Dict rewards carry the scalar under the spec's `reward_key` ("reward" by default): pass
-    `--reward-key reward`. For siblings from `agentgraph_return_list`, each gets its trajectory's
-    reward (divided by the sibling count when the spec's reward_split is "divide"). Note the order:
-    there the RAW reward is divided and slime then normalises the siblings, while rl_bridge.convert
-    normalises per trajectory first and divides the normalised value (the seed's reward / T).
-    A sample whose reward cannot be computed (no label, a judge that is down) does not stop slime:
-    it becomes FAILED with zero masks, its reason in metadata, and scores 0.
+    `rl_bridge.generate` already set every Sample's reward (computed once per trajectory in
+    `run_rollout`), so slime calls this only where a reward is missing: it is then recomputed from the
+    same RewardInput (`agentgraphs.records.reward_input_of_sample`), once per trajectory, and shared by
+    its list-mode siblings (divided among them when the reward split is "divide"). Dict rewards carry
+    the scalar under the spec's `reward_key`: pass `--reward-key reward`. A sample whose reward cannot
+    be computed (no label, a judge that is down) does not stop slime: it becomes FAILED with zero masks,
+    its reason in metadata, and scores 0.
     """
     if isinstance(sample, (list, tuple)):
-        return [await _reward_one(args, s) for s in sample]
-    return await _reward_one(args, sample)
+        done: dict[str, Any] = {}
+        out = []
+        for s in sample:
+            key = (getattr(s, "metadata", None) or {}).get("trajectory_id") or id(s)
+            if key not in done:
+                done[key] = await _trajectory_reward(args, s)
+            out.append(_sibling_share(args, s, done[key]))
+        return out
+    return _sibling_share(args, sample, await _trajectory_reward(args, sample))
 
 
-async def _reward_one(args: Any, sample: Any) -> Any:
+async def _trajectory_reward(args: Any, sample: Any) -> Any:
     setup = get_setup(args)
-    meta = _metadata(sample)
     status = getattr(getattr(sample, "status", None), "value", "completed")
-    rin = RewardInput(answer=str(meta.get("answer", sample.response or "")), label=sample.label,
-                      metadata=meta, status=str(status))
     if status == "failed":
         # a failed rollout is fully masked and left out of the group statistics by rl_bridge.convert
-        return _zero(setup)
+        return zero_reward(setup.spec)
     try:
         ctx = setup.context(SamplingParams(), evaluation=False)
-        value = await score(setup.spec, rin, ctx)
+        return await score(setup.spec, reward_input_of_sample(sample), ctx)
     except Exception as exc:  # noqa: BLE001 - one unscorable sample must not stop slime's rollout
         _fail_unscorable(sample, f"reward failed: {type(exc).__name__}: {exc}")
         logger.warning("agentgraph %s: sample %s could not be scored: %s", setup.spec.name,
                        getattr(sample, "index", None), exc)
-        return _zero(setup)
+        return zero_reward(setup.spec)
+
+
+def _sibling_share(args: Any, sample: Any, value: Any) -> Any:
+    setup = get_setup(args)
     tm = getattr(sample, "train_metadata", None) or {}
     n = int(tm.get("trajectory_sequences", 1) or 1)
-    if n > 1 and setup.options.get("reward_split", setup.spec.reward_split) == "divide":
-        value = _scale(value, 1.0 / n, setup.spec.reward_key)
+    if n > 1 and setup.spec.reward_split_for(setup.options) == "divide":
+        return scale_reward(value, 1.0 / n, setup.spec.reward_key)
     return value
-
-
-def _zero(setup: Any) -> Any:
-    return {setup.spec.reward_key: 0.0} if setup.spec.dict_reward else 0.0
 
 
 def _fail_unscorable(sample: Any, reason: str) -> None:
     """A sample whose reward cannot be computed (no label, a judge that is down) trains nothing."""
-    sample.status = _status(sample, "failed")
+    sample.status = type(sample).Status("failed")
     sample.remove_sample = True
-    sample.loss_mask = [0] * int(sample.response_length or 0)
-    sample.rollout_log_probs = [0.0] * int(sample.response_length or 0)
+    n = int(sample.response_length or 0)
+    sample.loss_mask = [0] * n
+    sample.rollout_log_probs = [0.0] * n
     for seq in (getattr(sample, "train_metadata", None) or {}).get("turns", []):
         mask_out(seq)
-    _metadata(sample)["status_reason"] = reason
-
-
-def _scale(value: Any, factor: float, key: str) -> Any:
-    if isinstance(value, dict):
-        return {**value, key: float(value.get(key, 0.0)) * factor}
-    return float(value) * factor
+    sample.metadata = {**(getattr(sample, "metadata", None) or {}), "status_reason": reason}
 
 
 def eval_log(rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: dict[str, Any] | None) -> bool:
@@ -208,7 +196,7 @@ def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[st
     (a sample without the metric, e.g. a failed rollout, counts as 0, as in accuracy)."""
     out: dict[str, dict[str, float]] = {}
     for name, entry in data.items():
-        rewards = [_scalar(r, reward_key) for r in entry.get("rewards", [])]
+        rewards = [scalar(r, reward_key or "reward") for r in entry.get("rewards", [])]
         samples: Sequence[Any] = entry.get("samples") or []
         m: dict[str, float] = {"count": float(len(rewards))}
         if rewards:
@@ -231,10 +219,4 @@ def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[st
     return out
 
 
-def _scalar(value: Any, key: str | None) -> float:
-    if isinstance(value, dict):
-        return float(value.get(key or "reward", 0.0))
-    return float(value or 0.0)
-
-
-__all__ = ["eval_log", "eval_metrics", "generate", "reward_func", "reward_input"]
+__all__ = ["eval_log", "eval_metrics", "generate", "reward_func"]

@@ -25,20 +25,62 @@ agentgraph_return_list with --partial-rollout or --group-rm; a labelled agent wi
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Optional
 
-from agentgraphs.engine import Engine, SamplingParams, make_engine
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentgraphs.context import AgentContext, Limits, shared_tokenizer
+from agentgraphs.engines import Engine, SamplingParams, make_engine
 from agentgraphs.errors import ConfigError
-from agentgraphs.node import AgentContext, Limits, shared_tokenizer
-from agentgraphs.spec import AgentSpec, load_spec
+from agentgraphs.spec import AgentSpec, MethodOptions, load_spec
+
+logger = logging.getLogger(__name__)
+
+
+class BridgeSettings(BaseModel):
+    """The `agentgraph_*` keys of slime's args (from the --custom-config-path YAML), typed and checked."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    agentgraph: str = Field("", description="a registered agent name or 'package.module:attr'")
+    agentgraph_options: dict[str, Any] = Field(default_factory=dict, description="the method's options")
+    agentgraph_engines: dict[str, str] = Field(default_factory=dict, description="helper engines by name")
+    agentgraph_return_list: bool = Field(False, description="one Sample per training sequence")
+    agentgraph_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="apply_chat_template kwargs")
+    agentgraph_max_time_s: Optional[float] = Field(None, gt=0, description="per training rollout")
+    agentgraph_max_llm_calls: int = Field(Limits.max_llm_calls, ge=1, description="per training rollout")
+    agentgraph_eval_max_time_s: Optional[float] = Field(None, gt=0, description="per evaluation rollout")
+    agentgraph_eval_max_llm_calls: Optional[int] = Field(None, ge=1, description="per evaluation rollout")
+    agentgraph_request_timeout_s: float = Field(600.0, gt=0, description="per engine request")
+    agentgraph_max_retries: int = Field(3, ge=0, description="per engine request")
+    agentgraph_eval_dir: Optional[str] = Field(None, description="where rl_bridge.eval_log writes")
+    agentgraph_group_by: Literal["trajectory", "sequence"] = Field("trajectory", description="rl_bridge.convert")
+    agentgraph_failed_in_group_stats: bool = Field(False, description="rl_bridge.convert")
+    agentgraph_slime_version: Optional[str] = Field(None, description="force v0.3 output keys in convert")
+
+    @classmethod
+    def from_args(cls, args: Any) -> "BridgeSettings":
+        values = {name: getattr(args, name) for name in cls.model_fields
+                  if getattr(args, name, None) is not None}
+        if not values.get("agentgraph"):
+            values["agentgraph"] = os.environ.get("AGENTGRAPH", "")
+        if values.get("agentgraph_slime_version") is not None:
+            values["agentgraph_slime_version"] = str(values["agentgraph_slime_version"])
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise ConfigError("; ".join(
+                f"args.{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()} (got {err.get('input')!r:.80})"
+                for err in exc.errors())) from None
 
 
 @dataclass
 class BridgeSetup:
     spec: AgentSpec
-    options: dict[str, Any]
+    options: MethodOptions
     policy: Engine
     tokenizer: Any
     engines: dict[str, Engine] = field(default_factory=dict)
@@ -62,14 +104,13 @@ class BridgeSetup:
 _SETUPS: dict[tuple[Any, ...], BridgeSetup] = {}
 
 
-def agent_name(args: Any) -> str:
-    name = getattr(args, "agentgraph", None) or os.environ.get("AGENTGRAPH", "")
-    if not name:
+def agent_name(settings: BridgeSettings) -> str:
+    if not settings.agentgraph:
         raise ConfigError(
             "no agent selected: set `agentgraph: <name or pkg.module:attr>` in the --custom-config-path "
             "YAML, or the AGENTGRAPH environment variable on the Ray workers"
         )
-    return str(name)
+    return settings.agentgraph
 
 
 def router_url(args: Any) -> str:
@@ -85,40 +126,19 @@ def router_url(args: Any) -> str:
 
 
 def load_tokenizer(path: str) -> Any:
-    """The tokenizer of `--hf-checkpoint`, loaded once per process (agentgraphs.node.shared_tokenizer)."""
+    """The tokenizer of `--hf-checkpoint`, loaded once per process (agentgraphs.context.shared_tokenizer)."""
     try:
         return shared_tokenizer(path, trust_remote_code=True)  # as slime loads --hf-checkpoint
+    except ConfigError:
+        raise
     except Exception as exc:
         raise ConfigError(f"cannot load the tokenizer from hf_checkpoint={path!r}: {exc}") from exc
 
 
-def _mapping(args: Any, key: str) -> dict[str, Any]:
-    value = getattr(args, key, None) or {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"args.{key} must be a mapping (YAML dict), got {type(value).__name__}")
-    return dict(value)
-
-
-def _number(args: Any, key: str, default: Any, kind: type, *, minimum: float, strict: bool = False) -> Any:
-    """args.<key> as an int/float >= minimum (> when strict); None or absent gives the default."""
-    value = getattr(args, key, None)
-    if value is None:
-        return default
-    try:
-        if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"args.{key} must be a{'n integer' if kind is int else ' number'}, "
-                          f"got {value!r}") from None
-    if number < minimum or (strict and number == minimum):
-        raise ConfigError(f"args.{key} must be {'>' if strict else '>='} {minimum}, got {value!r}")
-    return number
-
-
 def get_setup(args: Any) -> BridgeSetup:
     """The cached setup for these args in this process and event loop (engines are loop-bound)."""
-    name = agent_name(args)
+    settings = BridgeSettings.from_args(args)
+    name = agent_name(settings)
     hf_checkpoint = getattr(args, "hf_checkpoint", None)
     if not hf_checkpoint:
         raise ConfigError("args.hf_checkpoint is not set: pass --hf-checkpoint (the tokenizer is read from it)")
@@ -130,30 +150,28 @@ def get_setup(args: Any) -> BridgeSetup:
     except RuntimeError:
         loop = None
     # every agentgraph_* setting is part of the key: changing one must not reuse a stale setup
-    settings = sorted((k, repr(v)) for k, v in vars(args).items() if k.startswith("agentgraph")) \
-        if hasattr(args, "__dict__") else []
-    key = (name, url, hf_checkpoint, loop, repr(settings))
+    key = (name, url, hf_checkpoint, loop, settings.model_dump_json())
     setup = _SETUPS.get(key)
     if setup is None:
-        setup = _build_setup(args, name, url, str(hf_checkpoint))
+        setup = _build_setup(args, settings, name, url, str(hf_checkpoint))
         _SETUPS[key] = setup
     return setup
 
 
-def check_slime_args(args: Any, spec: AgentSpec) -> None:
+def check_slime_args(args: Any, spec: AgentSpec, settings: BridgeSettings) -> None:
     """slime flags that would silently break an agent graph: refused before any rollout.
 
     Only flags slime actually set are checked (attributes missing from `args` mean "not slime").
     """
-    return_list = bool(getattr(args, "agentgraph_return_list", False))
+    return_list = settings.agentgraph_return_list
+    converter = getattr(args, "custom_convert_samples_to_train_data_path", None)
     if getattr(args, "apply_chat_template", False):
         raise ConfigError(
             "--apply-chat-template is set: every agent graph renders its own prompts, so slime's templated "
             "string would be templated twice. Drop --apply-chat-template (the question goes under --input-key "
             "as plain text)"
         )
-    if hasattr(args, "custom_convert_samples_to_train_data_path") and not return_list \
-            and not getattr(args, "custom_convert_samples_to_train_data_path", None):
+    if hasattr(args, "custom_convert_samples_to_train_data_path") and not return_list and not converter:
         raise ConfigError(
             "--custom-convert-samples-to-train-data-path is not set: slime's default converter would train only "
             "the FIRST sequence of each trajectory. Pass --custom-convert-samples-to-train-data-path "
@@ -164,35 +182,42 @@ def check_slime_args(args: Any, spec: AgentSpec) -> None:
             "agentgraph_return_list: true cannot be combined with --partial-rollout or --group-rm (slime "
             "expects one Sample per prompt there); use the default single-Sample layout with rl_bridge.convert"
         )
+    top_p = getattr(args, "rollout_top_p", None)
+    if top_p is not None and float(top_p) < 1.0:
+        raise ConfigError(
+            f"--rollout-top-p {top_p}: slime >= 0.3.1 trains top-p < 1 against the top-p token sets SGLang "
+            "returns for every sampled token (custom_params; its converter and policy loss require them), and "
+            "agent graphs do not record them, so training would fail at its first step. Use --rollout-top-p 1.0 "
+            "(temperature and top-k are fine)"
+        )
+    if return_list and hasattr(args, "custom_convert_samples_to_train_data_path") and not converter:
+        logger.warning(
+            "agentgraph_return_list without --custom-convert-samples-to-train-data-path rl_bridge.convert: slime's "
+            "default converter groups rewards per n_samples_per_prompt rows only when the row count is exactly "
+            "n_samples_per_prompt x rollout_batch_size; a trajectory yields several rows, so it normalises the "
+            "whole batch as one group (prompts mixed). Pass rl_bridge.convert to keep per-prompt groups")
     if spec.requires_label and hasattr(args, "label_key") and not getattr(args, "label_key", None):
         raise ConfigError(f"agent {spec.name!r} scores against a label, but --label-key is not set: pass "
                           "--label-key (e.g. label)")
 
 
-def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSetup:
+def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_checkpoint: str) -> BridgeSetup:
     spec = load_spec(name)
-    check_slime_args(args, spec)
-    options = spec.resolve_options(_mapping(args, "agentgraph_options"))
+    check_slime_args(args, spec, settings)
+    options = spec.resolve_options(settings.agentgraph_options)
     try:
         spec.graph(options)  # compile once here: a broken graph is a configuration error, not N failures
     except Exception as exc:
         raise ConfigError(f"agent {spec.name!r}: building its graph failed: {type(exc).__name__}: {exc}") from exc
     tokenizer = load_tokenizer(hf_checkpoint)
-    engine_kwargs = {
-        "timeout": _number(args, "agentgraph_request_timeout_s", 600.0, float, minimum=0.0, strict=True),
-        "max_retries": _number(args, "agentgraph_max_retries", 3, int, minimum=0),
-    }
-    policy = make_engine(f"sglang:{url}", **engine_kwargs)
-    engines = {k: make_engine(str(v)) for k, v in _mapping(args, "agentgraph_engines").items()}
-    limits = Limits(
-        max_llm_calls=_number(args, "agentgraph_max_llm_calls", Limits.max_llm_calls, int, minimum=1),
-        max_time_s=_number(args, "agentgraph_max_time_s", None, float, minimum=0.0, strict=True),
-    )
+    policy = make_engine(f"sglang:{url}", timeout=settings.agentgraph_request_timeout_s,
+                         max_retries=settings.agentgraph_max_retries)
+    engines = {k: make_engine(v) for k, v in settings.agentgraph_engines.items()}
+    limits = Limits(max_llm_calls=settings.agentgraph_max_llm_calls, max_time_s=settings.agentgraph_max_time_s)
     # evaluation reads whole documents (MemAgent: no chunk cap), so it gets its own limits
     eval_limits = Limits(
-        max_llm_calls=_number(args, "agentgraph_eval_max_llm_calls", limits.max_llm_calls, int, minimum=1),
-        max_time_s=_number(args, "agentgraph_eval_max_time_s", limits.max_time_s, float, minimum=0.0,
-                           strict=True),
+        max_llm_calls=settings.agentgraph_eval_max_llm_calls or limits.max_llm_calls,
+        max_time_s=settings.agentgraph_eval_max_time_s or limits.max_time_s,
     )
     return BridgeSetup(
         spec=spec,
@@ -200,10 +225,10 @@ def _build_setup(args: Any, name: str, url: str, hf_checkpoint: str) -> BridgeSe
         policy=policy,
         tokenizer=tokenizer,
         engines=engines,
-        template_kwargs=_mapping(args, "agentgraph_template_kwargs"),
+        template_kwargs=settings.agentgraph_template_kwargs,
         limits=limits,
         eval_limits=eval_limits,
-        return_list=bool(getattr(args, "agentgraph_return_list", False)),
+        return_list=settings.agentgraph_return_list,
     )
 
 

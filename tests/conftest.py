@@ -15,6 +15,9 @@ def agentgraphs_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
 
     Tests then never read or write ~/.cache, and a fresh machine behaves like a warm one would.
     """
+    from agentgraphs.testing.tiny_model import register_tiny_alias
+
+    register_tiny_alias()  # as the CLI / demo / Studio entry points do: `hf:tiny` names the tiny model
     preset = os.environ.get("AGENTGRAPHS_CACHE")
     if preset:
         yield Path(preset)
@@ -34,9 +37,9 @@ def tiny_model_dir(agentgraphs_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_engine(tiny_model_dir: Path):  # -> agentgraphs.hf_engine.HFEngine
+def tiny_engine(tiny_model_dir: Path):  # -> agentgraphs.engines.hf.HFEngine
     """An HFEngine on the tiny model, on CPU. Shared: do not mutate it; wrap its model instead."""
-    from agentgraphs.hf_engine import HFEngine
+    from agentgraphs.engines.hf import HFEngine
 
     return HFEngine.from_dir(tiny_model_dir, device="cpu", seed=0)
 

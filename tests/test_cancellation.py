@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import rl_bridge
-from agentgraphs.engine import Completion, SamplingParams
+from agentgraphs.engines import Completion, SamplingParams
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample

@@ -24,7 +24,7 @@ from agentgraphs.checkpoint import (
     compact_async_sqlite_saver,
     compact_sqlite_saver,
 )
-from agentgraphs.engine import Completion, SamplingParams
+from agentgraphs.engines import Completion, SamplingParams
 from agentgraphs.node import AgentContext, TraceState
 from agentgraphs.testing.agents import looping_chat_graph
 from agentgraphs.testing.fake_engines import FixedLatencyEngine

@@ -264,7 +264,7 @@ def test_v03_forced_by_args_and_v02_forced_over_sample_class():
 
 
 def test_trimming_to_a_multiple_of_global_batch_size(caplog):
-    with caplog.at_level(logging.INFO, logger="rl_bridge.convert"):
+    with caplog.at_level(logging.INFO, logger="agentgraphs.train_data"):
         data = convert(make_args(global_batch_size=5), batch())
     assert data["agentgraph_trimmed_sequences"] == 2
     assert "from 12 to 10" in caplog.text

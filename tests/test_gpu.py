@@ -14,14 +14,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 @pytest.fixture(scope="module")
 def cuda_engine(tiny_model_dir: Path) -> Any:
-    from agentgraphs.hf_engine import HFEngine
+    from agentgraphs.engines.hf import HFEngine
 
     return HFEngine.from_dir(tiny_model_dir, device="cuda", dtype=torch.float32, seed=0)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 def test_cuda_logprobs_match_teacher_forcing(cuda_engine: Any, temperature: float) -> None:
-    from agentgraphs.engine import SamplingParams
+    from agentgraphs.engines import SamplingParams
 
     prompt = cuda_engine.tokenizer.encode("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n",
                                           add_special_tokens=False)
@@ -32,7 +32,7 @@ def test_cuda_logprobs_match_teacher_forcing(cuda_engine: Any, temperature: floa
 
 
 def test_memagent_rollout_on_cuda(cuda_engine: Any) -> None:
-    from agentgraphs.engine import SamplingParams
+    from agentgraphs.engines import SamplingParams
     from agentgraphs.memagent import SPEC
     from agentgraphs.memagent.synthetic import make_needle_example
     from agentgraphs.node import AgentContext

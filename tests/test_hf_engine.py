@@ -7,9 +7,9 @@ import asyncio
 import pytest
 import torch
 
-from agentgraphs.engine import Completion, Engine, SamplingParams
+from agentgraphs.engines import Completion, Engine, SamplingParams
 from agentgraphs.errors import InputError
-from agentgraphs.hf_engine import HFEngine, sample_token
+from agentgraphs.engines.hf import HFEngine, sample_token
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentgraphs.engine import SamplingParams
+from agentgraphs.engines import SamplingParams
 from agentgraphs.memagent import SPEC, build_graph, chunk_spans
 from agentgraphs.memagent.graph import chunk_ids
 from agentgraphs.memagent.synthetic import make_needle_example

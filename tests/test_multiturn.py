@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from agentgraphs.engine import Completion, SamplingParams
+from agentgraphs.engines import Completion, SamplingParams
 from agentgraphs.node import AgentContext, TraceState, call_llm
-from agentgraphs.sglang_engine import SGLangEngine
+from agentgraphs.engines.sglang import SGLangEngine
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.trace import build_sequences, check_trace

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from agentgraphs.engine import Engine, SamplingParams
+from agentgraphs.engines import Engine, SamplingParams
 from agentgraphs.errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
-from agentgraphs.sglang_engine import SGLangEngine, _parse_completion
+from agentgraphs.engines.sglang import SGLangEngine, _parse_completion
 from agentgraphs.testing.fake_engines import TOY_EOS_ID, TOY_SCRIPT, FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.sglang_contract import SAMPLING_PARAM_TYPES

@@ -1,11 +1,11 @@
 """MemAgent: read a document of any length chunk by chunk into a fixed-size memory, then answer.
 
 >>> from agentgraphs.memagent import SPEC
->>> SPEC.options["chunk_tokens"]
+>>> SPEC.default_options().chunk_tokens
 5000
 """
 
-from .graph import DEFAULT_OPTIONS, MemAgentState, build_graph, chunk_spans
+from .graph import DEFAULT_OPTIONS, MemAgentOptions, MemAgentState, build_graph, chunk_spans
 from .prompts import FINAL_TEMPLATE, INITIAL_MEMORY, MEMORY_UPDATE_TEMPLATE
 from .reward import eval_metrics, memagent_reward
 from .spec import SPEC, answers_of, make_input, question_of
@@ -15,6 +15,7 @@ __all__ = [
     "FINAL_TEMPLATE",
     "INITIAL_MEMORY",
     "MEMORY_UPDATE_TEMPLATE",
+    "MemAgentOptions",
     "MemAgentState",
     "SPEC",
     "answers_of",

@@ -8,29 +8,38 @@ separate engine calls with their own prompts, so each becomes its own training s
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, Sequence
+from functools import partial
+from typing import Any, Literal, Optional, Sequence
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from pydantic import Field
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
-from ..chat import encode_text
 from ..node import AgentContext, TraceState, call_llm, context_of
+from ..spec import MethodOptions
+from ..tokenize import encode_text
 from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt
-from .reward import eval_metrics, memagent_reward
 
 CHUNK_PLACEHOLDER = "\u2063<<agentgraphs:chunk>>\u2063"
 
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "chunk_tokens": 5000,
-    "memory_max_new_tokens": 1024,
-    "final_max_new_tokens": 1024,
-    "question_max_tokens": 1024,
-    "max_chunks": 8,  # training cap: the middle of longer documents is cut
-    "eval_max_chunks": None,  # evaluation reads everything
-    "train_final_answer": True,  # original MemAgent; the seed variant masks it (False)
-    "reward_split": "broadcast",  # original MemAgent; the seed variant divides ("divide")
-}
+
+class MemAgentOptions(MethodOptions):
+    """MemAgent's settings (defaults: the original MemAgent; the seed's variant in the descriptions)."""
+
+    chunk_tokens: int = Field(5000, ge=1, description="document tokens per memory update")
+    memory_max_new_tokens: int = Field(1024, ge=1, description="cap of each memory update")
+    final_max_new_tokens: int = Field(1024, ge=1, description="cap of the final answer")
+    question_max_tokens: int = Field(1024, ge=1, description="longer questions are cut (prompt text only)")
+    max_chunks: Optional[int] = Field(8, ge=1, description="training cap: the middle of longer documents is "
+                                      "cut; null reads everything")
+    eval_max_chunks: Optional[int] = Field(None, ge=1, description="evaluation cap (null: read everything)")
+    train_final_answer: bool = Field(True, description="train the final answer (original); the seed masks it")
+    reward_split: Literal["broadcast", "divide"] = Field(
+        "broadcast", description="every sequence gets the reward (original) or reward / n (the seed)")
+
+
+DEFAULT_OPTIONS: dict[str, Any] = MemAgentOptions().model_dump()
 
 Span = list[int]  # [start, end) into doc_ids
 _INLINE_TOKENIZE_CHARS = 100_000  # ~20K tokens, a few ms: longer documents are tokenized off the event loop
@@ -39,13 +48,11 @@ _INLINE_TOKENIZE_CHARS = 100_000  # ~20K tokens, a few ms: longer documents are 
 class MemAgentState(TraceState):
     question: str
     document: str
-    answers: NotRequired[list[str]]
     doc_ids: NotRequired[list[int]]
     chunks: NotRequired[list[list[Span]]]
     chunk_index: NotRequired[int]
     memory: NotRequired[str]
     answer: NotRequired[str]
-    score: NotRequired[dict[str, float]]
 
 
 def chunk_spans(n_tokens: int, chunk_tokens: int, max_chunks: int | None) -> list[list[Span]]:
@@ -90,11 +97,7 @@ def chunk_ids(doc_ids: Sequence[int], spans: Sequence[Span]) -> list[int]:
     return out
 
 
-def _options(ctx: AgentContext) -> dict[str, Any]:
-    return {**DEFAULT_OPTIONS, **{k: v for k, v in ctx.config.items() if k in DEFAULT_OPTIONS}}
-
-
-async def prepare(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def prepare(state: MemAgentState, runtime: Runtime[AgentContext], opts: MemAgentOptions) -> dict[str, Any]:
     """Tokenize the document once, cut it into chunks, and start from the initial memory.
 
     Every function of this graph is async: LangGraph runs a sync node or router of an async graph in a
@@ -103,79 +106,68 @@ async def prepare(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[
     other rollouts meanwhile.
     """
     ctx = context_of(runtime)
-    opts = _options(ctx)
     tok = ctx.tokenizer
     question = state["question"]
     q_ids = tok.encode(question, add_special_tokens=False)
-    if len(q_ids) > opts["question_max_tokens"]:
+    if len(q_ids) > opts.question_max_tokens:
         # prompt text only (never trained): keep the question's first question_max_tokens tokens
-        question = tok.decode(q_ids[: opts["question_max_tokens"]])
+        question = tok.decode(q_ids[: opts.question_max_tokens])
     document = state["document"]
     if len(document) > _INLINE_TOKENIZE_CHARS:
         doc_ids = await asyncio.to_thread(encode_text, tok, document)
     else:
         doc_ids = encode_text(tok, document)
-    cap = opts["eval_max_chunks"] if ctx.evaluation else opts["max_chunks"]
-    chunks = chunk_spans(len(doc_ids), int(opts["chunk_tokens"]), cap)
+    cap = opts.eval_max_chunks if ctx.evaluation else opts.max_chunks
+    chunks = chunk_spans(len(doc_ids), opts.chunk_tokens, cap)
     # the text is no longer needed: keep one copy of the document (its ids) per rollout
     return {"question": question, "document": "", "doc_ids": doc_ids, "chunks": chunks,
             "chunk_index": 0, "memory": INITIAL_MEMORY}
 
 
-async def memory_update(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def memory_update(state: MemAgentState, runtime: Runtime[AgentContext], opts: MemAgentOptions,
+                        ) -> dict[str, Any]:
     """Read one chunk and rewrite the memory. Trained: this is what MemAgent learns."""
-    ctx = context_of(runtime)
-    opts = _options(ctx)
     i = state["chunk_index"]
     ids = chunk_ids(state["doc_ids"], state["chunks"][i])
     user = memory_update_prompt(state["question"], state["memory"], CHUNK_PLACEHOLDER)
     out = await call_llm(
         state, runtime, node="memory_update", messages=[{"role": "user", "content": user}],
-        splice={CHUNK_PLACEHOLDER: ids}, max_new_tokens=int(opts["memory_max_new_tokens"]),
+        splice={CHUNK_PLACEHOLDER: ids}, max_new_tokens=opts.memory_max_new_tokens,
     )
     return {"memory": memory_from_response(out.text), "chunk_index": i + 1, **out.update}
 
 
-async def final_answer(state: MemAgentState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def final_answer(state: MemAgentState, runtime: Runtime[AgentContext], opts: MemAgentOptions,
+                       ) -> dict[str, Any]:
     """Answer from memory alone, in \\boxed{}."""
-    ctx = context_of(runtime)
-    opts = _options(ctx)
     user = final_prompt(state["question"], state["memory"])
     out = await call_llm(
         state, runtime, node="final_answer", messages=[{"role": "user", "content": user}],
-        trainable=bool(opts["train_final_answer"]), max_new_tokens=int(opts["final_max_new_tokens"]),
+        trainable=opts.train_final_answer, max_new_tokens=opts.final_max_new_tokens,
     )
     return {"answer": out.text, **out.update}
-
-
-async def score(state: MemAgentState) -> dict[str, Any]:
-    """Reward and RULER metrics when the input carried answers (for debugging and evaluation)."""
-    answers = state.get("answers") or []
-    if not answers:
-        return {}
-    answer = state.get("answer", "")
-    return {"score": {"reward": memagent_reward(answer, answers), **eval_metrics(answer, answers)}}
 
 
 async def route_after_update(state: MemAgentState) -> str:
     return "memory_update" if state["chunk_index"] < len(state["chunks"]) else "final_answer"
 
 
-def build_graph(options: Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
-    """The compiled MemAgent graph (options arrive at run time through AgentContext.config).
+def build_graph(options: MemAgentOptions | None = None, *, checkpointer: Any = None) -> Any:
+    """The compiled MemAgent graph for resolved options (defaults when None).
 
-    >>> g = build_graph()
+    The reward is not a node: `run_rollout` scores the finished state once (AgentSpec.reward).
+
+    >>> g = build_graph(MemAgentOptions(chunk_tokens=2000))
     >>> sorted(g.get_graph().nodes)
-    ['__end__', '__start__', 'final_answer', 'memory_update', 'prepare', 'score']
+    ['__end__', '__start__', 'final_answer', 'memory_update', 'prepare']
     """
+    opts = options or MemAgentOptions()
     builder = StateGraph(MemAgentState, context_schema=AgentContext)
-    builder.add_node("prepare", prepare)
-    builder.add_node("memory_update", memory_update)
-    builder.add_node("final_answer", final_answer)
-    builder.add_node("score", score)
+    builder.add_node("prepare", partial(prepare, opts=opts))
+    builder.add_node("memory_update", partial(memory_update, opts=opts))
+    builder.add_node("final_answer", partial(final_answer, opts=opts))
     builder.add_edge(START, "prepare")
     builder.add_conditional_edges("prepare", route_after_update, ["memory_update", "final_answer"])
     builder.add_conditional_edges("memory_update", route_after_update, ["memory_update", "final_answer"])
-    builder.add_edge("final_answer", "score")
-    builder.add_edge("score", END)
+    builder.add_edge("final_answer", END)
     return builder.compile(checkpointer=checkpointer, name="memagent")

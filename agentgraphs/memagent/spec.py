@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import ConfigError, InputError
-from ..node import AgentContext
+from ..context import AgentContext
+from ..errors import InputError
 from ..spec import AgentSpec, RewardInput, RolloutInput
-from .graph import DEFAULT_OPTIONS, build_graph
+from .graph import MemAgentOptions, build_graph
 from .reward import eval_metrics, memagent_reward
 
 
@@ -35,7 +35,7 @@ def answers_of(label: Any) -> list[str]:
                      "put the ground truth(s) under --label-key (default 'label')")
 
 
-def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
+def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
     question = question_of(row["prompt"]).strip()
     if not question:
         raise InputError("prompt", "the question is empty", "give a non-empty question under --input-key")
@@ -43,10 +43,9 @@ def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(document, str) or not document.strip():
         raise InputError("metadata.context", "missing or empty document",
                          "put the long document under metadata['context'] (--metadata-key metadata)")
-    inp: dict[str, Any] = {"question": question, "document": document, "turns": []}
     if row["label"] is not None:
-        inp["answers"] = answers_of(row["label"])
-    return inp
+        answers_of(row["label"])  # a malformed label is a bad row, reported before any generation
+    return {"question": question, "document": document, "turns": []}
 
 
 def answer(state: Mapping[str, Any]) -> str:
@@ -69,45 +68,23 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def validate_options(options: Mapping[str, Any]) -> None:
-    """Reject bad option values up front, naming the option."""
-    for key in ("chunk_tokens", "memory_max_new_tokens", "final_max_new_tokens", "question_max_tokens"):
-        _positive_int(options, key, allow_none=False)
-    for key in ("max_chunks", "eval_max_chunks"):
-        _positive_int(options, key, allow_none=True)
-    if not isinstance(options.get("train_final_answer"), bool):
-        raise ConfigError(f"option train_final_answer must be true or false, got {options.get('train_final_answer')!r}")
-    if options.get("reward_split") not in ("broadcast", "divide"):
-        raise ConfigError(f"option reward_split must be 'broadcast' or 'divide', got {options.get('reward_split')!r}")
-
-
-def _positive_int(options: Mapping[str, Any], key: str, *, allow_none: bool) -> None:
-    value = options.get(key)
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        allowed = "a positive integer or null" if allow_none else "a positive integer"
-        raise ConfigError(f"option {key} must be {allowed}, got {value!r}")
-
-
 def metrics(rin: RewardInput) -> dict[str, float]:
     golds = answers_of(rin["label"]) if rin["label"] is not None else []
     if not golds:
         return {}
-    return {"reward": memagent_reward(rin["answer"], golds), **eval_metrics(rin["answer"], golds)}
+    return dict(eval_metrics(rin["answer"], golds))  # the reward itself is Rollout.reward (computed once)
 
 
 SPEC = AgentSpec(
     name="memagent",
-    build_graph=lambda options: build_graph(options),
+    build_graph=build_graph,
     make_input=make_input,
     answer=answer,
     reward=reward,
     eval_metrics=metrics,
     summarize=summarize,
-    validate_options=validate_options,
     layout="per_turn",
     reward_split="broadcast",
-    options=dict(DEFAULT_OPTIONS),
+    options=MemAgentOptions,
     description="MemAgent: chunked recurrent memory over a long document, then a boxed answer",
 )

@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..engine import Completion, SamplingParams
+from ..engines import Completion, SamplingParams
 
 #: id -> text of the toy vocabulary; 2 is the end-of-sequence token (a special token)
 TOY_VOCAB: dict[int, str] = {

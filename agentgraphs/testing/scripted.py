@@ -10,8 +10,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence, Union
 
-from ..engine import Completion, SamplingParams
-from ..hf_engine import HFEngine
+from ..engines import Completion, SamplingParams
+from ..engines.hf import HFEngine
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ScriptedPolicy:
     than max_new_tokens is cut and finishes with "length", exactly like a real engine.
 
     >>> import asyncio
-    >>> from agentgraphs.hf_engine import HFEngine
+    >>> from agentgraphs.engines.hf import HFEngine
     >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
     >>> policy = ScriptedPolicy(HFEngine.from_dir(ensure_tiny_model(), device="cpu", seed=0), ["Hello!"])
     >>> prompt = policy.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}],

@@ -7,7 +7,8 @@ and a bare protocol keeps the server far from being the bottleneck of a benchmar
 requests on a 20 ms engine take ~60 ms with a raw socket client).
 
 What a body must hold and how the answer is shaped lives in sglang_contract.py. Endpoints:
-/generate (POST, PUT), /abort_request, /health, /health_generate, /model_info, /get_model_info.
+/generate (POST, PUT), /abort_request, /health, /health_generate, /model_info, /get_model_info, and
+OpenAI's /v1/chat/completions (text in, text out: for helper models, never trained).
 Aborting an in-flight rid cancels its engine call; the request then answers finish_reason abort
 with the tokens it has (none: the Engine protocol has no partial results). A client that hangs up
 has its generation cancelled, as SGLang does.
@@ -26,8 +27,16 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from ..engine import Completion, Engine, SamplingParams
-from .sglang_contract import BadRequest, GenerateRequest, loads_json, parse_generate, response_body
+from ..engines import Completion, Engine, SamplingParams
+from .sglang_contract import (
+    BadRequest,
+    GenerateRequest,
+    chat_response,
+    loads_json,
+    parse_chat,
+    parse_generate,
+    response_body,
+)
 
 FAULT_KINDS: tuple[str, ...] = (
     "http500", "http503", "drop", "slow", "abort", "truncated_json", "cut_body", "short_logprobs",
@@ -105,6 +114,7 @@ class ServerStats:
 
     requests: int = 0  # every HTTP request
     generate_requests: int = 0
+    chat_requests: int = 0  # /v1/chat/completions
     faults: Counter[str] = field(default_factory=Counter)
     aborts: Counter[str] = field(default_factory=Counter)  # /abort_request by rid
     abort_all: int = 0
@@ -278,6 +288,7 @@ class SGLangTestServer:
             "/health_generate": (("GET",), self._health_generate),
             "/model_info": (("GET",), self._model_info),
             "/get_model_info": (("GET",), self._model_info),  # deprecated alias, still served
+            "/v1/chat/completions": (("POST",), self._chat_completions),  # OpenAI-compatible, for helpers
         }
 
     @property
@@ -449,6 +460,24 @@ class SGLangTestServer:
         elif fault == "cut_body":
             resp.mode = "cut_body"
         return resp
+
+    async def _chat_completions(self, body: bytes) -> _Response:
+        """OpenAI's chat completions (non-streaming), as SGLang serves them: the tokenizer's chat template
+        renders the messages, the engine generates, the text comes back without the end-of-turn token."""
+        self.stats.chat_requests += 1
+        obj = loads_json(body)
+        fault = self.faults.draw()
+        if fault is not None:
+            self.stats.faults[fault] += 1
+        if fault in ("http500", "http503"):
+            return _Response.error(int(fault[4:]), f"injected fault: {fault}")
+        if fault == "drop":
+            return _Response(0, mode="drop")
+        req = parse_chat(obj, self.tokenizer)
+        if self.faults.latency_s:
+            await asyncio.sleep(self.faults.latency_s)
+        completion = await self.engine.generate(req.prompt_ids, req.params)
+        return _Response.of(200, chat_response(req, completion, self.tokenizer, self.model_path))
 
     async def _run_abortable(self, req: GenerateRequest, delay: float) -> Completion | None:
         """Run the engine as its own task so /abort_request can cancel it; None if it did."""

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import Completion, SamplingParams
+from ..engines import Completion, SamplingParams
 
 _NUM = (int, float)
 # SGLang 0.5.x SamplingParams API fields (sglang/srt/sampling/sampling_params.py) and their types
@@ -224,3 +224,71 @@ def loads_json(body: bytes) -> object:
         return json.loads(body)
     except ValueError as err:
         raise BadRequest(f"the request body is not valid JSON: {err}") from err
+
+
+# --------------------------------------------------------------------------- OpenAI chat completions
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A parsed /v1/chat/completions body (the subset helper engines send)."""
+
+    model: str
+    prompt_ids: list[int]
+    params: SamplingParams
+
+
+_CHAT_KEYS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+                        "stop", "seed", "n", "stream", "user", "frequency_penalty", "presence_penalty"})
+
+
+def parse_chat(body: object, tokenizer: Any) -> ChatRequest:
+    """Validate an OpenAI chat body and render its messages with the tokenizer's chat template."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    unknown = sorted(set(body) - _CHAT_KEYS)
+    if unknown:
+        raise BadRequest(f"unsupported fields {unknown}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        raise BadRequest("'messages' must be a non-empty list of {role, content} objects with string content")
+    if not isinstance(body.get("model"), str):
+        raise BadRequest("'model' is required")
+    if body.get("stream"):
+        raise BadRequest("stream is not supported by this test server")
+    if body.get("n", 1) != 1:
+        raise BadRequest("n must be 1")
+    if tokenizer is None:
+        raise BadRequest("this server has no tokenizer to apply a chat template with")
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    stop = body.get("stop") or ()
+    stop = (stop,) if isinstance(stop, str) else tuple(stop)
+    try:
+        params = SamplingParams(
+            max_new_tokens=int(body.get("max_completion_tokens") or body.get("max_tokens") or 256),
+            temperature=float(body.get("temperature", 1.0)),
+            top_p=float(body.get("top_p", 1.0)),
+            stop=stop,
+            sampling_seed=body.get("seed"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"bad sampling value: {exc}") from None
+    return ChatRequest(model=body["model"], prompt_ids=ids, params=params)
+
+
+def chat_response(req: ChatRequest, completion: Completion, tokenizer: Any, served_model: str) -> dict[str, Any]:
+    """The OpenAI-shaped answer: the text without the end-of-turn token, finish_reason, usage."""
+    text = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+    return {
+        "id": f"chatcmpl-{completion.rid or uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": req.model or served_model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "length" if completion.finish_reason == "length" else "stop"}],
+        "usage": {"prompt_tokens": len(req.prompt_ids), "completion_tokens": len(completion.token_ids),
+                  "total_tokens": len(req.prompt_ids) + len(completion.token_ids)},
+    }

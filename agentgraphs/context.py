@@ -1,0 +1,164 @@
+"""The per-run context of a graph: engines, tokenizer, sampling, limits, method options.
+
+`AgentContext` travels as LangGraph's runtime context (`graph.ainvoke(inp, config, context=ctx)`), never in
+state, so checkpoints hold only JSON. Engines and tokenizers built from strings are shared per process.
+
+>>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object())
+>>> ctx.engine("policy").name
+'sglang:http://127.0.0.1:30000'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .chat import ChatTemplate
+from .engines import Engine, SamplingParams, make_engine
+from .errors import ConfigError
+
+@dataclass
+class Limits:
+    """Per-rollout limits. `max_llm_calls` guards against graphs that loop forever.
+
+    The defaults admit MemAgent evaluation on multi-million-token documents (one call per
+    5000-token chunk); lower them for agents whose loops should be short.
+    """
+
+    max_llm_calls: int = 2000
+    max_time_s: float | None = None
+    recursion_limit: int = 5000
+
+
+@dataclass
+class AgentContext:
+    """Per-run objects, passed as LangGraph's runtime context (never stored in state).
+
+    `policy` is the trained model's engine; `engines` holds helper models by name (judge, executor,
+    experts) that may also be addressed by `call_llm(..., engine="judge")`; `evaluation` switches a graph
+    to its evaluation behaviour (nothing trainable, evaluation caps). Method options are not here: a
+    graph is built from its resolved options (`AgentSpec.graph(options)`).
+
+    Plain data works too, so a graph can be driven from `langgraph dev` or a JSON request: engines
+    may be given as strings in the one engine grammar of `agentgraphs.engines.make_engine`
+    (`"hf:MODEL_DIR"`, `"sglang:http://host:port"`, `"openai:URL#MODEL"`), `tokenizer` may be a path or
+    omitted (the engine's own is used), and `sampling` / `limits` may be dicts. `AgentContext()` alone
+    uses the engine named by $AGENTGRAPHS_ENGINE.
+
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
+    ...                    sampling={"temperature": 0.7})
+    >>> ctx.policy.name, ctx.sampling.temperature
+    ('sglang:http://127.0.0.1:30000', 0.7)
+    """
+
+    policy: Engine = field(default_factory=lambda: _default_policy())  # type: ignore[assignment]
+    tokenizer: Any = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    engines: dict[str, Engine] = field(default_factory=dict)
+    tokenizers: dict[str, Any] = field(default_factory=dict)
+    tools: dict[str, Any] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    evaluation: bool = False
+    _templates: dict[str, ChatTemplate] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):
+            self.policy = shared_engine(self.policy)
+        self.engines = {k: shared_engine(v) if isinstance(v, str) else v for k, v in self.engines.items()}
+        if isinstance(self.sampling, Mapping):
+            self.sampling = SamplingParams.from_slime(dict(self.sampling))
+        if isinstance(self.limits, Mapping):
+            self.limits = Limits(**dict(self.limits))
+        if isinstance(self.tokenizer, (str, os.PathLike)):
+            self.tokenizer = shared_tokenizer(str(self.tokenizer))
+        if self.tokenizer is None:
+            self.tokenizer = getattr(self.policy, "tokenizer", None)
+            if self.tokenizer is None:
+                raise ConfigError(
+                    f"no tokenizer for engine {self.policy.name!r}: pass tokenizer= (an HF tokenizer or "
+                    "the model's directory)"
+                )
+
+    def engine(self, name: str | None) -> Engine:
+        if name is None or name == "policy":
+            return self.policy
+        try:
+            return self.engines[name]
+        except KeyError:
+            raise ConfigError(
+                f"no engine named {name!r} in the context; known: {['policy', *self.engines]}. "
+                "Add it to AgentContext.engines"
+            ) from None
+
+    def template(self, name: str | None = None) -> ChatTemplate:
+        key = name or "policy"
+        tpl = self._templates.get(key)
+        if tpl is None:
+            tokenizer = self.tokenizers.get(key, self.tokenizer)
+            tpl = ChatTemplate(tokenizer, template_kwargs=self.template_kwargs)
+            self._templates[key] = tpl
+        return tpl
+
+
+
+def context_of(runtime: Any) -> AgentContext:
+    """Accept a LangGraph Runtime[AgentContext] or an AgentContext.
+
+    With no context at all (e.g. a `langgraph dev` run started from the UI), the engine named by the
+    environment variable AGENTGRAPHS_ENGINE is used (the Studio entry point sets it to `hf:tiny`).
+    """
+    ctx = getattr(runtime, "context", runtime)
+    if ctx is None:
+        return AgentContext()
+    if isinstance(ctx, Mapping):
+        return AgentContext(**dict(ctx))
+    if not isinstance(ctx, AgentContext):
+        raise ConfigError(
+            f"the graph was invoked with context of type {type(ctx).__name__}: pass "
+            "context=AgentContext(...) (or a dict of its fields) to graph.ainvoke / graph.astream"
+        )
+    return ctx
+
+
+_SHARED_ENGINES: dict[tuple[str, Any], Engine] = {}
+_SHARED_TOKENIZERS: dict[str, Any] = {}
+
+
+def shared_engine(spec: str) -> Engine:
+    """One engine per spec string (and event loop, for HTTP engines) in this process."""
+    loop: Any = None
+    if not spec.startswith("hf:"):
+        try:
+            # the loop itself, not its id: a new loop can reuse a dead loop's id, and an HTTP
+            # engine bound to the dead loop must not be handed out again
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+    key = (spec, loop)
+    engine = _SHARED_ENGINES.get(key)
+    if engine is None:
+        engine = make_engine(spec)
+        _SHARED_ENGINES[key] = engine
+    return engine
+
+
+def shared_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
+    """One tokenizer per model directory in this process (the bridge, the CLI and contexts share it)."""
+    tok = _SHARED_TOKENIZERS.get(path)
+    if tok is None:
+        from .tokenizers import load_tokenizer  # checks a local path before transformers sees it
+
+        tok = load_tokenizer(path, trust_remote_code=trust_remote_code)
+        _SHARED_TOKENIZERS[path] = tok
+    return tok
+
+
+def _default_policy() -> str:
+    spec = os.environ.get("AGENTGRAPHS_ENGINE")
+    if not spec:
+        raise ConfigError("no policy engine: pass AgentContext(policy=...) (an Engine or a string such as "
+                          "'sglang:http://127.0.0.1:30000' or 'hf:MODEL_DIR'), or set AGENTGRAPHS_ENGINE")
+    return spec

@@ -1,0 +1,129 @@
+"""OpenAIChatEngine: helper models (judges, executors, experts) behind an OpenAI-compatible chat endpoint.
+
+Hosted helpers speak text, not token ids, so this engine has `chat(messages, params)` instead of
+`generate(prompt_ids, params)`: `call_llm(..., engine="judge", messages=[...])` sends the messages and
+records a Turn with the text and no ids, never trainable. The policy must be a token engine.
+
+Spec string: `openai:BASE_URL#MODEL`, e.g. `openai:http://127.0.0.1:8001/v1#Qwen2.5-72B-Instruct`; the
+key is read from $OPENAI_API_KEY (or `api_key=`). Plain httpx with explicit timeouts and bounded retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import httpx
+
+from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
+from .base import Completion, FinishReason, SamplingParams
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=600.0)
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop",
+                                     "content_filter": "stop", "function_call": "stop"}
+
+
+@runtime_checkable
+class ChatEngine(Protocol):
+    """An engine that takes chat messages and answers text (helper models only: nothing to train)."""
+
+    name: str
+
+    async def chat(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams) -> Completion: ...
+
+
+class OpenAIChatEngine:
+    """POST {base_url}/chat/completions; answers a Completion with `text` and no token ids.
+
+    >>> engine = OpenAIChatEngine("http://127.0.0.1:8001/v1", model="judge-model")
+    >>> engine.name
+    'openai:http://127.0.0.1:8001/v1#judge-model'
+    """
+
+    def __init__(self, base_url: str, *, model: str, api_key: str | None = None,
+                 timeout: float | httpx.Timeout | None = None, max_retries: int = 3,
+                 backoff_s: float = 0.5) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"openai engine: base URL {base_url!r} must start with http:// or https://")
+        if not model:
+            raise ConfigError("openai engine: no model name; write the spec as 'openai:BASE_URL#MODEL'")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = f"openai:{self.base_url}#{model}"
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        if isinstance(timeout, (int, float)):
+            timeout = httpx.Timeout(float(timeout), connect=min(5.0, float(timeout)))
+        self._client = httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, headers=headers)
+
+    @classmethod
+    def from_spec(cls, target: str, **kwargs: Any) -> "OpenAIChatEngine":
+        """`BASE_URL#MODEL` (the part after `openai:`)."""
+        base, sep, model = target.partition("#")
+        if not sep or not model:
+            raise ConfigError(f"engine 'openai:{target}': name the model after '#', e.g. "
+                              "'openai:http://127.0.0.1:8001/v1#Qwen2.5-7B-Instruct'")
+        return cls(base, model=model, **kwargs)
+
+    async def chat(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams) -> Completion:
+        body = self._body(messages, params)
+        url = f"{self.base_url}/chat/completions"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random()))
+            started = time.perf_counter()
+            try:
+                resp = await self._client.post(url, json=body)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if resp.status_code >= 500 or resp.status_code in (408, 429):
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                continue
+            if resp.status_code >= 400:
+                raise EngineRequestError(resp.status_code, resp.text[:500], url)
+            return _completion(resp, latency_s=time.perf_counter() - started, retries=attempt)
+        raise EngineUnavailableError(url, self.max_retries + 1, last)
+
+    def _body(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.sampling_seed is not None:
+            body["seed"] = params.sampling_seed
+        return body
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatEngine({self.name!r})"
+
+
+def _completion(resp: httpx.Response, *, latency_s: float, retries: int) -> Completion:
+    try:
+        obj = resp.json()
+        choice = obj["choices"][0]
+        text = choice["message"].get("content") or ""
+        finish = _FINISH.get(str(choice.get("finish_reason") or "stop"), "stop")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise EngineProtocolError(f"chat completion body is not OpenAI-shaped ({type(exc).__name__}: {exc}): "
+                                  f"{resp.text[:200]!r}") from None
+    if not isinstance(text, str):
+        raise EngineProtocolError(f"chat completion content is {type(text).__name__}, not text")
+    usage = obj.get("usage") or {}
+    return Completion(token_ids=[], logprobs=[], finish_reason=finish, text=text,
+                      prompt_tokens=int(usage.get("prompt_tokens") or 0), rid=str(obj.get("id") or ""),
+                      latency_s=latency_s, retries=retries, meta={"model": obj.get("model")})

@@ -1,0 +1,420 @@
+"""SGLangEngine: the Engine protocol over SGLang's native POST /generate, token-in/token-out.
+
+One request per call: the prompt goes out as `input_ids`, the answer comes back as the exact
+sampled ids with their log-probs (`meta_info.output_token_logprobs`). Nothing is decoded and
+re-encoded. The contract is reference/sglang-langgraph.md; errors are the typed ones of errors.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from .base import MAX_LOGPROB, Completion, FinishReason, SamplingParams
+from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
+
+log = logging.getLogger(__name__)
+
+# Generation can legitimately take minutes (long outputs, a busy server), so the read timeout is
+# long; a server that does not even accept the connection within seconds is down.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=600.0)
+# 4xx statuses that mean "try again later" rather than "this body is wrong": a router that is
+# full answers 429, a proxy that gave up waiting answers 408.
+_TRANSIENT_4XX = frozenset({408, 429})
+_FINISH_TYPES: frozenset[str] = frozenset({"stop", "length", "abort"})
+# below the 5 s keep-alive of SGLang's uvicorn: never reuse a socket the server is closing
+_KEEPALIVE_EXPIRY_S = 4.0
+_CONTROL_CONNECTIONS = 4
+
+
+class _ConnectionSlots:
+    """`size` single-connection clients, each lent to one request at a time.
+
+    httpx's pool scans every connection on every request (httpcore 1.0.x): at 512 concurrent
+    requests a single 512-connection client spends ~18 ms CPU per request in that scan, 15x what
+    this free list costs. A request takes any idle client (O(1)); waiting for a free slot is the
+    engine's backpressure, so httpx's pool timeout never fires here.
+    """
+
+    def __init__(self, size: int, timeout: httpx.Timeout) -> None:
+        self._timeout = timeout
+        self._free = asyncio.Semaphore(size)
+        self._idle: list[httpx.AsyncClient] = []
+        self._all: list[httpx.AsyncClient] = []
+        self._ssl: ssl.SSLContext | None = None  # shared: building one per client costs ms
+
+    @asynccontextmanager
+    async def lend(self) -> AsyncIterator[httpx.AsyncClient]:
+        async with self._free:
+            client = self._idle.pop() if self._idle else self._new()
+            try:
+                yield client
+            finally:
+                self._idle.append(client)
+
+    def _new(self) -> httpx.AsyncClient:
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context()
+        client = httpx.AsyncClient(
+            timeout=self._timeout, verify=self._ssl,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1,
+                                keepalive_expiry=_KEEPALIVE_EXPIRY_S),
+        )
+        self._all.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self._all))
+        self._all.clear()
+        self._idle.clear()
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way another attempt may not. `protocol` marks a bad body."""
+
+    def __init__(self, message: str, *, protocol: bool = False) -> None:
+        super().__init__(message)
+        self.protocol = protocol
+
+
+class SGLangEngine:
+    """An Engine that talks to one SGLang server (or router) over HTTP.
+
+    Retries 5xx, 408/429, connection errors, timeouts and malformed bodies with capped, jittered
+    exponential backoff; a 4xx is the caller's bug and is raised at once. Cancelling the awaiting
+    task sends /abort_request for the request in flight, so the server stops generating.
+
+    Connections: at most `max_connections` /generate requests are in flight (more wait for a
+    slot); /abort_request, /health and /model_info go over a separate small client so that an
+    abort never queues behind the generations it is meant to stop. A passed-in `client` carries
+    all traffic instead and is left open by aclose(). Like any httpx client, an engine belongs to
+    the event loop that first uses it.
+
+    >>> import asyncio
+    >>> from agentgraphs.testing.fake_engines import FixedLatencyEngine
+    >>> from agentgraphs.testing.server import SGLangTestServer
+    >>> async def demo(url: str) -> list[int]:
+    ...     async with SGLangEngine(url) as engine:
+    ...         out = await engine.generate([1, 2, 3], SamplingParams(max_new_tokens=3))
+    ...         return out.token_ids
+    >>> with SGLangTestServer(FixedLatencyEngine(latency_s=0.0)) as srv:
+    ...     asyncio.run(demo(srv.url))
+    [10, 11, 12]
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        backoff_cap_s: float = 8.0,
+        abort_timeout_s: float = 1.0,
+        client: httpx.AsyncClient | None = None,
+        max_connections: int = 256,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if backoff_s < 0 or backoff_cap_s < 0:
+            raise ValueError("backoff_s and backoff_cap_s must be >= 0")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"SGLangEngine base_url {base_url!r} has no scheme: use 'http://host:port' "
+                              "(the server root, without /v1 or /generate)")
+        self.base_url = base_url.rstrip("/")
+        self.name = f"sglang:{self.base_url}"
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.backoff_cap_s = backoff_cap_s
+        self.abort_timeout_s = abort_timeout_s
+        # A float means "this many seconds for every phase", as httpx reads it.
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        self._owns_client = client is None
+        self._slots = _ConnectionSlots(max_connections, self._timeout) if client is None else None
+        self._client = client or httpx.AsyncClient(  # the control client
+            timeout=self._timeout,
+            limits=httpx.Limits(
+                max_connections=_CONTROL_CONNECTIONS,
+                max_keepalive_connections=_CONTROL_CONNECTIONS,
+                keepalive_expiry=_KEEPALIVE_EXPIRY_S,
+            ),
+        )
+        self._rng = random.Random()  # per engine: jitter decorrelates workers, no global state
+        self._abort_tasks: set[asyncio.Task[None]] = set()
+
+    # -- the Engine protocol ---------------------------------------------------------------
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        """POST /generate (retrying as the class says); return the exact sampled ids and log-probs.
+
+        `Completion.rid` is the rid of the attempt that succeeded, `retries` the attempts before
+        it, `latency_s` the wall time of the whole call, backoff included.
+        """
+        started = time.perf_counter()
+        last: _Retryable | None = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self._backoff(attempt))
+            # A fresh rid per attempt: a timed-out attempt may still be alive on the server, and
+            # SGLang refuses a duplicate rid.
+            rid = uuid.uuid4().hex
+            try:
+                payload = await self._post_generate(rid, prompt_ids, params)
+                return _parse_completion(
+                    payload, rid=rid, prompt_len=len(prompt_ids),
+                    latency_s=time.perf_counter() - started, retries=attempt,
+                )
+            except _Retryable as err:
+                last = err
+                log.debug("generate attempt %d/%d failed: %s", attempt + 1, self.max_retries + 1, err)
+        assert last is not None
+        attempts = self.max_retries + 1
+        if last.protocol:
+            raise EngineProtocolError(
+                f"{self.base_url}/generate broke the response contract on all {attempts} "
+                f"attempt(s); last: {last}. Is this an SGLang /generate endpoint (0.5.x)?"
+            )
+        raise EngineUnavailableError(f"{self.base_url}/generate", attempts, str(last))
+
+    # -- other endpoints -----------------------------------------------------------------------
+
+    async def health(self, timeout_s: float = 5.0) -> bool:
+        """True when GET /health answers 200 within `timeout_s`; never raises for a down server."""
+        try:
+            resp = await self._client.get(f"{self.base_url}/health", timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    async def model_info(self) -> dict[str, Any]:
+        """GET /model_info; servers older than its introduction only have /get_model_info."""
+        resp = await self._get("/model_info")
+        if resp.status_code == 404:
+            resp = await self._get("/get_model_info")
+        _raise_for_status(resp)
+        try:
+            info = resp.json()
+        except ValueError as err:
+            raise EngineProtocolError(f"model_info body is not JSON: {err}") from err
+        if not isinstance(info, dict):
+            raise EngineProtocolError(f"model_info body is not an object: {info!r:.200}")
+        return info
+
+    async def abort_all(self) -> None:
+        """Abort every request on the server (slime does this between rollouts)."""
+        try:
+            resp = await self._client.post(
+                f"{self.base_url}/abort_request", json={"abort_all": True},
+                timeout=max(self.abort_timeout_s, 5.0),  # never the 600 s generation timeout
+            )
+        except httpx.HTTPError as err:
+            raise EngineUnavailableError(f"{self.base_url}/abort_request", 1, repr(err)) from err
+        _raise_for_status(resp)
+
+    async def aclose(self) -> None:
+        """Finish pending best-effort aborts, then close the client if the engine made it."""
+        if self._abort_tasks:
+            await asyncio.wait(set(self._abort_tasks), timeout=self.abort_timeout_s)
+            leftover = list(self._abort_tasks)
+            for task in leftover:
+                task.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)
+        if self._slots is not None:
+            await self._slots.aclose()
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> SGLangEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"SGLangEngine({self.base_url!r}, max_retries={self.max_retries})"
+
+    # -- internals -----------------------------------------------------------------------------
+
+    async def _post_generate(
+        self, rid: str, prompt_ids: list[int], params: SamplingParams
+    ) -> dict[str, Any]:
+        body = {
+            "input_ids": list(prompt_ids),
+            "sampling_params": params.to_sglang(),
+            "return_logprob": True,
+            "logprob_start_len": -1,  # log-probs of the output only, not the prompt
+            "rid": rid,
+        }
+        sent = False
+        try:
+            async with self._lend() as client:
+                sent = True
+                resp = await client.post(f"{self.base_url}/generate", json=body, timeout=self._timeout)
+        except asyncio.CancelledError:
+            if sent:  # a request still waiting for a slot never reached the server
+                await self._abort_in_flight(rid)
+            raise
+        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as err:
+            # our URL or request is malformed: no retry can fix that
+            raise EngineUnavailableError(f"{self.base_url}/generate", 1, repr(err)) from err
+        except httpx.TimeoutException as err:
+            # the attempt may still be generating on the server: stop it before a retry adds load
+            self._abort_in_background(rid)
+            raise _Retryable(f"{type(err).__name__}: {err}") from err
+        except httpx.TransportError as err:
+            raise _Retryable(f"{type(err).__name__}: {err}") from err
+        if resp.status_code >= 500 or resp.status_code in _TRANSIENT_4XX:
+            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}")
+        _raise_for_status(resp)
+        try:
+            payload = resp.json()
+        except ValueError as err:  # truncated or otherwise invalid JSON
+            raise _Retryable(f"body is not valid JSON ({err})", protocol=True) from err
+        if not isinstance(payload, dict):
+            raise _Retryable(f"body is not a JSON object: {payload!r:.200}", protocol=True)
+        return payload
+
+    async def _abort_in_flight(self, rid: str) -> None:
+        """Tell the server to stop `rid`; bounded by abort_timeout_s so cancellation stays prompt.
+
+        The abort runs as a tracked task under shield: a second cancel of the caller cannot
+        interrupt it half-sent, and aclose() reaps it if it outlives the wait.
+        """
+        task = asyncio.ensure_future(self._send_abort(rid))
+        self._abort_tasks.add(task)
+        task.add_done_callback(self._abort_tasks.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.abort_timeout_s)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass  # the caller is already being cancelled; its CancelledError is re-raised above
+
+    def _abort_in_background(self, rid: str) -> None:
+        task = asyncio.ensure_future(self._send_abort(rid))
+        self._abort_tasks.add(task)
+        task.add_done_callback(self._abort_tasks.discard)
+
+    async def _send_abort(self, rid: str) -> None:
+        try:
+            await self._client.post(
+                f"{self.base_url}/abort_request",
+                json={"rid": rid, "abort_all": False},
+                timeout=self.abort_timeout_s,
+            )
+        except httpx.HTTPError as err:  # best effort: the server may be the thing that failed
+            log.debug("abort of %s failed: %r", rid, err)
+
+    @asynccontextmanager
+    async def _lend(self) -> AsyncIterator[httpx.AsyncClient]:
+        if self._slots is None:
+            yield self._client
+        else:
+            async with self._slots.lend() as client:
+                yield client
+
+    async def _get(self, path: str) -> httpx.Response:
+        try:
+            return await self._client.get(f"{self.base_url}{path}", timeout=self._timeout)
+        except httpx.HTTPError as err:
+            raise EngineUnavailableError(f"{self.base_url}{path}", 1, repr(err)) from err
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential in the attempt number, capped, with jitter in [50 %, 100 %]."""
+        delay = min(self.backoff_cap_s, self.backoff_s * (2 ** (attempt - 1)))
+        return delay * (0.5 + 0.5 * self._rng.random())
+
+
+def _raise_for_status(resp: httpx.Response) -> None:
+    if resp.status_code >= 500:
+        raise EngineUnavailableError(str(resp.request.url), 1, f"HTTP {resp.status_code}: {resp.text[:300]}")
+    if resp.status_code >= 400:
+        raise EngineRequestError(resp.status_code, resp.text[:500], url=str(resp.request.url))
+
+
+def _parse_completion(
+    payload: dict[str, Any], *, rid: str, prompt_len: int, latency_s: float, retries: int
+) -> Completion:
+    """Turn a /generate body into a Completion, refusing any body that breaks the contract."""
+    meta = payload.get("meta_info")
+    if not isinstance(meta, dict):
+        raise _Retryable("response has no meta_info object", protocol=True)
+    finish, raw_finish = _parse_finish(meta.get("finish_reason"))
+    raw_logprobs = meta.get("output_token_logprobs")
+    if finish == "abort" and raw_logprobs is None:
+        # SGLang answers a request aborted while still queued ("Abort before prefill") with no
+        # output fields at all: an abort with nothing generated, not a broken body
+        raw_logprobs = []
+    token_ids, logprobs = _parse_logprobs(raw_logprobs)
+    output_ids = payload.get("output_ids")
+    if output_ids is not None and not isinstance(output_ids, list):
+        raise _Retryable(f"output_ids is not a list: {output_ids!r:.100}", protocol=True)
+    if output_ids is not None and output_ids != token_ids:
+        raise _Retryable(
+            f"output_ids ({len(output_ids)} ids) disagree with output_token_logprobs "
+            f"({len(token_ids)} entries)",
+            protocol=True,
+        )
+    prompt_tokens = meta.get("prompt_tokens")
+    weight_version = meta.get("weight_version")
+    text = payload.get("text")
+    return Completion(
+        token_ids=token_ids,
+        logprobs=logprobs,
+        finish_reason=finish,
+        text=text if isinstance(text, str) else "",
+        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else prompt_len,
+        weight_version=None if weight_version is None else str(weight_version),
+        rid=rid,
+        latency_s=latency_s,
+        retries=retries,
+        meta={
+            "finish_reason": raw_finish,
+            "server_rid": meta.get("id"),
+            "cached_tokens": meta.get("cached_tokens"),
+            "e2e_latency": meta.get("e2e_latency"),
+        },
+    )
+
+
+def _parse_finish(raw: object) -> tuple[FinishReason, dict[str, Any]]:
+    # SGLang sends {"type": ..., ...}; a bare string is accepted for lenient proxies
+    finish = raw.get("type") if isinstance(raw, dict) else raw
+    if not isinstance(finish, str) or finish not in _FINISH_TYPES:
+        raise _Retryable(f"finish_reason {raw!r:.200} is not stop/length/abort", protocol=True)
+    return finish, dict(raw) if isinstance(raw, dict) else {"type": finish}  # type: ignore[return-value]
+
+
+def _parse_logprobs(raw: object) -> tuple[list[int], list[float]]:
+    if not isinstance(raw, list):
+        raise _Retryable(
+            "meta_info.output_token_logprobs is missing: the request asked for return_logprob",
+            protocol=True,
+        )
+    token_ids: list[int] = []
+    logprobs: list[float] = []
+    for i, entry in enumerate(raw):
+        if not (isinstance(entry, (list, tuple)) and len(entry) >= 2):
+            raise _Retryable(
+                f"output_token_logprobs[{i}] = {entry!r:.100} is not [lp, id, text]", protocol=True
+            )
+        lp, tok = entry[0], entry[1]
+        # null is how SGLang's JSON encodes a non-finite log-prob: unusable for training
+        if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp) or lp > MAX_LOGPROB:
+            # NaN/inf (a proxy's json) or a positive value cannot be a sampled token's log-prob
+            raise _Retryable(f"output_token_logprobs[{i}] has log-prob {lp!r}", protocol=True)
+        if isinstance(tok, bool) or not isinstance(tok, int):
+            raise _Retryable(f"output_token_logprobs[{i}] has token id {tok!r}", protocol=True)
+        token_ids.append(tok)
+        logprobs.append(float(lp))
+    return token_ids, logprobs

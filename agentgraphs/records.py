@@ -1,0 +1,226 @@
+"""A finished rollout as records: slime Sample fields, list-mode siblings, trace lines, the RewardInput.
+
+The one home of the shaping from a Rollout to what slime (through `rl_bridge`) and `agentgraphs run`
+write: both call `sample_fields`, so a sample looks the same wherever it was made. Plain Python.
+
+>>> trace_summary([])["trained_tokens"]
+0
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue
+from .trace import TrainSequence, Turn
+
+if TYPE_CHECKING:
+    from .rollout import Rollout
+
+logger = logging.getLogger(__name__)
+_WARNED_TRAILING_ZERO: set[str] = set()
+
+# The keys agentgraphs adds to a Sample's metadata; everything else in it is the input row's own.
+RESULT_METADATA_KEYS = frozenset({
+    "agentgraph", "answer", "status_reason", "error", "llm_calls", "retries", "num_sequences",
+    "rollout_time_s", "metrics", "trace_summary", "options", "trajectory_id", "sequence_index",
+})
+SEQUENCE_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")
+
+
+def trace_summary(turns: Sequence[Turn]) -> dict[str, Any]:
+    """Counts a user reads first: calls per node, tokens generated and trained, truncations."""
+    by_node: dict[str, int] = {}
+    for t in turns:
+        by_node[t["node"]] = by_node.get(t["node"], 0) + 1
+    return {
+        "turns_by_node": by_node,
+        "output_tokens": sum(len(t["output_ids"]) for t in turns),
+        "trained_tokens": sum(len(t["output_ids"]) for t in turns if t["trainable"]),
+        "truncated_turns": sum(1 for t in turns if t["finish_reason"] == "length"),
+    }
+
+
+def reward_input(*, answer: str, label: Any, row_metadata: Mapping[str, Any] | None, status: str,
+                 summary: Mapping[str, Any], options: MethodOptions | Mapping[str, Any] | None) -> RewardInput:
+    """The RewardInput, built here and nowhere else (run_rollout and rl_bridge.reward_func both call it)."""
+    opts = options.model_dump() if isinstance(options, MethodOptions) else dict(options or {})
+    return RewardInput(answer=answer, label=label, metadata=dict(row_metadata or {}), status=status,
+                       trace_summary=dict(summary), options=opts)
+
+
+def row_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A Sample's metadata without the keys agentgraphs added: the input row's own metadata."""
+    return {k: v for k, v in (metadata or {}).items() if k not in RESULT_METADATA_KEYS}
+
+
+def reward_input_of_sample(sample: Any) -> RewardInput:
+    """Rebuild the RewardInput a rollout was scored with from the Sample rl_bridge.generate filled."""
+    meta = getattr(sample, "metadata", None) or {}
+    status = getattr(getattr(sample, "status", None), "value", None) or "completed"
+    return reward_input(answer=str(meta.get("answer", getattr(sample, "response", "") or "")),
+                        label=getattr(sample, "label", None), row_metadata=row_metadata(meta),
+                        status=str(status), summary=meta.get("trace_summary") or {},
+                        options=meta.get("options") or {})
+
+
+def scalar(value: RewardValue | None, key: str) -> float:
+    """The scalar of a reward: a float, or a dict reward's `key` entry; None counts as 0."""
+    if value is None:
+        return 0.0
+    if isinstance(value, Mapping):
+        return float(value.get(key, 0.0))
+    return float(value)
+
+
+def scale_reward(value: RewardValue, factor: float, key: str) -> RewardValue:
+    if isinstance(value, Mapping):
+        return {**value, key: float(value.get(key, 0.0)) * factor}
+    return float(value) * factor
+
+
+def zero_reward(spec: AgentSpec) -> RewardValue:
+    return {spec.reward_key: 0.0} if spec.dict_reward else 0.0
+
+
+def mask_out(seq: dict[str, Any]) -> None:
+    """Train nothing from `seq` (a failed trajectory): all-zero loss mask, log-prob 0.0 (invariant 4)."""
+    n = seq["response_length"]
+    seq["loss_mask"] = [0] * n
+    seq["rollout_log_probs"] = [0.0] * n
+
+
+def fail_fields(fields: dict[str, Any], reason: str) -> None:
+    """Turn filled Sample fields into a FAILED trajectory: every sequence masked, removed, reason kept."""
+    fields["status"] = "failed"
+    fields["remove_sample"] = True
+    for seq in fields["train_metadata"]["turns"]:
+        mask_out(seq)
+    head = fields["train_metadata"]["turns"][0]
+    fields["loss_mask"] = list(head["loss_mask"])
+    fields["rollout_log_probs"] = list(head["rollout_log_probs"])
+    fields["metadata"]["status_reason"] = reason
+
+
+def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict[str, Any]:
+    """The slime Sample fields for a rollout (status as a lower-case string).
+
+    The top-level tokens/loss_mask/rollout_log_probs hold the first training sequence, so slime's
+    default path sees a valid sample; `train_metadata["turns"]` holds every sequence for
+    rl_bridge.convert. A failed rollout trains nothing: all-zero masks and remove_sample=True, reward 0.
+    """
+    sequences: list[dict[str, Any]] = [{k: s[k] for k in SEQUENCE_KEYS} for s in rollout.sequences]
+    if not sequences:
+        # slime needs a non-empty prompt AND response (it reads the logits at position prompt_len-1):
+        # two pad tokens, the second a masked placeholder response, never trained.
+        sequences = [dict(tokens=[pad_id, pad_id], response_length=1, loss_mask=[0], rollout_log_probs=[0.0])]
+    warn_trailing_zero(sequences, spec.name)
+    head = sequences[0]
+    options = rollout.options.model_dump() if isinstance(rollout.options, MethodOptions) else {}
+    fields: dict[str, Any] = {
+        "tokens": list(head["tokens"]),
+        "response_length": head["response_length"],
+        "loss_mask": list(head["loss_mask"]),
+        "rollout_log_probs": list(head["rollout_log_probs"]),
+        "response": rollout.answer,
+        "status": rollout.status,
+        "reward": rollout.reward,
+        "remove_sample": False,
+        "weight_versions": sorted({str(t["weight_version"]) for t in rollout.turns if t.get("weight_version")}),
+        "metadata": {
+            "agentgraph": spec.name,
+            "trajectory_id": uuid.uuid4().hex,
+            "answer": rollout.answer,
+            "status_reason": rollout.reason,
+            "error": rollout.error,
+            "llm_calls": len(rollout.turns),
+            "retries": rollout.retries,
+            "num_sequences": len(rollout.sequences),
+            "rollout_time_s": round(rollout.time_s, 4),
+            "metrics": rollout.metrics,
+            "trace_summary": rollout.summary or trace_summary(rollout.turns),
+            "options": options,
+        },
+        "train_metadata": {
+            "turns": sequences,
+            "reward_split": spec.reward_split_for(rollout.options) if isinstance(rollout.options, MethodOptions)
+            else spec.reward_split,
+            "layout": spec.layout,
+        },
+    }
+    if rollout.status == "failed":
+        fail_fields(fields, rollout.reason)
+        if rollout.reward is None:
+            fields["reward"] = zero_reward(spec)
+    return fields
+
+
+def sibling_fields(fields: dict[str, Any], spec: AgentSpec) -> list[dict[str, Any]]:
+    """List mode (`agentgraph_return_list`): one Sample's fields per training sequence.
+
+    Every sibling carries the trajectory's reward, computed once (divided by the sibling count when the
+    reward split is "divide"), the same trajectory_id, and its place among the siblings.
+    """
+    seqs = fields["train_metadata"]["turns"]
+    divide = fields["train_metadata"]["reward_split"] == "divide" and len(seqs) > 1
+    reward = fields["reward"]
+    if divide and reward is not None:
+        reward = scale_reward(reward, 1.0 / len(seqs), spec.reward_key)
+    out = []
+    for i, seq in enumerate(seqs):
+        sib = {**fields, **{k: (list(seq[k]) if isinstance(seq[k], list) else seq[k]) for k in SEQUENCE_KEYS}}
+        sib["reward"] = reward
+        sib["metadata"] = {**fields["metadata"], "sequence_index": i, "num_sequences": len(seqs)}
+        sib["train_metadata"] = {**fields["train_metadata"], "turns": [seq], "reward_split": "broadcast",
+                                 "trajectory_sequences": len(seqs)}
+        out.append(sib)
+    return out
+
+
+def warn_trailing_zero(sequences: Sequence[Mapping[str, Any]], agent: str) -> None:
+    """slime packs rows and reads trailing token id 0 as padding: a trained sequence ending in id 0
+    (`!` in Qwen's vocabulary) packed last in its row would shift that row's log-probs. Say so."""
+    for k, seq in enumerate(sequences):
+        tokens = seq["tokens"]
+        if tokens and tokens[-1] == 0 and any(seq["loss_mask"]) and agent not in _WARNED_TRAILING_ZERO:
+            _WARNED_TRAILING_ZERO.add(agent)  # once per agent and process: it is a property of the policy
+            logger.warning(
+                "agentgraph %s: training sequence %d ends in token id 0, which slime's packing treats as "
+                "padding; if it is packed last in its row its log-probs shift (see README, 'Training with "
+                "slime'). Stop generations on the end-of-turn token to avoid it.", agent, k)
+
+
+def trace_record(rollout: Rollout, index: int | None) -> dict[str, Any]:
+    """A JSON line for traces.jsonl: the input's index, status and every Turn as recorded."""
+    return {
+        "index": index,
+        "status": rollout.status,
+        "reason": rollout.reason,
+        "answer": rollout.answer,
+        "reward": rollout.reward,
+        "metrics": rollout.metrics,
+        "summary": rollout.summary or trace_summary(rollout.turns),
+        "time_s": round(rollout.time_s, 4),
+        "turns": rollout.turns,
+        "error": rollout.error,
+    }
+
+
+__all__ = [
+    "RESULT_METADATA_KEYS",
+    "TrainSequence",
+    "fail_fields",
+    "mask_out",
+    "reward_input",
+    "reward_input_of_sample",
+    "row_metadata",
+    "sample_fields",
+    "scalar",
+    "sibling_fields",
+    "trace_record",
+    "trace_summary",
+    "warn_trailing_zero",
+    "zero_reward",
+]

@@ -1,0 +1,451 @@
+"""Trajectories -> GRPO training rows: group normalisation and expansion into sequences. The one path.
+
+`rl_bridge.convert` (slime's `--custom-convert-samples-to-train-data-path` hook) is a thin adapter over
+`to_train_data`; the learning check (`agentgraphs.testing.grpo`) trains on the same rows. A custom
+converter replaces slime's own `_convert_samples_to_train_data` *and* its reward normalisation
+(`_post_process_rewards`), so both live here. Pure Python + numpy: slime is never imported; samples are
+duck-typed (any object with slime's `Sample` attributes works). Settings come from slime's args through
+`TrainDataSettings.from_args` (field names below are the settings' names; the slime flag is in brackets).
+
+Trajectories and sequences
+    A trajectory Sample carries its training sequences in `sample.train_metadata["turns"]`, a list
+    of dicts in `TrainSequence` shape ({tokens, response_length, loss_mask, rollout_log_probs}, extra
+    keys ignored). Without `train_metadata["turns"]` the Sample itself is one sequence.
+    `train_metadata["reward_split"]` is "broadcast" (default: every sequence gets the trajectory's
+    reward, as in the MemAgent and AgentFlow papers) or "divide" (each gets reward / n_sequences).
+
+Reward normalisation (only for the estimators slime normalises, and only with
+`rewards_normalization` [--disable-rewards-normalization], slime's default)
+    grpo, gspo, cispo:             (r - mean) / (std + 1e-6), std only with grpo_std_normalization
+    reinforce_plus_plus_baseline:  r - mean
+    anything else (ppo, ...):      raw rewards
+    std is the unbiased (n - 1) standard deviation, as `torch.Tensor.std`. A group of one gets 0.0
+    where torch would give NaN. Groups follow `sample.group_index` (slime's prompt id); samples with
+    group_index None fall back to consecutive blocks of n_samples_per_prompt. (slime itself
+    reshapes to (-1, n_samples_per_prompt) only when the batch is exactly n * rollout_batch_size
+    samples, else normalises the whole batch as one group.) Computed in float64; slime uses float32.
+
+    group_by [agentgraph_group_by] selects what one group member is:
+      "trajectory" (default): one value per trajectory (its raw reward) is normalised within its
+          prompt group, then broadcast or divided over the trajectory's sequences.
+      "sequence" (Flow-GRPO): every sequence of every rollout of a prompt is one member, carrying its
+          trajectory's reward (already divided when reward_split is "divide"); a trajectory with more
+          sequences weighs more in the mean.
+
+Failed trajectories
+    status FAILED or remove_sample=True: sequences keep their tokens, get an all-zero loss mask and
+    0.0 log-probs (invariant 4: never train garbage). A FAILED trajectory (an infrastructure or graph
+    failure, not a wrong answer) is also left out of its group's mean/std and gets reward 0, so a
+    timeout does not shift the baseline of the others; `failed_in_group_stats: true` [agentgraph_failed_in_group_stats]
+    counts it with its reward, as slime does with removed samples. ABORTED samples and samples without a
+    reward must not reach training: ValueError.
+
+Output keys
+    v0.2.x: tokens, response_lengths, rewards (normalised), raw_reward (the trajectory's raw reward,
+    unsplit), truncated, sample_indices (the trajectory's sample.index), loss_masks, and
+    rollout_log_probs when every sequence has them. One entry per sequence.
+    slime >= 0.3 (samples have `rollout_id` or `group_id`, or slime_version [agentgraph_slime_version] >= "0.3")
+    ALSO: rollout_ids + rollout_mask_sums (v0.3.1+) and group_ids + group_mask_sums (v0.3.0's names
+    for the same thing; each version copies only the keys it knows). Every sequence of a trajectory
+    shares one id (the sample's rollout_id/group_id, else its index, else a fresh unused integer);
+    the mask sum is the loss-mask total of all sequences with that id.
+    agentgraph_trimmed_sequences: rows dropped by trimming (slime copies only the keys it knows, so
+    it ignores this one).
+
+Trimming (v0.2.x only)
+    slime v0.2.x trims *samples* to a multiple of global_batch_size before calling the converter;
+    the trainer then counts each *row* as a batch member (steps = rows // global_batch_size per
+    rank). Expanding trajectories breaks that multiple, so rows are trimmed again here, from the end,
+    unless disable_rollout_trim_samples, use_dynamic_global_batch_size or debug_rollout_only is set
+    (with use_dynamic_global_batch_size slime sized the batch from the trajectory count; rows beyond
+    it are left for the trainer to drop). Normalisation happens before trimming, over whole groups.
+    slime >= 0.3 counts global_batch_size in rollouts and drops trailing rollouts itself
+    (slime/utils/dp_schedule.py), keeping a rollout's rows together, so nothing is trimmed here.
+
+Known incompatibility: --log-passrate reshapes raw_reward to (rollout_batch_size, n_samples_per_prompt)
+and asserts its length, which fails once a trajectory yields more than one row.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from itertools import chain
+from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "TrainDataSettings",
+    "to_train_data",
+    "normalize_by_group",
+    "MEAN_CENTERED_ESTIMATORS",
+    "STD_NORMALIZED_ESTIMATORS",
+    "REWARD_SPLITS",
+    "GROUP_BY",
+]
+
+logger = logging.getLogger(__name__)
+
+# slime/ray/rollout.py::_post_process_rewards (v0.2.2: without cispo; v0.3.1 adds it).
+MEAN_CENTERED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"})
+STD_NORMALIZED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo"})
+REWARD_SPLITS = ("broadcast", "divide")
+GROUP_BY = ("trajectory", "sequence")
+EPS = 1e-6
+
+
+class TrainDataSettings(BaseModel):
+    """How trajectories become training rows; `from_args` reads them from slime's args.
+
+    >>> TrainDataSettings(n_samples_per_prompt=4).group_by
+    'trajectory'
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    advantage_estimator: str = Field("grpo", description="slime --advantage-estimator")
+    rewards_normalization: bool = Field(True, description="False with slime --disable-rewards-normalization")
+    grpo_std_normalization: bool = Field(True, description="False with --disable-grpo-std-normalization")
+    n_samples_per_prompt: int = Field(1, ge=1, description="group size where samples carry no group_index")
+    reward_key: Optional[str] = Field(None, description="--reward-key: the scalar of a dict reward")
+    group_by: Literal["trajectory", "sequence"] = Field(
+        "trajectory", description="agentgraph_group_by: one group member per trajectory or per sequence")
+    failed_in_group_stats: bool = Field(False, description="agentgraph_failed_in_group_stats")
+    slime_version: Optional[str] = Field(None, description="agentgraph_slime_version: force v0.3 keys")
+    global_batch_size: Optional[int] = Field(None, ge=1, description="v0.2.x trims rows to a multiple")
+    trim: bool = Field(True, description="False when slime does not trim (dynamic batch, debug, disabled)")
+
+    @classmethod
+    def from_args(cls, args: Any) -> "TrainDataSettings":
+        """Read slime's args (argparse namespace plus the YAML's agentgraph_* keys); errors name the key."""
+        def get(name: str, default: Any) -> Any:
+            value = getattr(args, name, None)
+            return default if value is None else value
+
+        values = {
+            "advantage_estimator": get("advantage_estimator", "grpo"),
+            "rewards_normalization": bool(get("rewards_normalization", True)),
+            "grpo_std_normalization": bool(get("grpo_std_normalization", True)),
+            "n_samples_per_prompt": max(int(get("n_samples_per_prompt", 1) or 1), 1),
+            "reward_key": getattr(args, "reward_key", None),
+            "group_by": get("agentgraph_group_by", "trajectory"),
+            "failed_in_group_stats": bool(get("agentgraph_failed_in_group_stats", False)),
+            "slime_version": None if getattr(args, "agentgraph_slime_version", None) is None
+            else str(args.agentgraph_slime_version),
+            "global_batch_size": getattr(args, "global_batch_size", None) or None,
+            "trim": not (get("disable_rollout_trim_samples", False) or get("use_dynamic_global_batch_size", False)
+                         or get("debug_rollout_only", False)),
+        }
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise ValueError(settings_error(exc, prefix={"group_by": "agentgraph_group_by"})) from None
+
+
+def settings_error(exc: ValidationError, *, prefix: Mapping[str, str] | None = None) -> str:
+    """A pydantic error as one line per field: `field: message (got value)`."""
+    lines = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"]) or "settings"
+        name = (prefix or {}).get(name, name)
+        lines.append(f"{name}: {err['msg']} (got {err.get('input')!r:.80})")
+    return "; ".join(lines)
+
+
+def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[str, Any]:
+    """Flat list of (trajectory) Samples -> train-data dict, one row per training sequence."""
+    samples = _flatten(samples)
+    if not samples:
+        raise ValueError("convert: got no samples")
+    group_by = settings.group_by
+    reward_key = settings.reward_key
+
+    tokens: list[Any] = []
+    response_lengths: list[int] = []
+    loss_masks: list[list[int]] = []
+    log_probs: list[Any] = []
+    owner: list[int] = []  # row -> sample position
+    raw = np.empty(len(samples), dtype=np.float64)
+    n_seqs = np.zeros(len(samples), dtype=np.int64)
+    divide = np.zeros(len(samples), dtype=bool)
+    truncated_of: list[int] = []
+    to_check: list[tuple[int, int, list[int], Any]] = []  # (pos, seq, mask, log-probs) with masked slots
+
+    for pos, sample in enumerate(samples):
+        status = _status(sample)
+        if status == "aborted":
+            raise ValueError(
+                f"sample {_name(pos, sample)} is ABORTED: aborted samples must be re-queued by the rollout, "
+                "never passed to training"
+            )
+        raw[pos] = _reward(sample, reward_key, pos)
+        meta = getattr(sample, "train_metadata", None) or {}
+        split = meta.get("reward_split") or "broadcast"
+        if split not in REWARD_SPLITS:
+            raise ValueError(f"sample {_name(pos, sample)}: reward_split must be one of {REWARD_SPLITS}, got {split!r}")
+        divide[pos] = split == "divide"
+        zero = bool(getattr(sample, "remove_sample", False)) or status == "failed"
+        truncated_of.append(1 if status == "truncated" else 0)
+        seqs = meta.get("turns")
+        if seqs is None:
+            seqs = [_as_sequence(sample)]
+        n_seqs[pos] = len(seqs)
+        for k, seq in enumerate(seqs):
+            toks, n, mask, lps = seq["tokens"], seq["response_length"], seq.get("loss_mask"), seq.get("rollout_log_probs")
+            _check_lengths(pos, sample, k, toks, n, mask, lps)
+            if mask is None:
+                mask = [1] * n
+            elif lps is not None and 0 in mask:
+                to_check.append((pos, k, mask, lps))
+            if zero:
+                mask = [0] * n
+                lps = None if lps is None else [0.0] * n
+            tokens.append(toks)
+            response_lengths.append(n)
+            loss_masks.append(mask)
+            log_probs.append(lps)
+            owner.append(pos)
+
+    _check_masks(samples, loss_masks, owner, to_check)
+
+    rows = np.asarray(owner, dtype=np.int64)
+    rewards = _rewards(settings, samples, raw, n_seqs, divide, rows, group_by)
+    data: dict[str, Any] = {
+        "tokens": tokens,
+        "response_lengths": response_lengths,
+        "rewards": rewards.tolist(),
+        "raw_reward": raw[rows].tolist(),
+        "truncated": [truncated_of[p] for p in owner],
+        "sample_indices": [getattr(samples[p], "index", None) for p in owner],
+        "loss_masks": loss_masks,
+    }
+    if all(lp is not None for lp in log_probs):
+        data["rollout_log_probs"] = log_probs
+
+    if _is_v03(settings, samples):
+        ids_of = _rollout_ids(samples)
+        ids = [ids_of[p] for p in owner]
+        total: dict[int, int] = {}
+        for rid, mask in zip(ids, loss_masks):
+            total[rid] = total.get(rid, 0) + sum(mask)
+        sums = [total[rid] for rid in ids]
+        data["rollout_ids"], data["group_ids"] = ids, list(ids)
+        data["rollout_mask_sums"], data["group_mask_sums"] = sums, list(sums)
+        data["agentgraph_trimmed_sequences"] = 0
+    else:
+        data["agentgraph_trimmed_sequences"] = _trim(settings, data)
+    return data
+
+
+def normalize_by_group(values: Iterable[float], groups: Iterable[int], *, std: bool, eps: float = EPS) -> np.ndarray:
+    """Per-group `v - mean`, divided by `(unbiased std + eps)` when `std`. Singleton groups give 0.0.
+
+    >>> normalize_by_group([1.0, 0.0, 5.0], [0, 0, 1], std=False).tolist()
+    [0.5, -0.5, 0.0]
+    """
+    v = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+    _, inv = np.unique(np.asarray(list(groups) if not isinstance(groups, np.ndarray) else groups), return_inverse=True)
+    inv = inv.reshape(-1)
+    if v.size == 0:
+        return v
+    counts = np.bincount(inv).astype(np.float64)
+    centered = v - (np.bincount(inv, weights=v) / counts)[inv]
+    if std:
+        ss = np.bincount(inv, weights=centered * centered)
+        var = np.divide(ss, counts - 1, out=np.zeros_like(ss), where=counts > 1)
+        centered = centered / (np.sqrt(var)[inv] + eps)
+    return centered
+
+
+def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, group_by) -> np.ndarray:
+    estimator = settings.advantage_estimator
+    normalise = settings.rewards_normalization and estimator in MEAN_CENTERED_ESTIMATORS
+    use_std = settings.grpo_std_normalization and estimator in STD_NORMALIZED_ESTIMATORS
+    share = np.where(divide, 1.0 / np.maximum(n_seqs, 1), 1.0)  # per sample: multiplier of its reward per row
+    if owner.size == 0:
+        return np.zeros(0)
+    if not normalise:
+        return (raw * share)[owner]
+    groups = _groups(settings, samples)
+    # A FAILED trajectory is an infrastructure failure, not a bad answer: by default it stays out of its
+    # group's mean/std (else three correct answers would be "rewarded" because a fourth timed out) and
+    # gets advantage 0. agentgraph_failed_in_group_stats: true keeps slime's behaviour (reward 0 counted).
+    keep = np.ones(len(samples), dtype=bool)
+    if not settings.failed_in_group_stats:
+        keep = np.array([_status(x) != "failed" for x in samples], dtype=bool)
+    if group_by == "trajectory":
+        out = np.zeros(len(samples))
+        out[keep] = normalize_by_group(raw[keep], groups[keep], std=use_std)
+        return (out * share)[owner]
+    rows_keep = keep[owner]
+    out = np.zeros(owner.size)
+    out[rows_keep] = normalize_by_group((raw * share)[owner][rows_keep], groups[owner][rows_keep], std=use_std)
+    return out
+
+
+def _groups(settings: TrainDataSettings, samples) -> np.ndarray:
+    """Prompt group per sample: group_index, else consecutive blocks of n_samples_per_prompt."""
+    n = settings.n_samples_per_prompt
+    keys: dict[tuple[str, int], int] = {}
+    out = np.empty(len(samples), dtype=np.int64)
+    for pos, sample in enumerate(samples):
+        gi = getattr(sample, "group_index", None)
+        key = ("g", gi) if gi is not None else ("b", pos // n)
+        out[pos] = keys.setdefault(key, len(keys))
+    return out
+
+
+def _trim(settings: TrainDataSettings, data: dict[str, Any]) -> int:
+    """v0.2.x: drop rows from the end to a multiple of global_batch_size; returns how many."""
+    gbs = settings.global_batch_size
+    if not gbs or not settings.trim:
+        return 0
+    n = len(data["tokens"])
+    keep = (n // gbs) * gbs
+    if keep == n:
+        return 0
+    if keep == 0:
+        raise ValueError(f"Not enough training sequences {n} for global_batch_size {gbs}")
+    for key in ("tokens", "response_lengths", "rewards", "raw_reward", "truncated", "sample_indices",
+                "loss_masks", "rollout_log_probs"):
+        if key in data:
+            del data[key][keep:]
+    logger.info("agentgraphs convert: trimmed training sequences from %d to %d (global_batch_size %d)", n, keep, gbs)
+    return n - keep
+
+
+def _is_v03(settings: TrainDataSettings, samples) -> bool:
+    version = settings.slime_version
+    if version:
+        return _version_tuple(version) >= (0, 3)
+    first = samples[0]
+    # v0.3.0's Sample raises AttributeError on reading rollout_id (it became group_id): hasattr is safe.
+    return hasattr(first, "rollout_id") or hasattr(first, "group_id")
+
+
+def _version_tuple(version: Any) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", str(version).lstrip("vV").split("+")[0])[:3]
+    if not parts:
+        raise ValueError(f"agentgraph_slime_version {version!r} is not a version like '0.3.1'")
+    return tuple(int(p) for p in parts)
+
+
+def _rollout_ids(samples) -> list[int]:
+    """One id per sample: its rollout_id/group_id, else its index, else the smallest unused integer."""
+    own = [_own_id(s) for s in samples]
+    used = {rid for rid in own if rid is not None}
+    out: list[int] = []
+    fresh = 0
+    for sample, rid in zip(samples, own):
+        if rid is None:
+            index = getattr(sample, "index", None)
+            if index is not None and index not in used:
+                rid = index
+            else:
+                while fresh in used:
+                    fresh += 1
+                rid = fresh
+            used.add(rid)
+        out.append(rid)
+    return out
+
+
+def _own_id(sample) -> Any:
+    for attr in ("rollout_id", "group_id"):
+        value = getattr(sample, attr, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _reward(sample, reward_key: str | None, pos: int) -> float:
+    reward = getattr(sample, "reward", None)
+    if isinstance(reward, dict):
+        if not reward_key:
+            raise ValueError(
+                f"sample {_name(pos, sample)}: reward is a dict {sorted(reward)}; select one with --reward-key"
+            )
+        if reward_key not in reward:
+            raise ValueError(
+                f"sample {_name(pos, sample)}: reward dict has no key {reward_key!r} (--reward-key); keys: {sorted(reward)}"
+            )
+        reward = reward[reward_key]
+    if reward is None:
+        raise ValueError(
+            f"sample {_name(pos, sample)} has no reward: every sample passed to training must be rewarded "
+            "(slime's reward model runs on all non-aborted samples)"
+        )
+    try:
+        return float(reward)
+    except (TypeError, ValueError):
+        raise ValueError(f"sample {_name(pos, sample)}: reward {reward!r} is not a number") from None
+
+
+def _as_sequence(sample) -> dict[str, Any]:
+    return {
+        "tokens": sample.tokens,
+        "response_length": sample.response_length,
+        "loss_mask": sample.loss_mask,
+        "rollout_log_probs": sample.rollout_log_probs,
+    }
+
+
+def _check_lengths(pos, sample, k, toks, n, mask, lps) -> None:
+    """Invariant 2, the length part (the masked-log-prob part runs in bulk in `_check_masks`)."""
+    if not isinstance(n, (int, np.integer)) or not 0 < n < len(toks):
+        # slime reads the response's log-probs from the logits at prompt_len-1 .. len-2: both the
+        # prompt and the response must be non-empty
+        problem = f"response_length {n!r} must be in 1..len(tokens)-1={len(toks) - 1}"
+    elif mask is not None and len(mask) != n:
+        problem = f"len(loss_mask)={len(mask)} != response_length={n}"
+    elif lps is not None and len(lps) != n:
+        problem = f"len(rollout_log_probs)={len(lps)} != response_length={n}"
+    else:
+        return
+    raise ValueError(f"sample {_name(pos, sample)}, sequence {k}: {problem}")
+
+
+def _check_masks(samples, masks, owner, to_check) -> None:
+    """Masks hold only 0/1; masked positions carry log-prob 0.0. One numpy pass over all tokens."""
+    total = sum(len(m) for m in masks)
+    flat = np.fromiter(chain.from_iterable(masks), dtype=np.int64, count=total)
+    bad = np.flatnonzero((flat != 0) & (flat != 1))
+    if bad.size:
+        row = int(np.searchsorted(np.cumsum([len(m) for m in masks]), bad[0], side="right"))
+        pos = owner[row]
+        k = row - owner.index(pos)
+        raise ValueError(f"sample {_name(pos, samples[pos])}, sequence {k}: loss_mask holds {int(flat[bad[0]])}, not 0/1")
+    if not to_check:
+        return
+    sizes = [len(m) for _, _, m, _ in to_check]
+    n = sum(sizes)
+    m = np.fromiter(chain.from_iterable(t[2] for t in to_check), dtype=np.int64, count=n)
+    lp = np.fromiter(chain.from_iterable(t[3] for t in to_check), dtype=np.float64, count=n)
+    bad = np.flatnonzero((m == 0) & (lp != 0.0))
+    if bad.size:
+        ends = np.cumsum(sizes)
+        i = int(np.searchsorted(ends, bad[0], side="right"))
+        pos, k, _, _ = to_check[i]
+        slot = int(bad[0] - (ends[i] - sizes[i]))
+        raise ValueError(
+            f"sample {_name(pos, samples[pos])}, sequence {k}: masked response position {slot} carries "
+            f"log-prob {float(lp[bad[0]])!r}, must be 0.0"
+        )
+
+
+def _status(sample) -> str:
+    status = getattr(sample, "status", None)
+    return str(getattr(status, "value", status) or "").lower()
+
+
+def _name(pos: int, sample) -> str:
+    return f"#{pos} (index={getattr(sample, 'index', None)})"
+
+
+def _flatten(samples) -> list[Any]:
+    out = list(samples)
+    while out and isinstance(out[0], list):
+        out = list(chain.from_iterable(out))
+    return out
