@@ -13,13 +13,13 @@ import pytest
 
 pytest.importorskip("tau2", reason="needs the tau2 extra: pip install 'agentgraphs[tau2]'")
 
-from agentgraphs.errors import ConfigError  # noqa: E402
+from agentgraphs.errors import ConfigError, InputError  # noqa: E402
 from agentgraphs.node import AgentContext  # noqa: E402
 from agentgraphs.rollout import Rollout, rollout_input, run_rollout  # noqa: E402
 from agentgraphs.spec import load_spec  # noqa: E402
 from agentgraphs.testing.scripted import ScriptedPolicy  # noqa: E402
 from agentgraphs.toolorchestra import tau2_bench as bench  # noqa: E402
-from agentgraphs.toolorchestra.tau2 import make_input, validate_options  # noqa: E402
+from agentgraphs.toolorchestra.tau2 import make_input  # noqa: E402
 from agentgraphs.trace import check_trace  # noqa: E402
 
 SPEC = load_spec("toolorchestra-tau2")
@@ -29,7 +29,7 @@ USER_SCRIPT = ["Hi, I need help with my request.", "Thank you, that is all. ###S
 @pytest.fixture(scope="module")
 def scorer(agentgraphs_cache: Any) -> Any:
     """The tiny model with Qwen3's tokenizer and chat template: it scores every scripted turn."""
-    from agentgraphs.hf_engine import HFEngine
+    from agentgraphs.engines.hf import HFEngine
     from agentgraphs.testing.tiny_model import ensure_tiny_model
 
     return HFEngine.from_dir(ensure_tiny_model(template="qwen3"), device="cpu", seed=0)
@@ -223,15 +223,18 @@ async def test_a_lost_environment_is_rebuilt_by_replay(scorer):
 
 def test_rows_are_checked():
     row = rollout_input("3", metadata={"domain": "airline"})
-    assert make_input(row, {}) == {"domain": "airline", "task_id": "3", "turns": []}
-    with pytest.raises(Exception, match="metadata.domain"):
-        make_input(rollout_input("3", metadata={}), {})
-    with pytest.raises(Exception, match="has no task '9999'"):
-        make_input(rollout_input("x", metadata={"domain": "retail", "task_id": "9999"}), {})
+    opts = SPEC.default_options()
+    assert make_input(row, opts) == {"domain": "airline", "task_id": "3", "turns": []}
+    with pytest.raises(InputError, match="metadata.domain"):
+        make_input(rollout_input("3", metadata={}), opts)
+    with pytest.raises(InputError, match="has no task '9999'"):
+        make_input(rollout_input("x", metadata={"domain": "retail", "task_id": "9999"}), opts)
     with pytest.raises(ConfigError, match="user_engine"):
-        validate_options({**SPEC.options, "user_engine": "policy"})
+        SPEC.resolve_options({"user_engine": "policy"})
     with pytest.raises(ConfigError, match="evaluation_type"):
-        validate_options({**SPEC.options, "evaluation_type": "nl_assertions"})
+        SPEC.resolve_options({"evaluation_type": "nl_assertions"})
+    with pytest.raises(ConfigError, match="max_steps"):
+        SPEC.resolve_options({"max_steps": 0})
 
 
 def test_the_evaluation_script_prints_pass_at_1(tmp_path, capsys):

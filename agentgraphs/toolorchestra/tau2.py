@@ -24,16 +24,17 @@ import asyncio
 import json
 from typing import Any, Mapping
 
+from ..context import AgentContext
 from ..errors import ConfigError, InputError
-from ..node import AgentContext
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from . import tau2_bench as bench
-from .tau2_graph import DEFAULT_OPTIONS, Tau2State, build_graph
+from .tau2_graph import DEFAULT_OPTIONS, Tau2Options, Tau2State, build_graph
 
-__all__ = ["DEFAULT_OPTIONS", "SPEC", "Tau2State", "answer", "build_graph", "make_input", "reward", "task_rows"]
+__all__ = ["DEFAULT_OPTIONS", "SPEC", "Tau2Options", "Tau2State", "answer", "build_graph", "make_input", "reward",
+           "task_rows"]
 
 
-def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
+def make_input(row: RolloutInput, options: Tau2Options) -> dict[str, Any]:
     """The graph input for a row naming a tau^2 task (the domain and the task id are checked here)."""
     metadata = row["metadata"] or {}
     domain = metadata.get("domain")
@@ -64,12 +65,16 @@ def answer(state: Mapping[str, Any]) -> str:
 
 
 async def reward(rin: RewardInput, ctx: AgentContext | None) -> dict[str, Any]:
-    """tau^2's own evaluation of the episode in `rin["answer"]` (off the event loop: it rebuilds databases)."""
+    """tau^2's own evaluation of the episode in `rin["answer"]` (off the event loop: it rebuilds databases).
+
+    The evaluation type is the resolved option `evaluation_type` (`all` by default).
+    """
     try:
         record = json.loads(rin["answer"])
     except ValueError:
         raise ConfigError("the answer is not a tau^2 episode record (JSON); was it produced by this spec?") from None
-    return await asyncio.to_thread(bench.evaluate_episode, record)
+    kind = str((rin.get("options") or {}).get("evaluation_type", "all"))
+    return await asyncio.to_thread(bench.evaluate_episode, record, kind)
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,23 +92,6 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def validate_options(options: Mapping[str, Any]) -> None:
-    """Reject bad option values up front, naming the option."""
-    for key in ("max_steps", "eval_max_steps", "max_errors", "agent_max_new_tokens", "user_max_new_tokens",
-                "expert_max_new_tokens"):
-        value = options.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"option {key} must be a positive integer, got {value!r}")
-    if options.get("evaluation_type") not in bench.EVALUATION_TYPES:
-        raise ConfigError(f"option evaluation_type must be one of {list(bench.EVALUATION_TYPES)}, "
-                          f"got {options.get('evaluation_type')!r}")
-    experts = options.get("experts")
-    if experts is not None and (not isinstance(experts, list) or not all(isinstance(e, str) for e in experts)):
-        raise ConfigError(f"option experts must be a list of engine names or null, got {experts!r}")
-    if not isinstance(options.get("user_engine"), str) or options.get("user_engine") == "policy":
-        raise ConfigError(f"option user_engine must name a helper engine (not 'policy'), got {options.get('user_engine')!r}")
-
-
 def task_rows(domain: str, task_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """Dataset rows for a domain's tasks (all of them by default), in the shape `make_input` reads.
 
@@ -116,7 +104,7 @@ def task_rows(domain: str, task_ids: list[str] | None = None) -> list[dict[str, 
 
 SPEC = AgentSpec(
     name="toolorchestra-tau2",
-    build_graph=lambda options: build_graph(options),
+    build_graph=build_graph,
     make_input=make_input,
     answer=answer,
     reward=reward,
@@ -124,10 +112,9 @@ SPEC = AgentSpec(
     reward_key="reward",
     requires_label=False,
     summarize=summarize,
-    validate_options=validate_options,
     layout="per_turn",
     reward_split="broadcast",
-    options=dict(DEFAULT_OPTIONS),
+    options=Tau2Options,
     description="ToolOrchestra on tau^2-bench: the orchestrator is the agent (domain tools + call_expert), "
                 "a helper engine simulates the user, tau^2 scores the conversation",
 )

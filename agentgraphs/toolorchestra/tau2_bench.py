@@ -239,17 +239,17 @@ def user_system_prompt(instructions: str, *, with_tools: bool) -> str:
     )
 
 
-def evaluate_episode(record: Mapping[str, Any]) -> dict[str, Any]:
+def evaluate_episode(record: Mapping[str, Any], evaluation_type: str = "all") -> dict[str, Any]:
     """Score a finished episode with tau^2's own `evaluate_simulation`.
 
-    `record` is what the graph's `answer` holds: {domain, task_id, termination, messages,
-    evaluation_type, episode}. Returns the reward and tau^2's breakdown (db, communicate, action,
-    env_assertion; 1.0 or 0.0 each, only the parts the task's reward basis uses).
+    `record` is what the graph's `answer` holds: {domain, task_id, episode, termination, messages,
+    start_time, end_time, duration}. Returns the reward and tau^2's breakdown (db, communicate,
+    action, env_assertion; 1.0 or 0.0 each, only the parts the task's reward basis uses).
     """
     t = tau2()
     domain = load_domain(str(record["domain"]))
     task = domain.task(str(record["task_id"]))
-    kind = str(record.get("evaluation_type", "all"))
+    kind = evaluation_type
     if kind not in EVALUATION_TYPES:
         raise ConfigError(f"evaluation_type must be one of {list(EVALUATION_TYPES)}, got {kind!r}")
     messages = to_messages(record["messages"])

@@ -22,32 +22,50 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Mapping
+from functools import partial
+from typing import Any, Literal, Mapping, Optional
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from pydantic import Field, field_validator
 from typing_extensions import NotRequired
 
 from ..chat import Message
 from ..errors import ConfigError
 from ..node import AgentContext, TraceState, call_llm, context_of
+from ..spec import MethodOptions
 from ..toolcalls import ParseResult, ToolCall, parse_tool_calls
 from ..trace import Turn
 from . import tau2_bench as bench
 from .tau2_prompts import EXPERT_SYSTEM, EXPERT_TOOL, EXPERT_USER, FORMAT_ERROR, agent_system_prompt, \
     expert_tool_schema, transcript
 
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "max_steps": 40,  # training (ToolOrchestra)
-    "eval_max_steps": 200,  # evaluation (ToolOrchestra)
-    "max_errors": 10,  # tau^2's default: tool errors and format-invalid turns
-    "experts": None,  # engine names for call_expert; None: every context engine but the user simulator
-    "user_engine": "user",  # the user simulator's engine name in AgentContext.engines
-    "agent_max_new_tokens": 4096,
-    "user_max_new_tokens": 1024,
-    "expert_max_new_tokens": 2048,
-    "evaluation_type": "all",  # tau^2 EvaluationType: all | env | action | communicate
-}
+class Tau2Options(MethodOptions):
+    """tau^2 mode's settings (defaults: ToolOrchestra's step caps, tau^2's error cap and evaluation)."""
+
+    max_steps: int = Field(40, ge=1, description="training step cap (ToolOrchestra); a step is one message or "
+                           "one batch of tool results, as tau^2 counts them")
+    eval_max_steps: int = Field(200, ge=1, description="evaluation step cap (ToolOrchestra)")
+    max_errors: int = Field(10, ge=1, description="tool errors + format-invalid turns that end the episode "
+                            "(tau^2's default)")
+    experts: Optional[list[str]] = Field(None, description="engine names call_expert may name; null: every "
+                                         "context engine but the user simulator; []: no call_expert tool")
+    user_engine: str = Field("user", description="the user simulator's engine in AgentContext.engines")
+    agent_max_new_tokens: int = Field(4096, ge=1, description="cap of each orchestrator turn")
+    user_max_new_tokens: int = Field(1024, ge=1, description="cap of each user-simulator turn")
+    expert_max_new_tokens: int = Field(2048, ge=1, description="cap of each expert answer")
+    evaluation_type: Literal["all", "env", "action", "communicate"] = Field(
+        "all", description="tau^2's EvaluationType for the reward (nl_assertions would need an LLM judge)")
+
+    @field_validator("user_engine")
+    @classmethod
+    def _helper_engine(cls, value: str) -> str:
+        if value in ("", "policy"):
+            raise ValueError("must name a helper engine: the user simulator is never the policy")
+        return value
+
+
+DEFAULT_OPTIONS: dict[str, Any] = Tau2Options().model_dump()
 
 ORCHESTRATOR = "orchestrator"
 USER = "user_simulator"
@@ -72,15 +90,11 @@ class Tau2State(TraceState):
     record: NotRequired[dict[str, Any]]
 
 
-def options_of(ctx: AgentContext) -> dict[str, Any]:
-    return {**DEFAULT_OPTIONS, **{k: v for k, v in ctx.config.items() if k in DEFAULT_OPTIONS}}
-
-
-def experts_of(ctx: AgentContext, opts: Mapping[str, Any]) -> list[str]:
+def experts_of(ctx: AgentContext, opts: Tau2Options) -> list[str]:
     """The experts `call_expert` may name: the option, else every context engine but the user's."""
-    names = opts["experts"]
+    names = opts.experts
     if names is None:
-        return sorted(n for n in ctx.engines if n != opts["user_engine"])
+        return sorted(n for n in ctx.engines if n != opts.user_engine)
     missing = [n for n in names if n not in ctx.engines]
     if missing:
         raise ConfigError(f"option experts names {missing}, not in AgentContext.engines {sorted(ctx.engines)}; "
@@ -100,28 +114,24 @@ def _env(ctx: AgentContext, state: Mapping[str, Any], messages: list[dict[str, A
     return bench.sessions_of(ctx.tools).environment(state["episode"], state["domain"], _task(state), messages)
 
 
-def _next(ctx: AgentContext, state: Mapping[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def _next(ctx: AgentContext, opts: Tau2Options, state: Mapping[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """tau^2's end checks, made whenever the next message is not for the environment."""
     if update["route"] in ("environment", "end"):
         return update
-    opts = options_of(ctx)
-    cap = opts["eval_max_steps"] if ctx.evaluation else opts["max_steps"]
+    cap = opts.eval_max_steps if ctx.evaluation else opts.max_steps
     steps = update.get("steps", state.get("steps", 0))
     errors = update.get("errors", state.get("errors", 0))
-    if errors >= opts["max_errors"]:
+    if errors >= opts.max_errors:
         return {**update, "route": "end", "termination": "too_many_errors"}
     if steps >= cap:
         return {**update, "route": "end", "termination": "max_steps"}
     return update
 
 
-async def start(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def start(state: Tau2State, runtime: Runtime[AgentContext], opts: Tau2Options) -> dict[str, Any]:
     """Open the episode: the task's initial state in a fresh environment, and tau^2's greeting."""
     ctx = context_of(runtime)
-    opts = options_of(ctx)
-    if opts["user_engine"] in (None, "policy"):
-        raise ConfigError("option user_engine must name a helper engine: the user simulator is never the policy")
-    ctx.engine(opts["user_engine"])  # fail early, naming the missing engine
+    ctx.engine(opts.user_engine)  # fail early, naming the missing engine
     experts_of(ctx, opts)
     episode = uuid.uuid4().hex
     greeting = bench.message_dict(bench.tau2().message.AssistantMessage(role="assistant", content=bench.GREETING))
@@ -132,10 +142,9 @@ async def start(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[str, A
             "started": time.time()}
 
 
-async def user_simulator(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def user_simulator(state: Tau2State, runtime: Runtime[AgentContext], opts: Tau2Options) -> dict[str, Any]:
     """The user's next message (text or user-tool calls), from the user engine; never trained."""
     ctx = context_of(runtime)
-    opts = options_of(ctx)
     domain = bench.load_domain(state["domain"])
     task = _task(state)
     if _has_turn(state, "user"):
@@ -143,9 +152,9 @@ async def user_simulator(state: Tau2State, runtime: Runtime[AgentContext]) -> di
     else:
         system = bench.user_system_prompt(str(task.user_scenario), with_tools=bool(domain.user_tools))
         new = [{"role": "system", "content": system}, {"role": "user", "content": bench.GREETING}]
-    out = await call_llm(state, runtime, node=USER, conversation="user", engine=opts["user_engine"],
+    out = await call_llm(state, runtime, node=USER, conversation="user", engine=opts.user_engine,
                          messages=new, tools=domain.user_tools or None,
-                         max_new_tokens=int(opts["user_max_new_tokens"]))
+                         max_new_tokens=opts.user_max_new_tokens)
     parsed = parse_tool_calls(out.text, allowed=domain.user_tool_names)
     messages = list(state["messages"])
     update: dict[str, Any] = {"user_inbox": [], "steps": state["steps"] + 1, **out.update}
@@ -165,13 +174,12 @@ async def user_simulator(state: Tau2State, runtime: Runtime[AgentContext]) -> di
         update.update(route="end", termination="user_stop")
         return update
     update.update(inbox=[*(state.get("inbox") or []), {"role": "user", "content": text}], route="agent")
-    return _next(ctx, state, update)
+    return _next(ctx, opts, state, update)
 
 
-async def orchestrator(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def orchestrator(state: Tau2State, runtime: Runtime[AgentContext], opts: Tau2Options) -> dict[str, Any]:
     """The trained agent's turn: a message to the user, or tool calls (domain tools, call_expert)."""
     ctx = context_of(runtime)
-    opts = options_of(ctx)
     domain = bench.load_domain(state["domain"])
     experts = experts_of(ctx, opts)
     tools = [*domain.tools, expert_tool_schema(experts)] if experts else domain.tools
@@ -183,7 +191,7 @@ async def orchestrator(state: Tau2State, runtime: Runtime[AgentContext]) -> dict
         new = [{"role": "system", "content": system}, {"role": "assistant", "content": bench.GREETING},
                *(state.get("inbox") or [])]
     out = await call_llm(state, runtime, node=ORCHESTRATOR, conversation="orchestrator", messages=new,
-                         tools=tools, max_new_tokens=int(opts["agent_max_new_tokens"]))
+                         tools=tools, max_new_tokens=opts.agent_max_new_tokens)
     allowed = [*domain.tool_names, *([EXPERT_TOOL] if experts else [])]
     parsed = parse_tool_calls(out.text, allowed=allowed)
     error = parsed.error if not parsed.ok else _expert_call_error(parsed.calls, experts)
@@ -200,16 +208,15 @@ async def orchestrator(state: Tau2State, runtime: Runtime[AgentContext]) -> dict
         messages.append({"role": "assistant", "content": parsed.content})
         update.update(messages=messages, route="user",
                       user_inbox=[*(state.get("user_inbox") or []), {"role": "user", "content": parsed.content}])
-        return _next(ctx, state, update)
+        return _next(ctx, opts, state, update)
     update.update(route="agent", errors=state["errors"] + 1, invalid_turns=state["invalid_turns"] + 1,
                   inbox=[{"role": "tool", "content": FORMAT_ERROR.format(error=error)}])
-    return _next(ctx, state, update)
+    return _next(ctx, opts, state, update)
 
 
-async def environment(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def environment(state: Tau2State, runtime: Runtime[AgentContext], opts: Tau2Options) -> dict[str, Any]:
     """Run the last message's tool calls: domain tools in tau^2's environment, call_expert on its engine."""
     ctx = context_of(runtime)
-    opts = options_of(ctx)
     calls = state.get("pending") or []
     requestor = calls[0]["requestor"] if calls else "assistant"
     messages = list(state["messages"])
@@ -240,19 +247,17 @@ async def environment(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[
         inbox_key: [*(state.get(inbox_key) or []), *observations],  # type: ignore[dict-item]
         "route": "agent" if requestor == "assistant" else "user",
     }
-    return _next(ctx, state, update)
+    return _next(ctx, opts, state, update)
 
 
-async def finish(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+async def finish(state: Tau2State, runtime: Runtime[AgentContext], opts: Tau2Options) -> dict[str, Any]:
     """Close the episode: the record tau^2 scores (see tau2_bench.evaluate_episode)."""
     ctx = context_of(runtime)
-    opts = options_of(ctx)
     bench.sessions_of(ctx.tools).close(state.get("episode", ""))
     ended = time.time()
     record = {
         "domain": state["domain"], "task_id": state["task_id"], "episode": state.get("episode", ""),
         "termination": state.get("termination", "max_steps"), "messages": state.get("messages", []),
-        "evaluation_type": opts["evaluation_type"],
         "start_time": time.strftime("%Y%m%d_%H%M%S", time.gmtime(state.get("started", ended))),
         "end_time": time.strftime("%Y%m%d_%H%M%S", time.gmtime(ended)),
         "duration": round(ended - state.get("started", ended), 3),
@@ -261,7 +266,7 @@ async def finish(state: Tau2State, runtime: Runtime[AgentContext]) -> dict[str, 
 
 
 async def _ask_expert(state: Mapping[str, Any], runtime: Any, arguments: Mapping[str, Any],
-                      messages: list[dict[str, Any]], opts: Mapping[str, Any]) -> tuple[str, Turn]:
+                      messages: list[dict[str, Any]], opts: Tau2Options) -> tuple[str, Turn]:
     domain = bench.load_domain(state["domain"])
     prompt: list[Message] = [
         {"role": "system", "content": EXPERT_SYSTEM.format(policy=domain.policy)},
@@ -269,7 +274,7 @@ async def _ask_expert(state: Mapping[str, Any], runtime: Any, arguments: Mapping
                                                        question=arguments["question"])},
     ]
     out = await call_llm(state, runtime, node="expert", engine=str(arguments["expert"]), messages=prompt,
-                         max_new_tokens=int(opts["expert_max_new_tokens"]))
+                         max_new_tokens=opts.expert_max_new_tokens)
     text = out.text.rsplit("</think>", 1)[-1].strip()
     return text, out.turn
 
@@ -312,18 +317,19 @@ async def route(state: Tau2State) -> str:
     return {"user": USER, "agent": ORCHESTRATOR, "environment": "environment", "end": "finish"}[state["route"]]
 
 
-def build_graph(options: Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
-    """The compiled tau^2 graph (options arrive at run time through AgentContext.config).
+def build_graph(options: Tau2Options | None = None, *, checkpointer: Any = None) -> Any:
+    """The compiled tau^2 graph for resolved options (defaults when None).
 
-    >>> sorted(build_graph().get_graph().nodes)
+    >>> sorted(build_graph(Tau2Options(max_steps=20)).get_graph().nodes)
     ['__end__', '__start__', 'environment', 'finish', 'orchestrator', 'start', 'user_simulator']
     """
+    opts = options or Tau2Options()
     builder = StateGraph(Tau2State, context_schema=AgentContext)
-    builder.add_node("start", start)
-    builder.add_node(USER, user_simulator)
-    builder.add_node(ORCHESTRATOR, orchestrator)
-    builder.add_node("environment", environment)
-    builder.add_node("finish", finish)
+    builder.add_node("start", partial(start, opts=opts))
+    builder.add_node(USER, partial(user_simulator, opts=opts))
+    builder.add_node(ORCHESTRATOR, partial(orchestrator, opts=opts))
+    builder.add_node("environment", partial(environment, opts=opts))
+    builder.add_node("finish", partial(finish, opts=opts))
     targets = [USER, ORCHESTRATOR, "environment", "finish"]
     builder.add_edge(START, "start")
     for node in ("start", USER, ORCHESTRATOR, "environment"):

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from agentgraphs.node import AgentContext, shared_engine, shared_tokenizer
+from agentgraphs.context import AgentContext, shared_engine, shared_tokenizer
 from agentgraphs.rollout import Rollout, rollout_input, run_rollout
 
 DEFAULT_DOMAINS = ("airline", "retail", "telecom")
