@@ -203,6 +203,35 @@ async def test_format_invalid_turns_and_call_expert(scorer):
     assert not expert_turn["trainable"] and "fly_me_to_the_moon" not in rollout.answer
 
 
+async def test_user_simulator_and_expert_behind_an_openai_compatible_endpoint(scorer):
+    """Hosted helpers (text in, text out): the user sees tau^2's flipped conversation, the expert its question."""
+    from agentgraphs.engines import make_engine
+    from agentgraphs.testing.server import SGLangTestServer
+
+    domain, task_id = "mock", "create_task_1"
+    task = bench.load_domain(domain).task(task_id)
+    user = ScriptedPolicy(scorer, USER_SCRIPT, name="user")
+    expert = ScriptedPolicy(scorer, ["Create the task."], name="expert")
+    agent = [tool_call("call_expert", {"expert": "expert-1", "question": "What now?"}), *agent_script(domain, task)]
+    with SGLangTestServer(user) as user_srv, SGLangTestServer(expert) as expert_srv:
+        engines = {"user": make_engine(f"openai:{user_srv.url}/v1#user"),
+                   "expert-1": make_engine(f"openai:{expert_srv.url}/v1#expert")}
+        try:
+            rollout = await run(scorer, domain, task_id, agent, engines=engines)
+        finally:
+            for engine in engines.values():
+                await engine.aclose()
+    assert_trace(rollout)
+    assert rollout.reward["reward"] == 1.0 and rollout.summary["expert_calls"] == 1
+    helpers = [t for t in rollout.turns if t["node"] in ("user_simulator", "expert")]
+    assert len(helpers) == 3 and all(t["prompt_ids"] == [] and not t["trainable"] for t in helpers)
+    # the second user call saw the agent's words as its user turns and its own first message as the assistant's
+    last = user.calls[-1].prompt_text
+    assert last.index("How can I help you today?") < last.index(USER_SCRIPT[0]) < last.index("All done.")
+    assert "<|im_start|>assistant\nHi, I need help" in last and "create_task" not in last.split("</scenario>")[1]
+    assert "The agent asks: What now?" in expert.calls[0].prompt_text
+
+
 async def test_max_steps_ends_the_episode_and_tau2_scores_zero(scorer):
     lookup = tool_call("get_users", {})
     rollout = await run(scorer, "mock", "create_task_1", [lookup] * 10, options={"max_steps": 6})

@@ -146,15 +146,23 @@ async def user_simulator(state: Tau2State, runtime: Runtime[AgentContext], opts:
     """The user's next message (text or user-tool calls), from the user engine; never trained."""
     ctx = context_of(runtime)
     domain = bench.load_domain(state["domain"])
-    task = _task(state)
-    if _has_turn(state, "user"):
-        new: list[Message] = list(state.get("user_inbox") or [])
+    system = bench.user_system_prompt(str(_task(state).user_scenario), with_tools=bool(domain.user_tools))
+    if not hasattr(ctx.engine(opts.user_engine), "generate"):
+        # a text engine (e.g. a hosted model, as tau^2's own user simulator): the whole conversation, roles
+        # flipped as tau^2 flips them, every time
+        if domain.user_tools:
+            raise ConfigError(f"the {domain.name} user simulator calls tools on the user's device: give "
+                              f"engines[{opts.user_engine!r}] a token engine (hf: or sglang:), not a text engine")
+        out = await call_llm(state, runtime, node=USER, engine=opts.user_engine,
+                             messages=[{"role": "system", "content": system}, *user_view(state["messages"])],
+                             max_new_tokens=opts.user_max_new_tokens)
     else:
-        system = bench.user_system_prompt(str(task.user_scenario), with_tools=bool(domain.user_tools))
-        new = [{"role": "system", "content": system}, {"role": "user", "content": bench.GREETING}]
-    out = await call_llm(state, runtime, node=USER, conversation="user", engine=opts.user_engine,
-                         messages=new, tools=domain.user_tools or None,
-                         max_new_tokens=opts.user_max_new_tokens)
+        if _has_turn(state, "user"):
+            new: list[Message] = list(state.get("user_inbox") or [])
+        else:
+            new = [{"role": "system", "content": system}, {"role": "user", "content": bench.GREETING}]
+        out = await call_llm(state, runtime, node=USER, conversation="user", engine=opts.user_engine,
+                             messages=new, tools=domain.user_tools or None, max_new_tokens=opts.user_max_new_tokens)
     parsed = parse_tool_calls(out.text, allowed=domain.user_tool_names)
     messages = list(state["messages"])
     update: dict[str, Any] = {"user_inbox": [], "steps": state["steps"] + 1, **out.update}
@@ -277,6 +285,23 @@ async def _ask_expert(state: Mapping[str, Any], runtime: Any, arguments: Mapping
                          max_new_tokens=opts.expert_max_new_tokens)
     text = out.text.rsplit("</think>", 1)[-1].strip()
     return text, out.turn
+
+
+def user_view(messages: list[dict[str, Any]]) -> list[Message]:
+    """The conversation as the user simulator sees it (tau^2's flip): the agent's words as `user`, the user's
+    own as `assistant`; the agent's tool calls and their results are invisible to the user.
+
+    >>> user_view([{"role": "assistant", "content": "Hi!"}, {"role": "user", "content": "Help me."},
+    ...            {"role": "assistant", "tool_calls": [{"id": "c1", "name": "f", "arguments": {}}]},
+    ...            {"role": "tool", "id": "c1", "content": "{}"}])
+    [{'role': 'user', 'content': 'Hi!'}, {'role': 'assistant', 'content': 'Help me.'}]
+    """
+    flipped: list[Message] = []
+    for m in messages:
+        if m.get("tool_calls") or m.get("role") == "tool" or not m.get("content"):
+            continue
+        flipped.append({"role": "user" if m["role"] == "assistant" else "assistant", "content": m["content"]})
+    return flipped
 
 
 def _expert_call_error(calls: list[ToolCall], experts: list[str]) -> str | None:
