@@ -19,7 +19,7 @@ from agentgraphs.rollout import Rollout, rollout_input, run_rollout  # noqa: E40
 from agentgraphs.spec import load_spec  # noqa: E402
 from agentgraphs.testing.scripted import ScriptedPolicy  # noqa: E402
 from agentgraphs.toolorchestra import tau2_bench as bench  # noqa: E402
-from agentgraphs.toolorchestra.tau2 import make_input  # noqa: E402
+from agentgraphs.toolorchestra.tau2 import make_input, task_rows  # noqa: E402
 from agentgraphs.trace import check_trace  # noqa: E402
 
 SPEC = load_spec("toolorchestra-tau2")
@@ -264,6 +264,12 @@ def test_rows_are_checked():
         SPEC.resolve_options({"evaluation_type": "nl_assertions"})
     with pytest.raises(ConfigError, match="max_steps"):
         SPEC.resolve_options({"max_steps": 0})
+    # tau^2's own task splits: disjoint train and test, together every task
+    train, test = task_rows("airline", split="train"), task_rows("airline", split="test")
+    assert (len(train), len(test)) == (30, 20) and test[0]["metadata"] == {"domain": "airline", "task_id": "2"}
+    assert {r["input"] for r in train + test} == set(bench.load_domain("airline").tasks)
+    with pytest.raises(ConfigError, match="no task split 'dev'"):
+        task_rows("retail", split="dev")
 
 
 def test_the_evaluation_script_prints_pass_at_1(tmp_path, capsys):

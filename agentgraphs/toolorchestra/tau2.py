@@ -92,13 +92,18 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def task_rows(domain: str, task_ids: list[str] | None = None) -> list[dict[str, Any]]:
-    """Dataset rows for a domain's tasks (all of them by default), in the shape `make_input` reads.
+def task_rows(domain: str, task_ids: list[str] | None = None, *, split: str | None = None) -> list[dict[str, Any]]:
+    """Dataset rows for a domain's tasks, in the shape `make_input` reads (one JSON line each for slime).
+
+    `task_ids`, else tau^2's task `split` (`train` for RL, `test` for evaluation), else every task.
 
     >>> task_rows("airline", ["3"])  # doctest: +SKIP
     [{'input': '3', 'metadata': {'domain': 'airline', 'task_id': '3'}}]
+    >>> len(task_rows("airline", split="test"))  # doctest: +SKIP
+    20
     """
-    ids = list(bench.load_domain(domain).tasks) if task_ids is None else [str(t) for t in task_ids]
+    d = bench.load_domain(domain)
+    ids = d.split(split) if task_ids is None else [str(t) for t in task_ids]
     return [{"input": t, "metadata": {"domain": domain, "task_id": t}} for t in ids]
 
 

@@ -88,6 +88,7 @@ class Tau2Domain:
     user_tools: list[dict[str, Any]]
     write_tools: frozenset[str]
     tasks: dict[str, Any]  # task id -> tau2 Task
+    splits: dict[str, list[str]]  # tau^2's task splits (train / test / base ...): task ids
 
     def task(self, task_id: str) -> Any:
         try:
@@ -97,6 +98,14 @@ class Tau2Domain:
             raise ConfigError(
                 f"tau^2 domain {self.name!r} has no task {task_id!r} ({len(self.tasks)} tasks, e.g. {some})"
             ) from None
+
+    def split(self, name: str | None) -> list[str]:
+        """The task ids of a split (`train`, `test`; None or `base`: every task)."""
+        if name is None or (name == "base" and "base" not in self.splits):
+            return list(self.tasks)
+        if name not in self.splits:
+            raise ConfigError(f"tau^2 domain {self.name!r} has no task split {name!r}; it has {sorted(self.splits)}")
+        return list(self.splits[name])
 
     def new_environment(self) -> Any:
         return tau2().registry.get_env_constructor(self.name)()
@@ -127,8 +136,10 @@ def load_domain(name: str) -> Tau2Domain:
     write = frozenset(
         n for n in env.tools.get_tools() if env.tools.tool_type(n) == t.toolkit.ToolType.WRITE
     )
+    splits_loader = t.registry.get_task_splits_loader(name)
+    splits = {k: [str(i) for i in v] for k, v in (splits_loader() if splits_loader else {}).items()}
     return Tau2Domain(name=name, policy=env.get_policy(), tools=tools, user_tools=user_tools,
-                      write_tools=write, tasks={task.id: task for task in tasks})
+                      write_tools=write, tasks={task.id: task for task in tasks}, splits=splits)
 
 
 def to_messages(dicts: Sequence[Mapping[str, Any]]) -> list[Any]:

@@ -7,6 +7,10 @@
         --expert expert-1=sglang:http://127.0.0.1:30002 --expert-tokenizer /models/Qwen3-32B \
         --concurrency 32 --out out/tau2
 
+    # RL training rows for slime: tau^2's train split of airline and retail
+    python examples/toolorchestra/evaluate_tau2.py --domains airline retail --split train \
+        --write-rows data/tau2/train.jsonl
+
     # a smoke run on the embedded tiny model (random weights: expect 0.0)
     python examples/toolorchestra/evaluate_tau2.py --domains mock --engine hf:tiny --user hf:tiny \
         --limit 2 --max-steps 6 --max-new-tokens 16
@@ -65,20 +69,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--domains", nargs="+", default=list(DEFAULT_DOMAINS), help="tau^2 domains to run")
-    p.add_argument("--engine", required=True, help="the orchestrator: hf:DIR, hf:tiny or sglang:URL")
+    p.add_argument("--engine", help="the orchestrator: hf:DIR, hf:tiny or sglang:URL")
     p.add_argument("--tokenizer", help="the orchestrator's tokenizer (HF dir); default: the engine's own")
-    p.add_argument("--user", required=True, help="the user simulator's engine (never trained)")
+    p.add_argument("--user", help="the user simulator's engine (never trained)")
     p.add_argument("--user-tokenizer", help="the user simulator's tokenizer; default: its engine's, else --tokenizer")
     p.add_argument("--expert", action="append", default=[], metavar="NAME=ENGINE",
                    help="an expert call_expert may name (repeatable)")
     p.add_argument("--expert-tokenizer", help="the experts' tokenizer; default: each engine's, else --tokenizer")
+    p.add_argument("--split", help="tau^2's task split per domain (test, train; default: every task, as tau^2)")
     p.add_argument("--limit", type=int, help="first N tasks per domain")
+    p.add_argument("--write-rows", type=Path, metavar="JSONL",
+                   help="only write the selected tasks as dataset rows (e.g. --split train for slime) and exit")
     p.add_argument("--max-steps", type=int, help="override the evaluation step cap (200)")
     p.add_argument("--max-new-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, help="directory for per-task results and summary.json")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.write_rows and not (args.engine and args.user):
+        p.error("--engine and --user are required (unless --write-rows)")
+    return args
 
 
 def make_context(args: argparse.Namespace) -> AgentContext:
@@ -103,9 +113,9 @@ def make_context(args: argparse.Namespace) -> AgentContext:
 
 async def evaluate_domain(domain: str, ctx: AgentContext, args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every task of `domain` (or the first --limit), at most --concurrency at a time; results in task order."""
-    from agentgraphs.toolorchestra.tau2 import SPEC, task_rows
+    from agentgraphs.toolorchestra.tau2 import SPEC
 
-    rows = task_rows(domain)[: args.limit] if args.limit else task_rows(domain)
+    rows = selected_rows(domain, args)
     options = {"eval_max_steps": args.max_steps} if args.max_steps else None
     gate = asyncio.Semaphore(max(1, args.concurrency))
 
@@ -123,6 +133,13 @@ async def evaluate_domain(domain: str, ctx: AgentContext, args: argparse.Namespa
     summary = {"tasks": len(per_task), "pass^1": pass_at_1([r["reward"] for r in per_task]),
                "failed": sum(r["status"] == "failed" for r in per_task), "terminations": terminations}
     return summary, per_task
+
+
+def selected_rows(domain: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from agentgraphs.toolorchestra.tau2 import task_rows
+
+    rows = task_rows(domain, split=args.split)
+    return rows[: args.limit] if args.limit else rows
 
 
 def task_result(task_id: str, rollout: Rollout) -> dict[str, Any]:
@@ -149,6 +166,12 @@ async def run_all(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     args = parse_args(argv)
+    if args.write_rows:
+        rows = [r for domain in args.domains for r in selected_rows(domain, args)]
+        args.write_rows.parent.mkdir(parents=True, exist_ok=True)
+        args.write_rows.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        print(f"wrote {len(rows)} rows to {args.write_rows}")
+        return {}
     results = asyncio.run(run_all(args))
     print(table(results))
     if args.out:
@@ -157,4 +180,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from agentgraphs.errors import ConfigError
+
+    try:
+        main(sys.argv[1:])
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
