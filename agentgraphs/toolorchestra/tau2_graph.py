@@ -37,8 +37,16 @@ from ..spec import MethodOptions
 from ..toolcalls import ParseResult, ToolCall, parse_tool_calls
 from ..trace import Turn
 from . import tau2_bench as bench
-from .tau2_prompts import EXPERT_SYSTEM, EXPERT_TOOL, EXPERT_USER, FORMAT_ERROR, agent_system_prompt, \
-    expert_tool_schema, transcript
+from .tau2_prompts import (
+    EXPERT_SYSTEM,
+    EXPERT_TOOL,
+    EXPERT_USER,
+    FORMAT_ERROR,
+    agent_system_prompt,
+    expert_tool_schema,
+    transcript,
+)
+
 
 class Tau2Options(MethodOptions):
     """tau^2 mode's settings (defaults: ToolOrchestra's step caps, tau^2's error cap and evaluation)."""
@@ -333,7 +341,7 @@ def _with_ids(calls: list[ToolCall], used: int, requestor: str) -> tuple[list[di
 
 def _llm_agent_module() -> Any:
     bench.tau2()
-    import tau2.agent.llm_agent as llm_agent
+    from tau2.agent import llm_agent
 
     return llm_agent
 
