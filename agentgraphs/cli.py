@@ -197,10 +197,12 @@ def _sampling(**flags: Any) -> SamplingParams:
 
 def _tokenizer(engine: Any, path: str | None) -> Any:
     if path:
-        from .node import shared_tokenizer
+        from .context import shared_tokenizer
 
         try:
             return shared_tokenizer(path)
+        except ConfigError as exc:  # already says what is wrong with the path and what to do
+            raise ConfigError(f"--tokenizer: {exc}") from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from exc
     tok = getattr(engine, "tokenizer", None)
