@@ -5,6 +5,7 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
     agentgraph: memagent                  # or a 'package.module:attr' path; env AGENTGRAPH as fallback
     agentgraph_options: {max_chunks: 8}   # the method's options (AgentSpec.options)
     agentgraph_engines: {judge: "sglang:http://127.0.0.1:30001"}   # helper models, never trained
+    agentgraph_tokenizers: {judge: /models/judge}   # a token helper of another model family: its tokenizer
     agentgraph_return_list: false         # true: one Sample per training sequence (slime >= 0.3)
     agentgraph_template_kwargs: {enable_thinking: false}
     agentgraph_max_time_s: 900            # per rollout (default: none)
@@ -48,6 +49,9 @@ class BridgeSettings(BaseModel):
     agentgraph: str = Field("", description="a registered agent name or 'package.module:attr'")
     agentgraph_options: dict[str, Any] = Field(default_factory=dict, description="the method's options")
     agentgraph_engines: dict[str, str] = Field(default_factory=dict, description="helper engines by name")
+    agentgraph_tokenizers: dict[str, str] = Field(
+        default_factory=dict, description="tokenizer directories of token helper engines from another model family, "
+        "by engine name (default: the engine's own, else --hf-checkpoint's)")
     agentgraph_return_list: bool = Field(False, description="one Sample per training sequence")
     agentgraph_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="apply_chat_template kwargs")
     agentgraph_max_time_s: Optional[float] = Field(None, gt=0, description="per training rollout")
@@ -84,6 +88,7 @@ class BridgeSetup:
     policy: Engine
     tokenizer: Any
     engines: dict[str, Engine] = field(default_factory=dict)
+    tokenizers: dict[str, Any] = field(default_factory=dict)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     eval_limits: Limits = field(default_factory=Limits)
@@ -95,6 +100,7 @@ class BridgeSetup:
             tokenizer=self.tokenizer,
             sampling=sampling,
             engines=self.engines,
+            tokenizers=self.tokenizers,
             template_kwargs=self.template_kwargs,
             limits=self.eval_limits if evaluation else self.limits,
             evaluation=evaluation,
@@ -213,6 +219,11 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
     policy = make_engine(f"sglang:{url}", timeout=settings.agentgraph_request_timeout_s,
                          max_retries=settings.agentgraph_max_retries)
     engines = {k: make_engine(v) for k, v in settings.agentgraph_engines.items()}
+    unknown = sorted(set(settings.agentgraph_tokenizers) - set(engines))
+    if unknown:
+        raise ConfigError(f"args.agentgraph_tokenizers names {unknown}, which are not in agentgraph_engines "
+                          f"({sorted(engines)}): give a tokenizer for a helper engine you configured")
+    tokenizers = {k: load_tokenizer(v) for k, v in settings.agentgraph_tokenizers.items()}
     limits = Limits(max_llm_calls=settings.agentgraph_max_llm_calls, max_time_s=settings.agentgraph_max_time_s)
     # evaluation reads whole documents (MemAgent: no chunk cap), so it gets its own limits
     eval_limits = Limits(
@@ -225,6 +236,7 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
         policy=policy,
         tokenizer=tokenizer,
         engines=engines,
+        tokenizers=tokenizers,
         template_kwargs=settings.agentgraph_template_kwargs,
         limits=limits,
         eval_limits=eval_limits,

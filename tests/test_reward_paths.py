@@ -126,3 +126,24 @@ def test_a_trained_sequence_ending_in_token_zero_is_reported(caplog: Any) -> Non
     with caplog.at_level(logging.WARNING, logger="agentgraphs.records"):
         fields = sample_fields(rollout, spec)
     assert "ends in token id 0" in caplog.text and fields["tokens"][-1] == 0
+
+
+def test_a_helper_engine_of_another_family_renders_with_its_own_tokenizer(server: Any, tiny_model_dir: Path,  # noqa: F811
+                                                                        qwen3: Any) -> None:
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+    from rl_bridge.setup import get_setup
+    from agentgraphs.engines import SamplingParams
+
+    qwen3_dir = str(ensure_tiny_model(template="qwen3"))
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN",
+                     agentgraph_engines={"judge": f"sglang:{server.url}"}, agentgraph_tokenizers={"judge": qwen3_dir})
+    ctx = get_setup(args).context(SamplingParams(), evaluation=False)
+    judge_ids = ctx.template("judge").render([{"role": "user", "content": "hi"}])
+    text = qwen3.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert judge_ids == qwen3.encode(text, add_special_tokens=False)  # Qwen3's template: no default system prompt
+    assert ctx.template("judge").tokenizer.name_or_path == qwen3_dir
+    assert ctx.template("policy").tokenizer.name_or_path == str(tiny_model_dir)
+    bad = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN",
+                    agentgraph_tokenizers={"critic": qwen3_dir})
+    with pytest.raises(ConfigError, match="agentgraph_tokenizers names \\['critic'\\]"):
+        generate(bad, sample())
