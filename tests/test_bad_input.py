@@ -57,7 +57,7 @@ ROWS: list[tuple[bytes, str | None]] = [  # (line, the words its failure reason 
     (json.dumps({"input": "  ", "metadata": {"context": DOC}}).encode(), "input field 'prompt'"),
     (json.dumps({"input": "Q?", "metadata": {"context": ""}}).encode(), "input field 'metadata.context'"),
     (json.dumps({"input": "Q?"}).encode(), "input field 'metadata.context'"),
-    (json.dumps({"input": "Q?", "label": 42, "metadata": {"context": DOC}}).encode(), "input field 'label'"),
+    (json.dumps({"input": "Q?", "label": True, "metadata": {"context": DOC}}).encode(), "input field 'label'"),
     (json.dumps({"input": "Q?", "metadata": {"context": DOC}}).encode(), None),  # unlabelled: run, not scored
     (json.dumps({**GOOD, "metadata": None}).encode(), "input field 'metadata.context'"),
 ]
@@ -161,7 +161,7 @@ BAD_SAMPLES: list[tuple[Sample, str]] = [
     (sample(metadata={"document": DOC}), "input field 'metadata.context'"),
     (sample(metadata={"context": ["not", "text"]}), "input field 'metadata.context'"),
     (sample(metadata="a string, not a dict"), "input field 'metadata.context'"),
-    (sample(label=42), "input field 'label'"),
+    (sample(label={"gold": "Paris"}), "input field 'label'"),
     (sample(label=[]), "input field 'label'"),
     (sample(label={"ground_truth": {"nested": 1}}), "input field 'label'"),
 ]

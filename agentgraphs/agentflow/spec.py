@@ -10,43 +10,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..context import AgentContext
-from ..errors import InputError
+from ..rows import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from .graph import AgentFlowOptions, build_graph
 from .reward import judge_reward, math_verify_reward
 
 
-def question_of(prompt: Any) -> str:
-    """The question from a slime prompt: a string, or chat messages (the last user message)."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list):
-        for msg in reversed(prompt):
-            if isinstance(msg, Mapping) and msg.get("role") == "user" and isinstance(msg.get("content"), str):
-                return msg["content"]
-    raise InputError("prompt", f"expected a question string or chat messages, got {type(prompt).__name__}",
-                     "put the question under --input-key (default 'input') as a string")
-
-
-def answers_of(label: Any) -> list[str]:
-    """Ground truths from a label: a string or number, a list of them, or {"ground_truth": ...}."""
-    if isinstance(label, Mapping):
-        label = label.get("ground_truth", label.get("answer"))
-    if isinstance(label, (str, int, float)) and not isinstance(label, bool):
-        return [str(label)]
-    if isinstance(label, (list, tuple)) and label and all(isinstance(x, (str, int, float)) for x in label):
-        return [str(x) for x in label]
-    raise InputError("label", f"expected an answer (string or number) or a list of answers, got {label!r:.80}",
-                     "put the ground truth under --label-key (default 'label')")
-
-
 def make_input(row: RolloutInput, options: AgentFlowOptions) -> dict[str, Any]:
-    question = question_of(row["prompt"]).strip()
-    if not question:
-        raise InputError("prompt", "the question is empty", "give a non-empty question under --input-key")
-    if row["label"] is not None:
-        answers_of(row["label"])  # a malformed label is a bad row, reported before any generation
-    return {"question": question, "turns": []}
+    return {"question": question_input(row), "turns": []}
 
 
 def answer(state: Mapping[str, Any]) -> str:

@@ -7,48 +7,18 @@ from typing import Any
 
 from ..answers import em, normalize_answer
 from ..context import AgentContext
-from ..errors import InputError
 from ..node import call_llm
+from ..rows import answers_of, question_input, question_of
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .prompts import JUDGE
 
 
-def problem_of(prompt: Any) -> str:
-    """The problem text: a string, or chat messages (the last user message)."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list):
-        for msg in reversed(prompt):
-            if isinstance(msg, Mapping) and msg.get("role") == "user" and isinstance(msg.get("content"), str):
-                return msg["content"]
-    raise InputError("prompt", f"expected a problem string or chat messages, got {type(prompt).__name__}",
-                     "put the question under --input-key (default 'input') as a string")
-
-
-def answers_of(label: Any) -> list[str]:
-    """Gold answers: a string, a list of strings, or {"ground_truth"/"answers": ...}.
-
-    >>> answers_of({"ground_truth": ["Paris", "paris, france"]})
-    ['Paris', 'paris, france']
-    """
-    if isinstance(label, Mapping):
-        label = label.get("ground_truth", label.get("answers"))
-    if isinstance(label, (str, int, float)) and not isinstance(label, bool):
-        return [str(label)]
-    if isinstance(label, (list, tuple)) and label and all(isinstance(x, (str, int, float)) for x in label):
-        return [str(x) for x in label]
-    raise InputError("label", f"expected an answer string or a list of answers, got {label!r:.80}",
-                     "put the gold answer(s) under --label-key (default 'label')")
+problem_of = question_of  # the problem text, as every method reads a question
 
 
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
-    problem = problem_of(row["prompt"]).strip()
-    if not problem:
-        raise InputError("prompt", "the problem is empty", "give a non-empty question under --input-key")
-    if row["label"] is not None:
-        answers_of(row["label"])  # a malformed label is a bad row, reported before any generation
-    return {"problem": problem, "turns": [], "notes": [], "steps": []}
+    return {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
 
 
 def answer(state: Mapping[str, Any]) -> str:
