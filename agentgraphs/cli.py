@@ -74,13 +74,17 @@ def run(
     input_key: str = typer.Option("input"),
     label_key: str = typer.Option("label"),
     metadata_key: str = typer.Option("metadata"),
+    checkpoints: Optional[Path] = typer.Option(
+        None, "--checkpoints", help="keep checkpoints in this compact SQLite file: one thread per sample, named "
+        "in samples.jsonl (metadata.checkpoint_thread); replay one with `agentgraphs replay`"),
 ) -> None:
     """Run an agent over a dataset and write slime samples and traces."""
     try:
         summary = run_command(agent, data, engine, out, tokenizer=tokenizer, options=parse_options(option),
                               concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                               top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
-                              keys=(input_key, label_key, metadata_key), progress=True)
+                              keys=(input_key, label_key, metadata_key), progress=True,
+                              checkpoints=checkpoints)
     except (AgentGraphsError, ValueError, OSError) as exc:  # a bad flag, file or directory: no traceback
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None
@@ -111,10 +115,11 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
                 evaluation: bool = False, limit: int | None = None,
                 keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
-                ) -> dict[str, Any]:
+                checkpoints: Path | None = None) -> dict[str, Any]:
     """What `agentgraphs run` does; returns the summary (also OUT/summary.json).
 
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls.
+    `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.replay).
     """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
     from .engines import make_engine
@@ -151,9 +156,22 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 bar.update(task, advance=1, status=sample["status"])
 
         rows = read_rows(data, row_keys, n_samples=n_samples, limit=limit)
-        summary = asyncio.run(run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
-                                       on_result=sink))
+
+        async def go() -> Any:
+            if checkpoints is None:
+                return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
+                                      on_result=sink)
+            from .replay import RunCheckpoints, open_checkpoints
+
+            async with open_checkpoints(checkpoints) as saver:
+                store = RunCheckpoints(saver, agent, sampling, engine if isinstance(engine, str) else eng.name)
+                return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
+                                      on_result=sink, checkpoints=store)
+
+        summary = asyncio.run(go())
     result = {"agent": spec.name, "engine": eng.name, "options": opts.model_dump(), **summary.as_dict()}
+    if checkpoints is not None:
+        result["checkpoints"] = str(checkpoints)
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result
 
@@ -208,6 +226,129 @@ def demo(
                            on_result=lambda s, t: bar.update(task, advance=1, status=s["status"]))
     console.print_json(json.dumps(summary))
     console.print(f"samples: {out / 'samples.jsonl'}  traces: {out / 'traces.jsonl'}")
+
+
+def _fail(exc: BaseException) -> typer.Exit:
+    console.print("[red]error:[/red]", escape(str(exc)))
+    return typer.Exit(2)
+
+
+def _checkpoint_arg(value: Optional[str]) -> "str | int | None":
+    """--checkpoint: an index into `history` (negative from the end) or a checkpoint id."""
+    if value is None:
+        return None
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+def _write_replay(result: Any, out: Optional[Path]) -> dict[str, Any]:
+    """Print (and with --out write as a run directory) the rollout of a replay or fork."""
+    from .batch import JsonlWriter
+    from .records import sample_fields, trace_record
+
+    rollout = result.rollout
+    summary = {"thread": result.thread_id, "from_checkpoint": result.from_checkpoint,
+               "forked_checkpoint": result.forked_checkpoint, "head_checkpoint": result.head_checkpoint,
+               "status": rollout.status, "reason": rollout.reason, "reward": rollout.reward,
+               "answer": rollout.answer, "turns": len(rollout.turns), "sequences": len(rollout.sequences)}
+    if out is not None:
+        spec = result.spec
+        sample = {**sample_fields(rollout, spec)}
+        sample["metadata"] = {**sample["metadata"], "checkpoint_thread": result.thread_id,
+                              "replayed_from": result.from_checkpoint}
+        trace = {**trace_record(rollout, None), "checkpoint_thread": result.thread_id}
+        with JsonlWriter(out) as writer:
+            writer(sample, trace)
+        summary["out"] = str(out)
+    return summary
+
+
+@app.command("replay")
+def replay_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    checkpoint: Optional[str] = typer.Option(None, help="index from `history` (negative: from the end) or id; "
+                                             "default: the latest"),
+    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+) -> None:
+    """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
+    from .replay import replay
+
+    try:
+        result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer))
+        console.print_json(json.dumps(_write_replay(result, out)))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+@app.command("fork")
+def fork_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    checkpoint: str = typer.Option(..., help="index from `history` (negative: from the end) or id"),
+    set_: list[str] = typer.Option([], "--set", help="state KEY=JSON_VALUE to change (repeatable)"),
+    as_node: Optional[str] = typer.Option(None, help="the node the edit counts as (decides what runs next)"),
+    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+) -> None:
+    """Edit the state at a checkpoint and run the new branch to its end."""
+    from .replay import fork
+
+    try:
+        if not set_:
+            raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
+        result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_), as_node=as_node, agent=agent,
+                      engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer))
+        console.print_json(json.dumps(_write_replay(result, out)))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+@app.command("history")
+def history_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: Optional[str] = typer.Option(None, help="list this thread's checkpoints (default: list threads)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+) -> None:
+    """List the threads of a checkpoints database, or one thread's checkpoints."""
+    from rich.table import Table
+
+    from .replay import history, threads
+
+    out = Console()
+    try:
+        if thread is None:
+            table = Table("thread", "agent", "checkpoints")
+            for info in threads(db):
+                table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
+        else:
+            table = Table("#", "step", "wrote", "next", "turns", "checkpoint", "branch")
+            for c in history(db, thread, agent=agent):
+                table.add_row(str(c["index"]), str(c["step"]), ",".join(c["wrote"]), ",".join(c["next"]) or "(end)",
+                              str(c["turns"]), c["checkpoint_id"], "*" if c["head"] else "")
+        out.print(table)
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+def _engine_arg(engine: Optional[str]) -> Any:
+    """--engine as an Engine, or None for the thread's stored engine."""
+    if engine is None:
+        return None
+    from .engines import make_engine
+
+    try:
+        return make_engine(engine)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"--engine: {exc}") from exc
+
+
+def _tokenizer_arg(path: Optional[str]) -> Any:
+    return _tokenizer(None, path) if path else None
 
 
 @app.command("test-server")

@@ -70,3 +70,7 @@ class TraceError(AgentGraphsError, AssertionError):
 
 class TemplateError(AgentGraphsError):
     """A chat template cannot be extended append-only the way it was asked to."""
+
+
+class CheckpointError(AgentGraphsError, LookupError):
+    """A thread or checkpoint that is not in the checkpoints database (the message lists what is)."""

@@ -1,0 +1,143 @@
+"""Replay and fork from a checkpoints database: a failed rollout of `run --checkpoints` is opened and
+replayed, the same engine regenerates the run exactly, another engine (or an edited state) makes a new
+branch whose turns continue the stored conversation append-only and pass the trace invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agentgraphs.batch import read_rows, run_rows
+from agentgraphs.checkpoint import CompactAsyncSqliteSaver
+from agentgraphs.cli import app
+from agentgraphs.context import AgentContext, Limits
+from agentgraphs.engines import SamplingParams
+from agentgraphs.errors import CheckpointError, ConfigError
+from agentgraphs.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
+from agentgraphs.testing.agents import TWO_TURN
+from agentgraphs.testing.scripted import ScriptedPolicy
+from agentgraphs.trace import check_trace
+
+AGENT = "agentgraphs.testing.agents:TWO_TURN"
+SAMPLING = SamplingParams(max_new_tokens=6, temperature=0.0)
+runner = CliRunner()
+
+
+@pytest.fixture()
+def rows_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n")
+    return path
+
+
+def _samples(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+
+def _prefix(a: list[int], b: list[int]) -> bool:
+    return b[: len(a)] == a
+
+
+def test_a_failed_rollout_is_opened_and_replayed(rows_file: Path, tmp_path: Path, tiny_engine: Any) -> None:
+    db = tmp_path / "ck.sqlite"
+    samples: list[dict[str, Any]] = []
+    traces: list[dict[str, Any]] = []
+
+    def tight_context() -> AgentContext:  # one LLM call allowed: the second node fails the rollout
+        return AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer, sampling=SAMPLING,
+                            limits=Limits(max_llm_calls=1))
+
+    async def go() -> None:
+        async with open_checkpoints(db) as saver:
+            assert isinstance(saver, CompactAsyncSqliteSaver)
+            store = RunCheckpoints(saver, AGENT, SAMPLING, "hf:tiny")
+            await run_rows(TWO_TURN, read_rows(rows_file), tight_context, checkpoints=store,
+                           on_result=lambda s, t: (samples.append(s), traces.append(t)))
+
+    asyncio.run(go())
+    [sample] = samples
+    assert sample["status"] == "failed" and "LLMCallLimitExceeded" in sample["metadata"]["status_reason"]
+    thread = sample["metadata"]["checkpoint_thread"]
+    assert [t["thread_id"] for t in threads(db)] == [thread]
+    steps = history(db, thread)
+    assert [c["next"] for c in steps] == [["__start__"], ["solve"], ["check"]]
+    assert [c["wrote"] for c in steps] == [["input"], ["__start__"], ["solve"]] and steps[-1]["turns"] == 1
+
+    result = replay(db, thread, engine=tiny_engine)  # the latest checkpoint; default limits this time
+    rollout = result.rollout
+    assert rollout.status in ("completed", "truncated"), rollout.reason  # 6-token cap on a random model
+    assert [t["node"] for t in rollout.turns] == ["solve", "check"]
+    solve, check = rollout.turns
+    assert solve == traces[0]["turns"][0]  # the failed run's turn, restored exactly
+    assert _prefix(solve["prompt_ids"] + solve["output_ids"], check["prompt_ids"])  # append-only continuation
+    [seq] = check_trace(rollout.turns, "concat")
+    assert seq["turn_indices"] == [0, 1]
+    assert rollout.reward is not None  # scored with the stored row's label
+    after = history(db, thread)
+    assert result.from_checkpoint == steps[-1]["checkpoint_id"]
+    assert after[-1]["checkpoint_id"] == result.head_checkpoint and after[-1]["next"] == []
+    assert all(c["head"] for c in after)  # the replay continued the failed branch
+
+
+def test_cli_run_keeps_checkpoints_and_a_replay_regenerates_the_run(rows_file: Path, tmp_path: Path,
+                                                                      tiny_model_dir: Path, tiny_engine: Any) -> None:
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    result = runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                                 "--out", str(out), "--temperature", "0", "--max-new-tokens", "6",
+                                 "--checkpoints", str(db)])
+    assert result.exit_code == 0, result.output
+    [sample] = _samples(out)
+    thread = sample["metadata"]["checkpoint_thread"]
+    trace = json.loads((out / "traces.jsonl").read_text())
+    assert trace["checkpoint_thread"] == thread
+    # from the input, on the same model at temperature 0: the very same tokens and log-probs
+    again = replay(db, thread, 0, engine=tiny_engine).rollout
+    assert again.status == sample["status"]
+    assert [t["output_ids"] for t in again.turns] == [t["output_ids"] for t in trace["turns"]]
+    assert [t["output_logprobs"] for t in again.turns] == [t["output_logprobs"] for t in trace["turns"]]
+    # the same through the CLI, from the checkpoint after `solve`, written as a run directory
+    steps = history(db, thread)
+    at = next(c["index"] for c in steps if c["next"] == ["check"] and c["head"])
+    cli = runner.invoke(app, ["replay", str(db), thread, "--checkpoint", str(at), "--engine",
+                              f"hf:{tiny_model_dir}", "--out", str(tmp_path / "replayed")])
+    assert cli.exit_code == 0, cli.output
+    [replayed] = _samples(tmp_path / "replayed")
+    assert replayed["tokens"] == sample["tokens"] and replayed["metadata"]["checkpoint_thread"] == thread
+    listing = runner.invoke(app, ["history", str(db), "--thread", thread])
+    assert listing.exit_code == 0 and "check" in listing.output
+
+
+def test_fork_with_an_edited_state_on_another_engine(rows_file: Path, tmp_path: Path, tiny_model_dir: Path,
+                                                     tiny_engine: Any) -> None:
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    assert runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                               "--out", str(out), "--temperature", "0", "--max-new-tokens", "6",
+                               "--checkpoints", str(db)]).exit_code == 0
+    thread = _samples(out)[0]["metadata"]["checkpoint_thread"]
+    before = history(db, thread)
+    start = next(c for c in before if c["next"] == ["solve"])
+    policy = ScriptedPolicy(tiny_engine, ["It is 6.", "So \\boxed{6}."])
+    ctx = AgentContext(policy=policy, tokenizer=policy.tokenizer, sampling=SamplingParams(max_new_tokens=32))
+    result = fork(db, thread, start["checkpoint_id"], {"question": "What is 3+3?"}, context=ctx)
+    rollout = result.rollout
+    assert rollout.status == "completed" and rollout.reward == 0.0  # the stored label (4) still scores it
+    assert "What is 3+3?" in policy.calls[0].prompt_text and "2+2" not in policy.calls[0].prompt_text
+    assert rollout.answer == "So \\boxed{6}." and [t["engine"] for t in rollout.turns] == [policy.name] * 2
+    check_trace(rollout.turns, "concat")
+    after = history(db, thread)
+    forked = next(c for c in after if c["checkpoint_id"] == result.forked_checkpoint)
+    assert forked["source"] == "update" and forked["parent_id"] == start["checkpoint_id"] and forked["head"]
+    old_end = before[-1]["checkpoint_id"]
+    assert any(c["checkpoint_id"] == old_end and not c["head"] for c in after)  # the first branch is kept
+
+    with pytest.raises(ConfigError, match="no key 'questoin'"):
+        fork(db, thread, 0, {"questoin": "x"}, engine=policy)
+    with pytest.raises(CheckpointError, match="checkpoints 0.."):
+        replay(db, thread, 99, engine=policy)
+    with pytest.raises(CheckpointError, match="no checkpoints for thread 'nope'"):
+        history(db, "nope", agent=AGENT)
