@@ -228,6 +228,26 @@ def demo(
     console.print(f"samples: {out / 'samples.jsonl'}  traces: {out / 'traces.jsonl'}")
 
 
+@app.command()
+def draw(
+    agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
+    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="FILE.mmd, .dot, .svg or .png (svg/png: Graphviz "
+                                       "`dot`, offline); default: Mermaid on stdout"),
+) -> None:
+    """Draw an agent's graph: Mermaid text, or SVG/PNG rendered offline with Graphviz."""
+    from .draw import draw as draw_graph
+
+    try:
+        data = draw_graph(agent, out, options=parse_options(option))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+    if out is None:
+        typer.echo(data, nl=False)
+    else:
+        console.print(f"graph written to {out}")
+
+
 def _fail(exc: BaseException) -> typer.Exit:
     console.print("[red]error:[/red]", escape(str(exc)))
     return typer.Exit(2)
