@@ -249,7 +249,11 @@ async def _spec_and_record(saver: CompactAsyncSqliteSaver, thread_id: str,
         if record is None:
             raise CheckpointError(f"thread {thread_id!r} has no agentgraphs record: name its agent "
                                   "(agent=... / --agent)")
-        agent = record["agent"]
+        try:
+            return load_spec(record["agent"]), record
+        except ConfigError as exc:
+            raise ConfigError(f"thread {thread_id!r} was run by agent {record['agent']!r}: {exc}; name it "
+                              "(agent=... / --agent package.module:attr)") from None
     spec = agent if isinstance(agent, AgentSpec) else load_spec(agent)
     return spec, record
 
