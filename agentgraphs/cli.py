@@ -248,6 +248,76 @@ def draw(
         console.print(f"graph written to {out}")
 
 
+@app.command()
+def debug(
+    agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
+    input_: Optional[str] = typer.Option(None, "--input", help="the row: JSON ({\"input\": ..., \"label\": ...}"
+                                         ", or a bare prompt string) or a .json / .jsonl file (see --line)"),
+    line: int = typer.Option(1, min=1, help="which row of a .jsonl --input"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="hf:MODEL_DIR, hf:tiny or sglang:URL (default: "
+                                         "the thread's own engine when resuming)"),
+    db: Path = typer.Option(Path("debug.sqlite"), "--db", help="checkpoints database (compact SQLite)"),
+    thread: Optional[str] = typer.Option(None, "--thread", help="resume this thread of --db (or name a new one)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    temperature: Optional[float] = typer.Option(None, min=0.0, help="default 1.0 (resume: the thread's)"),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="default 1024 (resume: the thread's)"),
+    input_key: str = typer.Option("input"),
+    label_key: str = typer.Option("label"),
+    metadata_key: str = typer.Option("metadata"),
+) -> None:
+    """Step through a run node by node: see each update and each Turn's tokens, edit, fork, resume."""
+    from .debug import DebugSession
+    from .debug_tui import repl
+
+    out = Console(highlight=False)
+    try:
+        row = _debug_row(input_, line, (input_key, label_key, metadata_key)) if input_ is not None else None
+        sampling = None
+        if temperature is not None or max_new_tokens is not None or row is not None:
+            sampling = _sampling(temperature=1.0 if temperature is None else temperature,
+                                 max_new_tokens=1024 if max_new_tokens is None else max_new_tokens)
+
+        async def session() -> None:
+            async with DebugSession.open(agent, db, thread_id=thread, row=row, engine=_engine_arg(engine),
+                                         options=parse_options(option) or None, sampling=sampling,
+                                         tokenizer=_tokenizer_arg(tokenizer)) as s:
+                await repl(s, out)
+
+        asyncio.run(session())
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+def _debug_row(value: str, line: int, keys: tuple[str, str, str]) -> Any:
+    """--input: a file (.json: one row; .jsonl: row `line`) or inline JSON; a bare string is the prompt."""
+    from .batch import RowKeys, _parse_row
+    from .rollout import rollout_input
+
+    path = Path(value)
+    if len(value) < 4096 and path.is_file():
+        lines = [raw for raw in path.read_bytes().splitlines() if raw.strip()]
+        if path.suffix == ".jsonl":
+            if line > len(lines):
+                raise ConfigError(f"--line {line}: {path} has {len(lines)} rows")
+            raw = lines[line - 1]
+        else:
+            raw = path.read_bytes()
+    else:
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value  # plain text: the prompt
+        if not isinstance(parsed, dict):
+            return rollout_input(parsed, None, {}, 0)
+        raw = json.dumps(parsed).encode("utf-8")
+    row = _parse_row(raw, line, RowKeys(*keys), group=0)
+    if row.inp is None:
+        raise ConfigError(f"--input: {row.error}")
+    row.inp["metadata"].pop("group_index", None)
+    return {**row.inp, "index": 0}
+
+
 def _fail(exc: BaseException) -> typer.Exit:
     console.print("[red]error:[/red]", escape(str(exc)))
     return typer.Exit(2)
@@ -346,10 +416,9 @@ def history_cmd(
             for info in threads(db):
                 table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
         else:
-            table = Table("#", "step", "wrote", "next", "turns", "checkpoint", "branch")
-            for c in history(db, thread, agent=agent):
-                table.add_row(str(c["index"]), str(c["step"]), ",".join(c["wrote"]), ",".join(c["next"]) or "(end)",
-                              str(c["turns"]), c["checkpoint_id"], "*" if c["head"] else "")
+            from .debug_tui import history_table
+
+            table = history_table(history(db, thread, agent=agent))
         out.print(table)
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise _fail(exc) from None
