@@ -21,17 +21,31 @@ def load_graph(entry: str):
     return getattr(module, attr)
 
 
+def test_langgraph_json_serves_every_registered_agent() -> None:
+    from agentgraphs.spec import load_spec, registered_names
+
+    config = json.loads((ROOT / "langgraph.json").read_text())
+    assert set(config["graphs"]) == {*registered_names(), "two_turn"}, "add the new agent to langgraph.json"
+    for name in registered_names():
+        assert config["graphs"][name] == f"./agentgraphs/studio.py:{name}"
+        factory = load_graph(config["graphs"][name])  # a factory of the run's config, as langgraph dev calls it
+        graph = factory({"configurable": {}})
+        assert graph.get_graph().nodes.keys() == load_spec(name).graph().get_graph().nodes.keys()
+
+
 def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
-    assert set(config["graphs"]) == {"memagent", "two_turn"}
     graph = load_graph(config["graphs"]["two_turn"])
     context = {"policy": f"hf:{tiny_model_dir}", "sampling": {"max_new_tokens": 4, "temperature": 0.7}}
     final = asyncio.run(graph.ainvoke({"question": "2+2?", "turns": []}, {"recursion_limit": 10},
                                       context=context))
     assert [t["node"] for t in final["turns"]] == ["solve", "check"]
     assert all(t["temperature"] == 0.7 and len(t["output_ids"]) <= 4 for t in final["turns"])
-    memagent = load_graph(config["graphs"]["memagent"])
+    memagent = load_graph(config["graphs"]["memagent"])({"configurable": {"options": {"max_chunks": 2}}})
     assert "memory_update" in memagent.get_graph().nodes
+    from agentgraphs.memagent import SPEC
+
+    assert memagent is SPEC.graph({"max_chunks": 2})
 
 
 def test_no_context_uses_the_embedded_default(monkeypatch, tiny_model_dir: Path) -> None:
