@@ -48,11 +48,26 @@ def tiny_model(
     out_dir: Path = typer.Argument(..., help="directory to write the HF model into"),
     seed: int = typer.Option(0, help="weight initialisation seed"),
     template: str = typer.Option("qwen2.5", help="chat template: qwen2.5 or qwen3"),
+    hidden_size: int = typer.Option(64, help="model width (a multiple of --heads, with an even head size)"),
+    layers: int = typer.Option(2, help="number of transformer layers"),
+    heads: int = typer.Option(4, help="attention heads"),
+    kv_heads: Optional[int] = typer.Option(None, help="key/value heads (default: half of --heads if even)"),
+    intermediate_size: int = typer.Option(128, help="MLP width"),
+    init_scale: float = typer.Option(0.02, help="std of the normal weight init (larger: sharper outputs)"),
 ) -> None:
-    """Write a tiny randomly initialised Qwen2 model with the real Qwen2.5 vocabulary (offline)."""
+    """Write a tiny randomly initialised Qwen2 model with the real Qwen2.5 vocabulary (offline).
+
+    The size options make a model big enough for a learning check, e.g. --hidden-size 256 --layers 4.
+    """
     from .testing.tiny_model import build_tiny_model
 
-    path = build_tiny_model(out_dir, seed=seed, template=template)  # type: ignore[arg-type]
+    try:
+        path = build_tiny_model(out_dir, seed=seed, template=template,  # type: ignore[arg-type]
+                                hidden_size=hidden_size, num_layers=layers, num_heads=heads,
+                                num_kv_heads=kv_heads, intermediate_size=intermediate_size, init_std=init_scale)
+    except ValueError as exc:
+        console.print(f"error: {escape(str(exc))}")
+        raise typer.Exit(2) from None
     console.print(f"tiny model written to {path}")
 
 
@@ -200,10 +215,12 @@ def _sampling(**flags: Any) -> SamplingParams:
 
 def _tokenizer(engine: Any, path: str | None) -> Any:
     if path:
-        from .node import shared_tokenizer
+        from .context import shared_tokenizer
 
         try:
             return shared_tokenizer(path)
+        except ConfigError as exc:  # already says what is wrong with the path and what to do
+            raise ConfigError(f"--tokenizer: {exc}") from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from exc
     tok = getattr(engine, "tokenizer", None)

@@ -149,13 +149,11 @@ def shared_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     """One tokenizer per model directory in this process (the bridge, the CLI and contexts share it)."""
     tok = _SHARED_TOKENIZERS.get(path)
     if tok is None:
-        from transformers import AutoTokenizer
+        from .tokenizers import load_tokenizer  # checks a local path before transformers sees it
 
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tok = load_tokenizer(path, trust_remote_code=trust_remote_code)
         _SHARED_TOKENIZERS[path] = tok
     return tok
-
-
 
 
 def _default_policy() -> str:
