@@ -328,10 +328,9 @@ def _debug_row(value: str, line: int, keys: tuple[str, str, str]) -> Any:
         if not isinstance(parsed, dict):
             return rollout_input(parsed, None, {}, 0)
         raw = json.dumps(parsed).encode("utf-8")
-    row = _parse_row(raw, line, RowKeys(*keys), group=0)
+    row = _parse_row(raw, line, RowKeys(*keys))  # the rules of `run`'s rows, the same messages
     if row.inp is None:
         raise ConfigError(f"--input: {row.error}")
-    row.inp["metadata"].pop("group_index", None)
     return {**row.inp, "index": 0}
 
 

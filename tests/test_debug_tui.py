@@ -108,3 +108,21 @@ def test_step_inspect_edit_fork_continue_quit_and_resume(tmp_path: Path, tiny_mo
     for values in asyncio.run(states()):
         [seq] = check_trace(values["turns"], "concat")
         assert seq["turn_indices"] == [0, 1]
+
+
+def test_the_input_row_from_a_file_inline_json_or_a_bare_prompt(tmp_path: Path) -> None:
+    from agentgraphs.cli import _debug_row
+    from agentgraphs.errors import ConfigError
+
+    keys = ("input", "label", "metadata")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"input": "a", "label": "1"}\n\n{"q": "b", "label": "2", "metadata": {"k": 1}}\n')
+    assert _debug_row(str(rows), 2, ("q", "label", "metadata")) == {
+        "prompt": "b", "label": "2", "metadata": {"k": 1}, "index": 0}
+    assert _debug_row('{"input": "c"}', 1, keys)["prompt"] == "c"
+    assert _debug_row("What is 2+2?", 1, keys) == {"prompt": "What is 2+2?", "label": None, "metadata": {},
+                                                   "index": 0}
+    with pytest.raises(ConfigError, match="--line 3: .* has 2 rows"):
+        _debug_row(str(rows), 3, keys)
+    with pytest.raises(ConfigError, match="missing field 'input'"):
+        _debug_row(str(rows), 2, keys)
