@@ -28,16 +28,16 @@ from .errors import CheckpointError, ConfigError
 from .replay import (
     CheckpointInfo,
     ThreadRecord,
-    _check_keys,
-    _history,
-    _options,
-    _resolve_checkpoint,
+    check_state_keys,
     context_for,
+    graph_history,
     load_thread,
     new_thread_id,
     open_checkpoints,
+    resolve_checkpoint,
     save_thread,
     thread_config,
+    thread_options,
     thread_record,
 )
 from .rollout import Rollout, rollout_from_state
@@ -109,7 +109,7 @@ class DebugSession:
             if record is not None:
                 if not _same_agent(record["agent"], spec):
                     raise ConfigError(f"thread {thread_id!r} was run by agent {record['agent']!r}, not {agent_name!r}")
-                opts = _options(spec, record, options)
+                opts = thread_options(spec, record, options)
                 if sampling is not None:
                     record = {**record, "sampling": _sampling_dict(sampling)}  # type: ignore[typeddict-item]
             else:
@@ -182,18 +182,18 @@ class DebugSession:
     async def edit(self, values: Mapping[str, Any], *, as_node: str | None = None) -> str:
         """Change state keys at the current position (through their reducers: `turns` appends); a new
         checkpoint, from which the next step continues. Returns its id."""
-        _check_keys(self.graph, values)
+        check_state_keys(self.graph, values)
         config = await self.graph.aupdate_state(self.config, dict(values), as_node=as_node)
         self.config = thread_config(self.thread_id)
         return str(config["configurable"]["checkpoint_id"])
 
     async def history(self) -> list[CheckpointInfo]:
         """The thread's checkpoints, oldest first (`replay.history`)."""
-        return await _history(self.graph, self.thread_id)
+        return await graph_history(self.graph, self.thread_id)
 
     async def goto(self, checkpoint: str | int) -> str:
         """Move to a checkpoint (an index into `history` or an id): the next step forks a new branch there."""
-        cid = await _resolve_checkpoint(self.graph, self.thread_id, checkpoint)
+        cid = await resolve_checkpoint(self.graph, self.thread_id, checkpoint)
         self.config = thread_config(self.thread_id, cid)
         return cid
 

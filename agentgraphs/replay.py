@@ -48,14 +48,20 @@ __all__ = [
     "afork",
     "ahistory",
     "areplay",
+    "check_state_keys",
     "context_for",
     "fork",
+    "graph_history",
     "history",
+    "new_thread_id",
     "load_thread",
     "open_checkpoints",
     "replay",
+    "resolve_checkpoint",
     "save_thread",
     "thread_config",
+    "thread_options",
+    "thread_record",
     "threads",
 ]
 
@@ -261,13 +267,15 @@ async def _spec_and_record(saver: CompactAsyncSqliteSaver, thread_id: str,
 async def ahistory(path: str | Path, thread_id: str, *, agent: str | AgentSpec | None = None,
                    options: Mapping[str, Any] | None = None) -> list[CheckpointInfo]:
     """The checkpoints of a thread, oldest first (every branch; `head` marks the latest one's ancestry)."""
+    _require_db(path)
     async with open_checkpoints(path) as saver:
         spec, record = await _spec_and_record(saver, thread_id, agent)
-        graph = spec.graph(_options(spec, record, options), checkpointer=saver)
-        return await _history(graph, thread_id)
+        graph = spec.graph(thread_options(spec, record, options), checkpointer=saver)
+        return await graph_history(graph, thread_id)
 
 
-async def _history(graph: Any, thread_id: str) -> list[CheckpointInfo]:
+async def graph_history(graph: Any, thread_id: str) -> list[CheckpointInfo]:
+    """`history` of a graph compiled with the thread's checkpointer."""
     snapshots = [s async for s in graph.aget_state_history(thread_config(thread_id))]
     if not snapshots:
         raise CheckpointError(f"no checkpoints for thread {thread_id!r}")
@@ -303,7 +311,7 @@ def history(path: str | Path, thread_id: str, *, agent: str | AgentSpec | None =
     return asyncio.run(ahistory(path, thread_id, agent=agent, options=options))
 
 
-def _options(spec: AgentSpec, record: ThreadRecord | None, options: Mapping[str, Any] | None) -> MethodOptions:
+def thread_options(spec: AgentSpec, record: ThreadRecord | None, options: Mapping[str, Any] | None) -> MethodOptions:
     """The thread's stored options, overridden by `options`."""
     base = dict(record["options"]) if record else {}
     try:
@@ -315,7 +323,7 @@ def _options(spec: AgentSpec, record: ThreadRecord | None, options: Mapping[str,
                           "replay it with that agent)") from None
 
 
-async def _resolve_checkpoint(graph: Any, thread_id: str, checkpoint: str | int | None) -> str:
+async def resolve_checkpoint(graph: Any, thread_id: str, checkpoint: str | int | None) -> str:
     """A checkpoint id from an id, an index into `history` (negative counts from the end), or None (latest)."""
     if checkpoint is None:
         snap = await graph.aget_state(thread_config(thread_id))
@@ -328,7 +336,7 @@ async def _resolve_checkpoint(graph: Any, thread_id: str, checkpoint: str | int 
             raise CheckpointError(f"thread {thread_id!r} has no checkpoint {checkpoint!r}: list them with "
                                   f"`agentgraphs history DB --thread {thread_id}`")
         return checkpoint
-    items = await _history(graph, thread_id)
+    items = await graph_history(graph, thread_id)
     i = int(checkpoint)
     if not -len(items) <= i < len(items):
         raise CheckpointError(f"thread {thread_id!r} has checkpoints 0..{len(items) - 1}, not {i}")
@@ -362,11 +370,12 @@ async def areplay(path: str | Path, thread_id: str, checkpoint: str | int | None
     thread's sampling settings): the same engine regenerates the same branch at temperature 0; another
     engine continues the same conversations with its own tokens.
     """
+    _require_db(path)
     async with open_checkpoints(path) as saver:
         spec, record = await _spec_and_record(saver, thread_id, agent)
-        opts = _options(spec, record, options)
+        opts = thread_options(spec, record, options)
         graph = spec.graph(opts, checkpointer=saver)
-        start = await _resolve_checkpoint(graph, thread_id, checkpoint)
+        start = await resolve_checkpoint(graph, thread_id, checkpoint)
         return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
                              compute_reward, tokenizer=tokenizer)
 
@@ -396,18 +405,20 @@ async def afork(path: str | Path, thread_id: str, checkpoint: str | int | None, 
     plain key, while `{"turns": [turn]}` APPENDS to the trace. `as_node` is the node the edit counts as
     (default: the one that wrote the checkpoint), which decides what runs next.
     """
+    _require_db(path)
     async with open_checkpoints(path) as saver:
         spec, record = await _spec_and_record(saver, thread_id, agent)
-        opts = _options(spec, record, options)
+        opts = thread_options(spec, record, options)
         graph = spec.graph(opts, checkpointer=saver)
-        start = await _resolve_checkpoint(graph, thread_id, checkpoint)
-        _check_keys(graph, values)
+        start = await resolve_checkpoint(graph, thread_id, checkpoint)
+        check_state_keys(graph, values)
         new_config = await graph.aupdate_state(thread_config(thread_id, start), dict(values), as_node=as_node)
         return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
                              compute_reward, forked=_cid(new_config), tokenizer=tokenizer)
 
 
-def _check_keys(graph: Any, values: Mapping[str, Any]) -> None:
+def check_state_keys(graph: Any, values: Mapping[str, Any]) -> None:
+    """ConfigError naming the first key of `values` that is not a key of the graph's state."""
     known = sorted(k for k in graph.channels if not k.startswith("__") and not k.startswith("branch:"))
     unknown = [k for k in values if k not in known]
     if unknown:
@@ -422,14 +433,12 @@ def replay(path: str | Path, thread_id: str, checkpoint: str | int | None = None
     ...
     agentgraphs.errors.CheckpointError: no checkpoints database at /nonexistent.sqlite: ...
     """
-    _require_db(path)
     return asyncio.run(areplay(path, thread_id, checkpoint, **kwargs))
 
 
 def fork(path: str | Path, thread_id: str, checkpoint: str | int | None, values: Mapping[str, Any],
          **kwargs: Any) -> Replay:
     """`afork` for code without an event loop running (scripts, the CLI)."""
-    _require_db(path)
     return asyncio.run(afork(path, thread_id, checkpoint, values, **kwargs))
 
 

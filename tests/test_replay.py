@@ -141,3 +141,26 @@ def test_fork_with_an_edited_state_on_another_engine(rows_file: Path, tmp_path: 
         replay(db, thread, 99, engine=policy)
     with pytest.raises(CheckpointError, match="no checkpoints for thread 'nope'"):
         history(db, "nope", agent=AGENT)
+
+
+def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path: Path, tiny_engine: Any) -> None:
+    from agentgraphs.cli import run_command
+    from agentgraphs.memagent.data import to_slime_row, write_jsonl
+    from agentgraphs.memagent.synthetic import make_needle_example
+
+    write_jsonl([to_slime_row(make_needle_example(tiny_engine.tokenizer, 1500, seed=0))], tmp_path / "rows.jsonl")
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    run_command("memagent", tmp_path / "rows.jsonl", tiny_engine, out, checkpoints=db, temperature=0.0,
+                max_new_tokens=8, options={"chunk_tokens": 500, "memory_max_new_tokens": 8, "final_max_new_tokens": 8})
+    [sample] = _samples(out)
+    trace = json.loads((out / "traces.jsonl").read_text())
+    thread = sample["metadata"]["checkpoint_thread"]
+    steps = history(db, thread)
+    updates = len(trace["turns"]) - 1  # one turn per memory update, then the final answer
+    assert updates >= 3
+    assert [c["wrote"][0] for c in steps] == ["input", "__start__", "prepare", *["memory_update"] * updates,
+                                              "final_answer"]
+    mid = steps[4]  # after the first memory update: its turn is restored, the rest regenerated
+    again = replay(db, thread, mid["index"], engine=tiny_engine).rollout
+    assert again.turns == trace["turns"]  # every id, log-prob and field, as the run recorded them
+    assert again.reward == sample["reward"] and again.status == sample["status"]
