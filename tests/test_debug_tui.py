@@ -39,7 +39,6 @@ def spawn(args: list[str], tmp_path: Path) -> Any:
     env.pop("NO_COLOR")
     child = pexpect.spawn(sys.executable, ["-m", "agentgraphs.cli", "debug", AGENT, *args], cwd=str(tmp_path),
                           env=env, encoding="utf-8", timeout=60, dimensions=(50, 200))
-    child.logfile_read = open(tmp_path / "terminal.log", "a", encoding="utf-8")  # kept for a failing test
     return child
 
 
