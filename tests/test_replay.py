@@ -168,3 +168,15 @@ def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path
     assert again.turns[:2] == trace["turns"][:2]  # restored from the checkpoint, request ids included
     assert fields(again.turns) == fields(trace["turns"])  # regenerated: every id, log-prob and field
     assert again.reward == sample["reward"] and again.status == sample["status"]
+
+
+def test_spec_graph_compiles_with_a_checkpointer_whatever_build_graph_takes() -> None:
+    from agentgraphs.checkpoint import compact_sqlite_saver
+    from agentgraphs.memagent import SPEC
+
+    with compact_sqlite_saver(":memory:") as saver:
+        for spec in (SPEC, TWO_TURN):  # build_graph(options, *, checkpointer=None) / build_graph(options)
+            with_saver = spec.graph(None, checkpointer=saver)
+            assert with_saver.checkpointer is saver
+            assert spec.graph(None).checkpointer is None  # the cached graph is left as it was
+            assert with_saver.get_graph().nodes.keys() == spec.graph(None).get_graph().nodes.keys()
