@@ -11,7 +11,6 @@ quit.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable, Mapping, Sequence
 
 from rich.console import Console
@@ -46,6 +45,7 @@ STYLES = {
 }
 _HEAD_TOKENS = 48  # of a long fresh prompt, this many tokens at its start ...
 _TAIL_TOKENS = 160  # ... and this many at its end are shown
+_STEP_OUTPUT_TOKENS = 400  # a step shows this much of each new output; `turn N` shows all of it
 
 
 def _token_text(tokenizer: Any, token_id: int) -> str:
@@ -79,8 +79,24 @@ def previous_turn(turns: Sequence[Turn], index: int) -> Turn | None:
     return None
 
 
-def render_turn(turn: Turn, tokenizer: Any, previous: Turn | None = None, *, index: int | None = None) -> Text:
+def _add_span(out: Text, tokenizer: Any, ids: Sequence[int], role: str, limit: int | None) -> None:
+    """Tokens of one role; with a `limit`, a longer span keeps its start and end around a dim marker."""
+    if limit is None or len(ids) <= limit:
+        _add_tokens(out, tokenizer, ids, role)
+        return
+    head = min(_HEAD_TOKENS, limit // 4)
+    tail = limit - head
+    _add_tokens(out, tokenizer, ids[:head], role)
+    out.append(f"[... {len(ids) - head - tail} {role} tokens: `turn N` shows all ...]", style="dim")
+    _add_tokens(out, tokenizer, ids[-tail:], role)
+
+
+def render_turn(turn: Turn, tokenizer: Any, previous: Turn | None = None, *, index: int | None = None,
+                max_output_tokens: int | None = None) -> Text:
     """A Turn's tokens coloured by role, with a header line (node, sizes, finish reason, log-probs).
+
+    A long fresh prompt is shown by its start and end; `max_output_tokens` does the same for the output.
+    A helper engine's text-only turn (no ids) shows its text as masked output.
 
     >>> from agentgraphs.trace import make_turn
     >>> from agentgraphs.engines import Completion
@@ -93,26 +109,24 @@ def render_turn(turn: Turn, tokenizer: Any, previous: Turn | None = None, *, ind
     known, role = _prompt_split(turn, previous)
     out_role = "trained" if turn["trainable"] else "masked"
     lps = list(turn["output_logprobs"])
-    mean = sum(lps) / len(lps) if lps else math.nan
+    mean = f"{sum(lps) / len(lps):.3f}" if lps else "n/a"
     head = Text()
     head.append(f"turn {index}  " if index is not None else "turn  ", style="bold")
     head.append(f"{turn['node']}  ", style="bold")
     head.append(f"[{out_role}]  ", style=STYLES[out_role][0])
     head.append(f"{len(turn['prompt_ids'])} prompt + {len(turn['output_ids'])} output tokens  "
-                f"finish={turn['finish_reason']}  mean log-prob {mean:.3f}  engine {turn['engine']}")
+                f"finish={turn['finish_reason']}  mean log-prob {mean}  engine {turn['engine']}")
     if turn.get("retries"):
         head.append(f"  retries {turn['retries']}", style="red")
     body = Text()
     if known:
         body.append(f"[... {known} tokens of conversation '{turn['conversation']}' so far ...]", style="dim")
     fresh = list(turn["prompt_ids"][known:])
-    if role == "prompt" and len(fresh) > _HEAD_TOKENS + _TAIL_TOKENS:
-        _add_tokens(body, tokenizer, fresh[:_HEAD_TOKENS], role)
-        body.append(f"[... {len(fresh) - _HEAD_TOKENS - _TAIL_TOKENS} prompt tokens ...]", style="dim")
-        _add_tokens(body, tokenizer, fresh[-_TAIL_TOKENS:], role)
-    else:
-        _add_tokens(body, tokenizer, fresh, role)
-    _add_tokens(body, tokenizer, turn["output_ids"], out_role)
+    _add_span(body, tokenizer, fresh, role, _HEAD_TOKENS + _TAIL_TOKENS if role == "prompt" else None)
+    if turn["output_ids"]:
+        _add_span(body, tokenizer, list(turn["output_ids"]), out_role, max_output_tokens)
+    elif turn.get("text"):
+        body.append(turn["text"], style=STYLES[out_role][0])  # a text engine's turn: no ids to show
     return Text("\n").join([head, body])
 
 
@@ -158,7 +172,8 @@ def _print_update(console: Console, node: str, update: Mapping[str, Any], turns_
             for turn in value:
                 turns_before.append(turn)
                 i = len(turns_before) - 1
-                console.print(render_turn(turn, tokenizer, previous_turn(turns_before, i), index=i))
+                console.print(render_turn(turn, tokenizer, previous_turn(turns_before, i), index=i,
+                                          max_output_tokens=_STEP_OUTPUT_TOKENS))
         else:
             console.print(f"{escape(key)}: {escape(render_value(value))}")
 
