@@ -97,7 +97,9 @@ class AgentContext:
         key = name or "policy"
         tpl = self._templates.get(key)
         if tpl is None:
-            tokenizer = self.tokenizers.get(key, self.tokenizer)
+            # a helper engine with its own tokenizer (hf:) renders with it, not with the policy's
+            own = None if key == "policy" else getattr(self.engines.get(key), "tokenizer", None)
+            tokenizer = self.tokenizers.get(key) or own or self.tokenizer
             tpl = ChatTemplate(tokenizer, template_kwargs=self.template_kwargs)
             self._templates[key] = tpl
         return tpl

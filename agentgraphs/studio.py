@@ -5,6 +5,8 @@ every name `agentgraphs.spec.registered_names()` returns, plus `two_turn` (the s
 agent needs one line in langgraph.json (tests/test_studio.py fails while one is missing) and nothing here.
 The server calls a factory with the run's config: method options go in the assistant's configurable as
 `{"options": {"max_chunks": 4}}` (defaults otherwise); each distinct set is compiled once (AgentSpec.graph).
+ToolOrchestra's experts are the context's engines named search-expert / code-expert / answer-expert;
+AgentFlow's helper roles use `engines["helper"]` when the context names one, else the policy.
 
 Each graph is compiled WITHOUT a checkpointer (the server brings persistence). Give the run a context such
 as `{"policy": "sglang:http://127.0.0.1:30000", "tokenizer": "/models/Qwen2.5-7B-Instruct"}`; with no

@@ -28,6 +28,7 @@ def test_readme_block_runs(index: int, agentgraphs_cache: Path, tmp_path: Path, 
     if needs and importlib.util.find_spec(needs.group(1)) is None:
         pytest.skip(f"needs the optional module {needs.group(1)}")
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
+    monkeypatch.syspath_prepend(str(README.parent))  # `examples.*` imports as from a checkout
     namespace: dict[str, object] = {"__name__": f"readme_block_{index}"}
     compiled = compile(code, f"README.md block {index}", "exec", flags=0x2000)  # PyCF_ALLOW_TOP_LEVEL_AWAIT
     result = eval(compiled, namespace)  # noqa: S307 - our own README
