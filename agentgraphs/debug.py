@@ -42,6 +42,7 @@ from .replay import (
 )
 from .rollout import Rollout, rollout_from_state
 from .spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from .trace import Turn
 
 __all__ = ["DebugSession", "StepResult"]
 
@@ -179,6 +180,10 @@ class DebugSession:
         """LangGraph's StateSnapshot at the session's position (`.values`, `.next`, `.config`)."""
         return await self.graph.aget_state(self.config)
 
+    async def turns(self) -> list[Turn]:
+        """The Turns of the state at the session's position (`AgentSpec.collect_turns`)."""
+        return self.spec.collect_turns((await self.state()).values or {})
+
     async def edit(self, values: Mapping[str, Any], *, as_node: str | None = None) -> str:
         """Change state keys at the current position (through their reducers: `turns` appends); a new
         checkpoint, from which the next step continues. Returns its id."""
@@ -189,7 +194,7 @@ class DebugSession:
 
     async def history(self) -> list[CheckpointInfo]:
         """The thread's checkpoints, oldest first (`replay.history`)."""
-        return await graph_history(self.graph, self.thread_id)
+        return await graph_history(self.graph, self.thread_id, self.spec)
 
     async def goto(self, checkpoint: str | int) -> str:
         """Move to a checkpoint (an index into `history` or an id): the next step forks a new branch there."""

@@ -87,7 +87,8 @@ def _add_span(out: Text, tokenizer: Any, ids: Sequence[int], role: str, limit: i
     head = min(_HEAD_TOKENS, limit // 4)
     tail = limit - head
     _add_tokens(out, tokenizer, ids[:head], role)
-    out.append(f"[... {len(ids) - head - tail} {role} tokens: `turn N` shows all ...]", style="dim")
+    more = " (`turn N` shows all)" if role in ("trained", "masked") else ""
+    out.append(f"[... {len(ids) - head - tail} {role} tokens{more} ...]", style="dim")
     _add_tokens(out, tokenizer, ids[-tail:], role)
 
 
@@ -159,23 +160,39 @@ def render_value(value: Any, limit: int = 160) -> str:
         return f"[{len(value)} ints]"
     if isinstance(value, str):
         return repr(value) if len(value) <= limit else f"{value[:limit]!r:.{limit + 2}}...' ({len(value)} chars)"
+    if isinstance(value, list) and value and all(_is_message(m) for m in value):
+        return "[" + ", ".join(_message(m) for m in value) + "]"
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars as JSON)"
 
 
-def _print_update(console: Console, node: str, update: Mapping[str, Any], turns_before: list[Turn],
-                  tokenizer: Any) -> None:
+def _is_message(value: Any) -> bool:
+    return hasattr(value, "type") and hasattr(value, "content")  # a LangChain message
+
+
+def _message(msg: Any) -> str:
+    """A chat message in a few words: its type, the start of its text, and its tool calls."""
+    text = msg.content if isinstance(msg.content, str) else json.dumps(msg.content, default=str)
+    calls = [c.get("name", "?") for c in (getattr(msg, "tool_calls", None) or [])]
+    return f"{msg.type}: {text[:60]!r}" + (f" calls {calls}" if calls else "")
+
+
+def _print_update(console: Console, session: DebugSession, node: str, update: Mapping[str, Any],
+                  turns_before: list[Turn]) -> None:
+    """A node's update: each key in one line, then each new Turn's tokens (the spec finds them: `turns`, or
+    the AI messages of a messages graph)."""
     console.rule(f"node {node}", style="blue")
     for key, value in update.items():
-        if key == "turns" and isinstance(value, list):
-            console.print(f"turns: +{len(value)}")
-            for turn in value:
-                turns_before.append(turn)
-                i = len(turns_before) - 1
-                console.print(render_turn(turn, tokenizer, previous_turn(turns_before, i), index=i,
-                                          max_output_tokens=_STEP_OUTPUT_TOKENS))
-        else:
+        if key != "turns":
             console.print(f"{escape(key)}: {escape(render_value(value))}")
+    new = session.spec.collect_turns(update)
+    if new:
+        console.print(f"turns: +{len(new)}")
+    for turn in new:
+        turns_before.append(turn)
+        i = len(turns_before) - 1
+        console.print(render_turn(turn, session.context.tokenizer, previous_turn(turns_before, i), index=i,
+                                  max_output_tokens=_STEP_OUTPUT_TOKENS))
 
 
 async def _print_state(console: Console, session: DebugSession, key: str | None) -> None:
@@ -190,7 +207,7 @@ async def _print_state(console: Console, session: DebugSession, key: str | None)
                                                                              default=str, indent=1)))
         return
     for k, v in values.items():
-        shown = f"{len(v)} turns" if k == "turns" else render_value(v)
+        shown = f"{len(v)} turns" if k == "turns" and isinstance(v, list) else render_value(v)
         console.print(f"{escape(k)}: {escape(shown)}")
     _print_position(console, snap)
 
@@ -216,11 +233,11 @@ async def _print_history(console: Console, session: DebugSession) -> None:
 
 
 async def _run(console: Console, session: DebugSession, *, one_step: bool) -> None:
-    turns = list((await session.state()).values.get("turns") or [])
+    turns = await session.turns()
     ran = False
     async for node, update in session.iter_run(one_step=one_step):
         ran = True
-        _print_update(console, node, update, turns, session.context.tokenizer)
+        _print_update(console, session, node, update, turns)
     snap = await session.state()
     if not ran and not snap.next:
         console.print("the run has ended here: `fork N` goes back to an earlier checkpoint")
@@ -238,7 +255,7 @@ async def _print_finished(console: Console, session: DebugSession) -> None:
 
 
 async def _show_turn(console: Console, session: DebugSession, args: list[str]) -> None:
-    turns = list((await session.state()).values.get("turns") or [])
+    turns = await session.turns()
     if not args or not args[0].lstrip("-").isdigit():
         console.print(f"usage: turn N [lp]  (N in 0..{len(turns) - 1})")
         return

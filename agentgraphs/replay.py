@@ -271,11 +271,11 @@ async def ahistory(path: str | Path, thread_id: str, *, agent: str | AgentSpec |
     async with open_checkpoints(path) as saver:
         spec, record = await _spec_and_record(saver, thread_id, agent)
         graph = spec.graph(thread_options(spec, record, options), checkpointer=saver)
-        return await graph_history(graph, thread_id)
+        return await graph_history(graph, thread_id, spec)
 
 
-async def graph_history(graph: Any, thread_id: str) -> list[CheckpointInfo]:
-    """`history` of a graph compiled with the thread's checkpointer."""
+async def graph_history(graph: Any, thread_id: str, spec: AgentSpec | None = None) -> list[CheckpointInfo]:
+    """`history` of a graph compiled with the thread's checkpointer (`spec` finds the turns in a state)."""
     snapshots = [s async for s in graph.aget_state_history(thread_config(thread_id))]
     if not snapshots:
         raise CheckpointError(f"no checkpoints for thread {thread_id!r}")
@@ -297,8 +297,12 @@ async def graph_history(graph: Any, thread_id: str) -> list[CheckpointInfo]:
         wrote = [t.name for t in parent.tasks] if source == "loop" and parent is not None else [source]
         out.append(CheckpointInfo(index=i, checkpoint_id=cid, parent_id=parents[cid], step=int(meta.get("step", -1)),
                                   source=source, next=list(snap.next), wrote=wrote,
-                                  turns=len((snap.values or {}).get("turns") or []), head=cid in on_head))
+                                  turns=len(_turns_in(snap.values or {}, spec)), head=cid in on_head))
     return out
+
+
+def _turns_in(values: Mapping[str, Any], spec: AgentSpec | None) -> list[Any]:
+    return spec.collect_turns(values) if spec is not None else list(values.get("turns") or [])
 
 
 def _cid(config: Mapping[str, Any]) -> str:

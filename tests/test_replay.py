@@ -180,3 +180,30 @@ def test_spec_graph_compiles_with_a_checkpointer_whatever_build_graph_takes() ->
             assert with_saver.checkpointer is saver
             assert spec.graph(None).checkpointer is None  # the cached graph is left as it was
             assert with_saver.get_graph().nodes.keys() == spec.graph(None).get_graph().nodes.keys()
+
+
+def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_path: Path, tiny_engine: Any) -> None:
+    """A `create_react_agent` graph keeps its Turns in AIMessages: the debugger finds them through the spec."""
+    from agentgraphs.debug import DebugSession
+    from agentgraphs.spec import load_spec
+
+    spec = load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "react_agent.py") + ":SPEC")
+    call = '<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris", "field": "population"}}\n</tool_call>'
+    policy = ScriptedPolicy(tiny_engine, [call, "About 2.1 million, so \\boxed{2.1}."])
+    ctx = AgentContext(policy=policy, tokenizer=policy.tokenizer, sampling=SamplingParams(max_new_tokens=64))
+    row = {"prompt": "How many million people live in Paris?", "label": "2.1", "metadata": {}, "index": 0}
+
+    async def go() -> tuple[list[Any], Any, list[Any]]:
+        async with DebugSession.open(spec, tmp_path / "r.sqlite", row=row, context=ctx) as session:
+            nodes = []
+            for _ in range(3):
+                nodes += [n for n, _ in (await session.step()).updates]
+            assert len(await session.turns()) == 2 and (await session.state()).next == ()
+            return nodes, await session.rollout(), await session.history()
+
+    nodes, rollout, steps = asyncio.run(go())
+    assert nodes == ["agent", "tools", "agent"]
+    assert rollout.status == "completed" and rollout.reward == 1.0
+    [seq] = check_trace(rollout.turns, "concat")  # the tool result is masked glue between the two outputs
+    assert seq["turn_indices"] == [0, 1] and 0 in seq["loss_mask"]
+    assert [c["turns"] for c in steps] == [0, 0, 1, 1, 2]
