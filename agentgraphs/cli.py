@@ -205,10 +205,11 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
             if checkpoints is None:
                 return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
                                       on_result=sink)
-            from .replay import RunCheckpoints, open_checkpoints
+            from .replay import RunCheckpoints, new_thread_id, open_checkpoints
 
             async with open_checkpoints(checkpoints) as saver:
-                store = RunCheckpoints(saver, agent, sampling, engine if isinstance(engine, str) else eng.name)
+                store = RunCheckpoints(saver, agent, sampling, engine, run_id=new_thread_id(spec.name),
+                                       engines=dict(engines or {}), evaluation=evaluation)
                 return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
                                       on_result=sink, checkpoints=store)
 
@@ -305,6 +306,8 @@ def debug(
     db: Path = typer.Option(Path("debug.sqlite"), "--db", help="checkpoints database (compact SQLite)"),
     thread: Optional[str] = typer.Option(None, "--thread", help="resume this thread of --db (or name a new one)"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (repeatable; resume: the "
+                                     "stored ones)"),
     option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
     temperature: Optional[float] = typer.Option(None, min=0.0, help="default 1.0 (resume: the thread's)"),
     max_new_tokens: Optional[int] = typer.Option(None, min=1, help="default 1024 (resume: the thread's)"),
@@ -327,7 +330,8 @@ def debug(
         async def session() -> None:
             async with DebugSession.open(agent, db, thread_id=thread, row=row, engine=_engine_arg(engine),
                                          options=parse_options(option) or None, sampling=sampling,
-                                         tokenizer=_tokenizer_arg(tokenizer)) as s:
+                                         tokenizer=_tokenizer_arg(tokenizer),
+                                         engines=parse_helpers(helper) or None) as s:
                 await repl(s, out)
 
         asyncio.run(session())
@@ -405,6 +409,7 @@ def replay_cmd(
                                              "default: the latest"),
     engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
     agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
 ) -> None:
@@ -412,7 +417,8 @@ def replay_cmd(
     from .replay import replay
 
     try:
-        result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer))
+        result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer),
+                        engines=parse_helpers(helper) or None)
         console.print_json(json.dumps(_write_replay(result, out)))
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise _fail(exc) from None
@@ -427,6 +433,7 @@ def fork_cmd(
     as_node: Optional[str] = typer.Option(None, help="the node the edit counts as (decides what runs next)"),
     engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
     agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
 ) -> None:
@@ -437,7 +444,8 @@ def fork_cmd(
         if not set_:
             raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
         result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_), as_node=as_node, agent=agent,
-                      engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer))
+                      engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer),
+                        engines=parse_helpers(helper) or None)
         console.print_json(json.dumps(_write_replay(result, out)))
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise _fail(exc) from None

@@ -95,7 +95,8 @@ class DebugSession:
     async def open(cls, agent: str | AgentSpec, db: str | Path, *, thread_id: str | None = None,
                    row: RolloutInput | None = None, engine: str | Engine | None = None,
                    context: AgentContext | None = None, options: Mapping[str, Any] | None = None,
-                   sampling: SamplingParams | None = None, tokenizer: Any = None) -> AsyncIterator["DebugSession"]:
+                   sampling: SamplingParams | None = None, tokenizer: Any = None,
+                   engines: Mapping[str, str | Engine] | None = None) -> AsyncIterator["DebugSession"]:
         """A session on a new thread (give `row`) or on a stored one (`thread_id` of a thread in `db`).
 
         A stored thread keeps its agent's options, row and sampling; the engine (not checkpointed) is
@@ -118,13 +119,13 @@ class DebugSession:
                     raise ConfigError(f"thread {thread_id!r} is not in {db}: give an input row to start it"
                                       if thread_id else "give an input row (--input) to start a debug session")
                 opts = spec.resolve_options(options)
-                eng_name = engine if isinstance(engine, str) else (engine.name if engine is not None else "")
-                if context is not None and not eng_name:
-                    eng_name = context.policy.name
+                policy = engine if engine is not None else (context.policy if context is not None else "")
+                helpers = engines if engines is not None else (context.engines if context is not None else {})
                 record = thread_record(thread_id or new_thread_id("debug"), agent_name, opts, row,
-                                       sampling or SamplingParams(), eng_name)
+                                       sampling or SamplingParams(), policy, engines=helpers,
+                                       evaluation=bool(context is not None and context.evaluation))
             ctx = context if context is not None else context_for(engine, record, tokenizer=tokenizer,
-                                                                  sampling=sampling)
+                                                                  sampling=sampling, engines=engines)
             session = cls(spec, saver, ctx, opts, record)
             if fresh:
                 await save_thread(saver, record)

@@ -74,7 +74,9 @@ class ThreadRecord(TypedDict):
     """What a thread was started from (everything but the engines): enough to replay it.
 
     `agent` is what `load_spec` takes (a registered name or 'pkg.module:attr'); `row` is the input row
-    (its prompt, label and metadata); `sampling` the SamplingParams fields; `engine` the engine it ran on.
+    (its prompt, label and metadata); `sampling` the SamplingParams fields; `engine` the engine it ran on
+    and `engines` its helper engines by name (engine strings, as `make_engine` takes them); `evaluation`
+    the context's evaluation flag.
     """
 
     thread_id: str
@@ -83,6 +85,8 @@ class ThreadRecord(TypedDict):
     row: RolloutInput
     sampling: dict[str, Any]
     engine: str
+    engines: dict[str, str]
+    evaluation: bool
 
 
 class ThreadInfo(TypedDict):
@@ -175,10 +179,16 @@ async def load_thread(saver: CompactAsyncSqliteSaver, thread_id: str) -> ThreadR
 
 
 def thread_record(thread_id: str, agent: str, options: MethodOptions, row: RolloutInput,
-                  sampling: SamplingParams, engine: str) -> ThreadRecord:
-    """A ThreadRecord from the values a run holds."""
+                  sampling: SamplingParams, engine: str | Engine, *,
+                  engines: Mapping[str, str | Engine] | None = None, evaluation: bool = False) -> ThreadRecord:
+    """A ThreadRecord from the values a run holds (engine objects are recorded by name)."""
     return ThreadRecord(thread_id=thread_id, agent=agent, options=options.model_dump(mode="json"),
-                        row=dict(row), sampling=dataclasses.asdict(sampling), engine=engine)  # type: ignore[typeddict-item]
+                        row=dict(row), sampling=dataclasses.asdict(sampling), engine=_engine_name(engine),  # type: ignore[typeddict-item]
+                        engines={k: _engine_name(v) for k, v in (engines or {}).items()}, evaluation=evaluation)
+
+
+def _engine_name(engine: str | Engine) -> str:
+    return engine if isinstance(engine, str) else engine.name
 
 
 @dataclasses.dataclass
@@ -192,8 +202,10 @@ class RunCheckpoints:
     saver: CompactAsyncSqliteSaver
     agent: str
     sampling: SamplingParams
-    engine: str
+    engine: str | Engine
     run_id: str = dataclasses.field(default_factory=lambda: new_thread_id("run"))
+    engines: Mapping[str, str | Engine] = dataclasses.field(default_factory=dict)
+    evaluation: bool = False
 
     def thread_id(self, position: int) -> str:
         return f"{self.run_id}-{position}"
@@ -201,7 +213,8 @@ class RunCheckpoints:
     async def start(self, position: int, row: RolloutInput, options: MethodOptions) -> dict[str, Any]:
         """Record the thread of the sample at `position`; returns the LangGraph config to run it under."""
         tid = self.thread_id(position)
-        await save_thread(self.saver, thread_record(tid, self.agent, options, row, self.sampling, self.engine))
+        await save_thread(self.saver, thread_record(tid, self.agent, options, row, self.sampling, self.engine,
+                                                    engines=self.engines, evaluation=self.evaluation))
         return thread_config(tid)
 
 
@@ -348,26 +361,43 @@ async def resolve_checkpoint(graph: Any, thread_id: str, checkpoint: str | int |
 
 
 def context_for(engine: str | Engine | None, record: ThreadRecord | None, *, tokenizer: Any = None,
-                sampling: SamplingParams | None = None) -> AgentContext:
-    """A context to replay with: `engine` (else the record's), the record's sampling unless `sampling`."""
+                sampling: SamplingParams | None = None, engines: Mapping[str, str | Engine] | None = None,
+                evaluation: bool | None = None) -> AgentContext:
+    """A context to replay with: `engine` (else the record's), and the record's sampling, helper engines and
+    evaluation flag unless given."""
     from .engines import make_engine
 
-    name = engine if engine is not None else (record or {}).get("engine")
+    stored: Mapping[str, Any] = record or {}
+    name = engine if engine is not None else stored.get("engine")
     if not name:
         raise ConfigError("no engine to replay with: pass engine= (e.g. 'hf:tiny', 'sglang:http://HOST:PORT')")
-    eng = make_engine(name) if isinstance(name, str) else name
+    eng = _make(make_engine, "engine", name)
     if sampling is None:
-        sampling = sampling_of(record) if record else SamplingParams()
+        sampling = sampling_of(stored) if record else SamplingParams()
     tok = tokenizer if tokenizer is not None else getattr(eng, "tokenizer", None)
     if tok is None:
         raise ConfigError(f"engine {eng.name!r} has no tokenizer: pass tokenizer= (the model's HF directory)")
-    return AgentContext(policy=eng, tokenizer=tok, sampling=sampling)
+    helpers = {k: _make(make_engine, f"engines[{k!r}]", v)
+               for k, v in (engines if engines is not None else stored.get("engines") or {}).items()}
+    flag = evaluation if evaluation is not None else bool(stored.get("evaluation", False))
+    return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, engines=helpers, evaluation=flag)
+
+
+def _make(make_engine: Any, what: str, value: str | Engine) -> Engine:
+    if not isinstance(value, str):
+        return value
+    try:
+        return make_engine(value)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"{what} {value!r}: {exc}; pass the engine again (engine= / engines=, CLI --engine / "
+                          "--helper)") from exc
 
 
 async def areplay(path: str | Path, thread_id: str, checkpoint: str | int | None = None, *,
                   agent: str | AgentSpec | None = None, engine: str | Engine | None = None,
                   context: AgentContext | None = None, options: Mapping[str, Any] | None = None,
-                  tokenizer: Any = None, compute_reward: bool = True) -> Replay:
+                  tokenizer: Any = None, engines: Mapping[str, str | Engine] | None = None,
+                  compute_reward: bool = True) -> Replay:
     """Re-run a thread from one of its checkpoints (an id, an index into `history`, or None: the latest).
 
     The run continues from the checkpoint's state with `context` (or a context on `engine`, with the
@@ -381,14 +411,14 @@ async def areplay(path: str | Path, thread_id: str, checkpoint: str | int | None
         graph = spec.graph(opts, checkpointer=saver)
         start = await resolve_checkpoint(graph, thread_id, checkpoint)
         return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
-                             compute_reward, tokenizer=tokenizer)
+                             compute_reward, tokenizer=tokenizer, engines=engines)
 
 
 async def _resume(spec: AgentSpec, saver: CompactAsyncSqliteSaver, graph: Any, record: ThreadRecord | None,
                   opts: MethodOptions, thread_id: str, start: str, engine: str | Engine | None,
                   context: AgentContext | None, compute_reward: bool, forked: str | None = None,
-                  tokenizer: Any = None) -> Replay:
-    ctx = context if context is not None else context_for(engine, record, tokenizer=tokenizer)
+                  tokenizer: Any = None, engines: Mapping[str, str | Engine] | None = None) -> Replay:
+    ctx = context if context is not None else context_for(engine, record, tokenizer=tokenizer, engines=engines)
     row = record["row"] if record else rollout_input(None)
     rollout = await run_rollout(spec, row, ctx, options=opts, compute_reward=compute_reward, checkpointer=saver,
                                 config=thread_config(thread_id, forked or start), resume=True)
@@ -402,7 +432,7 @@ async def afork(path: str | Path, thread_id: str, checkpoint: str | int | None, 
                 as_node: str | None = None, agent: str | AgentSpec | None = None,
                 engine: str | Engine | None = None, context: AgentContext | None = None,
                 options: Mapping[str, Any] | None = None, tokenizer: Any = None,
-                compute_reward: bool = True) -> Replay:
+                engines: Mapping[str, str | Engine] | None = None, compute_reward: bool = True) -> Replay:
     """Edit the state at a checkpoint (LangGraph's update_state) and run the new branch to its end.
 
     `values` go through the state's reducers, as a node's update would: `{"memory": "..."}` replaces a
@@ -418,7 +448,7 @@ async def afork(path: str | Path, thread_id: str, checkpoint: str | int | None, 
         check_state_keys(graph, values)
         new_config = await graph.aupdate_state(thread_config(thread_id, start), dict(values), as_node=as_node)
         return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
-                             compute_reward, forked=_cid(new_config), tokenizer=tokenizer)
+                             compute_reward, forked=_cid(new_config), tokenizer=tokenizer, engines=engines)
 
 
 def check_state_keys(graph: Any, values: Mapping[str, Any]) -> None:

@@ -207,3 +207,18 @@ def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_pat
     [seq] = check_trace(rollout.turns, "concat")  # the tool result is masked glue between the two outputs
     assert seq["turn_indices"] == [0, 1] and 0 in seq["loss_mask"]
     assert [c["turns"] for c in steps] == [0, 0, 1, 1, 2]
+
+
+def test_a_thread_record_brings_back_helper_engines_and_the_evaluation_flag(tiny_model_dir: Path,
+                                                                            tiny_engine: Any) -> None:
+    from agentgraphs.replay import context_for, thread_record
+
+    record = thread_record("t", AGENT, TWO_TURN.resolve_options(None), {"prompt": "q", "label": None,
+                           "metadata": {}, "index": 0}, SAMPLING, tiny_engine,
+                           engines={"judge": f"hf:{tiny_model_dir}"}, evaluation=True)
+    assert record["engine"] == tiny_engine.name and record["engines"] == {"judge": f"hf:{tiny_model_dir}"}
+    ctx = context_for(tiny_engine, json.loads(json.dumps(record)))  # as stored: plain JSON
+    assert ctx.engines["judge"].name == f"hf:{tiny_model_dir}" and ctx.evaluation and ctx.sampling == SAMPLING
+    assert not context_for(tiny_engine, record, engines={}, evaluation=False).engines
+    with pytest.raises(ConfigError, match="engines\\['judge'\\] 'hf:/nonexistent'.*--helper"):
+        context_for(tiny_engine, {**record, "engines": {"judge": "hf:/nonexistent"}})
