@@ -234,6 +234,7 @@ _REGISTRY: dict[str, str] = {
     "memagent": "agentgraphs.memagent:SPEC",
     "toolorchestra": "agentgraphs.toolorchestra:SPEC",
     "agentflow": "agentgraphs.agentflow:SPEC",
+    "toolorchestra-tau2": "agentgraphs.toolorchestra.tau2:SPEC",
 }
 
 

@@ -1,8 +1,10 @@
-"""ToolOrchestra (QA mode): a trained orchestrator picks a tool and an expert model each turn.
+"""ToolOrchestra: a trained orchestrator routes work to tools and expert models, each turn.
 
-Tools: `search` (an expert writes a query for the retrieval service), `enhance_reasoning` (an expert
-writes Python that runs), `answer` (an expert answers; the episode ends). Rewards: correctness, shaped
+QA mode (this package's SPEC, `toolorchestra`). Tools: `search` (an expert writes a query for the retrieval service), `enhance_reasoning` (an expert
+writes Python that runs in the sandbox), `answer` (an expert answers; the episode ends). Rewards: correctness, shaped
 per group by cost, latency and tool use (agentgraphs.shaping "cost_aware") in the converter.
+tau^2 mode (`agentgraphs.toolorchestra.tau2`, spec `toolorchestra-tau2`; the `tau2` extra) drives the real
+tau^2-bench: the orchestrator is the agent, scored by tau^2's own evaluator.
 
 >>> from agentgraphs.toolorchestra import SPEC
 >>> opts = SPEC.default_options()
