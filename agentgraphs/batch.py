@@ -12,13 +12,16 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import InputError
 from .context import AgentContext
 from .records import sample_fields, scalar, trace_record
 from .rollout import Rollout, rollout_input, run_rollout
 from .spec import AgentSpec, RolloutInput
+
+if TYPE_CHECKING:
+    from .replay import RunCheckpoints
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ async def run_rows(
     options: Mapping[str, Any] | None = None,
     concurrency: int = 8,
     on_result: ResultSink | None = None,
+    checkpoints: "RunCheckpoints | None" = None,
 ) -> RunSummary:
     """Run rollouts with at most `concurrency` in flight; results delivered in input order.
 
@@ -130,13 +134,17 @@ async def run_rows(
     waits there. That buffer is the one unbounded part of memory: while the head row is still running it
     holds every later rollout that has finished (at most the rows the other workers get through
     in that time), and it empties as soon as the head arrives.
+
+    With `checkpoints` every rollout is checkpointed in its own thread (`checkpoints.thread_id(position)`),
+    named in its sample's metadata as `checkpoint_thread`, so a failed one can be replayed afterwards.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    opts = spec.resolve_options(options)
     summary = RunSummary()
     started = time.monotonic()
     source = iter(rows)
-    finished: dict[int, tuple[ParsedRow, Rollout]] = {}  # the reorder buffer, keyed by input position
+    finished: dict[int, tuple[ParsedRow, Rollout, str | None]] = {}  # the reorder buffer, keyed by input position
     next_seq = 0  # the next input position to hand to a worker
     next_out = 0  # the next input position to deliver
 
@@ -149,24 +157,33 @@ async def run_rows(
         summary.rows += 1
         return seq, row
 
-    def deliver(seq: int, row: ParsedRow, rollout: Rollout) -> None:
+    def deliver(seq: int, row: ParsedRow, rollout: Rollout, thread: str | None) -> None:
         nonlocal next_out
-        finished[seq] = (row, rollout)
+        finished[seq] = (row, rollout, thread)
         while next_out in finished:
-            head_row, head = finished.pop(next_out)
+            head_row, head, head_thread = finished.pop(next_out)
             next_out += 1
             summary.add(head, spec.reward_key)
             if on_result is not None:
-                on_result(_sample_record(head, spec, head_row), _trace_line(head, head_row))
+                sample, trace = _sample_record(head, spec, head_row), _trace_line(head, head_row)
+                if head_thread is not None:
+                    sample["metadata"]["checkpoint_thread"] = trace["checkpoint_thread"] = head_thread
+                on_result(sample, trace)
 
     async def worker() -> None:
         while (item := take()) is not None:
             seq, row = item
+            thread = None
             if row.inp is None:
                 rollout = _bad_row(row)
+            elif checkpoints is None:
+                rollout = await run_rollout(spec, row.inp, make_context(), options=opts)
             else:
-                rollout = await run_rollout(spec, row.inp, make_context(), options=options)
-            deliver(seq, row, rollout)
+                config = await checkpoints.start(seq, row.inp, opts)
+                thread = config["configurable"]["thread_id"]
+                rollout = await run_rollout(spec, row.inp, make_context(), options=opts, config=config,
+                                            checkpointer=checkpoints.saver)
+            deliver(seq, row, rollout, thread)
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
     try:

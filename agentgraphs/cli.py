@@ -93,6 +93,9 @@ def run(
     metadata_key: str = typer.Option("metadata"),
     helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC, e.g. "
                                      "helper=sglang:http://127.0.0.1:30001 or judge=openai:URL#MODEL (repeatable)"),
+    checkpoints: Optional[Path] = typer.Option(
+        None, "--checkpoints", help="keep checkpoints in this compact SQLite file: one thread per sample, named "
+        "in samples.jsonl (metadata.checkpoint_thread); replay one with `agentgraphs replay`"),
 ) -> None:
     """Run an agent over a dataset and write slime samples and traces."""
     try:
@@ -100,7 +103,8 @@ def run(
                               engines=parse_helpers(helper),
                               concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                               top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
-                              keys=(input_key, label_key, metadata_key), progress=True)
+                              keys=(input_key, label_key, metadata_key), progress=True,
+                              checkpoints=checkpoints)
     except (AgentGraphsError, ValueError, OSError) as exc:  # a bad flag, file or directory: no traceback
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None
@@ -147,12 +151,13 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
                 evaluation: bool = False, limit: int | None = None,
                 keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
-                engines: dict[str, "str | Engine"] | None = None,
+                engines: dict[str, "str | Engine"] | None = None, checkpoints: Path | None = None,
                 ) -> dict[str, Any]:
     """What `agentgraphs run` does; returns the summary (also OUT/summary.json).
 
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls;
     `engines` are helper engines by name (AgentContext.engines: a judge, AgentFlow's "helper"...).
+    `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.replay).
     """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
     from .engines import make_engine
@@ -195,9 +200,23 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 bar.update(task, advance=1, status=sample["status"])
 
         rows = read_rows(data, row_keys, n_samples=n_samples, limit=limit)
-        summary = asyncio.run(run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
-                                       on_result=sink))
+
+        async def go() -> Any:
+            if checkpoints is None:
+                return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
+                                      on_result=sink)
+            from .replay import RunCheckpoints, new_thread_id, open_checkpoints
+
+            async with open_checkpoints(checkpoints) as saver:
+                store = RunCheckpoints(saver, agent, sampling, engine, run_id=new_thread_id(spec.name),
+                                       engines=dict(engines or {}), evaluation=evaluation)
+                return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
+                                      on_result=sink, checkpoints=store)
+
+        summary = asyncio.run(go())
     result = {"agent": spec.name, "engine": eng.name, "options": opts.model_dump(), **summary.as_dict()}
+    if checkpoints is not None:
+        result["checkpoints"] = str(checkpoints)
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result
 
@@ -254,6 +273,224 @@ def demo(
                            on_result=lambda s, t: bar.update(task, advance=1, status=s["status"]))
     console.print_json(json.dumps(summary))
     console.print(f"samples: {out / 'samples.jsonl'}  traces: {out / 'traces.jsonl'}")
+
+
+@app.command()
+def draw(
+    agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
+    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="FILE.mmd, .dot, .svg or .png (svg/png: Graphviz "
+                                       "`dot`, offline); default: Mermaid on stdout"),
+) -> None:
+    """Draw an agent's graph: Mermaid text, or SVG/PNG rendered offline with Graphviz."""
+    from .draw import draw as draw_graph
+
+    try:
+        data = draw_graph(agent, out, options=parse_options(option))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+    if out is None:
+        typer.echo(data, nl=False)
+    else:
+        console.print(f"graph written to {out}")
+
+
+@app.command()
+def debug(
+    agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
+    input_: Optional[str] = typer.Option(None, "--input", help="the row: JSON ({\"input\": ..., \"label\": ...}"
+                                         ", or a bare prompt string) or a .json / .jsonl file (see --line)"),
+    line: int = typer.Option(1, min=1, help="which row of a .jsonl --input"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="hf:MODEL_DIR, hf:tiny or sglang:URL (default: "
+                                         "the thread's own engine when resuming)"),
+    db: Path = typer.Option(Path("debug.sqlite"), "--db", help="checkpoints database (compact SQLite)"),
+    thread: Optional[str] = typer.Option(None, "--thread", help="resume this thread of --db (or name a new one)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (repeatable; resume: the "
+                                     "stored ones)"),
+    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    temperature: Optional[float] = typer.Option(None, min=0.0, help="default 1.0 (resume: the thread's)"),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="default 1024 (resume: the thread's)"),
+    input_key: str = typer.Option("input"),
+    label_key: str = typer.Option("label"),
+    metadata_key: str = typer.Option("metadata"),
+) -> None:
+    """Step through a run node by node: see each update and each Turn's tokens, edit, fork, resume."""
+    from .debug import DebugSession
+    from .debug_tui import repl
+
+    out = Console(highlight=False)
+    try:
+        row = _debug_row(input_, line, (input_key, label_key, metadata_key)) if input_ is not None else None
+        sampling = None
+        if temperature is not None or max_new_tokens is not None or row is not None:
+            sampling = _sampling(temperature=1.0 if temperature is None else temperature,
+                                 max_new_tokens=1024 if max_new_tokens is None else max_new_tokens)
+
+        async def session() -> None:
+            async with DebugSession.open(agent, db, thread_id=thread, row=row, engine=_engine_arg(engine),
+                                         options=parse_options(option) or None, sampling=sampling,
+                                         tokenizer=_tokenizer_arg(tokenizer),
+                                         engines=parse_helpers(helper) or None) as s:
+                await repl(s, out)
+
+        asyncio.run(session())
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+def _debug_row(value: str, line: int, keys: tuple[str, str, str]) -> Any:
+    """--input: a file (.json: one row; .jsonl: row `line`) or inline JSON; a bare string is the prompt."""
+    from .batch import RowKeys, _parse_row
+    from .rollout import rollout_input
+
+    path = Path(value)
+    if len(value) < 4096 and path.is_file():
+        lines = [raw for raw in path.read_bytes().splitlines() if raw.strip()]
+        if path.suffix == ".jsonl":
+            if line > len(lines):
+                raise ConfigError(f"--line {line}: {path} has {len(lines)} rows")
+            raw = lines[line - 1]
+        else:
+            raw = path.read_bytes()
+    else:
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value  # plain text: the prompt
+        if not isinstance(parsed, dict):
+            return rollout_input(parsed, None, {}, 0)
+        raw = json.dumps(parsed).encode("utf-8")
+    row = _parse_row(raw, line, RowKeys(*keys))  # the rules of `run`'s rows, the same messages
+    if row.inp is None:
+        raise ConfigError(f"--input: {row.error}")
+    return {**row.inp, "index": 0}
+
+
+def _fail(exc: BaseException) -> typer.Exit:
+    console.print("[red]error:[/red]", escape(str(exc)))
+    return typer.Exit(2)
+
+
+def _checkpoint_arg(value: Optional[str]) -> "str | int | None":
+    """--checkpoint: an index into `history` (negative from the end) or a checkpoint id."""
+    if value is None:
+        return None
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+def _write_replay(result: Any, out: Optional[Path]) -> dict[str, Any]:
+    """Print (and with --out write as a run directory) the rollout of a replay or fork."""
+    from .batch import JsonlWriter
+    from .records import sample_fields, trace_record
+
+    rollout = result.rollout
+    summary = {"thread": result.thread_id, "from_checkpoint": result.from_checkpoint,
+               "forked_checkpoint": result.forked_checkpoint, "head_checkpoint": result.head_checkpoint,
+               "status": rollout.status, "reason": rollout.reason, "reward": rollout.reward,
+               "answer": rollout.answer, "turns": len(rollout.turns), "sequences": len(rollout.sequences)}
+    if out is not None:
+        spec = result.spec
+        sample = {**sample_fields(rollout, spec)}
+        sample["metadata"] = {**sample["metadata"], "checkpoint_thread": result.thread_id,
+                              "replayed_from": result.from_checkpoint}
+        trace = {**trace_record(rollout, None), "checkpoint_thread": result.thread_id}
+        with JsonlWriter(out) as writer:
+            writer(sample, trace)
+        summary["out"] = str(out)
+    return summary
+
+
+@app.command("replay")
+def replay_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    checkpoint: Optional[str] = typer.Option(None, help="index from `history` (negative: from the end) or id; "
+                                             "default: the latest"),
+    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+) -> None:
+    """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
+    from .replay import replay
+
+    try:
+        result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer),
+                        engines=parse_helpers(helper) or None)
+        console.print_json(json.dumps(_write_replay(result, out)))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+@app.command("fork")
+def fork_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    checkpoint: str = typer.Option(..., help="index from `history` (negative: from the end) or id"),
+    set_: list[str] = typer.Option([], "--set", help="state KEY=JSON_VALUE to change (repeatable)"),
+    as_node: Optional[str] = typer.Option(None, help="the node the edit counts as (decides what runs next)"),
+    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+) -> None:
+    """Edit the state at a checkpoint and run the new branch to its end."""
+    from .replay import fork
+
+    try:
+        if not set_:
+            raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
+        result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_), as_node=as_node, agent=agent,
+                      engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer),
+                        engines=parse_helpers(helper) or None)
+        console.print_json(json.dumps(_write_replay(result, out)))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+@app.command("history")
+def history_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: Optional[str] = typer.Option(None, help="list this thread's checkpoints (default: list threads)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+) -> None:
+    """List the threads of a checkpoints database, or one thread's checkpoints."""
+    from rich.table import Table
+
+    from .replay import history, threads
+
+    out = Console()
+    try:
+        if thread is None:
+            table = Table("thread", "agent", "checkpoints")
+            for info in threads(db):
+                table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
+        else:
+            from .debug_tui import history_table
+
+            table = history_table(history(db, thread, agent=agent))
+        out.print(table)
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+def _engine_arg(engine: Optional[str]) -> Any:
+    """--engine as an Engine, or None for the thread's stored engine."""
+    if engine is None:
+        return None
+    from .engines import make_engine
+
+    try:
+        return make_engine(engine)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"--engine: {exc}") from exc
+
+
+def _tokenizer_arg(path: Optional[str]) -> Any:
+    return _tokenizer(None, path) if path else None
 
 
 @app.command()

@@ -82,3 +82,7 @@ class RetrievalError(AgentGraphsError):
         self.reason = reason
         super().__init__(f"retrieval service at {url} failed after {attempts} attempt(s): {reason}. "
                          "Check that it is up (GET /health); start one with `agentgraphs retrieval serve DIR`.")
+
+
+class CheckpointError(AgentGraphsError, LookupError):
+    """A thread or checkpoint that is not in the checkpoints database (the message lists what is)."""

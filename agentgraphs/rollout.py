@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from .context import AgentContext
-from .errors import EngineError, InputError
+from .errors import ConfigError, EngineError, InputError
 from .node import LLMCallLimitExceeded, RolloutAborted
 from .records import reward_input, sample_fields, trace_record, trace_summary  # noqa: F401 (re-exported)
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
@@ -65,6 +65,8 @@ async def run_rollout(
     options: Mapping[str, Any] | None = None,
     compute_reward: bool = True,
     config: Mapping[str, Any] | None = None,
+    checkpointer: Any = None,
+    resume: bool = False,
 ) -> Rollout:
     """Run the spec's graph on one input and return a Rollout with a status, never an exception.
 
@@ -72,28 +74,39 @@ async def run_rollout(
     raise ConfigError before anything runs. The reward and `eval_metrics` are computed here, once, from
     the one RewardInput (`agentgraphs.records.reward_input`); `compute_reward=False` skips the reward.
     `config` is passed to LangGraph (thread_id etc. when the graph has a checkpointer).
+    `checkpointer` compiles the graph with that saver (`spec.graph(options, checkpointer=...)`), so every
+    superstep is checkpointed under `config`'s thread; `resume=True` runs from the checkpoint `config` names
+    (its `checkpoint_id`, else the thread's latest) instead of from `make_input(inp)`: a replay, or a fork
+    after `update_state`. The rollout's turns are then the whole branch, the restored ones included.
     """
     opts = spec.resolve_options(options)
-    rollout = await _run(spec, inp, ctx, opts, compute_reward, config)
+    if resume and checkpointer is None:
+        raise ConfigError("run_rollout(resume=True) needs checkpointer= (the saver holding the thread)")
+    rollout = await _run(spec, inp, ctx, opts, compute_reward, config, checkpointer, resume)
     rollout.options = opts
     return rollout
 
 
 async def _run(
     spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, opts: MethodOptions, compute_reward: bool,
-    config: Mapping[str, Any] | None,
+    config: Mapping[str, Any] | None, checkpointer: Any = None, resume: bool = False,
 ) -> Rollout:
     started = time.monotonic()
-    try:
-        graph_input = spec.make_input(inp, opts)
-    except InputError as exc:
-        return _failed(started, f"bad input: {exc}", exc)
-    except Exception as exc:  # a user's make_input must not take the whole batch down
-        return _failed(started, f"bad input: {spec.name}.make_input raised {type(exc).__name__}: {exc}", exc)
-    graph = spec.graph(opts)
+    graph = spec.graph(opts, checkpointer=checkpointer)
     run_config = {"recursion_limit": ctx.limits.recursion_limit, **(config or {})}
-    # stream the state so a rollout that fails half-way still reports the turns it made
-    last: dict[str, Any] = dict(graph_input)
+    graph_input: dict[str, Any] | None
+    if resume:
+        graph_input = None
+        last: dict[str, Any] = dict((await graph.aget_state(run_config)).values)
+    else:
+        try:
+            graph_input = spec.make_input(inp, opts)
+        except InputError as exc:
+            return _failed(started, f"bad input: {exc}", exc)
+        except Exception as exc:  # a user's make_input must not take the whole batch down
+            return _failed(started, f"bad input: {spec.name}.make_input raised {type(exc).__name__}: {exc}", exc)
+        # stream the state so a rollout that fails half-way still reports the turns it made
+        last = dict(graph_input)
 
     async def drive() -> None:
         nonlocal last
@@ -158,6 +171,19 @@ async def _finish(
         except Exception as exc:
             return _failed(started, f"{spec.name}.eval_metrics raised {type(exc).__name__}: {exc}", exc, turns)
     rollout.time_s = time.monotonic() - started
+    return rollout
+
+
+async def rollout_from_state(
+    spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, final: Mapping[str, Any], *,
+    options: Mapping[str, Any] | MethodOptions | None = None, compute_reward: bool = True,
+) -> Rollout:
+    """The Rollout (status, sequences, reward, metrics) of a graph state reached some other way: a step-by-
+    step debugging session, or a checkpoint. Scored exactly as `run_rollout` scores a finished run.
+    """
+    opts = spec.resolve_options(options)
+    rollout = await _finish(spec, inp, ctx, opts, dict(final), time.monotonic(), compute_reward)
+    rollout.options = opts
     return rollout
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from dataclasses import dataclass, field
@@ -193,15 +194,40 @@ class AgentSpec:
         """The options' `reward_split` where the method makes it an option, else the spec's."""
         return getattr(options, "reward_split", self.reward_split)
 
-    def graph(self, options: MethodOptions | Mapping[str, Any] | None = None) -> Any:
-        """The compiled graph for these options, built once per process."""
+    def graph(self, options: MethodOptions | Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
+        """The compiled graph for these options, built once per process.
+
+        With a `checkpointer` (e.g. `agentgraphs.checkpoint.CompactAsyncSqliteSaver`) the graph is compiled
+        with it, fresh on every call (a saver belongs to one open database): through `build_graph(options,
+        checkpointer=...)` when the spec's build_graph takes that keyword, else as a copy of the cached graph.
+
+        >>> from agentgraphs.checkpoint import compact_sqlite_saver
+        >>> from agentgraphs.memagent import SPEC
+        >>> with compact_sqlite_saver(":memory:") as saver:
+        ...     SPEC.graph({"max_chunks": 2}, checkpointer=saver).checkpointer is saver
+        True
+        """
         resolved = self.resolve_options(options)
+        if checkpointer is not None:
+            if _takes_checkpointer(self.build_graph):
+                return self.build_graph(resolved, checkpointer=checkpointer)  # type: ignore[call-arg]
+            return self.graph(resolved).copy(update={"checkpointer": checkpointer})
         key = resolved.model_dump_json()
         graph = self._graphs.get(key)
         if graph is None:
             graph = self.build_graph(resolved)
             self._graphs[key] = graph
         return graph
+
+
+def _takes_checkpointer(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` accepts a `checkpointer=` keyword (a parameter of that name, or **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return False
+    return any(p.kind is p.VAR_KEYWORD or (p.name == "checkpointer" and p.kind is not p.POSITIONAL_ONLY)
+               for p in params)
 
 
 _REGISTRY: dict[str, str] = {

@@ -21,6 +21,18 @@ def load_graph(entry: str):
     return getattr(module, attr)
 
 
+def test_langgraph_json_serves_every_registered_agent() -> None:
+    from agentgraphs.spec import load_spec, registered_names
+
+    config = json.loads((ROOT / "langgraph.json").read_text())
+    assert {*registered_names(), "two_turn"} <= set(config["graphs"]), "add the new agent to langgraph.json"
+    for name in registered_names():
+        assert config["graphs"][name] == f"./agentgraphs/studio.py:{name}"
+        factory = load_graph(config["graphs"][name])  # a factory of the run's config, as langgraph dev calls it
+        graph = factory({"configurable": {}})
+        assert graph.get_graph().nodes.keys() == load_spec(name).graph().get_graph().nodes.keys()
+
+
 def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
     assert {"memagent", "agentflow", "toolorchestra", "two_turn", "react_agent"} <= set(config["graphs"])
@@ -30,12 +42,15 @@ def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> 
                                       context=context))
     assert [t["node"] for t in final["turns"]] == ["solve", "check"]
     assert all(t["temperature"] == 0.7 and len(t["output_ids"]) <= 4 for t in final["turns"])
-    memagent = load_graph(config["graphs"]["memagent"])
+    memagent = load_graph(config["graphs"]["memagent"])({"configurable": {"options": {"max_chunks": 2}}})
     assert "memory_update" in memagent.get_graph().nodes
-    toolorchestra = load_graph(config["graphs"]["toolorchestra"])
+    from agentgraphs.memagent import SPEC
+
+    assert memagent is SPEC.graph({"max_chunks": 2})
+    toolorchestra = load_graph(config["graphs"]["toolorchestra"])({})
     assert {"orchestrator", "search", "enhance_reasoning", "answer"} <= set(toolorchestra.get_graph().nodes)
     # AgentFlow with a JSON context and no helper engine: every role runs on the policy, one call trained
-    agentflow = load_graph(config["graphs"]["agentflow"])
+    agentflow = load_graph(config["graphs"]["agentflow"])({})
     final = asyncio.run(agentflow.ainvoke({"question": "2+2?", "turns": []}, {"recursion_limit": 100},
                                           context=context))
     nodes = [t["node"] for t in final["turns"]]
