@@ -224,7 +224,7 @@ def learn_check(
     n_samples: int = typer.Option(4, "--n-samples-per-prompt", min=2, help="rollouts per row (a GRPO group)"),
     lr: float = typer.Option(2e-2, help="AdamW learning rate"),
     temperature: float = typer.Option(0.9, min=0.01),
-    max_new_tokens: int = typer.Option(4, min=1, help="built-in task: tokens per turn"),
+    max_new_tokens: int = typer.Option(4, min=1, help="tokens per LLM call (your agent: a ceiling)"),
     hidden_size: int = typer.Option(64, help="built-in model: hidden size"),
     layers: int = typer.Option(2, help="built-in model: layers"),
     init_scale: float = typer.Option(0.2, help="built-in model: weight init std (0.2 makes the reward learnable fast)"),

@@ -52,6 +52,9 @@ def run(args: Any) -> dict[str, Any]:
               f"entropy {s['entropy']:.2f}  |dlogp| max {s['logp_diff_max']:.2e} mean {s['logp_diff_mean']:.2e}  "
               f"ratio [{s['ratio_min']:.4f}, {s['ratio_max']:.4f}]  clip {s['clipfrac']:.3f}  "
               f"rollout {s['rollout_s']:.1f}s train {s['train_s']:.1f}s", flush=True)
+        if args.json:  # a run cut short by a time limit still leaves its curve so far
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"name": args.name, "partial": True, "history": trainer.history}) + "\n")
 
     history = trainer.train(on_step=show)
     window = min(3, len(history) // 2)
@@ -67,6 +70,7 @@ def run(args: Any) -> dict[str, Any]:
                                                   "ratio_std", "trained_tokens")},
         "mismatch_max_over_steps": max(h["logp_diff_max"] for h in history),
         "verdict": dict(v),
+        "history": history,
         "wall_s": round(time.perf_counter() - started, 1),
     }
     expect = "not learn" if args.fault else "learn"
@@ -91,7 +95,8 @@ def plot(out: Path, inputs: list[Path]) -> None:
     for path in inputs:
         data = json.loads(path.read_text())
         for r in data.get("runs", [data]):
-            ax.plot(range(len(r["rewards"])), r["rewards"], label=r["name"], linewidth=1.5)
+            rewards = r.get("rewards") or [h["reward_mean"] for h in r.get("history", [])]
+            ax.plot(range(len(rewards)), rewards, label=r["name"], linewidth=1.2)
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
     ax.set_ylim(0, 1)

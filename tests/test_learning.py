@@ -4,8 +4,9 @@ rollout, loss mask shifted by one) stops it from learning.
 
 The runs are small (a random Qwen2 of hidden 64 and 2 layers, 4 prompts x 4 samples, 8 steps) with fixed
 seeds; the learning runs are deterministic on one machine. Thresholds: a run learns when the mean reward
-over its last 3 steps beats the first 3 by at least LEARN_GAIN; a control must stay at or below
-FLAT_GAIN (measured: positive runs gain ~0.3, controls between -0.15 and +0.02).
+over its last 3 steps beats the first 3 by at least LEARN_GAIN; a control must stay below FLAT_GAIN, the
+noise level (one 3-step mean of 48 rollouts has a standard deviation of ~0.03). Measured here: positive
+runs gain 0.2-0.3, controls -0.3 (negated) to +0.02.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from agentgraphs.train_data import TrainDataSettings, to_train_data  # noqa: E40
 STEPS = 8
 WINDOW = 3
 LEARN_GAIN = 0.15
-FLAT_GAIN = 0.05
+FLAT_GAIN = 0.1
 TOKENS = {"share": 4, "first_token": 2}  # tokens per turn; the first-token reward needs only the first
 
 
@@ -65,7 +66,7 @@ def test_step0_importance_ratio_is_one_at_every_trained_token(share_run: list[An
 @pytest.mark.parametrize("fault", ["negate_advantages", "permute_within_groups", "wrong_rollout"])
 def test_faults_do_not_learn_the_share_reward(fault: str) -> None:
     v = verdict(train("share", fault), window=WINDOW)
-    assert v["gain"] <= FLAT_GAIN, v
+    assert v["gain"] < FLAT_GAIN, v
 
 
 def test_learns_the_first_token_reward() -> None:
@@ -75,7 +76,7 @@ def test_learns_the_first_token_reward() -> None:
 
 def test_shifted_mask_does_not_learn_the_first_token_reward() -> None:
     v = verdict(train("first_token", "shift_mask"), window=WINDOW)
-    assert v["gain"] <= FLAT_GAIN, v
+    assert v["gain"] < FLAT_GAIN, v
 
 
 # ------------------------------------------------------------------------ the loss against a reference
@@ -126,10 +127,10 @@ def test_policy_loss_matches_slime_objective_on_plain_logits(per_token: bool) ->
     data = _data(model)
     cfg = GRPOConfig(temperature=0.8, per_token_loss=per_token)
     out = policy_loss(model, data, [0, 1], token_batch(data), cfg)
-    assert math.isclose(float(out["loss"]), _reference_loss(model, data, 0.8, per_token), rel_tol=1e-4, abs_tol=1e-6)
+    assert math.isclose(float(out["loss"].detach()), _reference_loss(model, data, 0.8, per_token), rel_tol=1e-4, abs_tol=1e-6)
     assert float(out["clip_n"]) > 0  # the off-policy log-probs exercise the clipped branch
     # micro-batches sum to the batch loss
-    halves = sum(float(policy_loss(model, data, [r], token_batch(data), cfg)["loss"]) for r in (0, 1))
+    halves = sum(float(policy_loss(model, data, [r], token_batch(data), cfg)["loss"].detach()) for r in (0, 1))
     assert math.isclose(halves, float(out["loss"]), rel_tol=1e-5)
 
 
@@ -196,3 +197,18 @@ def test_learn_check_cli_prints_a_verdict_line() -> None:
     assert "step   1  reward" in result.output
     bad = CliRunner().invoke(app, ["learn-check", "--steps", "2", "--fault", "nope"])
     assert bad.exit_code == 2 and "negate_advantages" in bad.output
+
+
+def test_learn_check_runs_a_users_agent(tmp_path: Any) -> None:
+    import json
+
+    from agentgraphs.testing.learning_check import LearnCheckSettings, learn_check_run
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n")
+    out = learn_check_run(LearnCheckSettings(agent="agentgraphs.testing.agents:TWO_TURN", engine="hf:tiny",
+                                             data=str(data), steps=2, prompts=1, n_samples=2, max_new_tokens=3,
+                                             device="cpu"))
+    assert len(out["history"]) == 2 and out["history"][0]["sequences"] == 2  # concat: one sequence a rollout
+    assert out["history"][0]["trained_tokens"] == 2 * 2 * 3
+    assert out["line"].startswith(("PASS learn-check two_turn", "FAIL learn-check two_turn"))

@@ -195,7 +195,8 @@ class GRPOTrainer:
             try:
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = []
-                for rows in _chunks(range(len(data["tokens"])), cfg.micro_batch_size):
+                trained_rows = [r for r, mask in enumerate(data["loss_masks"]) if any(mask)]
+                for rows in _chunks(trained_rows, cfg.micro_batch_size):
                     part = policy_loss(model, data, rows, batch, cfg)
                     part["loss"].backward()
                     parts.append({k: v.detach() for k, v in part.items()})
@@ -257,43 +258,36 @@ def trained_logprobs(model: Any, data: TrainData, rows: Sequence[int], temperatu
     """
     import torch
 
+    if "rollout_log_probs" not in data:
+        raise ValueError("train data has no rollout_log_probs: the learning check needs the recorded log-probs")
     device = next(model.parameters()).device
     seqs = [data["tokens"][r] for r in rows]
     width = max(len(s) for s in seqs)
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
     attention = torch.zeros((len(seqs), width), dtype=torch.long)
     row_idx, pos_idx, targets, old, adv = [], [], [], [], []
-    have_old = "rollout_log_probs" in data
     for k, (r, seq) in enumerate(zip(rows, seqs)):
         ids[k, : len(seq)] = torch.tensor(seq)
         attention[k, : len(seq)] = 1
-        n = data["response_lengths"][r]
-        start = len(seq) - n
+        start = len(seq) - data["response_lengths"][r]
         for j, m in enumerate(data["loss_masks"][r]):
             if m:
                 row_idx.append(k)
                 pos_idx.append(start + j - 1)  # the logits at position p predict token p + 1
                 targets.append(seq[start + j])
-                old.append(data["rollout_log_probs"][r][j] if have_old else 0.0)
+                old.append(data["rollout_log_probs"][r][j])
                 adv.append(float(data["rewards"][r]))
-    if not have_old:
-        raise ValueError("train data has no rollout_log_probs: the learning check needs the recorded log-probs")
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
     hidden = base(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
     owner = torch.tensor(row_idx, device=device)
     picked = hidden[owner, torch.tensor(pos_idx, device=device)]
+    # the model's own logits dtype, then float32 with the temperature: what HFEngine does when it samples
     logits = model.get_output_embeddings()(picked).float() / temperature
     logprobs = torch.log_softmax(logits, dim=-1)
     logp = logprobs.gather(1, torch.tensor(targets, device=device).unsqueeze(1)).squeeze(1)
     entropy = -(logprobs.exp() * logprobs).sum(-1).detach()
-    as_tensor = _tensor_of(device)
-    return {"logp": logp, "entropy": entropy}, as_tensor(old), as_tensor(adv), owner
-
-
-def _tensor_of(device: Any) -> Callable[[list[float]], Any]:
-    import torch
-
-    return lambda values: torch.tensor(values, dtype=torch.float32, device=device)
+    return ({"logp": logp, "entropy": entropy}, torch.tensor(old, dtype=torch.float32, device=device),
+            torch.tensor(adv, dtype=torch.float32, device=device), owner)
 
 
 def _chunks(items: Sequence[int], size: int) -> list[list[int]]:

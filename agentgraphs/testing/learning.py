@@ -27,7 +27,7 @@ from typing import Any, Literal, Mapping, Sequence
 from langgraph.graph import END, START, StateGraph
 from pydantic import Field
 
-from ..context import AgentContext
+from ..context import AgentContext, shared_tokenizer
 from ..errors import InputError
 from ..node import TraceState, call_llm
 from ..spec import AgentSpec, MethodOptions, RewardInput, RolloutInput
@@ -165,7 +165,7 @@ def build_check_engine(
     Built in memory (nothing written but the shared tokenizer files); weights seeded by `seed`.
     """
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from ..engines.hf import HFEngine
     from .tiny_model import _model_config, ensure_tiny_model
@@ -176,7 +176,7 @@ def build_check_engine(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(Qwen2Config(**config))
-    tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model())
+    tokenizer = shared_tokenizer(str(ensure_tiny_model()))
     return HFEngine(model, tokenizer, device=device, dtype=dtype, seed=seed)
 
 

@@ -34,7 +34,7 @@ class LearnCheckSettings(BaseModel):
     n_samples: int = Field(4, ge=2)
     lr: float = Field(2e-2, gt=0)
     temperature: float = Field(0.9, gt=0)
-    max_new_tokens: int = Field(4, ge=1, description="built-in task: tokens per turn")
+    max_new_tokens: int = Field(4, ge=1, description="tokens per LLM call (a ceiling for an agent's own calls)")
     hidden_size: int = Field(64, ge=8)
     layers: int = Field(2, ge=1)
     init_scale: float = Field(0.2, gt=0)
@@ -56,7 +56,7 @@ def learn_check_run(settings: LearnCheckSettings, on_step: Callable[[StepStats],
     else:
         spec, engine, rows, options = _user_agent(settings)
     config = GRPOConfig(steps=settings.steps, n_samples_per_prompt=settings.n_samples, lr=settings.lr,
-                        temperature=settings.temperature)
+                        temperature=settings.temperature, max_new_tokens=settings.max_new_tokens)
     trainer = GRPOTrainer(spec, engine, rows, config, options=options,
                           corrupt=FAULTS[settings.fault] if settings.fault else None)
     history = trainer.train(on_step=on_step)
