@@ -5,9 +5,9 @@ Three layers, each usable alone:
 - ``last_boxed``: the last ``\\boxed{...}`` (balanced braces), ``\\boxed x`` or ``\\fbox{...}`` in a text.
 - ``normalize_math``: the Hendrycks MATH ``strip_string`` normalisation (written from its public
   definition); ``math_equal`` compares two answers after it.
-- ``normalize_answer`` / ``em`` / ``sub_em`` / ``f1`` / ``eval_metrics``: the SQuAD/HotpotQA answer
-  normalisation and the scores reported on RULER-HQA / HotpotQA (``eval_metrics`` scores the last
-  boxed answer, or the whole response when it has none).
+- ``normalize_answer`` / ``em`` / ``sub_em`` / ``f1`` / ``token_f1``: the SQuAD/HotpotQA answer
+  normalisation and scores. MemAgent's RULER-HQA protocol (which answer is scored, and the seed's quirks)
+  is ``agentgraphs.memagent.reward.ruler_metrics``, built on these.
 
 Every function accepts arbitrary text and never raises: a response the parsers cannot read scores 0.
 """
@@ -18,10 +18,8 @@ import re
 import string
 from collections import Counter
 from collections.abc import Sequence
-from typing import TypedDict
 
 __all__ = [
-    "EvalMetrics",
     "last_boxed",
     "normalize_math",
     "math_equal",
@@ -30,16 +28,10 @@ __all__ = [
     "em",
     "sub_em",
     "f1",
-    "eval_metrics",
+    "token_f1",
 ]
 
 Golds = str | Sequence[str]
-
-
-class EvalMetrics(TypedDict):
-    em: float
-    sub_em: float
-    f1: float
 
 
 def _as_list(golds: Golds) -> list[str]:
@@ -273,15 +265,30 @@ def sub_em(prediction: str, golds: Golds) -> float:
     return 0.0
 
 
-def _f1_one(pred: str, gold: str) -> float:
-    if (pred in _POLAR or gold in _POLAR) and pred != gold:
-        return 0.0
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD token F1 of one prediction against one gold after ``normalize_answer``; 0 when either is empty.
+
+    Tokens count with multiplicity; no yes/no rule (that is HotpotQA's ``f1``).
+
+    >>> round(token_f1("the cat sat", "cat sat on mat"), 4), token_f1("yes", "yes it is"), token_f1("", "")
+    (0.6667, 0.5, 0.0)
+    """
+    return _token_f1(normalize_answer(prediction), normalize_answer(gold))
+
+
+def _token_f1(pred: str, gold: str) -> float:
     pred_tokens, gold_tokens = pred.split(), gold.split()
     same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
     if same == 0:
         return 0.0
     precision, recall = same / len(pred_tokens), same / len(gold_tokens)
     return 2 * precision * recall / (precision + recall)
+
+
+def _f1_one(pred: str, gold: str) -> float:
+    if (pred in _POLAR or gold in _POLAR) and pred != gold:
+        return 0.0
+    return _token_f1(pred, gold)
 
 
 def f1(prediction: str, golds: Golds) -> float:
@@ -296,14 +303,3 @@ def f1(prediction: str, golds: Golds) -> float:
     """
     pred = normalize_answer(prediction)
     return max((_f1_one(pred, normalize_answer(g)) for g in _as_list(golds)), default=0.0)
-
-
-def eval_metrics(response: str, golds: Golds) -> EvalMetrics:
-    """em / sub_em / f1 of a response: its last boxed answer, or the whole response when it has none.
-
-    >>> eval_metrics("I think \\\\boxed{The Cat}", ["cat"])
-    {'em': 1.0, 'sub_em': 1.0, 'f1': 1.0}
-    """
-    answer = last_boxed(response)
-    prediction = response if answer is None else answer
-    return EvalMetrics(em=em(prediction, golds), sub_em=sub_em(prediction, golds), f1=f1(prediction, golds))

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import InputError
 from .context import AgentContext
-from .records import sample_fields, trace_record
+from .records import sample_fields, scalar, trace_record
 from .rollout import Rollout, rollout_input, run_rollout
 from .spec import AgentSpec, RolloutInput
 
@@ -41,8 +41,7 @@ class RunSummary:
     def add(self, rollout: Rollout, reward_key: str) -> None:
         self.results += 1
         self.by_status[rollout.status] = self.by_status.get(rollout.status, 0) + 1
-        r = rollout.reward
-        self.reward_sum += float(r.get(reward_key, 0.0)) if isinstance(r, dict) else float(r or 0.0)
+        self.reward_sum += scalar(rollout.reward, reward_key)
         self.llm_calls += len(rollout.turns)
         for k, v in rollout.metrics.items():
             self.metrics_sum[k] = self.metrics_sum.get(k, 0.0) + float(v)
@@ -65,6 +64,7 @@ class ParsedRow:
     line: int
     inp: RolloutInput | None
     error: str | None = None
+    group: int | None = None  # the row's position: all n samples of a row form one GRPO group
 
 
 def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1,
@@ -77,17 +77,17 @@ def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1
                 continue
             if limit is not None and count >= limit:
                 return
-            parsed = _parse_row(raw, line_no, keys, group=count)
+            parsed = _parse_row(raw, line_no, keys)
             for k in range(n_samples):
                 if parsed.inp is None:
                     yield parsed
                 else:
                     inp = RolloutInput(**{**parsed.inp, "index": count * n_samples + k})  # type: ignore[typeddict-item]
-                    yield ParsedRow(line_no, inp)
+                    yield ParsedRow(line_no, inp, group=count)
             count += 1
 
 
-def _parse_row(raw: bytes, line_no: int, keys: RowKeys, group: int) -> ParsedRow:
+def _parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
     try:
         text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")  # an editor's BOM is not data
     except UnicodeDecodeError as exc:
@@ -107,9 +107,7 @@ def _parse_row(raw: bytes, line_no: int, keys: RowKeys, group: int) -> ParsedRow
     metadata = obj.get(keys.metadata) or {}
     if not isinstance(metadata, dict):
         return ParsedRow(line_no, None, f"line {line_no}: field {keys.metadata!r} must be an object")
-    inp = rollout_input(obj[keys.input], obj.get(keys.label), metadata, None)
-    inp["metadata"] = {**metadata, "group_index": group}
-    return ParsedRow(line_no, inp)
+    return ParsedRow(line_no, rollout_input(obj[keys.input], obj.get(keys.label), metadata, None))
 
 
 ResultSink = Callable[[dict[str, Any], dict[str, Any]], None]
@@ -192,9 +190,8 @@ def _sample_record(rollout: Rollout, spec: AgentSpec, row: ParsedRow) -> dict[st
     fields = sample_fields(rollout, spec)
     inp = row.inp
     meta = dict(inp["metadata"]) if inp else {}
-    group = meta.pop("group_index", None)
     return {
-        "group_index": group,
+        "group_index": row.group,
         "index": inp["index"] if inp else None,
         "line": row.line,
         "prompt": inp["prompt"] if inp else None,

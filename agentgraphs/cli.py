@@ -14,10 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .engines import Engine, SamplingParams
 from .errors import AgentGraphsError, ConfigError
+from .retrieval.cli import app as retrieval_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Agentic-RL graphs with token-exact traces (LangGraph + SGLang + slime).")
 console = Console(stderr=True)
+app.add_typer(retrieval_app, name="retrieval")
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
@@ -48,11 +50,26 @@ def tiny_model(
     out_dir: Path = typer.Argument(..., help="directory to write the HF model into"),
     seed: int = typer.Option(0, help="weight initialisation seed"),
     template: str = typer.Option("qwen2.5", help="chat template: qwen2.5 or qwen3"),
+    hidden_size: int = typer.Option(64, help="model width (a multiple of --heads, with an even head size)"),
+    layers: int = typer.Option(2, help="number of transformer layers"),
+    heads: int = typer.Option(4, help="attention heads"),
+    kv_heads: Optional[int] = typer.Option(None, help="key/value heads (default: half of --heads if even)"),
+    intermediate_size: int = typer.Option(128, help="MLP width"),
+    init_scale: float = typer.Option(0.02, help="std of the normal weight init (larger: sharper outputs)"),
 ) -> None:
-    """Write a tiny randomly initialised Qwen2 model with the real Qwen2.5 vocabulary (offline)."""
+    """Write a tiny randomly initialised Qwen2 model with the real Qwen2.5 vocabulary (offline).
+
+    The size options make a model big enough for a learning check, e.g. --hidden-size 256 --layers 4.
+    """
     from .testing.tiny_model import build_tiny_model
 
-    path = build_tiny_model(out_dir, seed=seed, template=template)  # type: ignore[arg-type]
+    try:
+        path = build_tiny_model(out_dir, seed=seed, template=template,  # type: ignore[arg-type]
+                                hidden_size=hidden_size, num_layers=layers, num_heads=heads,
+                                num_kv_heads=kv_heads, intermediate_size=intermediate_size, init_std=init_scale)
+    except ValueError as exc:
+        console.print(f"error: {escape(str(exc))}")
+        raise typer.Exit(2) from None
     console.print(f"tiny model written to {path}")
 
 
@@ -74,10 +91,13 @@ def run(
     input_key: str = typer.Option("input"),
     label_key: str = typer.Option("label"),
     metadata_key: str = typer.Option("metadata"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC, e.g. "
+                                     "helper=sglang:http://127.0.0.1:30001 or judge=openai:URL#MODEL (repeatable)"),
 ) -> None:
     """Run an agent over a dataset and write slime samples and traces."""
     try:
         summary = run_command(agent, data, engine, out, tokenizer=tokenizer, options=parse_options(option),
+                              engines=parse_helpers(helper),
                               concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                               top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
                               keys=(input_key, label_key, metadata_key), progress=True)
@@ -90,6 +110,22 @@ def run(
         n = summary["results"]
         console.print("[red]error:[/red]", escape(f"every row failed ({n} of {n}); first reason: {_first_reason(out)}"))
         raise typer.Exit(1)
+
+
+def parse_helpers(pairs: list[str]) -> dict[str, str]:
+    """`--helper NAME=SPEC` flags as {name: engine spec}.
+
+    >>> parse_helpers(["helper=sglang:http://127.0.0.1:30001"])
+    {'helper': 'sglang:http://127.0.0.1:30001'}
+    """
+    helpers: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, spec = pair.partition("=")
+        if not sep or not name.strip() or not spec.strip() or name.strip() == "policy":
+            raise ConfigError(f"--helper {pair!r}: expected NAME=SPEC with a name other than 'policy', e.g. "
+                              "helper=sglang:http://127.0.0.1:30001")
+        helpers[name.strip()] = spec.strip()
+    return helpers
 
 
 def _usable_results(summary: dict[str, Any]) -> int:
@@ -111,10 +147,12 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
                 evaluation: bool = False, limit: int | None = None,
                 keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
+                engines: dict[str, "str | Engine"] | None = None,
                 ) -> dict[str, Any]:
     """What `agentgraphs run` does; returns the summary (also OUT/summary.json).
 
-    `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls.
+    `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls;
+    `engines` are helper engines by name (AgentContext.engines: a judge, AgentFlow's "helper"...).
     """
     from .batch import JsonlWriter, RowKeys, read_rows, run_rows
     from .engines import make_engine
@@ -134,13 +172,19 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     else:
         eng = engine
     tok = _tokenizer(eng, tokenizer)
+    helpers: dict[str, Any] = {}
+    for name, helper in (engines or {}).items():
+        try:
+            helpers[name] = make_engine(helper) if isinstance(helper, str) else helper
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"--helper {name}={helper}: {exc}") from exc
     row_keys = RowKeys(*keys)
     with open(data, "rb") as fh:
         total = sum(1 for line in fh if line.strip())
     total = min(total, limit) if limit is not None else total
 
     def make_context() -> AgentContext:
-        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation)
+        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation, engines=dict(helpers))
 
     with JsonlWriter(out) as writer, _maybe_progress(progress) as bar:
         task = bar.add_task(spec.name, total=total * n_samples, status="") if bar else None
@@ -182,10 +226,12 @@ def _sampling(**flags: Any) -> SamplingParams:
 
 def _tokenizer(engine: Any, path: str | None) -> Any:
     if path:
-        from .node import shared_tokenizer
+        from .context import shared_tokenizer
 
         try:
             return shared_tokenizer(path)
+        except ConfigError as exc:  # already says what is wrong with the path and what to do
+            raise ConfigError(f"--tokenizer: {exc}") from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from exc
     tok = getattr(engine, "tokenizer", None)
@@ -252,6 +298,48 @@ def learn_check(
         raise typer.Exit(2) from None
     print(result["line"])
     if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def view(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `agentgraphs run` or `demo`"),
+    out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default RUN_DIR/report.html)"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "--model", help="tokenizer dir (default: the hf: engine in summary.json)"),
+) -> None:
+    """Write a self-contained HTML report of a run: rollouts, graph paths, every token and its role in training."""
+    from .viewer import write_report
+
+    try:
+        path = write_report(run_dir, out, tokenizer=tokenizer)
+    except (AgentGraphsError, OSError) as exc:
+        console.print("[red]error:[/red]", escape(str(exc)))
+        raise typer.Exit(2) from None
+    console.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in any browser, offline")
+
+
+@app.command()
+def check(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `agentgraphs run` or `demo`"),
+    model: str = typer.Option(..., "--model", help="HF model directory (or hf:DIR / hf:ALIAS) to re-score with"),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+    threshold: float = typer.Option(1e-3, help="|delta log-prob| above which a token counts as drifted"),
+    dtype: str = typer.Option("float32", help="model dtype: float32, bfloat16 or float16"),
+    fail_on_drift: bool = typer.Option(False, help="also exit 1 when any token drifts over the threshold"),
+    as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
+) -> None:
+    """The exactness audit: re-score every trained token and check every invariant; exit 1 on a breach."""
+    from .engines.factory import resolve_model_dir
+    from .viewer import check_run
+
+    try:
+        model_dir = resolve_model_dir(model[3:]) if model.startswith("hf:") else model
+        report = check_run(run_dir, model_dir, device=device, threshold=threshold, dtype=dtype)
+    except (AgentGraphsError, OSError) as exc:
+        console.print("[red]error:[/red]", escape(str(exc)))
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.to_text())
+    if not report.ok or (fail_on_drift and report.drift_over_threshold):
         raise typer.Exit(1)
 
 

@@ -97,7 +97,9 @@ class AgentContext:
         key = name or "policy"
         tpl = self._templates.get(key)
         if tpl is None:
-            tokenizer = self.tokenizers.get(key, self.tokenizer)
+            # a helper engine with its own tokenizer (hf:) renders with it, not with the policy's
+            own = None if key == "policy" else getattr(self.engines.get(key), "tokenizer", None)
+            tokenizer = self.tokenizers.get(key) or own or self.tokenizer
             tpl = ChatTemplate(tokenizer, template_kwargs=self.template_kwargs)
             self._templates[key] = tpl
         return tpl
@@ -149,13 +151,11 @@ def shared_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     """One tokenizer per model directory in this process (the bridge, the CLI and contexts share it)."""
     tok = _SHARED_TOKENIZERS.get(path)
     if tok is None:
-        from transformers import AutoTokenizer
+        from .tokenizers import load_tokenizer  # checks a local path before transformers sees it
 
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tok = load_tokenizer(path, trust_remote_code=trust_remote_code)
         _SHARED_TOKENIZERS[path] = tok
     return tok
-
-
 
 
 def _default_policy() -> str:

@@ -70,3 +70,15 @@ class TraceError(AgentGraphsError, AssertionError):
 
 class TemplateError(AgentGraphsError):
     """A chat template cannot be extended append-only the way it was asked to."""
+
+
+class RetrievalError(AgentGraphsError):
+    """The retrieval service could not answer: unreachable, timed out, a 5xx that outlasted the retries,
+    a rejected request (4xx) or a body outside its contract. Tools turn it into an error observation."""
+
+    def __init__(self, url: str, attempts: int, reason: str) -> None:
+        self.url = url
+        self.attempts = attempts
+        self.reason = reason
+        super().__init__(f"retrieval service at {url} failed after {attempts} attempt(s): {reason}. "
+                         "Check that it is up (GET /health); start one with `agentgraphs retrieval serve DIR`.")

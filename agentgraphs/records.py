@@ -150,6 +150,10 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
             "layout": spec.layout,
         },
     }
+    if spec.reward_shaping is not None and isinstance(rollout.options, MethodOptions):
+        shaping = spec.reward_shaping(rollout.options, fields["metadata"]["trace_summary"])
+        if shaping:
+            fields["train_metadata"]["reward_shaping"] = shaping
     if rollout.status == "failed":
         fail_fields(fields, rollout.reason)
         if rollout.reward is None:

@@ -106,28 +106,24 @@ async def _run(
         else:
             await drive()
     except RolloutAborted as exc:
-        turns = [*(last.get("turns") or []), exc.turn]
+        turns = [*spec.collect_turns(last), exc.turn]
         return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started)
     except asyncio.TimeoutError as exc:
-        return _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc, _turns(last))
+        return _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc, spec.collect_turns(last))
     except (EngineError, LLMCallLimitExceeded) as exc:
-        return _failed(started, f"{type(exc).__name__}: {exc}", exc, _turns(last))
+        return _failed(started, f"{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug in a user's node must not escape into slime
-        return _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, _turns(last))
+        return _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
     return await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward)
-
-
-def _turns(state: Mapping[str, Any]) -> list[Turn]:
-    return list(state.get("turns") or [])
 
 
 async def _finish(
     spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, opts: MethodOptions, final: dict[str, Any],
     started: float, compute_reward: bool,
 ) -> Rollout:
-    turns: list[Turn] = _turns(final)
+    turns: list[Turn] = spec.collect_turns(final)
     try:
         answer = spec.answer(final)
         sequences = build_sequences(turns, spec.layout)

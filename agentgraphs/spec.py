@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from .context import AgentContext
 from .errors import ConfigError
-from .trace import Layout
+from .trace import Layout, Turn
 
 RewardSplit = Literal["broadcast", "divide"]
 RewardValue = Union[float, dict[str, Any]]
@@ -113,7 +113,11 @@ class AgentSpec:
     - `requires_label`: rows without a label are run but not scored (reward None) instead of failing;
     - `summarize(final_state)`: method facts for sample metadata (e.g. chunks read of chunks total);
     - `eval_metrics(RewardInput)`: numeric metrics recorded with the reward (accuracy tables, eval logs);
-    - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key).
+    - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key);
+    - `reward_shaping(options, trace_summary)`: a named group shaping the converter applies with the
+      group in view (`agentgraphs.shaping`, e.g. ToolOrchestra's "cost_aware"), or None.
+    - `turns_of(state)`: where the graph keeps its Turns (default `state["turns"]`; messages graphs keep
+      them in their AIMessages, see `AgentSpec.from_messages_graph`).
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
     ...                  answer=lambda s: "", reward=lambda r, c: 0.0)
@@ -134,7 +138,10 @@ class AgentSpec:
     dict_reward: bool = False
     requires_label: bool = True
     summarize: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    # (resolved options, trace summary) -> {"name", "weights", "features"} for agentgraphs.shaping, or None
+    reward_shaping: Callable[[Any, Mapping[str, Any]], dict[str, Any] | None] | None = None
     description: str = ""
+    turns_of: Callable[[Mapping[str, Any]], list[Turn]] | None = None
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +150,24 @@ class AgentSpec:
         if not (isinstance(self.options, type) and issubclass(self.options, MethodOptions)):
             raise ConfigError(f"AgentSpec {self.name!r}: options must be a MethodOptions subclass or a dict of "
                               f"defaults, got {self.options!r:.80}")
+
+    @classmethod
+    def from_messages_graph(cls, graph: Any, *, reward: RewardFn, **fields: Any) -> "AgentSpec":
+        """A spec for a LangGraph agent with a `messages` state using `agentgraphs.chat_model.TracedChatModel`
+        (e.g. `create_react_agent`); see `agentgraphs.chat_model.messages_graph_spec`.
+
+        >>> AgentSpec.from_messages_graph(lambda o: None, reward=lambda r, c: 0.0, name="echo").layout
+        'concat'
+        """
+        from .chat_model import messages_graph_spec
+
+        return messages_graph_spec(graph, reward=reward, **fields)
+
+    def collect_turns(self, state: Mapping[str, Any]) -> list[Turn]:
+        """The Turns of a (final or partial) graph state, in call order."""
+        if self.turns_of is not None:
+            return list(self.turns_of(state))
+        return list(state.get("turns") or [])
 
     def resolve_options(self, overrides: Mapping[str, Any] | MethodOptions | None = None) -> MethodOptions:
         """Defaults + overrides, validated: ConfigError naming each bad or unknown option.
@@ -181,6 +206,9 @@ class AgentSpec:
 
 _REGISTRY: dict[str, str] = {
     "memagent": "agentgraphs.memagent:SPEC",
+    "toolorchestra": "agentgraphs.toolorchestra:SPEC",
+    "agentflow": "agentgraphs.agentflow:SPEC",
+    "toolorchestra-tau2": "agentgraphs.toolorchestra.tau2:SPEC",
 }
 
 

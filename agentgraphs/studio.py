@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 
+from agentgraphs.agentflow.graph import build_graph as _agentflow
 from agentgraphs.memagent.graph import build_graph as _memagent
+from agentgraphs.toolorchestra.graph import build_graph as _toolorchestra
 from agentgraphs.testing.agents import TWO_TURN
 from agentgraphs.testing.tiny_model import register_tiny_alias
 
@@ -18,4 +20,6 @@ register_tiny_alias()
 os.environ.setdefault("AGENTGRAPHS_ENGINE", "hf:tiny")
 
 memagent = _memagent()
+toolorchestra = _toolorchestra()  # experts: engines named search-expert / code-expert / answer-expert
+agentflow = _agentflow()  # helper roles use context.engines["helper"] when given, else the policy
 two_turn = TWO_TURN.build_graph({})

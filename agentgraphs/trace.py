@@ -7,7 +7,7 @@ and the viewer all see exactly what the engine returned. This module is plain Py
 from __future__ import annotations
 
 import math
-from typing import Iterable, Literal, Sequence, TypedDict
+from typing import Literal, Sequence, TypedDict
 
 from .engines.base import MAX_LOGPROB, Completion
 from .errors import TraceError
@@ -80,22 +80,19 @@ def _is_prefix(prefix: Sequence[int], seq: Sequence[int]) -> bool:
     return len(prefix) <= len(seq) and list(seq[: len(prefix)]) == list(prefix)
 
 
-def per_turn_sequences(turns: Sequence[Turn], *, include_untrainable: bool = False) -> list[TrainSequence]:
-    """Each (trainable) turn is its own sequence: prompt masked, response = the output ids."""
+def per_turn_sequences(turns: Sequence[Turn]) -> list[TrainSequence]:
+    """Each trainable turn is its own sequence: prompt masked, response = the output ids."""
     out: list[TrainSequence] = []
     for i, turn in enumerate(turns):
-        if not turn["trainable"] and not include_untrainable:
-            continue
         n = len(turn["output_ids"])
-        if n == 0 or not turn["prompt_ids"]:
+        if not turn["trainable"] or n == 0 or not turn["prompt_ids"]:
             continue  # nothing to train (slime reads an empty response as the whole sequence)
-        mask = 1 if turn["trainable"] else 0
         out.append(
             TrainSequence(
                 tokens=list(turn["prompt_ids"]) + list(turn["output_ids"]),
                 response_length=n,
-                loss_mask=[mask] * n,
-                rollout_log_probs=list(turn["output_logprobs"]) if mask else [0.0] * n,
+                loss_mask=[1] * n,
+                rollout_log_probs=list(turn["output_logprobs"]),
                 turn_indices=[i],
             )
         )
@@ -157,13 +154,6 @@ def build_sequences(turns: Sequence[Turn], layout: Layout) -> list[TrainSequence
     if layout == "concat":
         return concat_sequences(turns)
     raise ValueError(f"layout must be 'per_turn' or 'concat', got {layout!r}")
-
-
-def mask_out(seq: dict) -> None:
-    """Train nothing from `seq` (a failed trajectory): all-zero loss mask, log-prob 0.0 everywhere (invariant 4)."""
-    n = seq["response_length"]
-    seq["loss_mask"] = [0] * n
-    seq["rollout_log_probs"] = [0.0] * n
 
 
 def check_turn(turn: Turn) -> None:
@@ -248,7 +238,3 @@ def check_trace(turns: Sequence[Turn], layout: Layout = "per_turn") -> list[Trai
     if missing:
         raise TraceError(f"trainable turns {missing} ended up in no training sequence")
     return seqs
-
-
-def iter_trainable(turns: Iterable[Turn]) -> Iterable[Turn]:
-    return (t for t in turns if t["trainable"])

@@ -32,6 +32,13 @@ Reward normalisation (only for the estimators slime normalises, and only with
           trajectory's reward (already divided when reward_split is "divide"); a trajectory with more
           sequences weighs more in the mean.
 
+Named reward shapings (agentgraphs.shaping)
+    A trajectory whose `train_metadata["reward_shaping"]` is {"name", "weights", "features"} (set by its
+    spec's `reward_shaping`, e.g. ToolOrchestra's "cost_aware") has its group shaped instead of
+    GRPO-normalised; every member of such a group must carry the same shaping. A shaped group without
+    signal is dropped: advantage 0 and all-zero loss masks (counted in agentgraph_dropped_trajectories).
+    Without rewards normalisation the shaped scores are used unstandardised.
+
 Failed trajectories
     status FAILED or remove_sample=True: sequences keep their tokens, get an all-zero loss mask and
     0.0 log-probs (invariant 4: never train garbage). A FAILED trajectory (an infrastructure or graph
@@ -211,7 +218,12 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
     _check_masks(samples, loss_masks, owner, to_check)
 
     rows = np.asarray(owner, dtype=np.int64)
-    rewards = _rewards(settings, samples, raw, n_seqs, divide, rows, group_by)
+    rewards, dropped = _rewards(settings, samples, raw, n_seqs, divide, rows, group_by)
+    for row, pos in enumerate(owner):  # a shaped group without signal (std < 0.1) trains nothing
+        if pos in dropped:
+            loss_masks[row] = [0] * response_lengths[row]
+            if log_probs[row] is not None:
+                log_probs[row] = [0.0] * response_lengths[row]
     data: dict[str, Any] = {
         "tokens": tokens,
         "response_lengths": response_lengths,
@@ -221,6 +233,8 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
         "sample_indices": [getattr(samples[p], "index", None) for p in owner],
         "loss_masks": loss_masks,
     }
+    if any((getattr(x, "train_metadata", None) or {}).get("reward_shaping") for x in samples):
+        data["agentgraph_dropped_trajectories"] = len(dropped)
     if all(lp is not None for lp in log_probs):
         data["rollout_log_probs"] = log_probs
 
@@ -259,15 +273,15 @@ def normalize_by_group(values: Iterable[float], groups: Iterable[int], *, std: b
     return centered
 
 
-def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, group_by) -> np.ndarray:
+def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, group_by
+             ) -> tuple[np.ndarray, set[int]]:
+    """Per-row rewards, and the sample positions of dropped shaped groups."""
     estimator = settings.advantage_estimator
     normalise = settings.rewards_normalization and estimator in MEAN_CENTERED_ESTIMATORS
     use_std = settings.grpo_std_normalization and estimator in STD_NORMALIZED_ESTIMATORS
     share = np.where(divide, 1.0 / np.maximum(n_seqs, 1), 1.0)  # per sample: multiplier of its reward per row
     if owner.size == 0:
-        return np.zeros(0)
-    if not normalise:
-        return (raw * share)[owner]
+        return np.zeros(0), set()
     groups = _groups(settings, samples)
     # A FAILED trajectory is an infrastructure failure, not a bad answer: by default it stays out of its
     # group's mean/std (else three correct answers would be "rewarded" because a fourth timed out) and
@@ -275,8 +289,43 @@ def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, g
     keep = np.ones(len(samples), dtype=bool)
     if not settings.failed_in_group_stats:
         keep = np.array([_status(x) != "failed" for x in samples], dtype=bool)
+    shaped, dropped = _shaped(samples, raw, groups, keep, standardise=normalise)
+    out = _normalised(raw, share, owner, groups, keep, normalise, use_std, group_by)
+    for row, pos in enumerate(owner.tolist()):
+        if pos in shaped:
+            out[row] = shaped[pos] * share[pos]
+    return out, dropped
+
+
+def _shaped(samples, raw, groups, keep, *, standardise: bool) -> tuple[dict[int, float], set[int]]:
+    """Named group shapings (agentgraphs.shaping): sample position -> advantage, and dropped positions."""
+    specs = [(getattr(x, "train_metadata", None) or {}).get("reward_shaping") for x in samples]
+    values: dict[int, float] = {}
+    dropped: set[int] = set()
+    if not any(specs):
+        return values, dropped
+    from .shaping import shape_group
+
+    for g in np.unique(groups):
+        members = [int(p) for p in np.flatnonzero(groups == g) if keep[p]]
+        named = {specs[p]["name"] for p in members if specs[p]}
+        if not named:
+            continue
+        if len(named) > 1 or any(not specs[p] for p in members):
+            raise ValueError(f"group of samples {members}: every member must use the same reward shaping, got "
+                             f"{[specs[p] and specs[p]['name'] for p in members]}")
+        adv, drop = shape_group(named.pop(), raw[members], [specs[p] for p in members], standardise=standardise)
+        values.update(zip(members, adv.tolist()))
+        if drop:
+            dropped.update(members)
+    return values, dropped
+
+
+def _normalised(raw, share, owner, groups, keep, normalise, use_std, group_by) -> np.ndarray:
+    if not normalise:
+        return (raw * share)[owner]
     if group_by == "trajectory":
-        out = np.zeros(len(samples))
+        out = np.zeros(len(raw))
         out[keep] = normalize_by_group(raw[keep], groups[keep], std=use_std)
         return (out * share)[owner]
     rows_keep = keep[owner]

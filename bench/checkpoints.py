@@ -40,7 +40,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver  # noqa: E402
 
 from agentgraphs.checkpoint import CompactAsyncSqliteSaver  # noqa: E402
 from agentgraphs.engines import SamplingParams  # noqa: E402
-from agentgraphs.memagent.graph import build_graph as memagent_graph  # noqa: E402
+from agentgraphs.memagent.graph import MemAgentOptions, build_graph as memagent_graph  # noqa: E402
 from agentgraphs.memagent.synthetic import make_needle_example  # noqa: E402
 from agentgraphs.node import AgentContext, Limits  # noqa: E402
 from agentgraphs.testing.agents import looping_chat_graph  # noqa: E402
@@ -116,13 +116,13 @@ async def conversation(tmp: Path, n: int, ctx: AgentContext) -> tuple[dict[str, 
 
 async def memagent(tmp: Path, chunks: int, chunk_tokens: int, ctx: AgentContext) -> tuple[dict[str, Any], dict[str, Any]]:
     row = make_needle_example(ctx.tokenizer, chunks * chunk_tokens - 40, seed=0, chunk_size=chunk_tokens)
-    inp = {"turns": [], "question": row["question"], "document": row["document"], "answers": row["answers"]}
+    inp = {"turns": [], "question": row["question"], "document": row["document"]}
     mem_ctx = AgentContext(policy=ctx.policy, tokenizer=ctx.tokenizer, sampling=ctx.sampling, evaluation=True,
-                           limits=Limits(max_llm_calls=chunks + 8, recursion_limit=1000),
-                           config={"chunk_tokens": chunk_tokens, "eval_max_chunks": None})
+                           limits=Limits(max_llm_calls=chunks + 8, recursion_limit=1000))
+    options = MemAgentOptions(chunk_tokens=chunk_tokens, eval_max_chunks=None)
 
     def graph_of(saver: Any) -> Any:
-        return memagent_graph(checkpointer=saver)
+        return memagent_graph(options, checkpointer=saver)
 
     plain = await _run(AsyncSqliteSaver, tmp / "plain-mem.sqlite", graph_of, inp, mem_ctx)
     compact = await _run(CompactAsyncSqliteSaver, tmp / "compact-mem.sqlite", graph_of, inp, mem_ctx)

@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
 # Set up .venv for agentgraphs on a fresh machine.
 #   scripts/bootstrap.sh          # library + CLI + testing kit (enough for `agentgraphs demo`)
-#   scripts/bootstrap.sh test     # + pytest, hypothesis, ...
+#   scripts/bootstrap.sh test     # + pytest and every optional extra the tests exercise, and the system
+#                                 #   programs they drive (bubblewrap, Chromium, Graphviz) via apt when root
 # torch: a torch already importable (e.g. your CUDA build in the system site-packages) is kept;
 # only where none is present is torch==2.13.0 installed (a CPU build on machines that ship it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-testing}"
 python="${PYTHON:-python3}"
+
+if [ "$extra" = "test" ]; then
+  # system programs the tests drive: the sandbox's namespaces, the viewer's browser, `draw`'s renderer
+  missing=()
+  command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v dot >/dev/null 2>&1 || missing+=(graphviz)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+      echo "installing ${missing[*]} (apt)"
+      apt-get update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+      echo "warning: ${missing[*]} not installed (needs root and apt): the tests that drive them will skip" >&2
+    fi
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv --system-site-packages .venv
 fi

@@ -231,17 +231,17 @@ def _contains(seq: list[int], part: list[int]) -> bool:
 
 
 @pytest.mark.parametrize("extra, words", [
-    ({"agentgraph_options": ["chunk_tokens", 64]}, "args.agentgraph_options must be a mapping"),
+    ({"agentgraph_options": ["chunk_tokens", 64]}, "args.agentgraph_options: input should be a valid dictionary"),
     ({"agentgraph_options": {"chunk_size": 64}}, "unknown option 'chunk_size'"),
-    ({"agentgraph_max_retries": "three"}, "args.agentgraph_max_retries must be an integer"),
-    ({"agentgraph_max_retries": -1}, "args.agentgraph_max_retries must be >= 0"),
-    ({"agentgraph_max_retries": 1.5}, "args.agentgraph_max_retries must be an integer"),
-    ({"agentgraph_request_timeout_s": "10s"}, "args.agentgraph_request_timeout_s must be a number"),
-    ({"agentgraph_request_timeout_s": 0}, "args.agentgraph_request_timeout_s must be > 0"),
-    ({"agentgraph_max_llm_calls": 0}, "args.agentgraph_max_llm_calls must be >= 1"),
-    ({"agentgraph_max_time_s": -5}, "args.agentgraph_max_time_s must be > 0"),
-    ({"agentgraph_engines": "sglang:http://x"}, "args.agentgraph_engines must be a mapping"),
-    ({"agentgraph_template_kwargs": [1]}, "args.agentgraph_template_kwargs must be a mapping"),
+    ({"agentgraph_max_retries": "three"}, "args.agentgraph_max_retries: input should be a valid integer"),
+    ({"agentgraph_max_retries": -1}, "args.agentgraph_max_retries: input should be greater than or equal to 0"),
+    ({"agentgraph_max_retries": 1.5}, "args.agentgraph_max_retries: input should be a valid integer"),
+    ({"agentgraph_request_timeout_s": "10s"}, "args.agentgraph_request_timeout_s: input should be a valid number"),
+    ({"agentgraph_request_timeout_s": 0}, "args.agentgraph_request_timeout_s: input should be greater than 0"),
+    ({"agentgraph_max_llm_calls": 0}, "args.agentgraph_max_llm_calls: input should be greater than or equal to 1"),
+    ({"agentgraph_max_time_s": -5}, "args.agentgraph_max_time_s: input should be greater than 0"),
+    ({"agentgraph_engines": "sglang:http://x"}, "args.agentgraph_engines: input should be a valid dictionary"),
+    ({"agentgraph_template_kwargs": [1]}, "args.agentgraph_template_kwargs: input should be a valid dictionary"),
     ({"sglang_router_port": None}, "sglang_router_port"),
     ({"hf_checkpoint": None}, "hf_checkpoint"),
     ({"agentgraph": "memagent_v2"}, "unknown agent 'memagent_v2'"),
@@ -268,10 +268,11 @@ def test_wrong_sampling_params_raise_naming_the_field(server: SGLangTestServer, 
 
 def test_bad_option_value_is_rejected_before_any_rollout(server: SGLangTestServer, tiny_model_dir: Path) -> None:
     before = server.stats.generate_requests
-    for bad, words in [({"chunk_tokens": 0}, "chunk_tokens must be a positive integer"),
-                       ({"max_chunks": -1}, "max_chunks must be a positive integer or null"),
-                       ({"reward_split": "half"}, "reward_split must be 'broadcast' or 'divide'"),
-                       ({"train_final_answer": "yes"}, "train_final_answer must be true or false")]:
+    for bad, words in [({"chunk_tokens": 0}, "option chunk_tokens: input should be greater than or equal to 1"),
+                       ({"max_chunks": -1}, "option max_chunks: input should be greater than or equal to 1"),
+                       ({"reward_split": "half"}, "option reward_split: input should be 'broadcast' or 'divide'"),
+                       ({"train_final_answer": "yes"}, "option train_final_answer: input should be a valid boolean"),
+                       ({"chunk_tokens": "64"}, "option chunk_tokens: input should be a valid integer")]:
         args = make_args(server, tiny_model_dir, agentgraph_options=bad)
         with pytest.raises(ConfigError, match=words):
             generate_all(args, [sample(0)])

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-NAMES = ["overhead", "long_document", "checkpoints", "conversion", "learning"]
+NAMES = ["overhead", "long_document", "checkpoints", "conversion", "retrieval", "chat_model", "sandbox", "agentflow",
+         "viewer", "learning"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -82,7 +82,11 @@ def test_concat_layout_one_sequence(server: Any, tiny_model_dir: Path) -> None:
     assert len(server.recorder.calls) == 2
     check_against_server(seqs, server.recorder.calls)
     assert s.metadata["llm_calls"] == 2 and s.metadata["source"] == "t"
-    assert s.reward is None  # slime's rm runs next
+    # the reward is computed once, in the rollout: slime skips its rm for a sample that has one, and
+    # reward_func (called where a reward is missing) recomputes the same value from the same RewardInput
+    assert s.reward in (0.0, 1.0)
+    kept, s.reward = s.reward, None
+    assert asyncio.run(rl_bridge.reward_func(args, s)) == kept
 
 
 def test_per_turn_layout_two_sequences(server: Any, tiny_model_dir: Path) -> None:

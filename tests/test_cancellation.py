@@ -1,8 +1,9 @@
 """Cancelling rl_bridge.generate the way slime does on abort (task.cancel()).
 
 A cancelled rollout must stop the server's work for it (an /abort_request naming each request in
-flight by rid), let CancelledError through (run_rollout swallows everything else), return within
-a second, and leave no asyncio task or connection behind.
+flight by rid), let CancelledError through (run_rollout swallows everything else), return without
+waiting for the engine (shown by counts: requests aborted and stopped in flight, none retried), and
+leave no asyncio task or connection behind.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from agentgraphs.testing.slime_sample import Sample
 from rl_bridge.setup import aclose_all, clear_cache, load_tokenizer
 
 N = 16
-# "promptly": every cancelled call has returned within this after cancel(). Generous for a loaded 2-core
-# machine, yet far below what a call that does NOT honour the cancel takes (a 3600 s engine, 50 retries).
-PROMPT_S = 3.0
+# A call that does NOT honour the cancel hangs on a 3600 s engine; HANG_S only turns such a hang into a
+# failure (a guard, not a performance bound: generous for a loaded 2-core machine). That the calls were
+# cut short shows in counts: each request aborted once by rid, stopped in flight, none retried.
+HANG_S = 60.0
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "stop": None,
             "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
             "spaces_between_special_tokens": False}
@@ -77,16 +79,14 @@ def run_and_cancel(server: SGLangTestServer, args: Any, ready: Callable[[], bool
         await wait_until(ready)
         rids = server.in_flight_rids()
         aborts_before = sum(server.stats.aborts.values())
-        cancelled_at = time.monotonic()
         for t in tasks:
             t.cancel()
-        done, pending = await asyncio.wait(tasks, timeout=5.0)
-        returned_s = time.monotonic() - cancelled_at
+        done, pending = await asyncio.wait(tasks, timeout=HANG_S)
         await wait_until(lambda: not server.in_flight_rids(), 15.0)  # a poll: ends when they are gone
         await aclose_all()
         leftover = asyncio.all_tasks() - {asyncio.current_task()}
         return {
-            "rids": rids, "returned_s": returned_s, "pending": pending, "leftover": leftover,
+            "rids": rids, "pending": pending, "leftover": leftover,
             "cancelled": [t.cancelled() for t in done], "samples": samples,
             "new_aborts": sum(server.stats.aborts.values()) - aborts_before,
         }
@@ -104,7 +104,6 @@ def _tokenizer_loaded(tiny_model_dir: Path) -> None:
 
 def check_prompt_and_clean(out: dict[str, Any]) -> None:
     assert not out["pending"] and out["cancelled"] == [True] * N, "CancelledError must propagate"
-    assert out["returned_s"] < PROMPT_S, f"cancelled calls took {out['returned_s']:.2f} s to return"
     assert not out["leftover"], f"leaked tasks: {out['leftover']}"
     # the Samples were never filled in: slime re-queues them as they were
     assert all(s.status == Sample.Status.PENDING for s in out["samples"])
@@ -136,6 +135,7 @@ def test_cancel_mid_rollout_aborts_the_second_turn(tiny_model_dir: Path) -> None
         assert len(engine.first_prompts) == N  # every first turn was answered ...
         assert server.stats.generate_requests == 2 * N  # ... and every second turn was in flight
         assert all(server.stats.aborts[rid] == 1 for rid in out["rids"])
+        assert server.stats.aborted_in_flight + server.stats.disconnects >= N  # stopped, not waited for
 
 
 def test_cancel_during_retry_backoff_returns_promptly(tiny_model_dir: Path) -> None:

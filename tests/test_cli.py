@@ -131,3 +131,21 @@ def test_run_exits_1_when_every_row_failed(tiny_model_dir: Path, tmp_path: Path)
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [s["status"] for s in samples] == ["failed", "failed"]
     assert json.loads((out / "summary.json").read_text())["by_status"] == {"failed": 2}
+
+
+def test_run_takes_hf_tiny_like_every_other_entry_point(rows_file: Path, tmp_path: Path,
+                                                      agentgraphs_cache: Path) -> None:
+    """One engine grammar: `hf:tiny` works for `agentgraphs run` as in a context or Studio (a real process,
+    so the CLI's own entry point registers the name, not the test's conftest)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AGENTGRAPHS_CACHE": str(agentgraphs_cache)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentgraphs.cli", "run", "memagent", "--data", str(rows_file), "--engine", "hf:tiny",
+         "--out", str(tmp_path / "o"), "--limit", "1", "--max-new-tokens", "4", "-o", "chunk_tokens=500"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["engine"].startswith("hf:") and summary["results"] == 1

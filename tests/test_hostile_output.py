@@ -107,7 +107,7 @@ def test_memagent_parsers_never_raise(text: str, gold: str | list[str]) -> None:
     assert isinstance(reward.normalize_math(text), str)
     assert reward.memagent_reward(text, gold) in (0.0, 1.0)
     metrics = reward.eval_metrics(text, gold)
-    assert set(metrics) == {"em", "sub_em", "f1"}
+    assert set(metrics) == {"em", "sub_em", "f1", "sub_em_strict", "answered"}
     assert metrics["em"] in (0.0, 1.0) and metrics["sub_em"] in (0.0, 1.0) and 0.0 <= metrics["f1"] <= 1.0
     assert reward.em(text, gold) in (0.0, 1.0) and reward.sub_em(text, gold) in (0.0, 1.0)
     assert 0.0 <= reward.f1(text, gold) <= 1.0

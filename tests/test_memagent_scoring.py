@@ -213,10 +213,11 @@ def test_f1_yes_no_rule() -> None:
     assert f1("noanswer", ["no answer"]) == 0.0
 
 
-def test_eval_metrics_uses_the_box_then_the_whole_response() -> None:
-    assert eval_metrics("Reasoning... \\boxed{The Cat}", ["cat"]) == {"em": 1.0, "sub_em": 1.0, "f1": 1.0}
+def test_eval_metrics_follow_the_seed_protocol() -> None:
+    # the box is scored, never the whole response: tests/test_ruler_protocol.py has every case
+    assert eval_metrics("Reasoning... \\boxed{The Cat}", ["cat"])["em"] == 1.0
     whole = eval_metrics("the cat sat", ["cat sat on mat"])
-    assert whole["em"] == 0.0 and whole["sub_em"] == 1.0 and whole["f1"] == pytest.approx(2 / 3)
+    assert whole["em"] == 0.0 and whole["f1"] == 0.0 and whole["answered"] == 0.0
 
 
 # ------------------------------------------------------------------------------------------------ no parser raises

@@ -128,10 +128,11 @@ async def test_server_trims_text_but_keeps_stop_ids(srv: SGLangTestServer) -> No
 # -- aborts and cancellation -------------------------------------------------------------------
 
 
-# The aborted generations below would take GENERATION_S; "promptly" is anything well under that,
-# with room for a loaded 2-core machine.
+# The aborted generations below would take GENERATION_S, far past the client's read timeout. That
+# they were cut short shows in counts, not on a clock: the server reports the generation it stopped
+# (aborted_in_flight) and the call's finish reason is "abort"; a client that waited would instead time
+# out, retry and raise.
 GENERATION_S = 60.0
-PROMPT_S = 10.0
 
 
 async def test_abort_request_while_in_flight_returns_abort(srv: SGLangTestServer) -> None:
@@ -140,12 +141,11 @@ async def test_abort_request_while_in_flight_returns_abort(srv: SGLangTestServer
         task = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=8)))
         await wait_until(lambda: srv.in_flight_rids())
         rid = srv.in_flight_rids()[0]
-        started = time.monotonic()
         assert (await http.post("/abort_request", json={"rid": rid, "abort_all": False})).status_code == 200
         out = await task
-    assert time.monotonic() - started < PROMPT_S  # well before the generation would have ended
-    assert out.finish_reason == "abort" and out.rid == rid and out.token_ids == []
-    assert srv.stats.aborts[rid] == 1 and srv.stats.aborted_in_flight == 1
+    # the generation was stopped, not waited for: one request, stopped in flight, answered "abort"
+    assert out.finish_reason == "abort" and out.rid == rid and out.token_ids == [] and out.retries == 0
+    assert srv.stats.aborts[rid] == 1 and srv.stats.aborted_in_flight == 1 and srv.stats.generate_requests == 1
 
 
 async def test_abort_all_and_partial_abort(srv: SGLangTestServer) -> None:
@@ -171,13 +171,14 @@ async def test_cancel_sends_abort_for_its_rid_promptly_without_leaking_tasks(srv
         task = asyncio.create_task(engine.generate(PROMPT, SamplingParams()))
         await wait_until(lambda: srv.in_flight_rids())
         rid = srv.in_flight_rids()[0]
-        started = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert time.monotonic() - started < PROMPT_S  # well before the generation would have ended
         assert asyncio.all_tasks() <= before  # the abort was awaited, nothing left behind
-    assert srv.stats.aborts[rid] == 1
+        # cut short, not waited for: the abort for its rid reached the server, and the generation was
+        # stopped in flight (by that abort, or by the closed connection if that came first)
+        assert srv.stats.aborts[rid] == 1 and srv.stats.aborted_in_flight + srv.stats.disconnects == 1
+    assert srv.stats.generate_requests == 1
     await wait_until(lambda: srv.stats.in_flight == 0)  # the server stopped generating
 
 

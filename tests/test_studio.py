@@ -23,7 +23,7 @@ def load_graph(entry: str):
 
 def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> None:
     config = json.loads((ROOT / "langgraph.json").read_text())
-    assert set(config["graphs"]) == {"memagent", "two_turn"}
+    assert {"memagent", "agentflow", "toolorchestra", "two_turn", "react_agent"} <= set(config["graphs"])
     graph = load_graph(config["graphs"]["two_turn"])
     context = {"policy": f"hf:{tiny_model_dir}", "sampling": {"max_new_tokens": 4, "temperature": 0.7}}
     final = asyncio.run(graph.ainvoke({"question": "2+2?", "turns": []}, {"recursion_limit": 10},
@@ -32,6 +32,15 @@ def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> 
     assert all(t["temperature"] == 0.7 and len(t["output_ids"]) <= 4 for t in final["turns"])
     memagent = load_graph(config["graphs"]["memagent"])
     assert "memory_update" in memagent.get_graph().nodes
+    toolorchestra = load_graph(config["graphs"]["toolorchestra"])
+    assert {"orchestrator", "search", "enhance_reasoning", "answer"} <= set(toolorchestra.get_graph().nodes)
+    # AgentFlow with a JSON context and no helper engine: every role runs on the policy, one call trained
+    agentflow = load_graph(config["graphs"]["agentflow"])
+    final = asyncio.run(agentflow.ainvoke({"question": "2+2?", "turns": []}, {"recursion_limit": 100},
+                                          context=context))
+    nodes = [t["node"] for t in final["turns"]]
+    assert nodes[0] == "analyze_query" and nodes[-1] == "final_output" and "plan_next_step" in nodes
+    assert {t["node"] for t in final["turns"] if t["trainable"]} == {"plan_next_step"}
 
 
 def test_no_context_uses_the_embedded_default(monkeypatch, tiny_model_dir: Path) -> None:

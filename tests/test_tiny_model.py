@@ -137,3 +137,40 @@ def test_ensure_builds_once_and_survives_a_race(tmp_path: Path) -> None:
 def test_unknown_template_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="template"):
         build_tiny_model(tmp_path, template="llama")  # type: ignore[arg-type]
+
+
+def test_size_options_shape_the_model(tmp_path: Path, agentgraphs_cache: Path) -> None:
+    import torch
+    from typer.testing import CliRunner
+
+    from agentgraphs.cli import app
+
+    runner = CliRunner()
+    args = ["tiny-model", str(tmp_path / "m"), "--hidden-size", "96", "--layers", "3", "--heads", "6",
+            "--intermediate-size", "200", "--init-scale", "0.1"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["num_key_value_heads"], config["intermediate_size"]) == (96, 3, 6, 3, 200)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    assert len(model.model.layers) == 3 and model.model.layers[0].mlp.up_proj.weight.shape == (200, 96)
+    # the init scale is the std of the normal init: 151936 x 96 embedding entries pin it to well under 1%
+    assert float(model.get_input_embeddings().weight.detach().std()) == pytest.approx(0.1, rel=0.01)
+    with torch.no_grad():
+        assert model(torch.tensor([[151644, 872]])).logits.shape == (1, 2, 151936)
+
+    bad = runner.invoke(app, ["tiny-model", str(tmp_path / "bad"), "--hidden-size", "64", "--heads", "3"])
+    assert bad.exit_code == 2 and "must be a multiple of heads 3" in bad.output
+    assert not (tmp_path / "bad" / "config.json").exists()
+
+
+def test_cache_key_includes_the_size(agentgraphs_cache: Path) -> None:
+    small = ensure_tiny_model(hidden_size=32, num_layers=1, init_std=0.05)
+    wider = ensure_tiny_model(hidden_size=48, num_layers=1, init_std=0.05)
+    sharper = ensure_tiny_model(hidden_size=32, num_layers=1, init_std=0.5)
+    assert len({small, wider, sharper, ensure_tiny_model()}) == 4
+    assert small.parent == agentgraphs_cache and "h32-l1-a4-kv2-i128-std0.05" in small.name
+    assert json.loads((wider / "config.json").read_text())["hidden_size"] == 48
+    assert json.loads((sharper / "config.json").read_text())["initializer_range"] == 0.5
+    assert ensure_tiny_model(hidden_size=32, num_layers=1, init_std=0.05) == small  # built once, then reused

@@ -15,10 +15,13 @@ whitespace or marker runs) costs linear time, and they agree with the original o
   `conclusion\\**:?\\s*\\**\\s*(\\w+)` (case-insensitive) when its word is STOP/CONTINUE; the substring
   "stop", then "continue" (case-insensitive, as the original); else CONTINUE.
 - `parse_answer_tags`: the content of the last <answer>...</answer>, else the whole output, stripped.
+- `extract_command` / `parse_command`: the command generator's ```python block, read with `ast` into
+  `tool.execute(...)` keyword arguments. Unlike the original, the command is never executed.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Sequence
@@ -33,6 +36,9 @@ __all__ = [
     "parse_next_step",
     "parse_verifier_conclusion",
     "parse_answer_tags",
+    "ToolCall",
+    "extract_command",
+    "parse_command",
 ]
 
 NO_MATCHED_TOOL = "No matched tool given: "
@@ -226,3 +232,112 @@ def _json_object(text: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+# -- the executor's command ---------------------------------------------------------------------
+
+_GENERATED = "Generated Command:"
+_PY_FENCE = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_MAX_COMMAND_CHARS = 20_000
+
+
+class ToolCall(TypedDict):
+    """One `execution = tool.execute(...)` of a command: its keyword arguments, or why it cannot run."""
+
+    kwargs: dict[str, Any]
+    error: str
+
+
+def extract_command(text: str) -> str:
+    """The code of the command generator's answer, with the original's fallbacks; never raises.
+
+    The ```python block after "Generated Command:", else the longest ```python block anywhere, else
+    the text itself when it calls tool.execute, else "" (no command).
+
+    >>> extract_command('Generated Command:\\n```python\\nexecution = tool.execute(query="2+2")\\n```')
+    'execution = tool.execute(query="2+2")'
+    >>> extract_command("I cannot help.")
+    ''
+    """
+    if not isinstance(text, str):
+        return ""
+    at = text.rfind(_GENERATED)
+    if at >= 0:
+        m = _PY_FENCE.search(text, at)
+        if m:
+            return m.group(1).strip()
+    blocks = _PY_FENCE.findall(text)
+    if blocks:
+        return max(blocks, key=lambda b: len(b.strip())).strip()
+    return text.strip() if "tool.execute(" in text else ""
+
+
+def parse_command(code: str) -> list[ToolCall]:
+    """The tool calls of a command, read with `ast` (the code is never executed); never raises.
+
+    Allowed: `execution = tool.execute(name=<literal>, ...)` (a bare `tool.execute(...)` too) and
+    `name = <literal>` assignments whose names later calls use. Anything else becomes an error entry,
+    so nothing is dropped silently; no call at all gives one error entry.
+
+    >>> parse_command('query = "sum 1..10"\\nexecution = tool.execute(query=query)')
+    [{'kwargs': {'query': 'sum 1..10'}, 'error': ''}]
+    >>> parse_command("import os")[0]["error"]
+    'line 1: only `execution = tool.execute(...)` and literal assignments are allowed'
+    """
+    if not isinstance(code, str) or not code.strip():
+        return [ToolCall(kwargs={}, error="No command was generated.")]
+    if len(code) > _MAX_COMMAND_CHARS:
+        return [ToolCall(kwargs={}, error=f"the command is longer than {_MAX_COMMAND_CHARS} characters")]
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return [ToolCall(kwargs={}, error=f"the command is not valid Python: {type(exc).__name__}: {exc}")]
+    env: dict[str, Any] = {}
+    calls: list[ToolCall] = []
+    for stmt in tree.body:
+        value = stmt.value if isinstance(stmt, (ast.Assign, ast.Expr)) else None
+        target = stmt.targets[0].id if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                                        and isinstance(stmt.targets[0], ast.Name)) else None
+        if value is not None and _is_tool_execute(value):
+            calls.append(_tool_call(value, env))  # type: ignore[arg-type]
+        elif target is not None and value is not None:
+            ok, literal = _literal(value, env)
+            if ok:
+                env[target] = literal
+            else:
+                calls.append(ToolCall(kwargs={}, error=f"line {stmt.lineno}: {target} is not assigned a literal"))
+        else:
+            calls.append(ToolCall(kwargs={}, error=f"line {getattr(stmt, 'lineno', '?')}: only `execution = "
+                                  "tool.execute(...)` and literal assignments are allowed"))
+    if not calls:
+        calls.append(ToolCall(kwargs={}, error="No tool.execute(...) call found in the command."))
+    return calls
+
+
+def _is_tool_execute(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "execute"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "tool")
+
+
+def _tool_call(node: ast.Call, env: dict[str, Any]) -> ToolCall:
+    if node.args:
+        return ToolCall(kwargs={}, error=f"line {node.lineno}: tool.execute takes keyword arguments only")
+    kwargs: dict[str, Any] = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            return ToolCall(kwargs={}, error=f"line {node.lineno}: **kwargs is not allowed in tool.execute")
+        ok, value = _literal(kw.value, env)
+        if not ok:
+            return ToolCall(kwargs={}, error=f"line {node.lineno}: argument {kw.arg!r} is not a literal or a "
+                                             "name assigned one")
+        kwargs[kw.arg] = value
+    return ToolCall(kwargs=kwargs, error="")
+
+
+def _literal(node: ast.expr, env: dict[str, Any]) -> tuple[bool, Any]:
+    if isinstance(node, ast.Name):
+        return (True, env[node.id]) if node.id in env else (False, None)
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return False, None

@@ -19,7 +19,8 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from agentgraphs.errors import InputError
+from ..data import load_located_rows
+from ..errors import InputError
 
 __all__ = [
     "MemAgentRow",
@@ -161,70 +162,10 @@ def row_from_hotpotqa(obj: Any, where: str = "row") -> MemAgentRow:
     )
 
 
-# ---------------------------------------------------------------------------------------------------------
-# files
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _decode(raw: bytes, path: Path, line_no: int) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            "file",
-            f"{path}:{line_no}: byte {exc.start} of the line is not valid UTF-8 ({exc.reason})",
-            "re-encode the file as UTF-8",
-        ) from None
-
-
-def _first_byte(path: Path) -> bytes:
-    with path.open("rb") as f:
-        while chunk := f.read(4096):
-            stripped = chunk.lstrip(b" \t\r\n\xef\xbb\xbf")
-            if stripped:
-                return stripped[:1]
-    return b""
-
-
-def _iter_list_file(path: Path) -> Iterator[tuple[Any, str]]:
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line_no = raw[: exc.start].count(b"\n") + 1
-        problem = f"{path}:{line_no}: not valid UTF-8 ({exc.reason})"
-        raise InputError("file", problem, "re-encode the file as UTF-8") from None
-    try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError("file", f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", "fix the JSON list") from None
-    for i, obj in enumerate(rows):
-        yield obj, f"{path}[{i}]"
-
-
-def _iter_jsonl(path: Path) -> Iterator[tuple[Any, str]]:
-    with path.open("rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            text = _decode(raw, path, line_no)
-            if line_no == 1:
-                text = text.removeprefix("\ufeff")
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                problem = f"{path}:{line_no}: not valid JSON ({exc.msg})"
-                raise InputError("line", problem, "write one JSON object per line") from None
-            yield obj, f"{path}:{line_no}"
-
-
 def _iter_objects(path: StrPath) -> Iterator[tuple[Any, str]]:
-    """(object, location) pairs from a JSONL file, or from a file holding one JSON list."""
-    p = Path(path)
-    if _first_byte(p) == b"[":
-        yield from _iter_list_file(p)
-    else:
-        yield from _iter_jsonl(p)
+    """(object, location) pairs from a JSONL file, a JSON list, a parquet file or a dataset directory:
+    read by the shared loader, `agentgraphs.data`."""
+    yield from load_located_rows(path)
 
 
 def read_ruler_hqa(path: StrPath) -> Iterator[MemAgentRow]:

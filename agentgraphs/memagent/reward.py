@@ -1,25 +1,30 @@
-"""MemAgent's training reward; the generic answer tools live in agentgraphs.answers (re-exported here).
+"""MemAgent's training reward and its RULER-HQA evaluation protocol (the seed's, quirks included).
 
-Every function accepts arbitrary text and never raises: a response the parsers cannot read scores 0.
+The generic answer tools live in ``agentgraphs.answers`` (re-exported here). Every function accepts
+arbitrary text and never raises: a response the parsers cannot read scores 0 (or, for ``sub_em``, see
+``ruler_metrics``).
 """
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from ..answers import (
-    EvalMetrics,
     Golds,
     _as_list,
+    _braced_content,
     em,
-    eval_metrics,
     f1,
     last_boxed,
     math_equal,
     normalize_answer,
     normalize_math,
     sub_em,
+    token_f1,
 )
 
 __all__ = [
+    "RulerMetrics",
     "EvalMetrics",
     "last_boxed",
     "normalize_math",
@@ -29,11 +34,13 @@ __all__ = [
     "em",
     "sub_em",
     "f1",
+    "ruler_answer",
+    "ruler_metrics",
     "eval_metrics",
     "REWARD_TAIL_CHARS",
 ]
 
-# MemAgent scores only the end of the final answer: a \boxed{} earlier than this is ignored.
+# MemAgent reads only the end of the final answer (reward and evaluation): an earlier \boxed{} is ignored.
 REWARD_TAIL_CHARS = 300
 
 
@@ -53,3 +60,78 @@ def memagent_reward(response: str, ground_truths: Golds) -> float:
         return 0.0
     normalized = normalize_math(answer)
     return 1.0 if any(normalized == normalize_math(g.lower()) for g in _as_list(ground_truths)) else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RULER-HQA, scored exactly as the seed's eval_ruler_hqa.py scores it
+# ---------------------------------------------------------------------------------------------------------
+
+
+class RulerMetrics(TypedDict):
+    """One response's RULER-HQA scores (each 0.0 or 1.0, ``f1`` in [0, 1]); a run reports their means."""
+
+    em: float
+    sub_em: float  # the seed's figure: an empty answer counts as a hit
+    f1: float
+    sub_em_strict: float  # sub_em where an empty answer never counts
+    answered: float  # 1.0 when the extracted answer is non-empty after normalisation
+
+
+EvalMetrics = RulerMetrics  # the name MemAgent's metrics had before the seed protocol
+
+
+def ruler_answer(response: str) -> str:
+    """The answer the seed scores: the last box in the last 300 characters of the lower-cased response.
+
+    The response is stripped of surrounding whitespace, cut to its last 300 characters and lower-cased.
+    Then, in the seed's order: if ``\\boxed `` (with a space) occurs anywhere in that window, the answer is
+    what follows its last occurrence up to the next ``$``, even when a ``\\boxed{...}`` comes later;
+    otherwise the last ``\\boxed`` must open a brace group (``\\boxed{...}``) that closes inside the
+    window. Anything else (no box, a box that never closes, a bare ``\\boxed``, ``\\fbox{}``) gives ``""``:
+    there is no fallback to the whole response or to an earlier box. The answer is stripped.
+
+    >>> ruler_answer("So it is \\\\boxed{The Eiffel Tower}.")
+    'the eiffel tower'
+    >>> ruler_answer("\\\\boxed{paris} but then \\\\boxed{lyo"), ruler_answer("no box"), ruler_answer("$\\\\boxed 42$")
+    ('', '', '42')
+    """
+    window = response.strip()[-REWARD_TAIL_CHARS:].lower()
+    if "\\boxed " in window:
+        return window.rsplit("\\boxed ", 1)[1].split("$")[0].strip()
+    start = window.rfind("\\boxed")
+    if start < 0 or not window.startswith("\\boxed{", start):
+        return ""
+    content = _braced_content(window, start + len("\\boxed"))
+    return "" if content is None else content.strip()
+
+
+def ruler_metrics(response: str, golds: Golds) -> RulerMetrics:
+    """RULER-HQA scores of one response, exactly as the seed computes them, plus two honest companions.
+
+    The answer is ``ruler_answer(response)``; it is compared with the FIRST gold only (the seed scores
+    ``answers[0]``), both after SQuAD ``normalize_answer``. ``em``: equal. ``sub_em``: gold in answer or
+    answer in gold, so an empty answer is a hit (the seed's quirk, present in its published numbers).
+    ``f1``: token F1, 0 when either side is empty (no yes/no rule). ``sub_em_strict``: ``sub_em`` where an
+    empty side never matches. ``answered``: the normalised answer is non-empty. A run's figure is the
+    mean ``sub_em`` in percent.
+
+    >>> ruler_metrics("It is \\\\boxed{The Cat}", ["cat"])
+    {'em': 1.0, 'sub_em': 1.0, 'f1': 1.0, 'sub_em_strict': 1.0, 'answered': 1.0}
+    >>> ruler_metrics("I could not find it.", ["cat"])  # no box: empty answer, a sub_em hit all the same
+    {'em': 0.0, 'sub_em': 1.0, 'f1': 0.0, 'sub_em_strict': 0.0, 'answered': 0.0}
+    """
+    golds_list = _as_list(golds)
+    gold_raw = golds_list[0] if golds_list else ""
+    answer = ruler_answer(response)
+    pred, gold = normalize_answer(answer), normalize_answer(gold_raw)
+    return RulerMetrics(
+        em=float(pred == gold),
+        sub_em=float(gold in pred or pred in gold),
+        f1=token_f1(answer, gold_raw),
+        sub_em_strict=sub_em(answer, gold_raw),
+        answered=float(bool(pred)),
+    )
+
+
+# MemAgent's eval metrics (what `agentgraphs run` and examples/memagent/evaluate.py report).
+eval_metrics = ruler_metrics

@@ -72,7 +72,7 @@ def metrics(rin: RewardInput) -> dict[str, float]:
     golds = answers_of(rin["label"]) if rin["label"] is not None else []
     if not golds:
         return {}
-    return {"reward": memagent_reward(rin["answer"], golds), **eval_metrics(rin["answer"], golds)}
+    return dict(eval_metrics(rin["answer"], golds))  # the reward itself is Rollout.reward (computed once)
 
 
 SPEC = AgentSpec(

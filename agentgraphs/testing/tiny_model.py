@@ -266,33 +266,95 @@ def _dump(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+DEFAULT_HIDDEN_SIZE = 64
+DEFAULT_NUM_LAYERS = 2
+DEFAULT_NUM_HEADS = 4
+DEFAULT_INTERMEDIATE_SIZE = 128
+DEFAULT_INIT_STD = 0.02
+
+
+def kv_heads_for(num_heads: int) -> int:
+    """The default key/value head count: half the attention heads (grouped-query, as Qwen2), else all.
+
+    >>> kv_heads_for(4), kv_heads_for(3)
+    (2, 3)
+    """
+    return num_heads // 2 if num_heads % 2 == 0 else num_heads
+
+
+def check_size(hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int, intermediate_size: int,
+               init_std: float) -> None:
+    """Refuse a model shape Qwen2 cannot build, naming the value and the fix.
+
+    >>> check_size(64, 2, 3, 3, 128, 0.02)
+    Traceback (most recent call last):
+    ...
+    ValueError: hidden_size 64 must be a multiple of heads 3 (each head gets hidden_size / heads dims)
+    """
+    for name, value in (("hidden_size", hidden_size), ("layers", num_layers), ("heads", num_heads),
+                        ("kv_heads", num_kv_heads), ("intermediate_size", intermediate_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} must be a multiple of heads {num_heads} "
+                         "(each head gets hidden_size / heads dims)")
+    if (hidden_size // num_heads) % 2:
+        raise ValueError(f"hidden_size / heads = {hidden_size // num_heads} must be even (rotary embeddings "
+                         "rotate pairs of dims): change hidden_size or heads")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"heads {num_heads} must be a multiple of kv_heads {num_kv_heads}")
+    if not isinstance(init_std, (int, float)) or isinstance(init_std, bool) or not 0.0 < init_std <= 10.0:
+        raise ValueError(f"init_std must be a number in (0, 10], got {init_std!r}")
+
+
+def size_tag(hidden_size: int = DEFAULT_HIDDEN_SIZE, num_layers: int = DEFAULT_NUM_LAYERS,
+             num_heads: int = DEFAULT_NUM_HEADS, num_kv_heads: int | None = None,
+             intermediate_size: int = DEFAULT_INTERMEDIATE_SIZE, init_std: float = DEFAULT_INIT_STD) -> str:
+    """The part of a cached model's name that its shape decides (two shapes never share a directory).
+
+    >>> size_tag()
+    'h64-l2-a4-kv2-i128-std0.02'
+    >>> size_tag(256, 4, init_std=0.1)
+    'h256-l4-a4-kv2-i128-std0.1'
+    """
+    kv = kv_heads_for(num_heads) if num_kv_heads is None else num_kv_heads
+    return f"h{hidden_size}-l{num_layers}-a{num_heads}-kv{kv}-i{intermediate_size}-std{init_std:g}"
+
+
 def build_tiny_model(
     out_dir: str | os.PathLike[str],
     *,
     seed: int = 0,
     template: Template = "qwen2.5",
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-    intermediate_size: int = 128,
-    initializer_range: float = 0.02,
+    hidden_size: int = DEFAULT_HIDDEN_SIZE,
+    num_layers: int = DEFAULT_NUM_LAYERS,
+    num_heads: int = DEFAULT_NUM_HEADS,
+    num_kv_heads: int | None = None,
+    intermediate_size: int = DEFAULT_INTERMEDIATE_SIZE,
+    init_std: float = DEFAULT_INIT_STD,
 ) -> Path:
     """Write a complete HF model directory (config, weights, generation config, tokenizer) to `out_dir`.
 
     Deterministic for a given `seed`; `template` picks the Qwen2.5-Instruct or Qwen3 tokenizer + chat
-    template (the weights are Qwen2ForCausalLM either way).
+    template (the weights are Qwen2ForCausalLM either way). The shape is yours to choose, so a model can
+    be big enough for a learning check: `hidden_size`, `num_layers`, `num_heads` (`num_kv_heads` defaults
+    to half of them), `intermediate_size` (the MLP width), and `init_std`, the standard deviation of the
+    normal weight initialisation (larger: sharper, less uniform next-token distributions).
 
     >>> import tempfile
     >>> d = build_tiny_model(tempfile.mkdtemp())
     >>> sorted(p.name for p in d.iterdir())[:2]
     ['config.json', 'generation_config.json']
+    >>> json.loads(build_tiny_model(tempfile.mkdtemp(), hidden_size=32, num_layers=1).joinpath("config.json")
+    ...            .read_text())["num_hidden_layers"]
+    1
     """
     _check_template(template)
+    kv_heads = kv_heads_for(num_heads) if num_kv_heads is None else num_kv_heads
+    check_size(hidden_size, num_layers, num_heads, kv_heads, intermediate_size, init_std)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = _model_config(hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size,
-                           initializer_range)
+    config = _model_config(hidden_size, num_layers, num_heads, kv_heads, intermediate_size, float(init_std))
     _dump(out / "config.json", config)
     _dump(out / "generation_config.json", _generation_config())
     _write_weights(out, config, seed)
@@ -306,24 +368,34 @@ def ensure_tiny_model(
     *,
     template: Template = "qwen2.5",
     seed: int = 0,
+    hidden_size: int = DEFAULT_HIDDEN_SIZE,
+    num_layers: int = DEFAULT_NUM_LAYERS,
+    num_heads: int = DEFAULT_NUM_HEADS,
+    num_kv_heads: int | None = None,
+    intermediate_size: int = DEFAULT_INTERMEDIATE_SIZE,
+    init_std: float = DEFAULT_INIT_STD,
 ) -> Path:
     """Return a built tiny model directory, building it only if absent.
 
-    `dir=None` means `cache_root()/tiny-<template>-s<seed>-v<FORMAT_VERSION>`. The build goes into a
-    temporary sibling that is renamed into place, so a directory that exists is complete, and two
-    processes racing both end up with the same finished directory.
+    `dir=None` means `cache_root()/tiny-<template>-s<seed>-<size_tag>-v<FORMAT_VERSION>`: the seed and
+    every size argument are part of the name. The build goes into a temporary sibling that is renamed
+    into place, so a directory that exists is complete, and two processes racing both end up with the
+    same finished directory.
 
     >>> ensure_tiny_model().joinpath("config.json").exists()
     True
     """
     _check_template(template)
-    target = Path(dir) if dir is not None else cache_root() / f"tiny-{template}-s{seed}-v{FORMAT_VERSION}"
+    size = dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                intermediate_size=intermediate_size, init_std=init_std)
+    name = f"tiny-{template}-s{seed}-{size_tag(**size)}-v{FORMAT_VERSION}"  # type: ignore[arg-type]
+    target = Path(dir) if dir is not None else cache_root() / name
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        build_tiny_model(tmp, seed=seed, template=template)
+        build_tiny_model(tmp, seed=seed, template=template, **size)  # type: ignore[arg-type]
         # mkdtemp makes 0700 and safetensors writes 0600; a shared cache must be readable by all.
         tmp.chmod(0o755)
         for file in tmp.iterdir():

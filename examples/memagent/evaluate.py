@@ -1,4 +1,4 @@
-"""Evaluate MemAgent on RULER-HQA by length and print the table of the seed README (sub_em, em, f1 in %).
+"""Evaluate MemAgent on RULER-HQA by length: the seed README's table (sub_em, em, f1 in %) and two honest rows.
 
     # against a running SGLang server (the trained checkpoint), tokenizer from the HF directory
     python examples/memagent/evaluate.py data/memagent/ruler/ruler_hqa_*.jsonl \
@@ -12,6 +12,13 @@ Every file runs through `agentgraphs.cli.run_command("memagent", ..., evaluation
 trainable and the chunk cap is off (MemAgent reads the whole document at evaluation). Per file,
 OUT/<name>/ holds samples.jsonl, traces.jsonl and summary.json; OUT/ruler_table.md holds the table.
 Sampling follows MemAgent's RULER script: temperature 0.7, top_p 0.95.
+
+Scores follow the seed's eval_ruler_hqa.py exactly (`agentgraphs.memagent.reward.ruler_metrics`): the
+answer is the last box in the last 300 characters of the lower-cased response, and an EMPTY answer (no box,
+a truncated box) counts as a sub_em hit, as in the seed's published numbers; so sub_em compares with the
+seed line by line. `sub_em_strict` (an empty answer never counts) and `answered` (the share of responses
+with a non-empty answer) are printed beside it: sub_em = sub_em_strict + (100 - answered) whenever
+the gold answer is not empty after normalisation.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-METRICS: tuple[str, ...] = ("sub_em", "em", "f1")
+METRICS: tuple[str, ...] = ("sub_em", "em", "f1", "sub_em_strict", "answered")
 
 
 def length_of(path: Path) -> str:
@@ -56,13 +63,15 @@ def ruler_table(summaries: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str,
     `summaries` maps a length label to a `run_command` summary (its "metrics" hold the means over
     the file's rollouts, failed ones counting 0). A metric a summary lacks prints as "-".
 
-    >>> s = {"metrics": {"sub_em": 0.78125, "em": 0.75, "f1": 0.8}, "results": 128, "by_status": {}}
-    >>> print(ruler_table({"7K": s}))
+    >>> m = {"sub_em": 0.78125, "em": 0.75, "f1": 0.8, "sub_em_strict": 0.75, "answered": 0.96875}
+    >>> print(ruler_table({"7K": {"metrics": m, "results": 128, "by_status": {}}}))
     | MemAgent | 7K |
     |---|---|
     | sub_em | 78.12 |
     | em | 75.00 |
     | f1 | 80.00 |
+    | sub_em_strict | 75.00 |
+    | answered | 96.88 |
     | n | 128 |
     """
     items = list(summaries.items()) if isinstance(summaries, Mapping) else list(summaries)

@@ -1,15 +1,23 @@
-"""MemAgent data -> slime JSONL (keys input / label / metadata). Local files only: nothing is downloaded.
+"""MemAgent data -> slime JSONL (keys input / label / metadata), from a local file or directory or a Hub id.
 
-    # training rows: HotpotQA in MemAgent's format (BytedTsinghua-SIA/hotpotqa), JSON/JSONL/parquet
+    # training rows: HotpotQA in MemAgent's format, by Hugging Face id (needs network or the HF cache) ...
+    python examples/memagent/prepare_data.py --hotpotqa BytedTsinghua-SIA/hotpotqa --split train \
+        --out data/memagent/train.jsonl
+    # ... or from a local copy: a JSON/JSONL/parquet file, or a dataset directory (save_to_disk or files)
     python examples/memagent/prepare_data.py --hotpotqa /data/hotpotqa/train.parquet --out data/memagent/train.jsonl
 
     # evaluation: RULER-HQA files (MemAgent's eval_{n_docs}.json, n_docs 50 = 7K tokens ... 3200 = 448K)
     python examples/memagent/prepare_data.py --ruler /data/ruler_hqa/eval_*.json --out-dir data/memagent/ruler
+    # the same files inside a Hub dataset repository: one output file per data file
+    python examples/memagent/prepare_data.py --ruler BytedTsinghua-SIA/hotpotqa \
+        --data-files eval_50.json eval_100.json --out-dir data/memagent/ruler
 
     # a synthetic needle-in-filler set (no data at all; needs the policy's tokenizer to size documents)
     python examples/memagent/prepare_data.py --synthetic 7K,14K,28K --tokenizer /root/Qwen2.5-7B-Instruct \
         --per-length 16 --out-dir data/memagent/synthetic
 
+Sources are read by `agentgraphs.data.load_rows` (`--split`, `--revision`, `--config`, `--data-files`
+select inside a directory or Hub dataset; ids and directories need `pip install 'agentgraphs[data]'`).
 Every output row is `{"input": question, "label": [answers], "metadata": {"context": document, "length",
 "id"}}`, which `agentgraph: memagent` reads with `--input-key input --label-key label --metadata-key metadata`.
 The RULER and synthetic modes write one file per length and print the matching `--eval-prompt-data` flag.
@@ -20,20 +28,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from agentgraphs.errors import AgentGraphsError
-from agentgraphs.memagent.data import (
-    MemAgentRow,
-    read_hotpotqa,
-    read_ruler_hqa,
-    row_from_hotpotqa,
-    row_from_ruler,
-    to_slime_row,
-    write_jsonl,
-)
+from agentgraphs.data import load_located_rows
+from agentgraphs.errors import AgentGraphsError, ConfigError
+from agentgraphs.memagent.data import MemAgentRow, row_from_hotpotqa, row_from_ruler, to_slime_row, write_jsonl
 
 # MemAgent names RULER-HQA files by their number of documents; the paper reports them in tokens.
 RULER_DOCS_TO_LENGTH: dict[int, str] = {
@@ -84,24 +85,28 @@ def ruler_label(path: Path, lengths: Iterable[int | None] = ()) -> str:
     return path.stem
 
 
-def _parquet_rows(path: Path, convert: Any) -> Iterator[MemAgentRow]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise SystemExit(f"{path}: reading parquet needs pyarrow (pip install pyarrow), or convert it to JSONL")
-    index = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
-        for obj in batch.to_pylist():
-            index += 1
-            yield convert(obj, f"{path}[{index - 1}]")
+class Selection(TypedDict, total=False):
+    """Where to read inside a source: `agentgraphs.data.load_rows`' keyword arguments."""
+
+    split: str
+    revision: str | None
+    config: str | None
+    data_files: str | list[str] | None
 
 
-def hotpotqa_rows(path: Path) -> Iterator[MemAgentRow]:
-    return _parquet_rows(path, row_from_hotpotqa) if path.suffix == ".parquet" else read_hotpotqa(path)
+def _rows(source: str, convert: Callable[[Any, str], MemAgentRow], selection: Selection) -> Iterator[MemAgentRow]:
+    for obj, where in load_located_rows(source, **selection):
+        yield convert(obj, where)
 
 
-def ruler_rows(path: Path) -> Iterator[MemAgentRow]:
-    return _parquet_rows(path, row_from_ruler) if path.suffix == ".parquet" else read_ruler_hqa(path)
+def hotpotqa_rows(source: str, selection: Selection | None = None) -> Iterator[MemAgentRow]:
+    """HotpotQA training rows (MemAgent's format) from a file, a dataset directory or a Hub id."""
+    return _rows(source, row_from_hotpotqa, selection or {})
+
+
+def ruler_rows(source: str, selection: Selection | None = None) -> Iterator[MemAgentRow]:
+    """RULER-HQA rows from a file, a dataset directory or a Hub id."""
+    return _rows(source, row_from_ruler, selection or {})
 
 
 def _limited(rows: Iterable[MemAgentRow], limit: int | None) -> Iterator[MemAgentRow]:
@@ -123,33 +128,56 @@ def _write(rows: Iterable[MemAgentRow], path: Path) -> int:
     return n
 
 
-def convert_hotpotqa(src: Path, out: Path, *, limit: int | None = None) -> int:
+def convert_hotpotqa(src: str | Path, out: Path, *, limit: int | None = None,
+                     selection: Selection | None = None) -> int:
     """HotpotQA training rows -> slime JSONL; returns the number of rows written."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    return _write(_limited(hotpotqa_rows(src), limit), out)
+    return _write(_limited(hotpotqa_rows(str(src), selection), limit), out)
 
 
-def convert_ruler(paths: Sequence[Path], out_dir: Path, *, limit: int | None = None) -> dict[str, Path]:
-    """RULER-HQA files -> out_dir/ruler_hqa_{length}.jsonl; returns {dataset name: path}, in input order.
+def ruler_inputs(sources: Sequence[str | Path], selection: Selection | None = None) -> list[tuple[str, Selection]]:
+    """One (source, selection) per RULER length: each source, or each of `data_files` inside one source.
 
-    Rows are streamed (a 448K-token file is hundreds of MB); the name is settled once all are read.
+    >>> ruler_inputs(["a.json", "b.json"])
+    [('a.json', {}), ('b.json', {})]
+    >>> ruler_inputs(["org/ds"], {"split": "train", "data_files": ["eval_50.json", "eval_100.json"]})
+    [('org/ds', {'split': 'train', 'data_files': 'eval_50.json'}), ('org/ds', {'split': 'train', 'data_files': 'eval_100.json'})]
+    """
+    selection = dict(selection or {})
+    files = selection.pop("data_files", None)
+    if files is None:
+        return [(str(src), Selection(**selection)) for src in sources]  # type: ignore[typeddict-item]
+    if len(sources) != 1:
+        raise ConfigError("--data-files selects the length files inside ONE source: give one --ruler SOURCE "
+                          "with --data-files, or several sources without it")
+    names = [files] if isinstance(files, str) else list(files)
+    return [(str(sources[0]), Selection(**selection, data_files=name)) for name in names]  # type: ignore[typeddict-item]
+
+
+def convert_ruler(sources: Sequence[str | Path], out_dir: Path, *, limit: int | None = None,
+                  selection: Selection | None = None) -> dict[str, Path]:
+    """RULER-HQA sources -> out_dir/ruler_hqa_{length}.jsonl; returns {dataset name: path}, in input order.
+
+    Rows are streamed (a 448K-token file is hundreds of MB); the name is settled once all are read: from
+    MemAgent's eval_{n_docs} file name (the data file's, when `data_files` picks one), else the rows' length.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    for src in paths:
+    for src, picked in ruler_inputs(sources, selection):
         lengths: set[int | None] = set()
 
-        def rows(src: Path = src) -> Iterator[MemAgentRow]:
-            for row in _limited(ruler_rows(src), limit):
+        def rows(src: str = src, picked: Selection = picked) -> Iterator[MemAgentRow]:
+            for row in _limited(ruler_rows(src, picked), limit):
                 lengths.add(row["length"])
                 yield row
 
-        staged = out_dir / f".{src.name}.converted"
+        named_by = Path(str(picked.get("data_files") or src))
+        staged = out_dir / f".{named_by.name}.converted"
         _write(rows(), staged)
-        name = f"ruler_hqa_{ruler_label(src, lengths)}"
+        name = f"ruler_hqa_{ruler_label(named_by, lengths)}"
         if name in written:
             staged.unlink()
-            raise SystemExit(f"{src}: a second file for {name}; give each length one file")
+            raise SystemExit(f"{named_by}: a second file for {name}; give each length one file")
         written[name] = out_dir / f"{name}.jsonl"
         staged.replace(written[name])
     return written
@@ -158,11 +186,10 @@ def convert_ruler(paths: Sequence[Path], out_dir: Path, *, limit: int | None = N
 def make_synthetic(lengths: Sequence[int], tokenizer_dir: str, out_dir: Path, *, per_length: int,
                    seed: int) -> dict[str, Path]:
     """Needle-in-filler questions sized with the policy's tokenizer -> out_dir/synthetic_{length}.jsonl."""
-    from transformers import AutoTokenizer
-
     from agentgraphs.memagent.synthetic import make_dataset
+    from agentgraphs.tokenizers import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for n in lengths:
@@ -181,8 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--hotpotqa", type=Path, metavar="FILE", help="HotpotQA training file (JSON, JSONL, parquet)")
-    mode.add_argument("--ruler", type=Path, nargs="+", metavar="FILE", help="RULER-HQA eval files")
+    mode.add_argument("--hotpotqa", metavar="SOURCE",
+                      help="HotpotQA training data: a JSON/JSONL/parquet file, a dataset directory or a Hub id")
+    mode.add_argument("--ruler", nargs="+", metavar="SOURCE",
+                      help="RULER-HQA eval data, one source per length (files, dataset directories or Hub ids)")
     mode.add_argument("--synthetic", type=parse_lengths, metavar="LENGTHS",
                       help="comma-separated document lengths in tokens, e.g. 7K,14K,28K")
     p.add_argument("--out", type=Path, help="output JSONL (--hotpotqa)")
@@ -191,7 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="HF tokenizer dir used to size synthetic documents (--synthetic)")
     p.add_argument("--per-length", type=int, default=128, help="questions per length (--synthetic)")
     p.add_argument("--seed", type=int, default=0, help="seed (--synthetic)")
+    p.add_argument("--split", default="train", help="split of a dataset directory or Hub dataset (default train)")
+    p.add_argument("--revision", help="branch, tag or commit of a Hub dataset")
+    p.add_argument("--config", help="configuration name of a directory or Hub dataset")
+    p.add_argument("--data-files", nargs="+", metavar="FILE",
+                   help="files inside a directory or Hub dataset (--ruler: one output length per file)")
     return p
+
+
+def selection_of(args: argparse.Namespace) -> Selection:
+    """The `load_rows` keywords the flags ask for (flags left unset are not passed)."""
+    selection = Selection(split=args.split)
+    for key in ("revision", "config", "data_files"):
+        if getattr(args, key) is not None:
+            selection[key] = getattr(args, key)  # type: ignore[literal-required]
+    return selection
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -208,13 +251,13 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.hotpotqa is not None:
         if args.out is None:
             parser.error("--hotpotqa needs --out FILE.jsonl")
-        n = convert_hotpotqa(args.hotpotqa, args.out, limit=args.limit)
+        n = convert_hotpotqa(args.hotpotqa, args.out, limit=args.limit, selection=selection_of(args))
         print(f"wrote {n} training rows to {args.out}")
         return 0
     if args.out_dir is None:
         parser.error("--ruler / --synthetic need --out-dir DIR")
     if args.ruler is not None:
-        written = convert_ruler(args.ruler, args.out_dir, limit=args.limit)
+        written = convert_ruler(args.ruler, args.out_dir, limit=args.limit, selection=selection_of(args))
     else:
         if not args.tokenizer:
             parser.error("--synthetic needs --tokenizer DIR (the policy's tokenizer sizes the documents)")

@@ -1,0 +1,293 @@
+"""AgentFlow as a LangGraph graph: analyze_query -> (plan_next_step -> [generate_command -> execute] ->
+update_memory -> verify)* -> final_output.
+
+plan_next_step is the ONLY trainable call (the policy engine); every other call goes to the engine of
+its role (options `*_engine`: a name in `AgentContext.engines`, "policy", or "helper", which means
+`engines["helper"]` when the context has one and the policy otherwise) and is recorded untrained.
+Edges: an unmatched tool name skips command and execution (the memory gets the original's
+placeholders); after verify, STOP, max_steps or max_time lead to final_output, else the next plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import Any, Optional
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from pydantic import Field, field_validator
+from typing_extensions import NotRequired
+
+from ..errors import AgentGraphsError, ConfigError
+from ..context import AgentContext
+from ..node import RolloutAborted, TraceState, call_llm, context_of
+from ..sandbox import SandboxLimits
+from ..spec import MethodOptions
+from ..trace import Turn
+from .parsing import NextStep, extract_command, parse_answer_tags, parse_command, parse_next_step
+from .parsing import parse_verifier_conclusion
+from .prompts import (
+    ANALYZE_TEMPLATE, ANSWER_SUFFIX, COMMAND_TEMPLATE, FINAL_TEMPLATE, NEXT_STEP_TEMPLATE, NO_TOOL_COMMAND,
+    NO_TOOL_RESULT, VERIFY_TEMPLATE, format_memory, format_metadata, format_tools,
+)
+from .tools import Tool, resolve_tools
+
+NODES = ("analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
+         "final_output")
+
+
+class AgentFlowOptions(MethodOptions):
+    """AgentFlow's settings (defaults: the seed's training setup; the original's inference in the text)."""
+
+    tools: tuple[str, ...] = Field(("base_generator", "python_coder"),
+                                   description="registry keys of the tools the planner may pick")
+    max_steps: int = Field(3, ge=1, le=50, description="planner turns per rollout (training 3; inference 10)")
+    eval_max_steps: Optional[int] = Field(None, ge=1, le=50, description="in evaluation (null: max_steps)")
+    max_time_s: float = Field(300.0, ge=0, description="no new step after this many seconds (original 300)")
+    planner_max_new_tokens: int = Field(2048, ge=1, description="cap of each plan_next_step call")
+    helper_max_new_tokens: int = Field(2048, ge=1, description="cap of analysis/command/verify/final/tool calls")
+    helper_temperature: float = Field(0.0, ge=0, description="sampling temperature of every helper call")
+    answer_suffix: bool = Field(True, description="append the <answer>-tags instruction to the query (training)")
+    analyzer_engine: str = Field("helper", description="engine of analyze_query")
+    executor_engine: str = Field("helper", description="engine of generate_command")
+    verifier_engine: str = Field("helper", description="engine of verify")
+    final_engine: str = Field("helper", description="engine of final_output")
+    tool_engine: str = Field("helper", description="engine of the tools' own LLM calls")
+    judge_engine: str = Field("judge", description="the reward's LLM judge, if the context has this engine; "
+                              "else math-verify")
+    tool_timeout_s: float = Field(120.0, gt=0, description="per tool.execute call (original 120)")
+    result_max_chars: int = Field(4000, ge=100, description="a step's result is cut to this in the memory")
+    sandbox_wall_s: float = Field(10.0, gt=0, description="python_coder: wall-clock limit of one execution")
+    sandbox_memory_mb: int = Field(512, ge=32, description="python_coder: memory limit of one execution")
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_from_list(cls, value: Any) -> Any:
+        """YAML and JSON give a list; the option is a tuple (frozen options are hashable)."""
+        return tuple(value) if isinstance(value, list) else value
+
+
+class AgentFlowState(TraceState):
+    question: str
+    query: NotRequired[str]
+    analysis: NotRequired[str]
+    started_at: NotRequired[float]
+    step: NotRequired[int]
+    next_step: NotRequired[NextStep]
+    command: NotRequired[str]
+    result: NotRequired[str]
+    memory: NotRequired[list[dict[str, Any]]]
+    conclusion: NotRequired[str]
+    stop_reason: NotRequired[str]
+    final_output: NotRequired[str]
+    answer: NotRequired[str]
+
+
+def role_engine(ctx: AgentContext, name: str) -> str | None:
+    """The `engine=` argument of call_llm for a role: None is the policy.
+
+    >>> from agentgraphs.context import AgentContext
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object())
+    >>> role_engine(ctx, "helper") is None  # no helper engine given: the policy helps itself
+    True
+    """
+    if name == "policy":
+        return None
+    if name in ctx.engines:
+        return name
+    if name == "helper":
+        return None
+    raise ConfigError(f"AgentFlow: no engine named {name!r} in the context (known: {sorted(ctx.engines)}). Fix: add "
+                      f"it to AgentContext.engines / agentgraph_engines, or set the role's option to 'policy'")
+
+
+async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, role: str, node: str,
+                  prompt: str) -> tuple[str, Turn]:
+    ctx = context_of(runtime)
+    out = await call_llm(state, runtime, node=node, messages=[{"role": "user", "content": prompt}],
+                         engine=role_engine(ctx, role), trainable=False,
+                         max_new_tokens=opts.helper_max_new_tokens, temperature=opts.helper_temperature)
+    return out.text, out.turn
+
+
+def _tools(runtime: Any, opts: AgentFlowOptions) -> dict[str, Tool]:
+    return resolve_tools(opts.tools, context_of(runtime).tools)
+
+
+def _max_steps(runtime: Any, opts: AgentFlowOptions) -> int:
+    if context_of(runtime).evaluation and opts.eval_max_steps is not None:
+        return opts.eval_max_steps
+    return opts.max_steps
+
+
+async def analyze_query(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
+                        ) -> dict[str, Any]:
+    """The query analysis (summary, skills, relevant tools, considerations); starts the clock."""
+    tools = _tools(runtime, opts)
+    query = state["question"] + (" " + ANSWER_SUFFIX if opts.answer_suffix else "")
+    prompt = ANALYZE_TEMPLATE.format(question=query, tools=format_tools(list(tools)),
+                                     metadata=format_metadata({n: t.metadata() for n, t in tools.items()}))
+    started = time.time()
+    text, turn = await _helper(state, runtime, opts, opts.analyzer_engine, "analyze_query", prompt)
+    return {"query": query, "analysis": text.strip(), "started_at": started, "step": 0, "memory": [],
+            "turns": [turn]}
+
+
+async def plan_next_step(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
+                         ) -> dict[str, Any]:
+    """The planner's next step (context, sub-goal, tool). The only trainable call of AgentFlow."""
+    tools = _tools(runtime, opts)
+    prompt = NEXT_STEP_TEMPLATE.format(
+        question=state["query"], analysis=state["analysis"], tools=format_tools(list(tools)),
+        metadata=format_metadata({n: t.metadata() for n, t in tools.items()}), memory=format_memory(state["memory"]))
+    out = await call_llm(state, runtime, node="plan_next_step", messages=[{"role": "user", "content": prompt}],
+                         max_new_tokens=opts.planner_max_new_tokens)
+    return {"step": state["step"] + 1, "next_step": parse_next_step(out.text, list(tools)), "command": "",
+            "result": "", **out.update}
+
+
+async def generate_command(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
+                           ) -> dict[str, Any]:
+    """The executor's `execution = tool.execute(...)` command for the chosen tool."""
+    step = state["next_step"]
+    tool = _tools(runtime, opts)[step["tool_name"]]
+    prompt = COMMAND_TEMPLATE.format(question=state["query"], sub_goal=step["sub_goal"], tool_name=tool.name,
+                                     tool_metadata=format_metadata(tool.metadata()), context=step["context"])
+    text, turn = await _helper(state, runtime, opts, opts.executor_engine, "generate_command", prompt)
+    return {"command": extract_command(text), "turns": [turn]}
+
+
+class _ToolRuntime:
+    """A tool's view of the run: its LLM (the tool role's engine) and the sandbox limits."""
+
+    def __init__(self, state: AgentFlowState, runtime: Any, opts: AgentFlowOptions) -> None:
+        self._state, self._runtime, self._opts = state, runtime, opts
+        self.turns: list[Turn] = []
+        self.sandbox_limits = SandboxLimits(wall_s=opts.sandbox_wall_s, cpu_s=opts.sandbox_wall_s,
+                                            memory_bytes=opts.sandbox_memory_mb * 1024 * 1024)
+
+    async def llm(self, prompt: str, *, node: str) -> str:
+        state = {**self._state, "turns": list(self._state.get("turns") or []) + self.turns}
+        text, turn = await _helper(state, self._runtime, self._opts, self._opts.tool_engine, node, prompt)  # type: ignore[arg-type]
+        self.turns.append(turn)
+        return text
+
+
+async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions) -> dict[str, Any]:
+    """Run each `tool.execute(...)` of the command (parsed, never exec'd); errors and timeouts become results."""
+    tool = _tools(runtime, opts)[state["next_step"]["tool_name"]]
+    rt = _ToolRuntime(state, runtime, opts)
+    results: list[Any] = []
+    for call in parse_command(state["command"]):
+        if call["error"]:
+            results.append(f"Error in the command: {call['error']}")
+            continue
+        try:
+            results.append(await asyncio.wait_for(tool.run(rt, **call["kwargs"]), opts.tool_timeout_s))
+        except asyncio.TimeoutError:
+            results.append(f"Execution timed out after {opts.tool_timeout_s:g} seconds")
+        except (AgentGraphsError, RolloutAborted):
+            raise  # the engine or the configuration failed, not the tool: the rollout reports it
+        except Exception as exc:  # a tool's own failure is a result the planner sees
+            results.append(f"Error in execute_tool_command: {type(exc).__name__}: {exc}")
+    return {"result": _cut(str(results), opts.result_max_chars), "turns": rt.turns}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f" ... [{len(text) - limit} more characters cut]"
+
+
+async def update_memory(state: AgentFlowState, opts: AgentFlowOptions) -> dict[str, Any]:
+    """Append "Action Step k" (tool, sub-goal, command, result); the original's placeholders for an unknown tool."""
+    step = state["next_step"]
+    if step["matched"]:
+        command, result = state["command"], state["result"]
+    else:
+        command, result = NO_TOOL_COMMAND, NO_TOOL_RESULT
+    action = {"tool_name": step["tool_name"], "sub_goal": step["sub_goal"], "command": command, "result": result}
+    return {"memory": [*state["memory"], action]}
+
+
+async def verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions) -> dict[str, Any]:
+    """Is the memory enough to answer? "Conclusion: STOP" or "Conclusion: CONTINUE"."""
+    tools = _tools(runtime, opts)
+    prompt = VERIFY_TEMPLATE.format(question=state["query"], tools=format_tools(list(tools)),
+                                    metadata=format_metadata({n: t.metadata() for n, t in tools.items()}),
+                                    analysis=state["analysis"], memory=format_memory(state["memory"]))
+    text, turn = await _helper(state, runtime, opts, opts.verifier_engine, "verify", prompt)
+    return {"conclusion": parse_verifier_conclusion(text), "turns": [turn]}
+
+
+async def final_output(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
+                       ) -> dict[str, Any]:
+    """The direct output (Process Summary, Answer); the answer is its last <answer>...</answer>."""
+    prompt = FINAL_TEMPLATE.format(question=state["query"], analysis=state["analysis"],
+                                   memory=format_memory(state["memory"]))
+    text, turn = await _helper(state, runtime, opts, opts.final_engine, "final_output", prompt)
+    return {"final_output": text, "answer": parse_answer_tags(text), "turns": [turn]}
+
+
+def _out_of_time(state: AgentFlowState, opts: AgentFlowOptions) -> bool:
+    return time.time() - state["started_at"] >= opts.max_time_s
+
+
+async def route_after_analyze(state: AgentFlowState, opts: AgentFlowOptions) -> str:
+    return "final_output" if _out_of_time(state, opts) else "plan_next_step"
+
+
+async def route_after_plan(state: AgentFlowState) -> str:
+    return "generate_command" if state["next_step"]["matched"] else "update_memory"
+
+
+async def route_after_verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions) -> str:
+    if state["conclusion"] == "STOP" or state["step"] >= _max_steps(runtime, opts) or _out_of_time(state, opts):
+        return "final_output"
+    return "plan_next_step"
+
+
+async def stop_reason(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
+                      ) -> dict[str, Any]:
+    """Why the loop ended (kept in state for the trace summary)."""
+    if state.get("conclusion") == "STOP":
+        reason = "verifier"
+    elif state.get("step", 0) >= _max_steps(runtime, opts):
+        reason = "max_steps"
+    else:
+        reason = "max_time"
+    return {"stop_reason": reason}
+
+
+def build_graph(options: AgentFlowOptions | None = None, *, checkpointer: Any = None) -> Any:
+    """The compiled AgentFlow graph for resolved options (defaults when None).
+
+    >>> g = build_graph()
+    >>> sorted(n for n in g.get_graph().nodes if not n.startswith("__"))
+    ['analyze_query', 'execute', 'final_output', 'generate_command', 'plan_next_step', 'update_memory', 'verify']
+    """
+    opts = options or AgentFlowOptions()
+    builder = StateGraph(AgentFlowState, context_schema=AgentContext)
+    builder.add_node("analyze_query", partial(analyze_query, opts=opts))
+    builder.add_node("plan_next_step", partial(plan_next_step, opts=opts))
+    builder.add_node("generate_command", partial(generate_command, opts=opts))
+    builder.add_node("execute", partial(execute, opts=opts))
+    builder.add_node("update_memory", partial(update_memory, opts=opts))
+    builder.add_node("verify", partial(verify, opts=opts))
+    builder.add_node("final_output", partial(_final_with_reason, opts=opts))
+    builder.add_edge(START, "analyze_query")
+    builder.add_conditional_edges("analyze_query", partial(route_after_analyze, opts=opts),
+                                  ["plan_next_step", "final_output"])
+    builder.add_conditional_edges("plan_next_step", route_after_plan, ["generate_command", "update_memory"])
+    builder.add_edge("generate_command", "execute")
+    builder.add_edge("execute", "update_memory")
+    builder.add_edge("update_memory", "verify")
+    builder.add_conditional_edges("verify", partial(route_after_verify, opts=opts), ["plan_next_step", "final_output"])
+    builder.add_edge("final_output", END)
+    return builder.compile(checkpointer=checkpointer, name="agentflow")
+
+
+async def _final_with_reason(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
+                             ) -> dict[str, Any]:
+    update = await final_output(state, runtime, opts)
+    return {**update, **(await stop_reason(state, runtime, opts))}

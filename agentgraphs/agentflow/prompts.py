@@ -1,0 +1,206 @@
+"""AgentFlow's prompts, one module constant per call, in the formats of the public AgentFlow code.
+
+The sections, their order and every marker a parser relies on are the original's: the planner ends
+with "Context: / Sub-Goal: / Tool Name:", the command generator answers "Generated Command:" and a
+```python block of `execution = tool.execute(...)` calls, the verifier ends with "Conclusion: STOP" or
+"Conclusion: CONTINUE", the final output has "Process Summary" and "Answer" sections, and in training the
+question carries the suffix asking for <answer> tags (reference/methods.md). Fill them with `str.format`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "ANALYZE_TEMPLATE", "NEXT_STEP_TEMPLATE", "COMMAND_TEMPLATE", "VERIFY_TEMPLATE", "FINAL_TEMPLATE",
+    "ANSWER_SUFFIX", "JUDGE_TEMPLATE", "PYTHON_CODER_TEMPLATE", "NO_TOOL_COMMAND", "NO_TOOL_RESULT",
+    "format_memory", "format_tools",
+]
+
+ANSWER_SUFFIX = ("When ready, output the final answer enclosed in <answer> and </answer> tags. "
+                 "Do not generate any content after the </answer> tag.")
+
+ANALYZE_TEMPLATE = """
+Task: Analyze the given query to determine necessary skills and tools.
+
+Inputs:
+- Query: {question}
+- Available tools: {tools}
+- Metadata for tools: {metadata}
+
+Instructions:
+1. Identify the main objectives in the query.
+2. List the necessary skills and tools.
+3. For each skill and tool, explain how it helps address the query.
+4. Note any additional considerations.
+
+Format your response with a summary of the query, lists of skills and tools with explanations, and a section for additional considerations.
+
+Be brief and precise with insight.
+"""
+
+NEXT_STEP_TEMPLATE = """
+Task: Determine the optimal next step to address the query using available tools and previous steps.
+
+Context:
+- **Query:** {question}
+- **Query Analysis:** {analysis}
+- **Available Tools:** {tools}
+- **Toolbox Metadata:** {metadata}
+- **Previous Steps:** {memory}
+
+Instructions:
+1. Analyze the query, previous steps, and available tools.
+2. Select the **single best tool** for the next step.
+3. Formulate a specific, achievable **sub-goal** for that tool.
+4. Provide all necessary **context** (data, file names, variables) for the tool to function.
+
+Response Format:
+1.  **Justification:** Explain your choice of tool and sub-goal.
+2.  **Context:** Provide all necessary information for the tool.
+3.  **Sub-Goal:** State the specific objective for the tool.
+4.  **Tool Name:** State the exact name of the selected tool.
+
+Rules:
+- Select only ONE tool.
+- The sub-goal must be directly achievable by the selected tool.
+- The Context section must contain all information the tool needs to function.
+- The response must end with the Context, Sub-Goal, and Tool Name sections in that order, with no extra content.
+"""
+
+COMMAND_TEMPLATE = """
+Task: Generate a precise command to execute the selected tool.
+
+Context:
+- **Query:** {question}
+- **Sub-Goal:** {sub_goal}
+- **Tool Name:** {tool_name}
+- **Tool Metadata:** {tool_metadata}
+- **Relevant Data:** {context}
+
+Instructions:
+1.  Analyze the tool's required parameters from its metadata.
+2.  Construct valid Python code that addresses the sub-goal using the provided context and data.
+3.  The command must include at least one call to `tool.execute()`.
+4.  Each `tool.execute()` call must be assigned to a variable named **`execution`**.
+5.  Give the exact numbers and parameters to use in the `tool.execute()` call.
+
+Output Format:
+Present your response in the following structured format. Do not include any extra text or explanations.
+
+Generated Command:
+```python
+<command>
+```
+
+Example1:
+Generated Command:
+```python
+execution = tool.execute(query="Summarize the following problem: Isaac has 100 toys, Masa gets ..., how many do they have together?")
+```
+
+Example2:
+Generated Command:
+```python
+execution = tool.execute(query=["Methanol", "function of hyperbola", "Fermat's Last Theorem"])
+```
+"""
+
+VERIFY_TEMPLATE = """
+Task: Evaluate if the current memory is complete and accurate enough to answer the query, or if more tools are needed.
+
+Context:
+- **Query:** {question}
+- **Available Tools:** {tools}
+- **Toolbox Metadata:** {metadata}
+- **Initial Analysis:** {analysis}
+- **Memory (Tools Used & Results):** {memory}
+
+Instructions:
+1.  Review the query, initial analysis, and memory.
+2.  Assess the completeness of the memory: Does it fully address all parts of the query?
+3.  Check for potential issues:
+    -   Are there any inconsistencies or contradictions?
+    -   Is any information ambiguous or in need of verification?
+4.  Determine if any unused tools could provide missing information.
+
+Final Determination:
+-   If the memory is sufficient, explain why and conclude with "STOP".
+-   If more information is needed, explain what's missing, which tools could help, and conclude with "CONTINUE".
+
+IMPORTANT: The response must end with either "Conclusion: STOP" or "Conclusion: CONTINUE".
+"""
+
+FINAL_TEMPLATE = """
+Task: Generate a concise final answer to the query based on all provided context.
+
+Context:
+- **Query:** {question}
+- **Initial Analysis:** {analysis}
+- **Actions Taken:** {memory}
+
+Instructions:
+1. Review the query and the results from all actions.
+2. Synthesize the key findings into a clear, step-by-step summary of the process.
+3. Provide a direct, precise answer to the original query.
+
+Output Structure:
+1.  **Process Summary:** A clear, step-by-step breakdown of how the query was addressed, including the purpose and key results of each action.
+2.  **Answer:** A direct and concise final answer to the query.
+"""
+
+JUDGE_TEMPLATE = """
+You are a precise evaluator. Determine if the Model Response is equivalent to the Ground Truth.
+
+Instructions:
+1. Extract: Isolate the final answer from the Model Response, ignoring the reasoning. Look for a \\boxed{{}} answer, an <answer> tag, or the concluding statement.
+2. Normalize and compare: the extracted answer and the Ground Truth are equivalent if they state the same value or fact: mathematically equivalent expressions (fractions, decimals, radicals, units written differently), the same choice letter or entity, or semantically identical text.
+3. Verdict: "True" only if they are equivalent, otherwise "False".
+
+Inputs:
+Question: {question}
+Model Response: {response}
+Ground Truth: {ground_truth}
+
+Answer with a JSON object and nothing else: {{"analysis": "<a brief comparison>", "true_false": true or false}}
+"""
+
+PYTHON_CODER_TEMPLATE = """Task:
+Given a query, generate a Python code snippet that performs the specified operation on the provided data. Please think step by step. Ensure to break down the process into clear, logical steps. Make sure to print the final result in the generated code snippet with a descriptive message explaining what the output represents. The final output should be presented in the following format:
+
+```python
+<code snippet>
+```
+
+Query:
+{query}"""
+
+NO_TOOL_COMMAND = "No command was generated because the tool was not found."
+NO_TOOL_RESULT = "No result was generated because the tool was not found."
+
+
+def format_tools(names: Sequence[str]) -> str:
+    """The tool list as the original prints it (a Python list).
+
+    >>> format_tools(["Python_Coder_Tool", "Base_Generator_Tool"])
+    "['Python_Coder_Tool', 'Base_Generator_Tool']"
+    """
+    return str(list(names))
+
+
+def format_memory(actions: Sequence[Mapping[str, Any]]) -> str:
+    """The memory as the original's `get_actions()` prints it: {"Action Step k": {...}}.
+
+    >>> format_memory([{"tool_name": "T", "sub_goal": "g", "command": "c", "result": "r"}])
+    "{'Action Step 1': {'tool_name': 'T', 'sub_goal': 'g', 'command': 'c', 'result': 'r'}}"
+    >>> format_memory([])
+    '{}'
+    """
+    return str({f"Action Step {i}": dict(a) for i, a in enumerate(actions, 1)})
+
+
+def format_metadata(metadata: Mapping[str, Any]) -> str:
+    """Toolbox metadata as a JSON-ish dict (deterministic key order)."""
+    return json.dumps(metadata, ensure_ascii=False, sort_keys=False)

@@ -1,0 +1,196 @@
+"""AgentFlow's tools and the registry users extend with their own.
+
+A tool is metadata the planner and the command generator read (name, description, input types, output
+type, demo commands, limitations) plus an async `run(rt, **kwargs)`. The command generator's
+`execution = tool.execute(query=...)` lines are parsed (never executed) into keyword arguments for
+`run`; `rt` gives a tool its LLM (the `tools` role's engine, recorded as untrained turns) and the
+run's options. Built in: `base_generator` (an LLM answers a sub-task) and `python_coder` (an LLM writes
+Python, which runs in `agentgraphs.sandbox`).
+
+>>> from agentgraphs.agentflow.tools import Tool, register_tool, registered_tools
+>>> async def shout(rt, text: str) -> str:
+...     return text.upper()
+>>> register_tool("shouter", Tool(name="Shouter_Tool", description="Upper-cases a text.",
+...                               input_types={"text": "str - the text"}, output_type="str", run=shout))
+>>> "shouter" in registered_tools()
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import ConfigError
+from ..sandbox import SandboxLimits, explain, run_python_async
+from .prompts import PYTHON_CODER_TEMPLATE
+
+__all__ = ["Tool", "ToolRuntime", "register_tool", "registered_tools", "resolve_tools", "BASE_GENERATOR",
+           "PYTHON_CODER", "extract_python_block"]
+
+
+class ToolRuntime(Protocol):
+    """What a tool's `run` gets: an LLM call (the `tools` role's engine, recorded, never trained) and
+    the sandbox limits of this run's options."""
+
+    sandbox_limits: SandboxLimits
+
+    async def llm(self, prompt: str, *, node: str) -> str: ...
+
+
+ToolRun = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool: what the planner sees (metadata) and what runs (`run(rt, **kwargs)`)."""
+
+    name: str
+    description: str
+    input_types: Mapping[str, str]
+    output_type: str
+    run: ToolRun
+    demo_commands: tuple[Mapping[str, str], ...] = ()
+    limitations: str = ""
+    best_practices: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def metadata(self) -> dict[str, Any]:
+        """The original's tool metadata shape (what the planner and command generator read)."""
+        meta: dict[str, Any] = {
+            "tool_name": self.name,
+            "tool_description": self.description,
+            "input_types": dict(self.input_types),
+            "output_type": self.output_type,
+            "demo_commands": [dict(d) for d in self.demo_commands],
+        }
+        user = {k: v for k, v in (("limitations", self.limitations), ("best_practices", self.best_practices)) if v}
+        if user:
+            meta["user_metadata"] = user
+        meta.update(self.extra)
+        return meta
+
+
+_REGISTRY: dict[str, Tool] = {}
+
+
+def register_tool(key: str, tool: Tool) -> None:
+    """Make `tool` selectable as `tools=[..., key]` in AgentFlow's options (process-wide).
+
+    A tool can also be given per run in `AgentContext.tools[key]`, which wins over the registry.
+    """
+    if not isinstance(tool, Tool):
+        raise ConfigError(f"register_tool({key!r}): expected an agentgraphs.agentflow.tools.Tool, got "
+                          f"{type(tool).__name__}")
+    _REGISTRY[key] = tool
+
+
+def registered_tools() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def resolve_tools(keys: tuple[str, ...] | list[str], context_tools: Mapping[str, Any]) -> dict[str, Tool]:
+    """{planner-facing tool name: Tool} for the selected keys (context first, then the registry)."""
+    tools: dict[str, Tool] = {}
+    for key in keys:
+        tool = context_tools.get(key, _REGISTRY.get(key))
+        if not isinstance(tool, Tool):
+            raise ConfigError(f"AgentFlow option tools: unknown tool {key!r}; registered: {registered_tools()}, "
+                              f"in the context: {sorted(k for k, v in context_tools.items() if isinstance(v, Tool))}."
+                              " Fix: register_tool(key, Tool(...)) or AgentContext(tools={key: Tool(...)})")
+        tools[tool.name] = tool
+    return tools
+
+
+# -- base_generator -----------------------------------------------------------------------------------
+
+
+async def _base_generator(rt: ToolRuntime, query: Any) -> str:
+    if not isinstance(query, str) or not query.strip():
+        return "Error: query must be a non-empty string"
+    return await rt.llm(query, node="tool:base_generator")
+
+
+BASE_GENERATOR = Tool(
+    name="Base_Generator_Tool",
+    description=("A generalized tool that takes a query from the user and answers the question step by step to "
+                 "the best of its ability."),
+    input_types={"query": "str - The query that includes the question and any necessary context."},
+    output_type="str - The generated response to the original query",
+    run=_base_generator,
+    demo_commands=(
+        {"command": 'execution = tool.execute(query="Summarize the following text in a few lines")',
+         "description": "Generate a short summary given the query from the user."},
+    ),
+    limitations=("The Base_Generator_Tool may provide hallucinated or incorrect responses; it does not check its "
+                 "answers with any other source."),
+    best_practices=("Use it for general queries or tasks that need no specialized knowledge or tool; give a clear, "
+                    "specific query with all the context it needs."),
+)
+
+
+# -- python_coder ----------------------------------------------------------------------------------------
+
+_PY_BLOCK = re.compile(r"```python[ \t]*\n?(.*?)```", re.DOTALL)
+_OUTPUT_CHARS = 3500  # the original's printed-output cap (middle cut)
+
+
+def extract_python_block(text: str) -> str | None:
+    """The first ```python block's code (the original takes the first), or None.
+
+    >>> extract_python_block("Here:\\n```python\\nprint(2 + 2)\\n```")
+    'print(2 + 2)'
+    >>> extract_python_block("no code") is None
+    True
+    """
+    if not isinstance(text, str):
+        return None
+    m = _PY_BLOCK.search(text)
+    return m.group(1).strip() if m else None
+
+
+def _middle_cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    keep = limit // 2 - 50
+    return text[:keep] + " ... (truncated: middle content omitted) ... " + text[-keep:]
+
+
+async def _python_coder(rt: ToolRuntime, query: Any) -> dict[str, str]:
+    if not isinstance(query, str) or not query.strip():
+        return {"error": "query must be a non-empty string"}
+    reply = await rt.llm(PYTHON_CODER_TEMPLATE.format(query=query), node="tool:python_coder")
+    code = extract_python_block(reply)
+    if code is None:
+        return {"error": "No Python code block found in the response"}
+    result = await run_python_async(code, rt.sandbox_limits)
+    if result["status"] == "ok":
+        return {"printed_output": _middle_cut(result["stdout"].strip(), _OUTPUT_CHARS), "execution_code": code}
+    return {"error": _middle_cut(explain(result), _OUTPUT_CHARS), "execution_code": code}
+
+
+PYTHON_CODER = Tool(
+    name="Python_Coder_Tool",
+    description=("A tool that generates and executes Python code snippets for calculations and math-related "
+                 "problems. The code runs in an isolated sandbox with a time limit."),
+    input_types={"query": "str - A clear, specific description of the calculation or math problem to be solved, "
+                          "including any necessary numerical inputs."},
+    output_type="dict - The printed output and the generated code, or an error message.",
+    run=_python_coder,
+    demo_commands=(
+        {"command": 'execution = tool.execute(query="Find the sum of prime numbers up to 50")',
+         "description": "Generate a Python code snippet to find the sum of prime numbers up to 50."},
+        {"command": ('query="Given the list [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], calculate the sum of squares of odd '
+                     'numbers"\nexecution = tool.execute(query=query)'),
+         "description": "Generate Python code for a specific operation on a given list of numbers."},
+    ),
+    limitations=("Runs in an isolated sandbox: no network, no files outside a temporary directory, limited time "
+                 "and memory. Only the printed output is returned, so the code must print its result."),
+    best_practices=("Provide clear and specific queries with all numerical inputs in the query string; ask for the "
+                    "final result to be printed with a descriptive message."),
+)
+
+register_tool("base_generator", BASE_GENERATOR)
+register_tool("python_coder", PYTHON_CODER)

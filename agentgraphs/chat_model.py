@@ -1,0 +1,453 @@
+"""A token-exact LangChain chat model, so LangGraph agents written with the usual parts train unmodified.
+
+    from langgraph.prebuilt import create_react_agent
+    agent = create_react_agent(TracedChatModel(), [calculator, lookup])
+    SPEC = AgentSpec.from_messages_graph(agent, reward=my_reward, name="react")
+
+`TracedChatModel` takes its engine, tokenizer and sampling from the run's AgentContext (LangGraph's
+runtime context), so one compiled graph serves `langgraph dev`, `agentgraphs run` and
+`rl_bridge.generate`. Each call renders the messages with the chat template INCREMENTALLY: when they
+extend an earlier call (the same messages, then that call's own AIMessage untouched, then new
+non-assistant messages) and the template renders that history to the same text, the prompt is the
+earlier prompt ids + its exact output ids + masked glue, in the same `conversation`; otherwise (history
+edited or trimmed, or a template that rewrites earlier turns, as Qwen3 drops old <think> blocks) the
+prompt is rendered afresh under a new conversation name, so `concat` layout starts a new training sequence
+there. Tool calls are parsed from the text with the core hermes parser; the trained ids are never
+re-encoded. The Turn rides in `AIMessage.response_metadata["agentgraphs_turn"]`, so it lives in the
+standard `messages` state, checkpoints and Studio; `turns_from_messages` collects them in order.
+
+Streaming: engines return whole completions (SGLang /generate is called without streaming), so the model
+does not implement `_astream`; LangGraph's `messages` stream mode emits each AIMessage whole when its call
+ends (tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field
+
+from .chat import ChatTemplate, Conversation
+from .context import AgentContext, context_of
+from .errors import ConfigError, InputError
+from .node import LLMCallLimitExceeded, RolloutAborted, _params
+from .spec import AgentSpec, RewardFn, RolloutInput
+from .toolcalls import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    parse_tool_calls,
+)
+from .trace import Turn, make_turn
+
+__all__ = ["TURN_KEY", "TracedChatModel", "messages_graph_spec", "to_template_messages", "turns_from_messages"]
+
+TURN_KEY = "agentgraphs_turn"  # response_metadata key of the Turn
+INPUT_KEY = "agentgraphs_input_digest"  # digest of the template messages + tools the call saw
+OUTPUT_KEY = "agentgraphs_message_digest"  # digest of the AIMessage as made (detects later edits)
+ERROR_KEY = "tool_call_error"  # why the text's tool calls were rejected (None when fine or absent)
+_DEFAULT_CONTEXTS: dict[str, AgentContext] = {}
+
+
+class TracedChatModel(BaseChatModel):
+    """A LangChain chat model over an agentgraphs Engine that records exact Turns.
+
+    Fields: `context` (an AgentContext for use outside a graph; inside one the run's context wins),
+    `engine` (a helper engine name in the context; None = the policy), `trainable`, and `sampling`
+    (overrides of the context's SamplingParams, e.g. `{"max_new_tokens": 256}`; `bind(temperature=...)`
+    works too).
+
+    >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
+    >>> model = TracedChatModel(context=AgentContext(policy=f"hf:{ensure_tiny_model()}",
+    ...                                              sampling={"max_new_tokens": 4}))
+    >>> msg = model.invoke("Hi")
+    >>> turn = msg.response_metadata["agentgraphs_turn"]
+    >>> len(turn["output_ids"]) == len(turn["output_logprobs"]) <= 4
+    True
+    """
+
+    context: Any = None
+    engine: str | None = None
+    trainable: bool = True
+    sampling: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentgraphs-traced"
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        """Bind tools (functions, BaseTools, pydantic models or OpenAI schemas): rendered through the
+        chat template's `tools=` and parsed back from hermes `<tool_call>` blocks."""
+        if tool_choice not in (None, "auto"):
+            raise ConfigError(f"tool_choice={tool_choice!r}: TracedChatModel cannot force a tool call (the "
+                              "policy's text is trained as generated); use tool_choice=None or 'auto'")
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        # Engines are async and an HTTP engine belongs to one event loop: sync calls run on one background
+        # loop per process. The run's context and node name are read here, in the caller's context.
+        call = self._call(messages, stop, self._raw_context(), _node_name(), kwargs)
+        return asyncio.run_coroutine_threadsafe(call, _sync_loop()).result()
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        return await self._call(messages, stop, self._raw_context(), _node_name(), kwargs)
+
+    async def _call(self, messages: list[BaseMessage], stop: list[str] | None, raw_context: Any, node: str,
+                    kwargs: dict[str, Any]) -> ChatResult:
+        ctx = await _acontext(raw_context)
+        kwargs = dict(kwargs)
+        tools = kwargs.pop("tools", None) or None
+        overrides = {**self.sampling, **kwargs}
+        if stop:
+            overrides["stop"] = list(stop)
+        earlier = turns_from_messages(messages)
+        if len(earlier) >= ctx.limits.max_llm_calls:
+            raise LLMCallLimitExceeded(f"the messages already hold {len(earlier)} LLM calls, the limit is "
+                                       f"{ctx.limits.max_llm_calls}; raise Limits.max_llm_calls or check the "
+                                       "graph's stop condition")
+        eng = ctx.engine(self.engine)
+        if not hasattr(eng, "generate"):
+            raise ConfigError(f"engine {eng.name!r} is a text engine; TracedChatModel needs a token engine "
+                              "(hf: / sglang:)")
+        template = ctx.template(self.engine)
+        prompt_ids, conversation, digest = plan_prompt(messages, template, tools)
+        params = _params(ctx.sampling, overrides)
+        completion = await eng.generate(list(prompt_ids), params)
+        turn = make_turn(completion, node=node, prompt_ids=prompt_ids, conversation=conversation,
+                         trainable=self.trainable and self.engine in (None, "policy") and not ctx.evaluation,
+                         temperature=params.temperature, engine=eng.name)
+        if completion.finish_reason == "abort":
+            raise RolloutAborted(turn)
+        message = _ai_message(turn, template, tools, digest)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _raw_context(self) -> Any:
+        """The run's context as given: ours, else LangGraph's runtime context (None outside a run)."""
+        if self.context is not None:
+            return self.context
+        try:
+            from langgraph.runtime import get_runtime
+
+            return getattr(get_runtime(), "context", None)
+        except (RuntimeError, KeyError):  # called outside a LangGraph run
+            return None
+
+
+
+async def _acontext(raw: Any) -> AgentContext:
+    if isinstance(raw, AgentContext):
+        return raw
+    # a JSON context (`langgraph dev`) or none ($AGENTGRAPHS_ENGINE): load the models it names off the
+    # event loop first (a server's loop must not block on reading weights), then build it from the caches
+    await asyncio.to_thread(_load_models, raw)
+    return _default_context() if raw is None else context_of(raw)
+
+
+_SYNC: dict[str, asyncio.AbstractEventLoop] = {}
+_SYNC_LOCK = threading.Lock()
+
+
+def _sync_loop() -> asyncio.AbstractEventLoop:
+    """The background event loop that runs sync `invoke()` calls (started on first use, a daemon thread)."""
+    with _SYNC_LOCK:
+        loop = _SYNC.get("loop")
+        if loop is None:
+            loop = _SYNC["loop"] = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="agentgraphs-chat-model", daemon=True).start()
+        return loop
+
+
+def _load_models(raw: Mapping[str, Any] | None) -> None:
+    """Fill the process caches with the in-process engines and tokenizers a plain-data context names."""
+    import os
+
+    from .context import shared_engine, shared_tokenizer
+
+    fields = dict(raw or {})
+    specs = [fields.get("policy", os.environ.get("AGENTGRAPHS_ENGINE", "")),
+             *dict(fields.get("engines") or {}).values()]
+    for spec in specs:
+        if isinstance(spec, str) and spec.startswith("hf:"):  # HTTP engines belong to the loop that uses them
+            shared_engine(spec)
+    if isinstance(fields.get("tokenizer"), str):
+        shared_tokenizer(fields["tokenizer"])
+
+
+def _default_context() -> AgentContext:
+    """No context given (a `langgraph dev` run from the UI): $AGENTGRAPHS_ENGINE, built once per value."""
+    import os
+
+    key = os.environ.get("AGENTGRAPHS_ENGINE", "")
+    ctx = _DEFAULT_CONTEXTS.get(key)
+    if ctx is None:
+        ctx = _DEFAULT_CONTEXTS[key] = AgentContext()
+    return ctx
+
+
+def _node_name() -> str:
+    try:
+        from langgraph.config import get_config
+
+        return str(get_config().get("metadata", {}).get("langgraph_node") or "chat_model")
+    except (RuntimeError, KeyError):
+        return "chat_model"
+
+
+# -- messages -> template messages -------------------------------------------------------------------
+def _text_of(message: BaseMessage, index: int) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, Mapping) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        else:
+            kind = block.get("type") if isinstance(block, Mapping) else type(block).__name__
+            raise InputError(f"messages[{index}].content", f"has a {kind!r} block; only text is supported",
+                             "pass text content (images and other media are not rendered by the chat template)")
+    return "".join(parts)
+
+
+def _own_turn(message: BaseMessage) -> Turn | None:
+    """The Turn of an AIMessage this model made and nobody edited since; None otherwise."""
+    if not isinstance(message, AIMessage):
+        return None
+    meta = message.response_metadata or {}
+    turn = meta.get(TURN_KEY)
+    if not isinstance(turn, Mapping) or meta.get(OUTPUT_KEY) != _message_digest(message):
+        return None
+    return turn  # type: ignore[return-value]
+
+
+def _message_digest(message: AIMessage) -> str:
+    calls = [(c["name"], c["args"]) for c in message.tool_calls]
+    return _digest([message.content, calls])
+
+
+def to_template_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """LangChain messages as chat-template dicts. The model's own unedited AIMessages are rendered as the
+    exact text it generated (tool-call blocks and reasoning included), never re-serialized.
+
+    >>> to_template_messages([SystemMessage("Be brief."), HumanMessage("Hi")])
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
+    """
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, AIMessage):
+            turn = _own_turn(m)
+            if turn is not None:
+                out.append({"role": "assistant", "content": _generated_text(turn)})
+                continue
+            entry: dict[str, Any] = {"role": "assistant", "content": _text_of(m, i)}
+            if m.tool_calls:
+                entry["tool_calls"] = [{"type": "function", "id": c.get("id"),
+                                        "function": {"name": c["name"], "arguments": c["args"]}}
+                                       for c in m.tool_calls]
+            out.append(entry)
+        elif isinstance(m, HumanMessage):
+            out.append({"role": "user", "content": _text_of(m, i)})
+        elif isinstance(m, SystemMessage):
+            out.append({"role": "system", "content": _text_of(m, i)})
+        elif isinstance(m, ToolMessage):
+            entry = {"role": "tool", "content": _text_of(m, i), "tool_call_id": m.tool_call_id}
+            if m.name:
+                entry["name"] = m.name
+            out.append(entry)
+        elif isinstance(m, ChatMessage):
+            out.append({"role": m.role, "content": _text_of(m, i)})
+        else:
+            raise InputError(f"messages[{i}]", f"is a {type(m).__name__}, which has no chat-template role",
+                             "use System/Human/AI/Tool messages")
+    return out
+
+
+def _generated_text(turn: Mapping[str, Any]) -> str:
+    """What the model wrote, without the end-of-turn token: the turn's text, which the ids decode to."""
+    return str(turn.get("visible_text", turn["text"]))
+
+
+def _digest(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# -- prompts ------------------------------------------------------------------------------------------
+def plan_prompt(messages: Sequence[BaseMessage], template: ChatTemplate,
+                tools: Sequence[Mapping[str, Any]] | None) -> tuple[list[int], str, str]:
+    """(prompt ids, conversation name, input digest) for a call on `messages`.
+
+    Extends the last call whose AIMessage is in `messages` when everything before it is what that call
+    saw, everything after it is new non-assistant messages, and the template renders the whole history
+    to exactly the text of the extended ids; otherwise renders afresh under a new conversation name.
+    """
+    dicts = to_template_messages(messages)
+    digest = _digest([dicts, tools])
+    extended = _extend(messages, dicts, template, tools)
+    if extended is not None:
+        return extended[0], extended[1], digest
+    return template.render(dicts, tools=tools), f"chat-{uuid.uuid4().hex[:12]}", digest
+
+
+def _extend(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]], template: ChatTemplate,
+            tools: Sequence[Mapping[str, Any]] | None) -> tuple[list[int], str] | None:
+    k = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+    if k is None or k == len(messages) - 1:
+        return None
+    turn = _own_turn(messages[k])
+    if turn is None or turn["finish_reason"] == "abort" or not turn["conversation"]:
+        return None
+    if messages[k].response_metadata.get(INPUT_KEY) != _digest([dicts[:k], tools]):
+        return None  # the history before that call was edited, trimmed or re-tooled
+    conv = Conversation(template, turn["prompt_ids"])
+    conv.add_output(turn["output_ids"], turn["finish_reason"])
+    conv.add_messages(dicts[k + 1:])
+    fresh = template.render_text(dicts, tools=tools)
+    if template.tokenizer.decode(conv.ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) != fresh:
+        return None  # the template renders this history differently (e.g. Qwen3 drops earlier <think>)
+    return conv.ids, turn["conversation"]
+
+
+# -- completions -> AIMessage -------------------------------------------------------------------------
+def _ai_message(turn: Turn, template: ChatTemplate, tools: Sequence[Mapping[str, Any]] | None,
+                input_digest: str) -> AIMessage:
+    ids = turn["output_ids"]
+    if ids and ids[-1] == template.end_of_turn_id:
+        ids = ids[:-1]
+    visible = template.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    reasoning, answer = _split_reasoning(visible)
+    tool_calls: list[dict[str, Any]] = []
+    invalid: list[dict[str, Any]] = []
+    error: str | None = None
+    content = answer.strip()
+    if tools and (TOOL_CALL_OPEN in answer or TOOL_CALL_CLOSE in answer):
+        names = [t.get("function", t).get("name") for t in tools]
+        parsed = parse_tool_calls(visible, allowed=names)
+        if parsed.ok:
+            content = parsed.content
+            tool_calls = [{"name": c["name"], "args": c["arguments"], "id": f"call_{uuid.uuid4().hex[:16]}",
+                           "type": "tool_call"} for c in parsed.calls]
+        else:
+            error = parsed.error
+            invalid = [{"type": "invalid_tool_call", "name": None, "args": content, "id": None, "error": error}]
+    extra = {"reasoning_content": reasoning} if reasoning is not None else {}
+    message = AIMessage(content=content, tool_calls=tool_calls, invalid_tool_calls=invalid, additional_kwargs=extra)
+    turn_record = {**turn, "visible_text": visible}
+    message.response_metadata = {
+        TURN_KEY: turn_record, INPUT_KEY: input_digest, OUTPUT_KEY: _message_digest(message),
+        ERROR_KEY: error, "finish_reason": turn["finish_reason"], "model_name": turn["engine"],
+    }
+    return message
+
+
+def _split_reasoning(text: str) -> tuple[str | None, str]:
+    """(reasoning, answer): the text after the last </think> is the answer; an unclosed <think> has none."""
+    if THINK_CLOSE in text:
+        head, tail = text.rsplit(THINK_CLOSE, 1)
+        return head.split(THINK_OPEN, 1)[-1].strip(), tail
+    if THINK_OPEN in text:
+        return text.split(THINK_OPEN, 1)[1].strip(), ""
+    return None, text
+
+
+# -- collecting the trace -----------------------------------------------------------------------------
+def turns_from_messages(messages: Sequence[Any]) -> list[Turn]:
+    """The Turns recorded with the AIMessages of `messages`, in order (each once). Messages may be LangChain
+    objects or their serialized dicts (as the LangGraph SDK returns a thread's state).
+
+    >>> turns_from_messages([HumanMessage("Hi"), AIMessage("Hello"), {"type": "human", "content": "Hi"}])
+    []
+    """
+    turns: list[Turn] = []
+    seen: set[str] = set()
+    for m in messages:
+        meta = (m.get("response_metadata") if isinstance(m, Mapping) else getattr(m, "response_metadata", None)) or {}
+        turn = meta.get(TURN_KEY)
+        if not isinstance(turn, Mapping):
+            continue
+        key = f"{turn.get('rid')}:{len(turn.get('prompt_ids') or [])}"
+        if key in seen:
+            continue
+        seen.add(key)
+        turns.append({k: v for k, v in turn.items() if k != "visible_text"})  # type: ignore[arg-type]
+    return turns
+
+
+def _turns_of_state(state: Mapping[str, Any]) -> list[Turn]:
+    return turns_from_messages(state.get("messages") or [])
+
+
+# -- AgentSpec for messages graphs --------------------------------------------------------------------
+def messages_input(row: RolloutInput, options: Any = None) -> dict[str, Any]:
+    """A row's prompt as the graph's `messages` input: a string becomes one user message; a list of
+    {role, content} dicts (a chat prompt) is passed as is.
+
+    >>> messages_input({"prompt": "2+2?", "label": "4", "metadata": {}, "index": 0})
+    {'messages': [{'role': 'user', 'content': '2+2?'}]}
+    """
+    prompt = row["prompt"]
+    if isinstance(prompt, str) and prompt.strip():
+        return {"messages": [{"role": "user", "content": prompt}]}
+    if isinstance(prompt, list) and prompt and all(isinstance(m, Mapping) and "role" in m for m in prompt):
+        return {"messages": [dict(m) for m in prompt]}
+    raise InputError("prompt", "must be a non-empty string or a list of {role, content} messages",
+                     "put the user's question under --input-key")
+
+
+def last_ai_text(state: Mapping[str, Any]) -> str:
+    """The content of the last AIMessage in the state's messages ('' when there is none)."""
+    for m in reversed(state.get("messages") or []):
+        if isinstance(m, AIMessage):
+            return _text_of(m, -1)
+    return ""
+
+
+def messages_graph_spec(graph: Any, *, reward: RewardFn, name: str | None = None, options: Any = None,
+                        answer: Callable[[Mapping[str, Any]], str] = last_ai_text,
+                        make_input: Callable[[RolloutInput, Any], dict[str, Any]] = messages_input,
+                        **spec_fields: Any) -> AgentSpec:
+    """An AgentSpec for a graph with a `messages` state whose LLM calls go through TracedChatModel.
+
+    `graph` is a compiled graph or `build_graph(options)`; `name` defaults to the compiled graph's name.
+    Input: the row's prompt as a user message;
+    answer: the last AIMessage's text; turns: those recorded in the messages; layout `concat`, which
+    merges each chain of extending calls into one sequence and starts a new one at every prefix break.
+
+    >>> spec = messages_graph_spec(lambda o: None, reward=lambda r, c: 0.0, name="echo")
+    >>> spec.layout, spec.make_input({"prompt": "Hi", "label": None, "metadata": {}, "index": 0}, None)
+    ('concat', {'messages': [{'role': 'user', 'content': 'Hi'}]})
+    """
+    compiled = hasattr(graph, "astream")
+    build = (lambda options=None: graph) if compiled else graph
+    name = name or (getattr(graph, "name", None) if compiled else None)
+    if not name or name == "LangGraph":  # LangGraph's default name says nothing about the agent
+        raise ConfigError("messages_graph_spec: pass name= (the agent's name in records and logs)")
+    extra = {"options": options} if options is not None else {}
+    return AgentSpec(name=name, build_graph=build, make_input=make_input, answer=answer, reward=reward,
+                     layout="concat", turns_of=_turns_of_state, **extra, **spec_fields)

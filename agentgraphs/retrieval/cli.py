@@ -1,0 +1,50 @@
+"""`agentgraphs retrieval index|serve`: build an index from a JSONL corpus, serve it over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import AgentGraphsError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="The retrieval service: BM25 (default) or dense indexes over a JSONL corpus.")
+console = Console(stderr=True)
+
+
+@app.command("index")
+def index_command(
+    corpus: Path = typer.Argument(..., help='JSONL corpus: {"id", "contents" (or "text"), "title"?} per line'),
+    out: Path = typer.Option(..., "--out", help="index directory to write"),
+    dense: bool = typer.Option(False, "--dense", help="dense index (faiss + all-MiniLM-L6-v2) instead of BM25"),
+) -> None:
+    """Index a corpus (BM25 with bm25s, or dense with --dense)."""
+    from .index import build_index, load_index
+
+    try:
+        path = build_index(corpus, out, dense=dense)
+        index = load_index(path)
+    except (AgentGraphsError, OSError) as exc:
+        console.print("[red]error:[/red]", escape(str(exc)))
+        raise typer.Exit(2) from None
+    console.print(f"{index.kind} index of {len(index.passages)} passages written to {path}")
+
+
+@app.command("serve")
+def serve_command(
+    index_dir: Path = typer.Argument(..., help="directory written by `agentgraphs retrieval index`"),
+    host: str = typer.Option("127.0.0.1", help="interface to bind"),
+    port: int = typer.Option(8000, help="port (the seed's retrieval service uses 8000)"),
+    max_topk: int = typer.Option(100, min=1, help="largest topk a request may ask for"),
+) -> None:
+    """Serve an index: POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}, GET /health."""
+    from .service import serve
+
+    try:
+        serve(index_dir, host=host, port=port, max_topk=max_topk)
+    except AgentGraphsError as exc:
+        console.print("[red]error:[/red]", escape(str(exc)))
+        raise typer.Exit(2) from None

@@ -1,0 +1,102 @@
+"""The sandbox's inputs and outputs: limits (validated), the result of one execution, errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Literal, TypedDict
+
+__all__ = ["SandboxLimits", "ExecutionResult", "Status", "LimitHit", "SandboxError", "SandboxUnavailableError"]
+
+MiB = 1024 * 1024
+
+Status = Literal["ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit", "cancelled",
+                 "sandbox_error"]
+LimitHit = Literal["wall", "cpu", "memory", "processes", "output"]
+
+
+class SandboxError(Exception):
+    """The sandbox itself could not run (bad limits, a required protection missing, a launch failure)."""
+
+
+class SandboxUnavailableError(SandboxError):
+    """A protection named in `SandboxLimits.require` does not hold on this machine."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+    """What one execution may use. Every field is enforced; `capabilities()` says by which mechanism.
+
+    - wall_s: wall-clock seconds before the whole process tree is killed.
+    - cpu_s: CPU seconds (per process by RLIMIT_CPU; over all processes by the cgroup's cpuacct).
+    - memory_bytes: memory of all processes together, tmpfs files included (cgroup), else RLIMIT_AS.
+    - max_processes: processes + threads at once (cgroup pids, and RLIMIT_NPROC under a private uid).
+    - max_output_bytes: stdout + stderr together; past it the execution is killed and marked truncated.
+    - tmp_bytes: size of the fresh working directory (a tmpfs; RLIMIT_FSIZE per file without one).
+    - max_open_files: RLIMIT_NOFILE.
+    - python: the interpreter (default: the one running this process, with its site-packages).
+    - extra_ro_paths: more host paths the code may read (bind-mounted read-only at the same place).
+    - env: extra environment variables (the rest of the parent's environment never reaches the code).
+    - require: protections (keys of `capabilities()["protections"]`) that must hold, else
+      SandboxUnavailableError instead of running with less.
+
+    >>> SandboxLimits(wall_s=2).cpu_s
+    10.0
+    >>> SandboxLimits(memory_bytes=0)
+    Traceback (most recent call last):
+    ...
+    agentgraphs.sandbox.types.SandboxError: SandboxLimits.memory_bytes must be > 0 (got 0). Fix: pass a positive number of bytes, e.g. 512 * 1024 * 1024
+    """
+
+    wall_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_bytes: int = 512 * MiB
+    max_processes: int = 32
+    max_output_bytes: int = 1 * MiB
+    tmp_bytes: int = 64 * MiB
+    max_open_files: int = 256
+    python: str | None = None
+    extra_ro_paths: tuple[str, ...] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    require: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name, fix in (("wall_s", "seconds, e.g. 10"), ("cpu_s", "seconds, e.g. 10"),
+                          ("memory_bytes", "bytes, e.g. 512 * 1024 * 1024"),
+                          ("max_processes", "count, e.g. 32"), ("max_output_bytes", "bytes, e.g. 1048576"),
+                          ("tmp_bytes", "bytes, e.g. 64 * 1024 * 1024"), ("max_open_files", "count, e.g. 256")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise SandboxError(f"SandboxLimits.{name} must be > 0 (got {value!r}). Fix: pass a positive "
+                                   f"number of {fix}")
+        if self.memory_bytes < 32 * MiB:
+            raise SandboxError(f"SandboxLimits.memory_bytes={self.memory_bytes} is below the 32 MiB a Python "
+                               "interpreter needs to start. Fix: pass at least 32 * 1024 * 1024")
+        for key, value in self.env.items():
+            if not (isinstance(key, str) and isinstance(value, str)) or "=" in key or "\0" in key + value:
+                raise SandboxError(f"SandboxLimits.env entry {key!r}: names and values must be strings "
+                                   "without '=' in the name or NUL anywhere. Fix: drop or rename it")
+        object.__setattr__(self, "extra_ro_paths", tuple(self.extra_ro_paths))
+        object.__setattr__(self, "require", frozenset(self.require))
+
+
+class ExecutionResult(TypedDict):
+    """What one execution did.
+
+    status: "ok" (exit 0), "error" (non-zero exit or an uncaught exception), "timeout" (wall clock),
+    "cpu_limit", "memory_limit", "output_limit", "cancelled", or "sandbox_error" (it never ran: see
+    stderr). limits_hit lists every limit that bit, also ones the code survived (a fork refused by the
+    process limit shows "processes" with status "error" or even "ok").
+    """
+
+    status: Status
+    exit_code: int | None
+    signal: str | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    limits_hit: list[LimitHit]
+    wall_s: float
+    cpu_s: float | None
+    peak_memory_bytes: int | None
+    protections: list[str]

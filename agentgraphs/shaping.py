@@ -1,0 +1,87 @@
+"""Named group reward shapings, applied where rewards are normalised with the whole group in view.
+
+A spec selects a shaping per rollout (`train_metadata["reward_shaping"] = {"name", "weights",
+"features"}`); the converter (rl_bridge.convert) applies it to every prompt group whose members carry
+one, instead of plain GRPO normalisation.
+
+`cost_aware` (ToolOrchestra): per group,
+  1. every feature column (accuracy = the raw reward, cost, latency, tool-call counts "tool:NAME") is
+     min-max normalised over the group's rollouts; lower is better for cost and latency, so those are
+     negated first; a constant column normalises to 0 (it tells the rollouts apart in nothing);
+  2. a correct rollout (raw reward > 0) scores sum_k weight_k * normalised_k; an incorrect one scores 0;
+  3. the scores are standardised per group, (s - mean) / (std + 1e-6) with the unbiased std (as
+     torch.std, slime's GRPO), and clipped to +-3;
+  4. a group whose scores have std < 0.1 is dropped: advantage 0 and no trained token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = ["SHAPINGS", "cost_aware_scores", "standardise_group", "shape_group"]
+
+LOWER_IS_BETTER = frozenset({"cost", "latency"})
+CLIP = 3.0
+MIN_STD = 0.1
+EPS = 1e-6
+SHAPINGS = ("cost_aware",)
+
+
+def cost_aware_scores(raw: Sequence[float], features: Sequence[Mapping[str, float]],
+                      weights: Mapping[str, float]) -> np.ndarray:
+    """Step 1-2: the preference-weighted min-max score of each rollout of one group (incorrect: 0).
+
+    >>> cost_aware_scores([1, 1, 0], [{"cost": 1.0}, {"cost": 3.0}, {"cost": 0.5}],
+    ...                   {"accuracy": 1.0, "cost": 1.0}).round(4).tolist()
+    [1.8, 1.0, 0.0]
+    """
+    r = np.asarray(raw, dtype=np.float64)
+    total = np.zeros_like(r)
+    for key, weight in weights.items():
+        if not weight:
+            continue
+        if key == "accuracy":
+            column = r.copy()
+        else:
+            try:
+                column = np.array([float(f[key]) for f in features], dtype=np.float64)
+            except KeyError:
+                raise ConfigError(f"cost-aware reward: weight {key!r} has no feature in some rollout; features "
+                                  f"are {sorted(features[0]) if features else []} (set its weight to 0)") from None
+        if key in LOWER_IS_BETTER:
+            column = -column
+        lo, hi = float(column.min()), float(column.max())
+        if hi > lo:
+            total += float(weight) * (column - lo) / (hi - lo)
+    return np.where(r > 0, total, 0.0)
+
+
+def standardise_group(scores: np.ndarray, *, clip: float = CLIP, min_std: float = MIN_STD) -> tuple[np.ndarray, bool]:
+    """Step 3-4: (advantages, dropped). A group of one, or one with std < min_std, is dropped.
+
+    >>> standardise_group(np.array([1.0, 0.0]))[0].round(4).tolist(), standardise_group(np.zeros(3))[1]
+    ([0.7071, -0.7071], True)
+    """
+    if scores.size < 2:
+        return np.zeros_like(scores), True
+    std = float(scores.std(ddof=1))
+    if std < min_std:
+        return np.zeros_like(scores), True
+    return np.clip((scores - scores.mean()) / (std + EPS), -clip, clip), False
+
+
+def shape_group(name: str, raw: Sequence[float], specs: Sequence[Mapping[str, Any]], *, standardise: bool = True
+                ) -> tuple[np.ndarray, bool]:
+    """Apply the named shaping to one group: `specs[i]` is member i's {"weights", "features"}."""
+    if name != "cost_aware":
+        raise ConfigError(f"unknown reward shaping {name!r}; known: {list(SHAPINGS)}")
+    weights = specs[0].get("weights") or {}
+    scores = cost_aware_scores(raw, [s.get("features") or {} for s in specs], weights)
+    if not standardise:
+        return scores, False
+    return standardise_group(scores)

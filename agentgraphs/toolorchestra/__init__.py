@@ -1,0 +1,20 @@
+"""ToolOrchestra: a trained orchestrator routes work to tools and expert models, each turn.
+
+QA mode (this package's SPEC, `toolorchestra`). Tools: `search` (an expert writes a query for the retrieval service), `enhance_reasoning` (an expert
+writes Python that runs in the sandbox), `answer` (an expert answers; the episode ends). Rewards: correctness, shaped
+per group by cost, latency and tool use (agentgraphs.shaping "cost_aware") in the converter.
+tau^2 mode (`agentgraphs.toolorchestra.tau2`, spec `toolorchestra-tau2`; the `tau2` extra) drives the real
+tau^2-bench: the orchestrator is the agent, scored by tau^2's own evaluator.
+
+>>> from agentgraphs.toolorchestra import SPEC
+>>> opts = SPEC.default_options()
+>>> opts.max_turns, opts.eval_max_turns, SPEC.layout
+(30, 50, 'per_turn')
+"""
+
+from .graph import DEFAULT_OPTIONS, TOOLS, ToolOrchestraOptions, ToolOrchestraState, build_graph
+from .parsing import Choice, parse_choice
+from .spec import SPEC, answers_of, features, make_input, problem_of
+
+__all__ = ["Choice", "DEFAULT_OPTIONS", "SPEC", "TOOLS", "ToolOrchestraOptions", "ToolOrchestraState", "answers_of", "build_graph",
+           "features", "make_input", "parse_choice", "problem_of"]

@@ -1,0 +1,293 @@
+"""ToolOrchestra (QA mode) as a LangGraph graph: orchestrator -> tool -> orchestrator ... -> answer.
+
+Every orchestrator turn renders a FRESH prompt (problem + the context rebuilt from the episode's notes +
+the tools in the chat template), so each turn is its own training sequence (per_turn) and everything a
+tool returned sits in the prompt: masked by construction. The trained ids are the prompt the engine saw
+and the ids it returned (call_llm records both), whatever Qwen3's template would do to a history.
+
+Tools run experts, other engines addressed by name in `AgentContext.engines` (never trained):
+    search            the expert writes a query; the retrieval service returns top-k passages
+    enhance_reasoning the expert writes Python; it runs (timeout) and the code + output become a note
+    answer            the expert answers (\\boxed{}); the episode ends
+A failing expert or retrieval service becomes an "earlier attempt" note; the loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, Literal, Optional
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from pydantic import Field, model_validator
+from typing_extensions import NotRequired, TypedDict
+
+from ..answers import last_boxed
+from ..errors import ConfigError, EngineError, RetrievalError
+from ..context import AgentContext, context_of
+from ..node import TraceState, call_llm
+from ..spec import MethodOptions
+from .coderun import extract_code, run_python
+from .notes import Note, render_context
+from .parsing import parse_choice
+from .prompts import ANSWER_EXPERT, CODE_EXPERT, ORCHESTRATOR_USER, SEARCH_EXPERT, tool_schemas
+
+TOOLS = ("search", "enhance_reasoning", "answer")
+
+Experts = dict[str, list[str]]
+
+
+class ToolOrchestraOptions(MethodOptions):
+    """ToolOrchestra's settings (defaults: the original's QA setup; experts are engine names)."""
+
+    experts: Experts = Field(
+        default_factory=lambda: {"search": ["search-expert"], "enhance_reasoning": ["code-expert"],
+                                 "answer": ["answer-expert"]},
+        description="tool -> the expert engines (names in AgentContext.engines) the orchestrator may pick")
+    max_turns: int = Field(30, ge=1, description="orchestrator turns per episode in training")
+    eval_max_turns: int = Field(50, ge=1, description="orchestrator turns per episode in evaluation")
+    context_max_tokens: int = Field(6000, ge=1, description="budget of the context rebuilt in each prompt")
+    orchestrator_max_new_tokens: int = Field(2048, ge=1, description="cap of each orchestrator turn")
+    expert_max_new_tokens: int = Field(2048, ge=1, description="cap of each expert call")
+    retrieval_url: str = Field("http://127.0.0.1:8000", description="`agentgraphs retrieval serve` (seed: 8000)")
+    retrieval_topk: int = Field(3, ge=1, le=100, description="passages per search")
+    retrieval_timeout_s: float = Field(10.0, gt=0, description="per retrieval request")
+    retrieval_retries: int = Field(2, ge=0, description="retries of a failed retrieval request")
+    code_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of enhance_reasoning's code")
+    judge: Optional[str] = Field(None, description="engine name of an LLM judge asked when exact match "
+                                 "fails; null: exact match only")
+    prices: dict[str, float] = Field(default_factory=dict, description="expert -> USD per million tokens "
+                                     "(missing: 1.0), for the cost feature")
+    reward_shaping: Literal["cost_aware", "none"] = Field(
+        "cost_aware", description="ToolOrchestra's group reward in the converter; none: plain GRPO")
+    preference: dict[str, float] = Field(
+        default_factory=lambda: {"accuracy": 1.0, "cost": 0.0, "latency": 0.0},
+        description="weights of the cost-aware reward: accuracy, cost, latency, tool:NAME")
+    reward_split: Literal["broadcast", "divide"] = Field(
+        "broadcast", description="every orchestrator turn gets the rollout's value (original)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ToolOrchestraOptions":
+        unknown = sorted(set(self.experts) - set(TOOLS))
+        if unknown or "answer" not in self.experts:
+            raise ValueError(f"experts: tools must be among {list(TOOLS)} and include 'answer', got "
+                             f"{sorted(self.experts)}")
+        empty = sorted(t for t, models in self.experts.items() if not models or not all(models))
+        if empty:
+            raise ValueError(f"experts: {empty} need a non-empty list of engine names")
+        bad = sorted(k for k in self.preference if k not in ("accuracy", "cost", "latency")
+                     and not (k.startswith("tool:") and k[5:] in TOOLS))
+        if bad:
+            raise ValueError(f"preference: unknown features {bad}; use accuracy, cost, latency, "
+                             f"{', '.join('tool:' + t for t in TOOLS)}")
+        return self
+
+
+DEFAULT_OPTIONS: dict[str, Any] = ToolOrchestraOptions().model_dump()
+
+
+class Step(TypedDict):
+    """One orchestrator turn: what it chose and what the tool cost."""
+
+    tool: str
+    model: str
+    ok: bool
+    error: NotRequired[str]
+    expert_tokens: int
+    latency_s: float
+
+
+class ToolOrchestraState(TraceState):
+    problem: str
+    notes: NotRequired[list[Note]]
+    steps: NotRequired[list[Step]]
+    pending: NotRequired[str]  # the tool the last orchestrator turn chose, until it has run
+    answer: NotRequired[str]
+    done: NotRequired[bool]
+
+
+def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int:
+    return opts.eval_max_turns if evaluation else opts.max_turns
+
+
+def _context_text(ctx: AgentContext, opts: ToolOrchestraOptions, notes: list[Note]) -> str:
+    tok = ctx.tokenizer
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False))
+
+    def cut(text: str, n: int) -> str:
+        return tok.decode(tok.encode(text, add_special_tokens=False)[:n])
+
+    return render_context(notes, count, opts.context_max_tokens, cut)
+
+
+async def orchestrator(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
+                       ) -> dict[str, Any]:
+    """The trained call: choose a tool and an expert. A format-invalid turn is recorded as a step."""
+    ctx = context_of(runtime)
+    notes = state.get("notes") or []
+    _check_experts(ctx, opts.experts)
+    user = ORCHESTRATOR_USER.format(problem=state["problem"], context=_context_text(ctx, opts, notes))
+    out = await call_llm(state, runtime, node="orchestrator", messages=[{"role": "user", "content": user}],
+                         tools=tool_schemas(opts.experts), max_new_tokens=opts.orchestrator_max_new_tokens)
+    choice = parse_choice(out.text, opts.experts)
+    step = Step(tool=choice.tool, model=choice.model, ok=choice.ok, expert_tokens=0, latency_s=0.0)
+    update: dict[str, Any] = {"steps": [*(state.get("steps") or []), step],
+                              "pending": choice.tool if choice.ok else "", **out.update}
+    if not choice.ok:
+        step["error"] = str(choice.error)
+        update["notes"] = [*notes, Note(kind="attempt", text=f"Format-invalid tool call: {choice.error}")]
+    return update
+
+
+def _check_experts(ctx: AgentContext, experts: Mapping[str, list[str]]) -> None:
+    missing = sorted({m for models in experts.values() for m in models if m not in ctx.engines})
+    if missing:
+        raise ConfigError(f"toolorchestra: experts {missing} have no engine; add them to AgentContext.engines "
+                          f"(known: {sorted(ctx.engines)}) or change the 'experts' option")
+
+
+async def _expert(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions,
+                  node: str, prompt: str) -> tuple[str | None, dict[str, Any], int, str | None]:
+    """Ask the chosen expert; (text or None, state update, tokens used, error)."""
+    model = (state.get("steps") or [])[-1]["model"]
+    try:
+        out = await call_llm(state, runtime, node=node, engine=model, trainable=False,
+                             messages=[{"role": "user", "content": prompt}],
+                             max_new_tokens=opts.expert_max_new_tokens)
+    except EngineError as exc:
+        return None, {}, 0, f"expert {model!r} failed: {exc}"
+    c = out.completion
+    tokens = (c.prompt_tokens or len(out.turn["prompt_ids"])) + (len(c.token_ids)
+                                                                 or int(c.meta.get("completion_tokens", 0) or 0))
+    return out.text, out.update, tokens, None
+
+
+def _finish_step(state: ToolOrchestraState, tokens: int, started: float, error: str | None) -> list[Step]:
+    steps = [dict(s) for s in (state.get("steps") or [])]
+    last = steps[-1]
+    last["expert_tokens"] = tokens
+    last["latency_s"] = round(time.monotonic() - started, 4)
+    if error is not None:
+        last["ok"] = False
+        last["error"] = error
+    return steps  # type: ignore[return-value]
+
+
+async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
+                 ) -> dict[str, Any]:
+    """The expert writes a query (its first line); the retrieval service's passages become notes."""
+    ctx = context_of(runtime)
+    started = time.monotonic()
+    notes = list(state.get("notes") or [])
+    prompt = SEARCH_EXPERT.format(problem=state["problem"], context=_context_text(ctx, opts, notes))
+    text, update, tokens, error = await _expert(state, runtime, opts, "search_expert", prompt)
+    if text is not None:
+        query = text.strip().splitlines()[0].strip() if text.strip() else state["problem"]
+        try:
+            hits = await retrieval_client(ctx, opts).search(query, topk=opts.retrieval_topk)
+        except RetrievalError as exc:
+            error = f"search for {query!r} failed: {exc}"
+        else:
+            notes += [Note(kind="document", text=_document_text(h["document"])) for h in hits]
+            if not hits:
+                notes.append(Note(kind="attempt", text=f"search for {query!r} found nothing"))
+    if error is not None:
+        notes.append(Note(kind="attempt", text=error))
+    return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "", **update}
+
+
+def _document_text(doc: Mapping[str, Any]) -> str:
+    title = doc.get("title")
+    return f"(title: {title}) {doc['contents']}" if title else str(doc["contents"])
+
+
+async def enhance_reasoning(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
+                            ) -> dict[str, Any]:
+    """The expert writes Python; the code and what it printed become a note."""
+    ctx = context_of(runtime)
+    started = time.monotonic()
+    notes = list(state.get("notes") or [])
+    prompt = CODE_EXPERT.format(problem=state["problem"], context=_context_text(ctx, opts, notes))
+    text, update, tokens, error = await _expert(state, runtime, opts, "code_expert", prompt)
+    if text is not None:
+        code = extract_code(text).strip()
+        result = await run_python(code, opts.code_timeout_s)
+        status = "output" if result["ok"] else ("timed out" if result["timed_out"] else "failed")
+        notes.append(Note(kind="code", text=f"```python\n{code}\n```\n{status}:\n{result['output'].rstrip()}"))
+    else:
+        notes.append(Note(kind="attempt", text=str(error)))
+    return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "", **update}
+
+
+async def answer(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
+                 ) -> dict[str, Any]:
+    """The expert answers; the last \\boxed{} (else the whole reply) is the answer and the episode ends.
+    A failed expert is an attempt note and the orchestrator goes on."""
+    ctx = context_of(runtime)
+    started = time.monotonic()
+    notes = list(state.get("notes") or [])
+    prompt = ANSWER_EXPERT.format(problem=state["problem"], context=_context_text(ctx, opts, notes))
+    text, update, tokens, error = await _expert(state, runtime, opts, "answer_expert", prompt)
+    out: dict[str, Any] = {"steps": _finish_step(state, tokens, started, error), "pending": "", **update}
+    if text is None:
+        out["notes"] = [*notes, Note(kind="attempt", text=str(error))]
+        return out
+    boxed = last_boxed(text)
+    out.update(answer=(boxed if boxed is not None else text).strip(), done=True)
+    return out
+
+
+async def route(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions) -> str:
+    """Next: the tool the orchestrator chose, another orchestrator turn, or the end (answered / out of turns)."""
+    if state.get("done"):
+        return END
+    if state.get("pending") in TOOLS:
+        return str(state["pending"])
+    turns_left = len(state.get("steps") or []) < max_turns(opts, context_of(runtime).evaluation)
+    return "orchestrator" if turns_left else END
+
+
+# one client per event loop and settings (httpx clients are loop-bound); dropped with their loop
+_CLIENTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, float, int], Any]] = weakref.WeakKeyDictionary()
+
+
+def retrieval_client(ctx: AgentContext, opts: ToolOrchestraOptions) -> Any:
+    """`ctx.tools["retrieval"]` when given (anything with `async search(query, topk)`), else a
+    RetrievalClient for `opts.retrieval_url`, shared by the rollouts of this event loop."""
+    given = ctx.tools.get("retrieval")
+    if given is not None:
+        return given
+    from ..retrieval.client import RetrievalClient
+
+    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    key = (opts.retrieval_url, opts.retrieval_timeout_s, opts.retrieval_retries)
+    client = clients.get(key)
+    if client is None:
+        client = RetrievalClient(opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
+                                 retries=opts.retrieval_retries)
+        clients[key] = client
+    return client
+
+
+def build_graph(options: ToolOrchestraOptions | None = None, *, checkpointer: Any = None) -> Any:
+    """The compiled ToolOrchestra QA graph for resolved options (defaults when None).
+
+    >>> sorted(build_graph().get_graph().nodes)
+    ['__end__', '__start__', 'answer', 'enhance_reasoning', 'orchestrator', 'search']
+    """
+    opts = options or ToolOrchestraOptions()
+    builder = StateGraph(ToolOrchestraState, context_schema=AgentContext)
+    builder.add_node("orchestrator", partial(orchestrator, opts=opts))
+    builder.add_node("search", partial(search, opts=opts))
+    builder.add_node("enhance_reasoning", partial(enhance_reasoning, opts=opts))
+    builder.add_node("answer", partial(answer, opts=opts))
+    builder.add_edge(START, "orchestrator")
+    for node in ("orchestrator", *TOOLS):
+        builder.add_conditional_edges(node, partial(route, opts=opts), ["orchestrator", *TOOLS, END])
+    return builder.compile(checkpointer=checkpointer, name="toolorchestra")

@@ -1,0 +1,134 @@
+"""Read a run directory written by `agentgraphs run` / `agentgraphs demo`, one rollout at a time.
+
+A run directory holds `samples.jsonl` (slime Sample fields, one line per rollout), `traces.jsonl` (every
+Turn of the same rollout, on the same line number) and `summary.json`. `read_run` pairs the two files
+line by line, so memory stays bounded by one rollout however large the run is.
+
+>>> import json, tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (d / "samples.jsonl").write_text(json.dumps({"index": 0, "status": "failed"}) + "\\n")
+>>> _ = (d / "traces.jsonl").write_text(json.dumps({"index": 0, "turns": []}) + "\\n")
+>>> [r.sample["status"] for r in read_run(d)]
+['failed']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import ConfigError, InputError
+from ..trace import Turn
+
+SAMPLES = "samples.jsonl"
+TRACES = "traces.jsonl"
+SUMMARY = "summary.json"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One rollout of a run: its line number (1-based), its Sample fields and its trace line."""
+
+    line: int
+    sample: dict[str, Any]
+    trace: dict[str, Any]
+
+    @property
+    def turns(self) -> list[Turn]:
+        return list(self.trace.get("turns") or [])
+
+    @property
+    def sequences(self) -> list[dict[str, Any]]:
+        """The training sequences exactly as the trainer sees them (train_metadata.turns)."""
+        return list((self.sample.get("train_metadata") or {}).get("turns") or [])
+
+    @property
+    def index(self) -> int | None:
+        idx = self.sample.get("index", self.trace.get("index"))
+        return int(idx) if isinstance(idx, int) else None
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """The run directory as a Path; ConfigError naming what is missing otherwise."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ConfigError(f"RUN_DIR {path}: not a directory; pass the --out directory of `agentgraphs run`")
+    for name in (SAMPLES, TRACES):
+        if not (path / name).is_file():
+            raise ConfigError(f"RUN_DIR {path}: no {name}; pass the --out directory of `agentgraphs run` or `demo`")
+    return path
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """summary.json, or {} when the run was interrupted before writing it."""
+    path = Path(run_dir) / SUMMARY
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputError(SUMMARY, f"is not valid JSON ({exc})", f"fix or delete {path}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def read_run(run_dir: str | Path) -> Iterator[RunRecord]:
+    """Yield the run's rollouts in file order, samples.jsonl and traces.jsonl paired line by line."""
+    path = check_run_dir(run_dir)
+    with open(path / SAMPLES, encoding="utf-8") as samples, open(path / TRACES, encoding="utf-8") as traces:
+        line = 0
+        while True:
+            s_raw, t_raw = samples.readline(), traces.readline()
+            if not s_raw and not t_raw:
+                return
+            line += 1
+            if not s_raw or not t_raw:
+                short = SAMPLES if not s_raw else TRACES
+                raise InputError(short, f"ends at line {line - 1} but the other file goes on",
+                                 "use a run directory whose samples.jsonl and traces.jsonl were written together")
+            sample = _parse(s_raw, SAMPLES, line)
+            trace = _parse(t_raw, TRACES, line)
+            si, ti = sample.get("index"), trace.get("index")
+            if si is not None and ti is not None and si != ti:
+                raise InputError(TRACES, f"line {line} has index {ti} but {SAMPLES} line {line} has index {si}",
+                                 "the two files must come from the same run")
+            yield RunRecord(line, sample, trace)
+
+
+def _parse(raw: str, name: str, line: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        raise InputError(name, f"line {line} is not valid JSON ({exc})", "the file is damaged; re-run") from None
+    if not isinstance(obj, dict):
+        raise InputError(name, f"line {line} is not a JSON object", "the file is damaged; re-run")
+    return obj
+
+
+def tokenizer_dir(summary: dict[str, Any], explicit: str | Path | None) -> str:
+    """The tokenizer directory: `explicit` if given, else the `hf:DIR` engine summary.json names.
+
+    >>> tokenizer_dir({"engine": "scripted:hf:/models/tiny"}, None) if os.path.isdir("/models/tiny") else "skip"
+    'skip'
+    >>> tokenizer_dir({}, "/models/x")
+    '/models/x'
+    """
+    if explicit:
+        return str(explicit)
+    engine = str(summary.get("engine") or "")
+    at = engine.find("hf:")  # "hf:DIR", or a wrapper's "scripted:hf:DIR"
+    if at >= 0 and os.path.isdir(engine[at + 3:]):
+        return engine[at + 3:]
+    raise ConfigError(f"cannot tell the run's tokenizer: summary.json names engine {engine!r}, not an hf: directory "
+                      "that exists here; pass --tokenizer DIR (the model's Hugging Face directory)")
+
+
+def load_tokenizer(path: str) -> Any:
+    from ..context import shared_tokenizer
+
+    try:
+        return shared_tokenizer(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from exc

@@ -1,0 +1,113 @@
+"""Evaluate AgentFlow on AIME 2024 and print the seed's table: accuracy over n samples per problem.
+
+    # planner = the trained checkpoint on one SGLang server, helpers (analysis, commands, verifier,
+    # final output, tools) = the fixed Qwen2.5-7B-Instruct on another, as in training
+    python examples/agentflow/evaluate.py data/agentflow/aime24.jsonl \
+        --engine sglang:http://127.0.0.1:30000 --tokenizer /root/AgentFlow-7B \
+        --helper helper=sglang:http://127.0.0.1:30001 --n-samples 8 --out out/aime24
+
+    # an LLM judge instead of math-verify (the original's reward): add --helper judge=SPEC
+
+Every row runs `--n-samples` times through `agentgraphs.cli.run_command("agentflow", ..., evaluation=True)`
+(nothing trainable; `eval_max_steps` applies) with the original's inference sampling for the planner
+(temperature 0.7 here as in training; pass --temperature 0 for greedy). A sample is correct when its reward
+is 1.0 (math-verify on the <answer>, or the judge). The table reports, as the seed does, the mean accuracy over
+all samples (avg@n), plus pass@n (a problem solved by any sample) and maj@n (the most frequent answer is right).
+OUT holds samples.jsonl, traces.jsonl, summary.json and aime_table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """avg@n, pass@n and maj@n (in %) from slime samples (reward 1.0 = correct), grouped by problem
+    (`group_index`: the n samples of one row). A tie in the majority vote goes to the answer seen first.
+
+    >>> s = [{"group_index": 0, "reward": 1.0, "metadata": {"answer": "42"}},
+    ...      {"group_index": 0, "reward": 0.0, "metadata": {"answer": "41"}},
+    ...      {"group_index": 1, "reward": 0.0, "metadata": {"answer": "7"}},
+    ...      {"group_index": 1, "reward": 0.0, "metadata": {"answer": "7"}}]
+    >>> scores(s)
+    {'problems': 2, 'samples': 4, 'avg@n': 25.0, 'pass@n': 50.0, 'maj@n': 50.0}
+    """
+    by_row: dict[Any, list[tuple[float, str]]] = defaultdict(list)
+    for sample in samples:
+        reward = sample.get("reward")
+        correct = float(reward) if isinstance(reward, (int, float)) else 0.0  # failed / unscored: wrong
+        answer = str((sample.get("metadata") or {}).get("answer", ""))
+        by_row[sample.get("group_index", sample.get("index"))].append((correct, answer))
+    if not by_row:
+        return {"problems": 0, "samples": 0, "avg@n": 0.0, "pass@n": 0.0, "maj@n": 0.0}
+    n_samples = sum(len(v) for v in by_row.values())
+    avg = sum(c for v in by_row.values() for c, _ in v) / n_samples
+    passed = sum(1 for v in by_row.values() if any(c == 1.0 for c, _ in v)) / len(by_row)
+    maj = 0
+    for v in by_row.values():
+        votes = Counter(a for _, a in v if a)
+        if votes:
+            top = votes.most_common(1)[0][0]
+            maj += any(c == 1.0 for c, a in v if a == top)
+    return {"problems": len(by_row), "samples": n_samples, "avg@n": round(100 * avg, 2),
+            "pass@n": round(100 * passed, 2), "maj@n": round(100 * maj / len(by_row), 2)}
+
+
+def aime_table(rows: Sequence[tuple[str, Mapping[str, float]]], n: int) -> str:
+    """The markdown table: one line per model.
+
+    >>> print(aime_table([("AgentFlow", {"problems": 30, "avg@n": 30.0, "pass@n": 40.0, "maj@n": 33.33})], 8))
+    | model | AIME 2024 acc (avg@8) | pass@8 | maj@8 | problems |
+    |---|---|---|---|---|
+    | AgentFlow | 30.0 | 40.0 | 33.33 | 30 |
+    """
+    lines = [f"| model | AIME 2024 acc (avg@{n}) | pass@{n} | maj@{n} | problems |", "|---|---|---|---|---|"]
+    for model, s in rows:
+        lines.append(f"| {model} | {s['avg@n']} | {s['pass@n']} | {s['maj@n']} | {int(s['problems'])} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from agentgraphs.cli import parse_helpers, run_command
+    from agentgraphs.errors import AgentGraphsError
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("data", type=Path, help="AIME rows from prepare_data.py")
+    p.add_argument("--engine", required=True, help="the planner: sglang:URL or hf:DIR")
+    p.add_argument("--tokenizer", default=None, help="the planner's HF directory (needed for sglang:)")
+    p.add_argument("--helper", action="append", default=[], help="NAME=SPEC (helper, judge), repeatable")
+    p.add_argument("--n-samples", type=int, default=8)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--model-name", default="AgentFlow")
+    p.add_argument("-o", "--option", action="append", default=[], help="agent option KEY=VALUE")
+    p.add_argument("--out", type=Path, default=Path("out/aime24"))
+    args = p.parse_args(argv)
+    from agentgraphs.cli import parse_options
+
+    try:
+        summary = run_command("agentflow", args.data, args.engine, args.out, tokenizer=args.tokenizer,
+                              options=parse_options(args.option), engines=parse_helpers(args.helper),
+                              concurrency=args.concurrency, n_samples=args.n_samples, temperature=args.temperature,
+                              max_new_tokens=args.max_new_tokens, evaluation=True)
+    except AgentGraphsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with open(args.out / "samples.jsonl", encoding="utf-8") as fh:
+        result = scores(json.loads(line) for line in fh if line.strip())
+    table = aime_table([(args.model_name, result)], args.n_samples)
+    (args.out / "aime_table.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    print(f"by status: {summary.get('by_status')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

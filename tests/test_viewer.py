@@ -1,0 +1,191 @@
+"""`agentgraphs view`: the HTML report of a REAL run, checked in a real headless Chromium (CDP).
+
+The run: a user's own AgentSpec (tests/viewer_support.py: solve -> calculator -> answer, concat layout)
+on the tiny Qwen through a scripted policy (text chosen here, ids and log-probs from the real model),
+so one training sequence holds prompt, trained output, template glue, a tool observation and more output.
+The browser tests skip where no chromium binary exists (CI installs the Debian package `chromium`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agentgraphs.cli import app, run_command
+from agentgraphs.testing.browser import HeadlessChromium, find_chromium
+from agentgraphs.testing.runs import synthetic_records
+from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
+from agentgraphs.viewer.report import write_report_records
+from agentgraphs.viewer.run_data import read_run
+
+from .viewer_support import TOOL_RESULT
+
+READY = "document.body && document.body.dataset.ready === '1'"
+needs_chromium = pytest.mark.skipif(find_chromium() is None,
+                                    reason="no chromium binary on PATH (Debian package `chromium`)")
+
+
+def _script(call: ScriptCall) -> str:
+    if call.prompt_text.count("<|im_start|>assistant") == 1:
+        if "long" in call.prompt_text:
+            return "I will think about this for a very long time before I use the calculator at all."
+        return "Let me use the calculator."
+    return "The answer is \\boxed{42}."
+
+
+@pytest.fixture(scope="module")
+def tool_run(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run: completed, truncated and failed rollouts of the tool agent."""
+    out = tmp_path_factory.mktemp("viewer-run")
+    data = out / "data.jsonl"
+    rows = [{"input": "What is 6*7?", "label": "42"}, {"input": "What is 6 times 7?", "label": "41"},
+            {"input": "Take a long look: 6*7?", "label": "42"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n", encoding="utf-8")
+    run_command("tests.viewer_support:TOOL_AGENT", data, ScriptedPolicy(tiny_engine, _script), out,
+                concurrency=1, max_new_tokens=16)
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(tool_run: Path) -> Path:
+    result = CliRunner().invoke(app, ["view", str(tool_run), "--out", str(tool_run / "view" / "report.html")])
+    assert result.exit_code == 0, result.output
+    return tool_run / "view" / "report.html"
+
+
+def _payloads(report: Path) -> list[dict[str, Any]]:
+    text = report.read_text(encoding="utf-8")
+    body = re.search(r'<script type="application/x-ndjson" id="ag-rollouts">(.*?)</script>', text, re.S)
+    assert body is not None
+    return [json.loads(line) for line in body.group(1).split("\n")]
+
+
+def test_report_is_self_contained_and_roles_follow_the_training_sequence(report: Path, tool_run: Path,
+                                                                         qwen25: Any) -> None:
+    html = report.read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "the report must not load anything"
+    records = list(read_run(tool_run))
+    payloads = _payloads(report)
+    assert [p["status"] for p in payloads] == [r.sample["status"] for r in records] == \
+        ["completed", "completed", "truncated", "failed"]
+    seq, turns = payloads[0]["seqs"][0], records[0].turns
+    roles = [r for r, n in seq["r"] for _ in range(n)]
+    tokens = records[0].sequences[0]["tokens"]
+    # trained positions are exactly the engine's outputs; the observation decodes to the tool's result
+    trained = [t for t, r in zip(tokens, roles) if r == 1]
+    assert trained == turns[0]["output_ids"] + turns[1]["output_ids"]
+    assert qwen25.decode([t for t, r in zip(tokens, roles) if r == 3]) == TOOL_RESULT
+    glue = qwen25.decode([t for t, r in zip(tokens, roles) if r == 2])
+    assert glue.count("<|im_start|>") == 2 and "<tool_response>" in glue and "</tool_response>" in glue
+    assert roles[:len(turns[0]["prompt_ids"])] == [0] * len(turns[0]["prompt_ids"])
+
+
+@needs_chromium
+def test_report_in_chromium(report: Path, tool_run: Path, qwen25: Any, tmp_path: Path) -> None:
+    records = list(read_run(tool_run))
+    solve = records[0].turns[0]
+    with HeadlessChromium() as browser:
+        browser.open(report, ready=READY)
+        assert browser.evaluate("document.getElementById('row-count').textContent") == "4 of 4 rollouts"
+        assert browser.evaluate("document.querySelectorAll('#table-body .row').length") == 4
+        # the first rollout is open; its reward, in the table and in the detail
+        assert browser.evaluate("document.getElementById('detail-reward').textContent") == "1"
+        assert browser.evaluate("document.querySelector('.row .c-2').textContent") == "1.000"
+        # a trained token: the engine's id and log-prob in its tooltip
+        first = browser.evaluate("(() => { const t = document.querySelector('#seq-0 .tok.trained');"
+                                 " return [t.textContent, t.title]; })()")
+        assert first[0] == qwen25.decode([solve["output_ids"][0]])
+        assert f"id {solve['output_ids'][0]} " in first[1]
+        assert f"log-prob {solve['output_logprobs'][0]:.6f}" in first[1]
+        # masked glue and the observation, with the token texts the tokenizer gives for their ids
+        glue = browser.evaluate("[...document.querySelectorAll('#seq-0 .tok.glue')].map(t => [t.textContent, t.title])")
+        assert "<|im_start|>" in [g[0] for g in glue]
+        for text, title in glue:
+            tid = int(re.search(r"id (\d+)", title).group(1))
+            assert text.replace("\u21b5", "") == qwen25.decode([tid]) and "glue" in title
+        obs = browser.evaluate("[...document.querySelectorAll('#seq-0 .tok.obs')].map(t => t.textContent).join('')")
+        assert obs == TOOL_RESULT
+        # the status filter
+        browser.evaluate("(() => { const s = document.getElementById('status-filter'); s.value = 'failed';"
+                         " s.dispatchEvent(new Event('change')); })()")
+        assert browser.evaluate("document.getElementById('row-count').textContent") == "1 of 4 rollouts"
+        assert browser.evaluate("[...document.querySelectorAll('#table-body .row .status')].map(s => s.textContent)") \
+            == ["failed"]
+        browser.evaluate("(() => { const s = document.getElementById('status-filter'); s.value = 'truncated';"
+                         " s.dispatchEvent(new Event('change')); document.querySelector('#table-body .row').click(); })()")
+        assert "truncated" in browser.evaluate("document.querySelector('#detail h2').textContent")
+        finish = browser.evaluate("[...document.querySelectorAll('#detail details.turn summary')].map(s => s.textContent)")
+        assert "finish length" in finish[0] and "retries 0" in finish[0]
+        # sorting by reward, descending after two clicks
+        browser.evaluate("(() => { const s = document.getElementById('status-filter'); s.value = '';"
+                         " s.dispatchEvent(new Event('change')); })()")
+        browser.evaluate("(() => { const h = document.querySelector('[data-key=reward]'); h.click(); h.click(); })()")
+        rewards = browser.evaluate("[...document.querySelectorAll('#table-body .row .c-2')].map(c => c.textContent)")
+        assert rewards == sorted(rewards, reverse=True) and rewards[0] == "1.000"
+        browser.evaluate("document.querySelector('#table-body .row').click()")
+        browser.evaluate("document.getElementById('seq-0').scrollIntoView()")
+        shot = browser.screenshot(tmp_path / "viewer.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+@needs_chromium
+def test_thousand_rollouts_and_a_long_document_open_with_a_bounded_dom(qwen25: Any, tmp_path: Path) -> None:
+    words = qwen25.encode(" the quick brown fox jumps over a lazy dog while memory agents read long books")
+    target = write_report_records(synthetic_records(1000, 448_000, words, turns_per_rollout=2, prompt_tokens=200, output_tokens=25), qwen25, tmp_path / "big.html",
+                                  summary={"agent": "synthetic"}, title="1000 rollouts")
+    count = "document.getElementsByTagName('*').length"
+    with HeadlessChromium() as browser:
+        browser.open(target, ready=READY)
+        assert browser.evaluate("document.getElementById('row-count').textContent") == "1000 of 1000 rollouts"
+        rows = browser.evaluate("document.querySelectorAll('#table-body .row').length")
+        assert 10 <= rows <= 40  # only the visible rows exist
+        initial = browser.evaluate(count)
+        assert initial < 2_500, initial
+        # scrolling to the end renders the last rows, still a bounded number
+        browser.evaluate("(() => { const b = document.getElementById('table-body'); b.scrollTop = b.scrollHeight;"
+                         " b.dispatchEvent(new Event('scroll')); })()")
+        browser.wait_for("[...document.querySelectorAll('#table-body .row')].some(r => r.dataset.pos === '999')")
+        assert browser.evaluate("document.querySelectorAll('#table-body .row').length") <= 40
+        # the long rollout: 40 turns over 448K document tokens; opening a turn shows a collapsed prompt
+        browser.evaluate("document.querySelector('[data-key=index]').click()")  # sort by index: rollout 0 first
+        browser.evaluate("document.querySelector('#table-body .row').click()")
+        assert browser.evaluate("document.querySelectorAll('#detail details.turn').length") == 40
+        browser.evaluate("(() => { const d = document.getElementById('turn-3'); d.open = true; })()")
+        browser.wait_for("document.querySelector('#turn-3 .tokens')")
+        opened = browser.evaluate(count)
+        assert opened < initial + 3_000, opened
+        more = browser.evaluate("document.querySelector('#turn-3 button.more').textContent")
+        prompt_len = 3 + 448_000 // 40 + 5
+        assert more == f"show {prompt_len - 256 - 384} more tokens"
+        browser.evaluate("document.querySelector('#turn-3 button.more').click()")
+        assert browser.evaluate(count) - opened == 2000  # one chunk of token spans, nothing more
+
+
+def test_view_errors_name_the_fix(tmp_path: Path, tool_run: Path) -> None:
+    missing = CliRunner().invoke(app, ["view", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "not a directory" in " ".join(missing.output.split())
+    run = tmp_path / "sglang-run"
+    run.mkdir()
+    for name in ("samples.jsonl", "traces.jsonl"):
+        (run / name).write_text((tool_run / name).read_text(encoding="utf-8"), encoding="utf-8")
+    (run / "summary.json").write_text(json.dumps({"engine": "sglang:http://127.0.0.1:30000"}), encoding="utf-8")
+    no_tok = CliRunner().invoke(app, ["view", str(run)])
+    assert no_tok.exit_code == 2 and "--tokenizer DIR" in " ".join(no_tok.output.split())
+
+
+@pytest.mark.parametrize("which", ["qwen25", "qwen3"])
+def test_glue_and_observation_split_follows_each_template(which: str, request: pytest.FixtureRequest) -> None:
+    from agentgraphs.chat import ChatTemplate
+    from agentgraphs.viewer.roles import GLUE, OBS, GlueScaffold
+
+    tok = request.getfixturevalue(which)
+    ids = ChatTemplate(tok).glue([{"role": "tool", "content": "result: 42"}, {"role": "user", "content": "Go on."}])
+    texts = [tok.decode([i]) for i in ids]
+    roles = GlueScaffold.for_tokenizer(tok).split(texts)
+    assert "".join(t for t, r in zip(texts, roles) if r == OBS) == "result: 42Go on."
+    assert "".join(t for t, r in zip(texts, roles) if r == GLUE).count("<|im_start|>") == 3
