@@ -168,10 +168,12 @@ def build_check_engine(
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from ..engines.hf import HFEngine
-    from .tiny_model import _model_config, ensure_tiny_model
+    from .tiny_model import _model_config, check_size, ensure_tiny_model, kv_heads_for
 
-    heads = max(1, hidden_size // 32)
-    config = _model_config(hidden_size, num_layers, heads, max(1, heads // 2), 2 * hidden_size, init_scale)
+    heads = max(1, hidden_size // 32)  # head dim 32
+    kv_heads = kv_heads_for(heads)
+    check_size(hidden_size, num_layers, heads, kv_heads, 2 * hidden_size, init_scale)
+    config = _model_config(hidden_size, num_layers, heads, kv_heads, 2 * hidden_size, init_scale)
     config = {k: v for k, v in config.items() if k not in ("torch_dtype", "dtype", "transformers_version")}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
