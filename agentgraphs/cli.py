@@ -275,6 +275,51 @@ def demo(
     console.print(f"samples: {out / 'samples.jsonl'}  traces: {out / 'traces.jsonl'}")
 
 
+@app.command("learn-check")
+def learn_check(
+    agent: Optional[str] = typer.Argument(None, help="agent to train (package.module:attr); default: the "
+                                          "built-in draft/revise check task on a fresh tiny model"),
+    steps: int = typer.Option(12, "--steps", min=2, help="GRPO steps"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="hf:MODEL_DIR to train (your agent); default: "
+                                         "a freshly initialised tiny Qwen2"),
+    data: Optional[Path] = typer.Option(None, "--data", help="JSONL rows {input, label, metadata} (your agent)"),
+    task: str = typer.Option("share", help="built-in task: share (any position) or first_token"),
+    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    prompts: int = typer.Option(4, min=1, help="rows per step (built-in task; else the first N of --data)"),
+    n_samples: int = typer.Option(4, "--n-samples-per-prompt", min=2, help="rollouts per row (a GRPO group)"),
+    lr: float = typer.Option(2e-2, help="AdamW learning rate"),
+    temperature: float = typer.Option(0.9, min=0.01),
+    max_new_tokens: int = typer.Option(4, min=1, help="tokens per LLM call (your agent: a ceiling)"),
+    hidden_size: int = typer.Option(64, help="built-in model: hidden size"),
+    layers: int = typer.Option(2, help="built-in model: layers"),
+    init_scale: float = typer.Option(0.2, help="built-in model: weight init std (0.2 makes the reward learnable fast)"),
+    fault: Optional[str] = typer.Option(None, help="inject a fault (a negative control that must NOT learn): "
+                                        "negate_advantages, permute_within_groups, wrong_rollout, shift_mask"),
+    min_gain: float = typer.Option(0.1, help="PASS when the last steps' mean reward beats the first by this"),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+    seed: int = typer.Option(0),
+) -> None:
+    """Train a model with GRPO on our samples for a few steps and say whether the reward rises."""
+    from .testing.learning_check import LearnCheckSettings, learn_check_run
+
+    try:
+        settings = LearnCheckSettings(
+            agent=agent, engine=engine, data=str(data) if data else None, task=task, options=parse_options(option),
+            steps=steps, prompts=prompts, n_samples=n_samples, lr=lr, temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            hidden_size=hidden_size, layers=layers, init_scale=init_scale, fault=fault, min_gain=min_gain,
+            device=device, seed=seed)
+        result = learn_check_run(settings, on_step=lambda s: print(
+            f"step {s['step']:3d}  reward {s['reward_mean']:.3f}  entropy {s['entropy']:.2f}  "
+            f"|dlogp| max {s['logp_diff_max']:.1e}  clipfrac {s['clipfrac']:.3f}", flush=True))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        console.print("[red]error:[/red]", escape(str(exc)))
+        raise typer.Exit(2) from None
+    print(result["line"])
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
 @app.command()
 def draw(
     agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
