@@ -43,11 +43,11 @@ def trace_summary(turns: Sequence[Turn]) -> dict[str, Any]:
     }
 
 
-def reward_input(*, answer: str, label: Any, row_metadata: Mapping[str, Any] | None, status: str,
+def reward_input(*, answer: str, prompt: Any, label: Any, row_metadata: Mapping[str, Any] | None, status: str,
                  summary: Mapping[str, Any], options: MethodOptions | Mapping[str, Any] | None) -> RewardInput:
     """The RewardInput, built here and nowhere else (run_rollout and rl_bridge.reward_func both call it)."""
     opts = options.model_dump() if isinstance(options, MethodOptions) else dict(options or {})
-    return RewardInput(answer=answer, label=label, metadata=dict(row_metadata or {}), status=status,
+    return RewardInput(answer=answer, prompt=prompt, label=label, metadata=dict(row_metadata or {}), status=status,
                        trace_summary=dict(summary), options=opts)
 
 
@@ -61,7 +61,7 @@ def reward_input_of_sample(sample: Any) -> RewardInput:
     meta = getattr(sample, "metadata", None) or {}
     status = getattr(getattr(sample, "status", None), "value", None) or "completed"
     return reward_input(answer=str(meta.get("answer", getattr(sample, "response", "") or "")),
-                        label=getattr(sample, "label", None), row_metadata=row_metadata(meta),
+                        prompt=getattr(sample, "prompt", None), label=getattr(sample, "label", None), row_metadata=row_metadata(meta),
                         status=str(status), summary=meta.get("trace_summary") or {},
                         options=meta.get("options") or {})
 

@@ -154,8 +154,8 @@ async def _finish(
     reason = f"turns {truncated} hit max_new_tokens" if truncated else "ok"
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
                       final_state=final, summary=summary)
-    rin = reward_input(answer=answer, label=inp["label"], row_metadata=inp["metadata"], status=status,
-                       summary=summary, options=opts)
+    rin = reward_input(answer=answer, prompt=inp["prompt"], label=inp["label"], row_metadata=inp["metadata"],
+                       status=status, summary=summary, options=opts)
     rollout.reward_input = rin
     labelled = inp["label"] is not None or not spec.requires_label
     if compute_reward and labelled:

@@ -18,7 +18,8 @@ from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 
 def rin(answer: str, label: Any, metadata: dict | None = None, **options: Any) -> RewardInput:
     opts = SPEC.resolve_options(options).model_dump()
-    return RewardInput(answer=answer, label=label, metadata=metadata or {}, status="completed",
+    question = (metadata or {}).get("question", "What is the answer?")
+    return RewardInput(answer=answer, prompt=question, label=label, metadata=metadata or {}, status="completed",
                        trace_summary={}, options=opts)
 
 

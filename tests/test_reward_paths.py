@@ -62,6 +62,7 @@ def test_reward_sees_the_same_input_through_run_and_through_slime(server: Any, t
         assert seen["metadata"] == {"source": "t"}  # the row's own metadata, nothing agentgraphs added
         assert seen["options"] == {"greeting": "hi", "attempts": 3}
         assert seen["label"] == "42" and seen["status"] in ("completed", "truncated")
+        assert seen["prompt"] == "What is 6 * 7?"
         assert set(seen["trace_summary"]) == {"turns_by_node", "output_tokens", "trained_tokens", "truncated_turns"}
         assert seen["trace_summary"]["turns_by_node"] == {"solve": 1, "check": 1}
     assert in_generate == in_rm

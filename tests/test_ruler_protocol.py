@@ -94,7 +94,7 @@ def test_sub_em_is_strict_sub_em_plus_unanswered() -> None:
 
 
 def test_memagent_spec_reports_the_seed_metrics() -> None:
-    rin = {"answer": "\\boxed{Par", "label": ["Paris"], "metadata": {}, "status": "completed"}
+    rin = {"answer": "\\boxed{Par", "prompt": "Capital?", "label": ["Paris"], "metadata": {}, "status": "completed"}
     got = SPEC.eval_metrics(rin)  # type: ignore[misc,arg-type]
     assert "reward" not in got  # the reward is the rollout's, computed once, not repeated as a metric
     assert SPEC.reward(rin, None) == 0.0  # type: ignore[arg-type]

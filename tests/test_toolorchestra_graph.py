@@ -208,7 +208,7 @@ def test_reward_is_exact_match_then_the_judge_when_configured(scorer: HFEngine) 
     ctx = AgentContext(policy=judge, tokenizer=scorer.tokenizer, engines={"judge": judge})
 
     def rin(answer: str, judge_name: Any) -> RewardInput:
-        return RewardInput(answer=answer, label=["Paris"], metadata={"question": "Capital of France?"},
+        return RewardInput(answer=answer, prompt="Capital of France?", label=["Paris"], metadata={},
                            status="completed", trace_summary={}, options={"judge": judge_name})
 
     assert asyncio.run(SPEC.reward(rin("the Paris!", None), ctx)) == 1.0  # exact match after normalisation

@@ -29,7 +29,7 @@ async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     golds = answers_of(rin["label"])
     judge = rin["options"].get("judge_engine", "judge")
     if ctx is not None and judge in ctx.engines:
-        question = str((rin["metadata"] or {}).get("question", "")) or "(not given; compare with the ground truth)"
+        question = question_of(rin["prompt"])
         for gold in golds:
             if await judge_reward(ctx, judge, question, rin["answer"], gold) == 1.0:
                 return 1.0

@@ -40,8 +40,7 @@ async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
 
 
 async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str]) -> bool:
-    meta = rin["metadata"] or {}
-    problem = str(meta.get("question") or meta.get("problem") or "(see the reference answer)")
+    problem = question_of(rin["prompt"])
     prompt = JUDGE.format(problem=problem, reference=" / ".join(golds), answer=rin["answer"])
     out = await call_llm({}, ctx, node="judge", engine=name, trainable=False,
                          messages=[{"role": "user", "content": prompt}], temperature=0.0, max_new_tokens=8)

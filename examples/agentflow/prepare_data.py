@@ -15,7 +15,7 @@ wrapper ("Solve the following math problem step by step ... Answer: $Answer ..."
 AgentFlow asks for <answer> tags itself. Its answer is the first of `answer`, `Answer`,
 `reward_model.ground_truth`, `ground_truth`, `label`, `solution`. Output rows are
 `{"input": question, "label": answer, "metadata": {"question": question, "id": ..., "source": ...}}`
-(the judge reads the question from metadata); `agentgraph: agentflow` reads them with the default keys.
+(the judge reads the question from the row's prompt, `RewardInput["prompt"]`); `agentgraph: agentflow` reads them with the default keys.
 """
 
 from __future__ import annotations
