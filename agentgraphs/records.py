@@ -207,6 +207,7 @@ def trace_record(rollout: Rollout, index: int | None) -> dict[str, Any]:
         "metrics": rollout.metrics,
         "summary": rollout.summary or trace_summary(rollout.turns),
         "time_s": round(rollout.time_s, 4),
+        "path": rollout.path,
         "turns": rollout.turns,
         "error": rollout.error,
     }

@@ -46,6 +46,7 @@ class Rollout:
     options: MethodOptions | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     reward_input: RewardInput | None = field(default=None, repr=False)
+    path: list[str] = field(default_factory=list, repr=False)  # every graph node that ran, in order
 
     @property
     def retries(self) -> int:
@@ -108,10 +109,16 @@ async def _run(
         # stream the state so a rollout that fails half-way still reports the turns it made
         last = dict(graph_input)
 
+    path: list[str] = []  # the nodes that ran, in order (the viewer's timeline)
+
     async def drive() -> None:
         nonlocal last
-        async for values in graph.astream(graph_input, run_config, context=ctx, stream_mode="values"):
-            last = values
+        async for mode, chunk in graph.astream(graph_input, run_config, context=ctx,
+                                               stream_mode=["updates", "values"]):
+            if mode == "values":
+                last = chunk
+            else:
+                path.extend(name for name in chunk if not name.startswith("__"))
 
     try:
         if ctx.limits.max_time_s is not None:
@@ -120,16 +127,21 @@ async def _run(
             await drive()
     except RolloutAborted as exc:
         turns = [*spec.collect_turns(last), exc.turn]
-        return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started)
+        return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started, path=path)
     except asyncio.TimeoutError as exc:
-        return _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc, spec.collect_turns(last))
+        failed = _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc, spec.collect_turns(last))
     except (EngineError, LLMCallLimitExceeded) as exc:
-        return _failed(started, f"{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
+        failed = _failed(started, f"{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug in a user's node must not escape into slime
-        return _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
-    return await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward)
+        failed = _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
+    else:
+        rollout = await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward)
+        rollout.path = path
+        return rollout
+    failed.path = path
+    return failed
 
 
 async def _finish(

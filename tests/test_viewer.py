@@ -96,6 +96,10 @@ def test_report_in_chromium(report: Path, tool_run: Path, qwen25: Any, tmp_path:
         # the first rollout is open; its reward, in the table and in the detail
         assert browser.evaluate("document.getElementById('detail-reward').textContent") == "1"
         assert browser.evaluate("document.querySelector('.row .c-2').textContent") == "1.000"
+        # the graph path: every node that ran, the tool node (no LLM call) included, LLM nodes with their calls
+        chips = browser.evaluate("[...document.querySelectorAll('.graph-path .node-chip')].map(c => [c.textContent,"
+                                 " c.classList.contains('no-llm')])")
+        assert chips == [["solve \u00d71", False], ["calculator", True], ["answer \u00d71", False]]
         # a trained token: the engine's id and log-prob in its tooltip
         first = browser.evaluate("(() => { const t = document.querySelector('#seq-0 .tok.trained');"
                                  " return [t.textContent, t.title]; })()")

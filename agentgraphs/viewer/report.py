@@ -127,7 +127,7 @@ def rollout_payload(rec: RunRecord, position: int, decode: _Decoder, scaffold: G
         "reason": _cap(meta.get("status_reason") or trace.get("reason")), "answer": _cap(trace.get("answer")),
         "reward": sample.get("reward", trace.get("reward")), "metrics": trace.get("metrics") or {},
         "label": _cap(sample.get("label")), "prompt": _cap(sample.get("prompt")), "error": _cap(trace.get("error")),
-        "time_s": trace.get("time_s"), "summary": trace.get("summary") or {},
+        "time_s": trace.get("time_s"), "summary": trace.get("summary") or {}, "path": trace.get("path") or [],
         "layout": (sample.get("train_metadata") or {}).get("layout"),
         "weight_versions": sample.get("weight_versions") or [], "turns": turn_out, "seqs": seq_out,
     }
@@ -137,9 +137,9 @@ def index_row(payload: Mapping[str, Any]) -> dict[str, Any]:
     """One line of the rollouts table."""
     turns = payload["turns"]
     nodes: list[str] = []
-    for t in turns:
-        if not nodes or nodes[-1] != t["node"]:
-            nodes.append(str(t["node"]))
+    for name in payload.get("path") or [t["node"] for t in turns]:  # every node that ran; else the LLM nodes
+        if not nodes or nodes[-1] != name:
+            nodes.append(str(name))
     trained = sum(n for s in payload["seqs"] for role, n in s["m"] if role)
     return {
         "pos": payload["pos"], "index": payload["index"], "line": payload["line"], "status": payload["status"],

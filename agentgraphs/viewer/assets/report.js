@@ -8,7 +8,7 @@
   const RAW = $("ag-rollouts").textContent;
   const OFFSETS = [0];
   for (let i = RAW.indexOf("\n"); i >= 0; i = RAW.indexOf("\n", i + 1)) OFFSETS.push(i + 1);
-  const ROW_H = 26, HEAD = 256, TAIL = 384, OUT_HEAD = 2000, CHUNK = 2000;
+  const ROW_H = 26, HEAD = 256, TAIL = 384, OUT_HEAD = 2000, CHUNK = 2000, PATH_CHIPS = 300;
   const cache = new Map();
 
   function rollout(pos) {
@@ -256,7 +256,26 @@
     }
     if (r.error) box.append(lazyDetails("seq", "error", (b) => b.append(el("pre", "err", r.error))));
 
-    box.append(el("h3", null, "Graph path: the LLM nodes in call order (" + r.turns.length + " calls)"));
+    if (r.path && r.path.length) {
+      // every node that ran; a node's LLM calls (turns recorded under its name, in order) link to the turns
+      box.append(el("h3", null, "Graph path: every node in execution order (" + r.path.length + " steps)"));
+      const gp = el("div", "timeline graph-path");
+      let next = 0;
+      r.path.slice(0, PATH_CHIPS).forEach((name, i) => {
+        if (i) gp.append(el("span", "arrow", "\u2192"));
+        const calls = [];
+        while (next < r.turns.length && r.turns[next].node === name) calls.push(next++);
+        const trained = calls.some((c) => r.turns[c].trainable);
+        const chip = el("button", "node-chip step" + (trained ? " trainable" : "") + (calls.length ? "" : " no-llm"),
+          name + (calls.length ? " \u00d7" + calls.length : ""));
+        chip.title = calls.length ? "LLM calls: turns " + calls.join(", ") : "no LLM call";
+        if (calls.length) chip.addEventListener("click", () => { const d = $("turn-" + calls[0]); d.open = true; d.scrollIntoView({ block: "start" }); });
+        gp.append(chip);
+      });
+      if (r.path.length > PATH_CHIPS) gp.append(el("span", "arrow", "\u2026 " + (r.path.length - PATH_CHIPS) + " more steps"));
+      box.append(gp);
+    }
+    box.append(el("h3", null, "LLM nodes in call order (" + r.turns.length + " calls)"));
     const tl = el("div", "timeline");
     r.turns.forEach((t, k) => {
       if (k) tl.append(el("span", "arrow", "\u2192"));
