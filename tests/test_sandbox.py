@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import sys
 import socket
 import threading
 import time
@@ -21,6 +23,7 @@ from agentgraphs.sandbox import (
     SandboxUnavailableError,
     capabilities,
     explain,
+    format_report,
     run_python,
     run_python_async,
 )
@@ -32,8 +35,12 @@ MiB = 1024 * 1024
 
 
 def _requires(*protections: str) -> None:
-    held = capabilities()["held"]
-    missing = [p for p in protections if p not in held]
+    """Skip where the machine lacks a mechanism; where bubblewrap is installed every protection must hold
+    (a skip there would hide a regression, e.g. the checkout's interpreter hidden by the sandbox's /tmp)."""
+    caps = capabilities()
+    missing = [p for p in protections if p not in caps["held"]]
+    if missing and shutil.which("bwrap") and os.geteuid() == 0:
+        pytest.fail(f"bubblewrap is installed but {missing} do not hold:\n{format_report(caps)}")
     if missing:
         pytest.skip(f"not held on this machine: {missing}")
 
@@ -427,3 +434,20 @@ def test_groups_of_a_killed_parent_are_removed_at_detection():
         made.append(group)
     assert remove_stale_groups(parents) >= len(made)
     assert not any(g.exists() for g in made)
+
+
+def test_an_interpreter_below_tmp_stays_visible_in_the_sandbox(tmp_path: Path) -> None:
+    """A checkout (and its .venv) below /tmp, as a CI clone may be: the sandbox's own /tmp must not hide it."""
+    _requires("filesystem")
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.symlink_to(sys.executable)
+    marker = tmp_path / "host-secret.txt"
+    marker.write_text("host")
+    code = ("import os, sys; print(os.getcwd()); print(os.path.exists(%r)); print(os.path.exists(%r))"
+            % (str(python), str(marker)))
+    result = run_python(code, SandboxLimits(wall_s=20, python=str(python)))
+    assert result["status"] == "ok", result
+    cwd, sees_python, sees_marker = result["stdout"].split()
+    assert cwd == "/tmp" and sees_python == "True" and sees_marker == "False"

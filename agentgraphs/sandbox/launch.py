@@ -190,7 +190,11 @@ def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, priv
         argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         argv += ["--unshare-user"]
-    made: set[str] = set()
+    # the writable tmpfs first: read-only mounts below /tmp (a checkout's .venv there, as in a CI clone) are
+    # then bound on top of it instead of being hidden by it
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs",
+             "/tmp"]
+    made: set[str] = {"/tmp", "/proc", "/dev"}
     for dest in mounts:
         parent = os.path.dirname(dest)
         ancestors = []
@@ -205,8 +209,7 @@ def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, priv
             argv += ["--symlink", os.readlink(dest), dest]
         else:
             argv += ["--ro-bind", dest, dest]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs",
-             "/tmp", "--chdir", "/tmp", "--info-fd", str(info_fd)]
+    argv += ["--chdir", "/tmp", "--info-fd", str(info_fd)]
     if seccomp_fd >= 0:
         argv += ["--seccomp", str(seccomp_fd)]
     return argv + ["--"] + command
