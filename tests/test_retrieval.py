@@ -19,6 +19,8 @@ from typer.testing import CliRunner
 from agentgraphs.cli import app as cli_app
 from agentgraphs.errors import InputError, RetrievalError
 from agentgraphs.retrieval import RetrievalClient, build_index, load_index, read_corpus
+from agentgraphs.retrieval.batcher import SearchBatcher
+from agentgraphs.retrieval.index import BM25Index
 from agentgraphs.retrieval.synthetic import planted_facts, synthetic_corpus
 
 pytest.importorskip("bm25s")
@@ -44,6 +46,7 @@ class Service:
     """`agentgraphs retrieval serve DIR` in a child process, waited for through GET /health."""
 
     def __init__(self, index_dir: Path) -> None:
+        self.index_dir = index_dir
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -99,6 +102,86 @@ def test_bm25_service_returns_the_planted_fact_over_http(bm25_service: tuple[Ser
     assert raw["result"][0][0]["id"] == fact["id"] and set(raw["result"][0][0]) == {"id", "contents", "title"}
     health = httpx.get(f"{service.url}/health", timeout=30).json()
     assert health == {"status": "ok", "kind": "bm25", "passages": 512}
+
+
+def _ids_scores(hits: list[list[dict]]) -> list[list[tuple[str, float]]]:
+    return [[(h["document"]["id"], h["score"]) for h in q] for q in hits]
+
+
+def test_concurrent_requests_are_answered_exactly_as_in_process_searches(
+        bm25_service: tuple[Service, dict[str, str]]) -> None:
+    """64 requests in flight at once (mixed top-k, one of several queries): each gets what a search of its own
+    queries alone gives in-process, though the service answered them from shared batched searches."""
+    service, fact = bm25_service
+    index = load_index(service.index_dir)
+    words = [p["contents"].split() for p in index.passages[:64]]
+    requests = [([" ".join(w[i % 5:i % 5 + 3])], 3 + i % 3) for i, w in enumerate(words)]
+    requests += [([fact["question"], "qqqqzzzz", "launch code Vintara"], 2)]
+
+    async def ask() -> tuple[list[list[list[dict]]], dict, dict]:
+        async with RetrievalClient(service.url, timeout_s=60, max_connections=64) as client, \
+                httpx.AsyncClient() as plain:
+            before = (await plain.get(f"{service.url}/stats")).json()
+            answers = await asyncio.gather(*(client.retrieve(qs, topk=k) for qs, k in requests))
+            after = (await plain.get(f"{service.url}/stats")).json()
+        return answers, before, after  # type: ignore[return-value]
+
+    answers, before, after = asyncio.run(ask())
+    for (queries, k), got in zip(requests, answers):
+        assert _ids_scores(got) == _ids_scores(index.search(queries, k))  # type: ignore[arg-type]
+    assert sum(len(a[0]) > 0 for a in answers) == len(requests) and answers[-1][1] == []
+    assert after["requests"] - before["requests"] == len(requests)
+    assert after["queries"] - before["queries"] == 64 + 3
+    assert 1 <= after["batches"] - before["batches"] <= len(requests)
+
+
+def test_batcher_coalesces_queued_searches_and_keeps_each_answer_exact() -> None:
+    """Requests queued together go out as one bm25s call per distinct top-k (counted), and every request
+    gets exactly the hits of `index.search` over its own queries alone; an index failure reaches every
+    request of its batch and the batcher goes on serving."""
+    index = BM25Index.build(synthetic_corpus(3000, words_per_passage=30))
+    words = [p["contents"].split() for p in index.passages[:48]]
+    requests = [([" ".join(w[:2]), " ".join(w[5:8])] if i % 7 == 0 else [" ".join(w[i % 4:i % 4 + 3])], 1 + i % 4)
+                for i, w in enumerate(words)]
+    n_queries = sum(len(qs) for qs, _ in requests)
+
+    async def run(batcher: SearchBatcher) -> list[list[list[dict]]]:
+        try:
+            return await asyncio.gather(*(batcher.search(qs, k) for qs, k in requests))  # type: ignore[return-value]
+        finally:
+            batcher.close()
+
+    one = SearchBatcher(index)
+    answers = asyncio.run(run(one))
+    expected = [_ids_scores(index.search(qs, k)) for qs, k in requests]  # type: ignore[arg-type]
+    assert [_ids_scores(a) for a in answers] == expected
+    assert [[_ids_scores(index.search([q], k))[0] for q in qs] for qs, k in requests] == expected
+    assert one.stats == {"requests": 48, "queries": n_queries, "batches": 1, "searches": 4}
+
+    capped = SearchBatcher(index, max_queries=10)  # whole requests only: never more than 10 queries a batch
+    assert [_ids_scores(a) for a in asyncio.run(run(capped))] == expected
+    assert capped.stats["batches"] >= n_queries / 10 and capped.stats["queries"] == n_queries
+
+    class Broken:
+        kind, passages, calls = "bm25", index.passages, 0
+
+        def search(self, queries: list[str], k: int) -> list[list[dict]]:
+            Broken.calls += 1
+            if Broken.calls == 1:
+                raise RuntimeError("index file vanished")
+            return index.search(queries, k)  # type: ignore[return-value]
+
+    async def failing() -> tuple[list[object], list[list[dict]]]:
+        batcher = SearchBatcher(Broken())  # type: ignore[arg-type]
+        try:
+            first = await asyncio.gather(batcher.search(["a"], 1), batcher.search(["b"], 1), return_exceptions=True)
+            return first, await batcher.search([requests[1][0][0]], 2)
+        finally:
+            batcher.close()
+
+    first, later = asyncio.run(failing())
+    assert [str(e) for e in first] == ["index file vanished"] * 2
+    assert _ids_scores(later) == _ids_scores(index.search(requests[1][0], 2))  # type: ignore[arg-type]
 
 
 def test_bad_requests_are_400_naming_the_field_and_not_retried(bm25_service: tuple[Service, dict[str, str]]

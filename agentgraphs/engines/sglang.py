@@ -11,7 +11,6 @@ import asyncio
 import logging
 import math
 import random
-import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +21,7 @@ import httpx
 
 from .base import MAX_LOGPROB, Completion, FinishReason, SamplingParams
 from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
+from ..http_slots import ConnectionSlots as _ConnectionSlots
 
 log = logging.getLogger(__name__)
 
@@ -35,48 +35,6 @@ _FINISH_TYPES: frozenset[str] = frozenset({"stop", "length", "abort"})
 # below the 5 s keep-alive of SGLang's uvicorn: never reuse a socket the server is closing
 _KEEPALIVE_EXPIRY_S = 4.0
 _CONTROL_CONNECTIONS = 4
-
-
-class _ConnectionSlots:
-    """`size` single-connection clients, each lent to one request at a time.
-
-    httpx's pool scans every connection on every request (httpcore 1.0.x): at 512 concurrent
-    requests a single 512-connection client spends ~18 ms CPU per request in that scan, 15x what
-    this free list costs. A request takes any idle client (O(1)); waiting for a free slot is the
-    engine's backpressure, so httpx's pool timeout never fires here.
-    """
-
-    def __init__(self, size: int, timeout: httpx.Timeout) -> None:
-        self._timeout = timeout
-        self._free = asyncio.Semaphore(size)
-        self._idle: list[httpx.AsyncClient] = []
-        self._all: list[httpx.AsyncClient] = []
-        self._ssl: ssl.SSLContext | None = None  # shared: building one per client costs ms
-
-    @asynccontextmanager
-    async def lend(self) -> AsyncIterator[httpx.AsyncClient]:
-        async with self._free:
-            client = self._idle.pop() if self._idle else self._new()
-            try:
-                yield client
-            finally:
-                self._idle.append(client)
-
-    def _new(self) -> httpx.AsyncClient:
-        if self._ssl is None:
-            self._ssl = httpx.create_ssl_context()
-        client = httpx.AsyncClient(
-            timeout=self._timeout, verify=self._ssl,
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1,
-                                keepalive_expiry=_KEEPALIVE_EXPIRY_S),
-        )
-        self._all.append(client)
-        return client
-
-    async def aclose(self) -> None:
-        await asyncio.gather(*(c.aclose() for c in self._all))
-        self._all.clear()
-        self._idle.clear()
 
 
 class _Retryable(Exception):

@@ -39,12 +39,16 @@ def serve_command(
     host: str = typer.Option("127.0.0.1", help="interface to bind"),
     port: int = typer.Option(8000, help="port (the seed's retrieval service uses 8000)"),
     max_topk: int = typer.Option(100, min=1, help="largest topk a request may ask for"),
+    batch_window_ms: float = typer.Option(0.0, min=0.0, help="wait this long for concurrent requests to "
+                                          "join a batch (0: batch only what queued during the last search)"),
+    max_batch_queries: int = typer.Option(128, min=1, help="most queries one batched search takes"),
 ) -> None:
     """Serve an index: POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}, GET /health."""
     from .service import serve
 
     try:
-        serve(index_dir, host=host, port=port, max_topk=max_topk)
+        serve(index_dir, host=host, port=port, max_topk=max_topk, batch_window_s=batch_window_ms / 1000,
+              max_batch_queries=max_batch_queries)
     except AgentGraphsError as exc:
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError, RetrievalError
+from ..http_slots import ConnectionSlots
 from .index import Hit
 
 __all__ = ["RetrievalClient", "DEFAULT_URL"]
@@ -24,8 +25,9 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 class RetrievalClient:
     """`await client.search("query", topk=3)` -> hits, against `agentgraphs retrieval serve`.
 
-    `max_connections` defaults to 8: more requests than that wait for a connection, which is cheaper
-    than httpcore scanning a large pool on every request (bench/retrieval.py: 2.3x the throughput of 64).
+    At most `max_connections` requests are in flight (default 8; more wait for a slot). Each goes over
+    its own single-connection httpx client (`agentgraphs.http_slots.ConnectionSlots`), so a request
+    costs the same CPU at any concurrency: httpcore's own pool scans every connection per request.
 
     >>> import asyncio
     >>> async def main():
@@ -48,10 +50,8 @@ class RetrievalClient:
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff_s = backoff_s
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            trust_env=False, transport=transport)
+        self._slots = ConnectionSlots(max_connections, httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+                                      trust_env=False, transport=transport)
 
     async def __aenter__(self) -> RetrievalClient:
         return self
@@ -60,7 +60,7 @@ class RetrievalClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._slots.aclose()
 
     async def search(self, query: str, topk: int = 3) -> list[Hit]:
         """The top-k hits for one query, best first."""
@@ -73,7 +73,8 @@ class RetrievalClient:
         last = "no attempt made"
         for attempt in range(1, self.retries + 2):
             try:
-                response = await self._http.post(url, json=body)
+                async with self._slots.lend() as http:
+                    response = await http.post(url, json=body)
             except httpx.TimeoutException as exc:
                 last = f"timed out ({type(exc).__name__})"
             except httpx.HTTPError as exc:

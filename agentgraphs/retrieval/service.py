@@ -7,7 +7,10 @@
 
 ToolOrchestra (after Search-R1) queries a retrieval server on port 8000 in exactly this shape, so its
 clients work against this service and ours against theirs. A malformed request is a 400 whose "error"
-names the field and the fix; searches run in worker threads, so the event loop keeps accepting requests.
+names the field and the fix. Concurrent requests are coalesced into batched searches run in one worker
+thread (`agentgraphs.retrieval.batcher`), so the event loop keeps accepting requests and a busy service
+answers many queries per `index.search` call; every request still gets exactly its own queries' hits.
+    GET  /stats     -> {"requests", "queries", "batches", "searches"} counted since start
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .batcher import SearchBatcher
 from .index import Hit, SearchIndex, load_index
 
 __all__ = ["make_app", "serve", "DEFAULT_PORT", "parse_request"]
@@ -63,10 +67,16 @@ def _shape(hits: list[list[Hit]], return_scores: bool) -> list[list[Any]]:
     return [[h["document"] for h in q] for q in hits]
 
 
-def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK) -> Any:
-    """The ASGI app serving `index` (run it with uvicorn, or `serve`)."""
+def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: float = 0.0,
+             max_batch_queries: int = 128) -> Any:
+    """The ASGI app serving `index` (run it with uvicorn, or `serve`).
+
+    Searches go through a `SearchBatcher(index, max_queries=max_batch_queries, window_s=batch_window_s)`.
+    """
+    from collections.abc import AsyncIterator
+    from contextlib import asynccontextmanager
+
     from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
@@ -80,23 +90,34 @@ def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK) -> Any:
             queries, topk, return_scores = parse_request(body, max_topk=max_topk)
         except RequestError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        hits = await run_in_threadpool(index.search, queries, topk)
+        hits = await batcher.search(queries, topk)
         return JSONResponse({"result": _shape(hits, return_scores)})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "kind": index.kind, "passages": len(index.passages)})
 
+    async def stats(request: Request) -> JSONResponse:
+        return JSONResponse(batcher.stats)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        batcher.close()
+
+    batcher = SearchBatcher(index, max_queries=max_batch_queries, window_s=batch_window_s)
     return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"]),
-                             Route("/health", health, methods=["GET"])])
+                             Route("/health", health, methods=["GET"]),
+                             Route("/stats", stats, methods=["GET"])], lifespan=lifespan)
 
 
 def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-          max_topk: int = MAX_TOPK) -> None:
+          max_topk: int = MAX_TOPK, batch_window_s: float = 0.0, max_batch_queries: int = 128) -> None:
     """Load the index and serve it until interrupted (what `agentgraphs retrieval serve` runs)."""
     try:
         import uvicorn
     except ImportError:
         raise ConfigError("the retrieval service needs uvicorn and starlette: "
                           "pip install 'agentgraphs[retrieval]'") from None
-    app = make_app(load_index(index_dir), max_topk=max_topk)
+    app = make_app(load_index(index_dir), max_topk=max_topk, batch_window_s=batch_window_s,
+                   max_batch_queries=max_batch_queries)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
