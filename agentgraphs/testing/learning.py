@@ -176,9 +176,6 @@ def memagent_learning_spec(targets: frozenset[int]) -> AgentSpec:
                     "in a target set, broadcast to every sequence")
 
 
-MEMAGENT_CHECK_OPTIONS: dict[str, Any] = {"chunk_tokens": 64, "memory_max_new_tokens": 16, "final_max_new_tokens": 8}
-
-
 def memagent_rows(n: int, tokenizer: Any, *, chunks: int = 2, chunk_tokens: int = 64) -> list[dict[str, Any]]:
     """`n` synthetic needle questions whose documents fill `chunks` chunks of `chunk_tokens` tokens.
 
@@ -245,7 +242,7 @@ def build_check_engine(
 
 
 __all__ = [
-    "MEMAGENT_CHECK_OPTIONS", "LearningOptions", "build_check_engine", "build_graph", "learning_rows", "learning_spec",
+    "LearningOptions", "build_check_engine", "build_graph", "learning_rows", "learning_spec",
     "memagent_learning_spec", "memagent_rows",
     "target_ids", "target_shares",
 ]
