@@ -271,6 +271,19 @@ def test_learn_check_cli_prints_a_verdict_line() -> None:
     assert bad.exit_code == 2 and "negate_advantages" in bad.output
 
 
+def test_learn_check_cli_runs_memagent() -> None:
+    from typer.testing import CliRunner
+
+    from agentgraphs.cli import app
+
+    result = CliRunner().invoke(app, ["learn-check", "--task", "memagent", "--steps", "2", "--hidden-size", "32",
+                                      "--layers", "1", "--prompts", "1", "--n-samples-per-prompt", "2",
+                                      "--max-new-tokens", "2", "--device", "cpu"])
+    assert result.exit_code in (0, 1), result.output
+    assert result.output.strip().splitlines()[-1].startswith(("PASS learn-check memagent_share",
+                                                              "FAIL learn-check memagent_share")), result.output
+
+
 def test_learn_check_runs_a_users_agent(tmp_path: Any) -> None:
     import json
 
