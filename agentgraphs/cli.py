@@ -283,7 +283,7 @@ def learn_check(
     engine: Optional[str] = typer.Option(None, "--engine", help="hf:MODEL_DIR to train (your agent); default: "
                                          "a freshly initialised tiny Qwen2"),
     data: Optional[Path] = typer.Option(None, "--data", help="JSONL rows {input, label, metadata} (your agent)"),
-    task: str = typer.Option("share", help="built-in task: share (any position) or first_token"),
+    task: str = typer.Option("share", help="built-in task: share (any position), first_token, or memagent (MemAgent's graph, share reward over all its turns)"),
     option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
     prompts: int = typer.Option(4, min=1, help="rows per step (built-in task; else the first N of --data)"),
     n_samples: int = typer.Option(4, "--n-samples-per-prompt", min=2, help="rollouts per row (a GRPO group)"),

@@ -10,6 +10,10 @@ writes the run to `--json` (or appends it to bench/results/learning.json).
     python bench/learning.py --device cuda --dtype bfloat16 --hidden-size 256 --layers 4 \\
         --prompts 8 --samples 8 --max-new-tokens 16 --steps 40 --json out/bf16.json
     python bench/learning.py --plot bench/results/learning_gpu.png out/fp32.json out/bf16.json
+    python bench/learning.py --task memagent --chunks 2 --chunk-tokens 64 --memory-tokens 16 --final-tokens 8
+
+`--task memagent` trains MemAgent's own graph (per_turn: one training sequence per memory update and one for
+the answer) on the share reward over all its turns, broadcast to every sequence (`memagent_learning_spec`).
 
 Target: the mean reward over the last 3 steps beats the first 3 by >= 0.1 (the verdict line); with a
 `--fault`, the same run must NOT learn (a negative control).
@@ -33,17 +37,26 @@ def run(args: Any) -> dict[str, Any]:
     import torch
 
     from agentgraphs.testing.grpo import FAULTS, GRPOConfig, GRPOTrainer, verdict
-    from agentgraphs.testing.learning import build_check_engine, learning_rows, learning_spec, target_ids
+    from agentgraphs.testing.learning import (
+        build_check_engine, learning_rows, learning_spec, memagent_learning_spec, memagent_rows, target_ids,
+    )
 
     torch.manual_seed(args.seed)
     dtype = getattr(torch, args.dtype)
     engine = build_check_engine(hidden_size=args.hidden_size, num_layers=args.layers, init_scale=args.init_scale,
                                 seed=args.seed, device=args.device, dtype=dtype)
-    spec = learning_spec(target_ids(engine.model, seed=args.seed), args.task)
+    targets = target_ids(engine.model, seed=args.seed)
+    if args.task == "memagent":
+        spec = memagent_learning_spec(targets)
+        rows = memagent_rows(args.prompts, engine.tokenizer, chunks=args.chunks, chunk_tokens=args.chunk_tokens)
+        options = {"chunk_tokens": args.chunk_tokens, "memory_max_new_tokens": args.memory_tokens,
+                   "final_max_new_tokens": args.final_tokens}
+    else:
+        spec, rows = learning_spec(targets, args.task), learning_rows(args.prompts)
+        options = {"max_new_tokens": args.max_new_tokens}
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr,
                         temperature=args.temperature, micro_batch_size=args.micro_batch_size)
-    trainer = GRPOTrainer(spec, engine, learning_rows(args.prompts), config,
-                          options={"max_new_tokens": args.max_new_tokens},
+    trainer = GRPOTrainer(spec, engine, rows, config, options=options,
                           corrupt=FAULTS[args.fault] if args.fault else None)
     started = time.perf_counter()
 
@@ -51,7 +64,7 @@ def run(args: Any) -> dict[str, Any]:
         print(f"step {s['step']:3d}  reward {s['reward_mean']:.3f} (sd {s['reward_std']:.3f})  "
               f"entropy {s['entropy']:.2f}  |dlogp| max {s['logp_diff_max']:.2e} mean {s['logp_diff_mean']:.2e}  "
               f"ratio [{s['ratio_min']:.4f}, {s['ratio_max']:.4f}]  clip {s['clipfrac']:.3f}  "
-              f"rollout {s['rollout_s']:.1f}s train {s['train_s']:.1f}s", flush=True)
+              f"seqs {s['sequences']}  rollout {s['rollout_s']:.1f}s train {s['train_s']:.1f}s", flush=True)
         if args.json:  # a run cut short by a time limit still leaves its curve so far
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"name": args.name, "partial": True, "history": trainer.history}) + "\n")
@@ -115,11 +128,15 @@ def main() -> None:
     p.add_argument("--hidden-size", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--init-scale", type=float, default=0.02)
-    p.add_argument("--task", default="share", choices=["share", "first_token"])
+    p.add_argument("--task", default="share", choices=["share", "first_token", "memagent"])
     p.add_argument("--fault", default="", help="a negative control: one of agentgraphs.testing.grpo.FAULTS")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--chunks", type=int, default=2, help="memagent: chunks per document")
+    p.add_argument("--chunk-tokens", type=int, default=64, help="memagent: document tokens per chunk")
+    p.add_argument("--memory-tokens", type=int, default=16, help="memagent: cap of each memory update")
+    p.add_argument("--final-tokens", type=int, default=8, help="memagent: cap of the final answer")
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--temperature", type=float, default=0.9)

@@ -15,18 +15,26 @@ The target set is computed once from the initial model (`target_ids`) and bound 
 (`learning_spec`); the reward reads the shares from the rollout's trace summary (`summarize`), the
 same way slime's reward hook would see them.
 
+MemAgent with a shaped reward (`memagent_learning_spec`, rows from `memagent_rows`): MemAgent's own graph and
+layout (per_turn: each memory update and the final answer is its own training sequence), its real reward
+(an exact boxed match, always 0 on a random model) replaced by the `share` reward over ALL of a trajectory's
+trainable turns and broadcast to each of its sequences. This exercises the multi-sequence path: several
+training sequences per trajectory, group normalisation per prompt over trajectories.
+
 >>> build_check_engine(hidden_size=32, num_layers=1).model.config.hidden_size
 32
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Literal, Mapping, Sequence
 
 from langgraph.graph import END, START, StateGraph
 from pydantic import Field
 
+from .. import memagent
 from ..context import AgentContext, shared_tokenizer
 from ..errors import InputError
 from ..node import TraceState, call_llm
@@ -141,6 +149,57 @@ def learning_spec(targets: frozenset[int], reward_on: RewardOn = "share") -> Age
     )
 
 
+def memagent_learning_spec(targets: frozenset[int]) -> AgentSpec:
+    """MemAgent's spec with the `share` reward: the share of target ids over every trainable turn.
+
+    The share is computed in `summarize` (it sees the Turns) beside MemAgent's own summary, and the
+    reward reads it from the trace summary; layout (per_turn) and split (broadcast) stay MemAgent's.
+
+    >>> spec = memagent_learning_spec(frozenset({1}))
+    >>> spec.name, spec.layout, spec.reward_split, spec.requires_label
+    ('memagent_share', 'per_turn', 'broadcast', False)
+    """
+    base = memagent.SPEC
+    base_summarize = base.summarize
+
+    def summarize(final: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(base_summarize(final)) if base_summarize is not None else {}
+        out.update(target_shares(final.get("turns") or [], targets))
+        return out
+
+    def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
+        return float(rin["trace_summary"]["target_share"])
+
+    return dataclasses.replace(
+        base, name="memagent_share", reward=reward, summarize=summarize, eval_metrics=None, requires_label=False,
+        description="learning check: MemAgent, reward = share of generated ids (memory updates and answer) "
+                    "in a target set, broadcast to every sequence")
+
+
+def memagent_rows(n: int, tokenizer: Any, *, chunks: int = 2, chunk_tokens: int = 64) -> list[dict[str, Any]]:
+    """`n` synthetic needle questions whose documents fill `chunks` chunks of `chunk_tokens` tokens.
+
+    Rows are the trainer's {prompt, label, metadata{context}} (MemAgent reads the document from metadata).
+
+    >>> class Words:
+    ...     def encode(self, text, add_special_tokens=False): return text.split()
+    >>> rows = memagent_rows(2, Words(), chunks=3, chunk_tokens=64)
+    >>> rows[0]["prompt"].startswith("What is the secret code of "), len(rows[0]["metadata"]["context"].split()) > 128
+    (True, True)
+    """
+    from ..memagent.synthetic import make_needle_example
+
+    if n < 1 or chunks < 1 or chunk_tokens < 16:
+        raise ValueError(f"memagent_rows needs n >= 1, chunks >= 1, chunk_tokens >= 16; got {n}, {chunks}, {chunk_tokens}")
+    n_tokens = chunks * chunk_tokens - chunk_tokens // 4  # the last chunk is not full: exactly `chunks` chunks
+    rows = []
+    for i in range(n):
+        row = make_needle_example(tokenizer, n_tokens, seed=f"learn-{i}", needle_position=(i % chunks),
+                                  chunk_size=chunk_tokens)
+        rows.append({"prompt": row["question"], "label": row["answers"], "metadata": {"context": row["document"], "i": i}})
+    return rows
+
+
 def learning_rows(n: int) -> list[dict[str, Any]]:
     """`n` prompts for the check task.
 
@@ -184,5 +243,6 @@ def build_check_engine(
 
 __all__ = [
     "LearningOptions", "build_check_engine", "build_graph", "learning_rows", "learning_spec",
+    "memagent_learning_spec", "memagent_rows",
     "target_ids", "target_shares",
 ]

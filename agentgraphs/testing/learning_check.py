@@ -27,7 +27,7 @@ class LearnCheckSettings(BaseModel):
     agent: Optional[str] = Field(None, description="package.module:attr; None = the built-in check task")
     engine: Optional[str] = Field(None, description="hf:MODEL_DIR for an agent; None = a fresh tiny Qwen2")
     data: Optional[str] = Field(None, description="JSONL rows for an agent")
-    task: str = Field("share", description="built-in task: share or first_token")
+    task: str = Field("share", description="built-in task: share, first_token or memagent")
     options: dict[str, Any] = Field(default_factory=dict)
     steps: int = Field(12, ge=2)
     prompts: int = Field(4, ge=1)
@@ -71,12 +71,20 @@ def learn_check_run(settings: LearnCheckSettings, on_step: Callable[[StepStats],
 
 
 def _builtin(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, Any]], dict[str, Any]]:
-    from .learning import build_check_engine, learning_rows, learning_spec, target_ids
+    from .learning import (
+        build_check_engine, learning_rows, learning_spec, memagent_learning_spec, memagent_rows, target_ids,
+    )
 
-    if settings.task not in ("share", "first_token"):
-        raise ConfigError(f"--task {settings.task!r}: use share or first_token")
+    if settings.task not in ("share", "first_token", "memagent"):
+        raise ConfigError(f"--task {settings.task!r}: use share, first_token or memagent")
     engine = build_check_engine(hidden_size=settings.hidden_size, num_layers=settings.layers,
                                 init_scale=settings.init_scale, seed=settings.seed, device=settings.device)
+    if settings.task == "memagent":
+        # MemAgent's graph over 2 chunks of 64 tokens; the share reward over all its turns (memagent_learning_spec)
+        options = {"chunk_tokens": 64, "memory_max_new_tokens": settings.max_new_tokens,
+                   "final_max_new_tokens": settings.max_new_tokens, **settings.options}
+        rows = memagent_rows(settings.prompts, engine.tokenizer, chunks=2, chunk_tokens=int(options["chunk_tokens"]))
+        return memagent_learning_spec(target_ids(engine.model, seed=settings.seed)), engine, rows, options
     spec = learning_spec(target_ids(engine.model, seed=settings.seed), settings.task)  # type: ignore[arg-type]
     options = {"max_new_tokens": settings.max_new_tokens, **settings.options}
     return spec, engine, learning_rows(settings.prompts), options
