@@ -110,7 +110,7 @@ def test_step_inspect_edit_fork_continue_quit_and_resume(tmp_path: Path, tiny_mo
 
 
 def test_the_input_row_from_a_file_inline_json_or_a_bare_prompt(tmp_path: Path) -> None:
-    from agentgraphs.cli import _debug_row
+    from agentgraphs.cli_debug import _debug_row
     from agentgraphs.errors import ConfigError
 
     keys = ("input", "label", "metadata")
