@@ -360,4 +360,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m agentgraphs.cli` runs this file as __main__; the commands of cli_debug are registered on the
+    # app of the module `agentgraphs.cli`, so run that one
+    from agentgraphs.cli import main as _main
+
+    _main()
