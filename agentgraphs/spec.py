@@ -129,8 +129,8 @@ class AgentSpec:
     """
 
     name: str
-    build_graph: Callable[[Mapping[str, Any]], Any]
-    make_input: Callable[[RolloutInput, Mapping[str, Any]], dict[str, Any]]
+    build_graph: Callable[[Any], Any]  # (resolved MethodOptions) -> compiled graph
+    make_input: Callable[[RolloutInput, Any], dict[str, Any]]  # (row, resolved MethodOptions) -> graph input
     answer: Callable[[Mapping[str, Any]], str]
     reward: RewardFn
     layout: Layout = "per_turn"
@@ -184,7 +184,7 @@ class AgentSpec:
         if isinstance(overrides, MethodOptions):
             overrides = overrides.model_dump()
         try:
-            # JSON-like values (YAML, CLI -o) validate strictly but in JSON mode: [1, 2] fills a tuple field
+            # strict: "8" is not 8 (a field that should take a YAML list as a tuple says so in a validator)
             return self.options.model_validate(dict(overrides or {}))
         except ValidationError as exc:
             raise options_error(self.name, exc) from None
