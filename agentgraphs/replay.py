@@ -404,14 +404,24 @@ async def areplay(path: str | Path, thread_id: str, checkpoint: str | int | None
     thread's sampling settings): the same engine regenerates the same branch at temperature 0; another
     engine continues the same conversations with its own tokens.
     """
+    async with _open_thread(path, thread_id, checkpoint, agent, options) as (saver, spec, record, opts, graph, start):
+        return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
+                             compute_reward, tokenizer=tokenizer, engines=engines)
+
+
+@asynccontextmanager
+async def _open_thread(path: str | Path, thread_id: str, checkpoint: str | int | None,
+                       agent: str | AgentSpec | None, options: Mapping[str, Any] | None,
+                       ) -> AsyncIterator[tuple[CompactAsyncSqliteSaver, AgentSpec, ThreadRecord | None, MethodOptions,
+                                                Any, str]]:
+    """The open database, the thread's spec, record and options, its graph, and the checkpoint id to start from."""
     _require_db(path)
     async with open_checkpoints(path) as saver:
         spec, record = await _spec_and_record(saver, thread_id, agent)
         opts = thread_options(spec, record, options)
         graph = spec.graph(opts, checkpointer=saver)
         start = await resolve_checkpoint(graph, thread_id, checkpoint)
-        return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
-                             compute_reward, tokenizer=tokenizer, engines=engines)
+        yield saver, spec, record, opts, graph, start
 
 
 async def _resume(spec: AgentSpec, saver: CompactAsyncSqliteSaver, graph: Any, record: ThreadRecord | None,
@@ -439,12 +449,7 @@ async def afork(path: str | Path, thread_id: str, checkpoint: str | int | None, 
     plain key, while `{"turns": [turn]}` APPENDS to the trace. `as_node` is the node the edit counts as
     (default: the one that wrote the checkpoint), which decides what runs next.
     """
-    _require_db(path)
-    async with open_checkpoints(path) as saver:
-        spec, record = await _spec_and_record(saver, thread_id, agent)
-        opts = thread_options(spec, record, options)
-        graph = spec.graph(opts, checkpointer=saver)
-        start = await resolve_checkpoint(graph, thread_id, checkpoint)
+    async with _open_thread(path, thread_id, checkpoint, agent, options) as (saver, spec, record, opts, graph, start):
         check_state_keys(graph, values)
         new_config = await graph.aupdate_state(thread_config(thread_id, start), dict(values), as_node=as_node)
         return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,

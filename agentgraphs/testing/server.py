@@ -429,13 +429,9 @@ class SGLangTestServer:
         self.stats.bodies.append(obj)
         if req.rid in self._in_flight:
             raise BadRequest(f"Duplicate request ID: {req.rid}")
-        fault = self.faults.draw()
-        if fault is not None:
-            self.stats.faults[fault] += 1
-        if fault in ("http500", "http503"):
-            return _Response.error(int(fault[4:]), f"injected fault: {fault}")
-        if fault == "drop":
-            return _Response(0, mode="drop")
+        fault, early = self._draw_fault()
+        if early is not None:
+            return early
         delay = self.faults.latency_s + (self.faults.slow_s if fault == "slow" else 0.0)
         completion = await self._run_abortable(req, delay)
         if completion is None:
@@ -461,18 +457,26 @@ class SGLangTestServer:
             resp.mode = "cut_body"
         return resp
 
+    def _draw_fault(self) -> tuple[str | None, _Response | None]:
+        """The next injected fault, and the response that replaces the request's (HTTP 5xx, a dropped
+        connection), if any."""
+        fault = self.faults.draw()
+        if fault is not None:
+            self.stats.faults[fault] += 1
+        if fault in ("http500", "http503"):
+            return fault, _Response.error(int(fault[4:]), f"injected fault: {fault}")
+        if fault == "drop":
+            return fault, _Response(0, mode="drop")
+        return fault, None
+
     async def _chat_completions(self, body: bytes) -> _Response:
         """OpenAI's chat completions (non-streaming), as SGLang serves them: the tokenizer's chat template
         renders the messages, the engine generates, the text comes back without the end-of-turn token."""
         self.stats.chat_requests += 1
         obj = loads_json(body)
-        fault = self.faults.draw()
-        if fault is not None:
-            self.stats.faults[fault] += 1
-        if fault in ("http500", "http503"):
-            return _Response.error(int(fault[4:]), f"injected fault: {fault}")
-        if fault == "drop":
-            return _Response(0, mode="drop")
+        _, early = self._draw_fault()  # the faults a response body can carry apply to /generate only
+        if early is not None:
+            return early
         req = parse_chat(obj, self.tokenizer)
         if self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
