@@ -196,6 +196,17 @@ def warn_trailing_zero(sequences: Sequence[Mapping[str, Any]], agent: str) -> No
                 "slime'). Stop generations on the end-of-turn token to avoid it.", agent, k)
 
 
+def path_turns(path_rids: Sequence[Sequence[str] | None], turns: Sequence[Turn]) -> list[list[int | None] | None]:
+    """Per graph step, the indices in `turns` of the engine calls it made: None for a call whose Turn is not
+    in the final state (the graph dropped it), and a step None when its calls could not be read.
+
+    >>> path_turns([[], ["b", "x"], None], [{"rid": "a"}, {"rid": "b"}])
+    [[], [1, None], None]
+    """
+    where = {str(t.get("rid")): i for i, t in enumerate(turns) if t.get("rid")}
+    return [None if rids is None else [where.get(r) if r else None for r in rids] for rids in path_rids]
+
+
 def trace_record(rollout: Rollout, index: int | None) -> dict[str, Any]:
     """A JSON line for traces.jsonl: the input's index, status and every Turn as recorded."""
     return {
@@ -208,6 +219,7 @@ def trace_record(rollout: Rollout, index: int | None) -> dict[str, Any]:
         "summary": rollout.summary or trace_summary(rollout.turns),
         "time_s": round(rollout.time_s, 4),
         "path": rollout.path,
+        "path_turns": path_turns(rollout.path_rids, rollout.turns),
         "turns": rollout.turns,
         "error": rollout.error,
     }
@@ -218,6 +230,7 @@ __all__ = [
     "TrainSequence",
     "fail_fields",
     "mask_out",
+    "path_turns",
     "reward_input",
     "reward_input_of_sample",
     "row_metadata",

@@ -47,6 +47,8 @@ class Rollout:
     summary: dict[str, Any] = field(default_factory=dict)
     reward_input: RewardInput | None = field(default=None, repr=False)
     path: list[str] = field(default_factory=list, repr=False)  # every graph node that ran, in order
+    # per step of `path`: the request ids of the Turns its update added (None: not readable from the update)
+    path_rids: list[list[str] | None] = field(default_factory=list, repr=False)
 
     @property
     def retries(self) -> int:
@@ -110,6 +112,7 @@ async def _run(
         last = dict(graph_input)
 
     path: list[str] = []  # the nodes that ran, in order (the viewer's timeline)
+    path_rids: list[list[str] | None] = []  # per step, the engine calls it recorded
 
     async def drive() -> None:
         nonlocal last
@@ -117,8 +120,11 @@ async def _run(
                                                stream_mode=["updates", "values"]):
             if mode == "values":
                 last = chunk
-            else:
-                path.extend(name for name in chunk if not name.startswith("__"))
+                continue
+            for name, update in chunk.items():
+                if not name.startswith("__"):
+                    path.append(name)
+                    path_rids.append(_step_rids(spec, update))
 
     try:
         if ctx.limits.max_time_s is not None:
@@ -127,7 +133,8 @@ async def _run(
             await drive()
     except RolloutAborted as exc:
         turns = [*spec.collect_turns(last), exc.turn]
-        return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started, path=path)
+        return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started, path=path,
+                       path_rids=path_rids)
     except asyncio.TimeoutError as exc:
         failed = _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc, spec.collect_turns(last))
     except (EngineError, LLMCallLimitExceeded) as exc:
@@ -138,10 +145,22 @@ async def _run(
         failed = _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
     else:
         rollout = await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward)
-        rollout.path = path
+        rollout.path, rollout.path_rids = path, path_rids
         return rollout
-    failed.path = path
+    failed.path, failed.path_rids = path, path_rids
     return failed
+
+
+def _step_rids(spec: AgentSpec, update: Any) -> list[str] | None:
+    """The request ids of the Turns one node's update added: which engine calls that step made."""
+    if update is None:
+        return []
+    if not isinstance(update, Mapping):
+        return None
+    try:
+        return [str(t.get("rid") or "") for t in spec.collect_turns(update)]
+    except Exception:  # a turns_of that reads only whole states: the viewer falls back to node names
+        return None
 
 
 async def _finish(

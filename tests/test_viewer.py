@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from agentgraphs.cli import app, run_command
 from agentgraphs.testing.browser import HeadlessChromium, find_chromium
 from agentgraphs.testing.runs import synthetic_records
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
-from agentgraphs.viewer.report import write_report_records
+from agentgraphs.viewer.report import write_report, write_report_records
 from agentgraphs.viewer.run_data import read_run
 
 from .viewer_support import TOOL_RESULT
@@ -193,3 +194,137 @@ def test_glue_and_observation_split_follows_each_template(which: str, request: p
     roles = GlueScaffold.for_tokenizer(tok).split(texts)
     assert "".join(t for t, r in zip(texts, roles) if r == OBS) == "result: 42Go on."
     assert "".join(t for t, r in zip(texts, roles) if r == GLUE).count("<|im_start|>") == 3
+
+
+# ------------------------------------------------------------------------------------------------------------
+# graphs that showed viewer bugs: a repeated node, an untrained turn after a trained one, a corrupted turn
+def _open_all(browser: HeadlessChromium) -> None:
+    """Open every turn and sequence of the selected rollout (their tokens render when opened)."""
+    browser.evaluate("[...document.querySelectorAll('#detail details')].forEach(d => { d.open = true; })")
+    browser.wait_for("[...document.querySelectorAll('#detail details')].every(d => d.querySelector('.body'))")
+
+
+def _memagent_script(call: ScriptCall) -> str:
+    # the memory updates note something; the final answer never boxes one: the seed's sub_em counts that
+    return "I do not know." if "\\boxed" in call.prompt_text else "Noted."  # only the final prompt asks for a box
+
+
+@pytest.fixture(scope="module")
+def memagent_run(tiny_engine: Any, qwen25: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MemAgent's own graph reading a document in 4 chunks: prepare -> memory_update x4 -> final_answer."""
+    out = tmp_path_factory.mktemp("memagent-run")
+    document = "The capital of France is Paris. " * 8
+    size = len(qwen25.encode(document, add_special_tokens=False))
+    data = out / "data.jsonl"
+    data.write_text(json.dumps({"input": "What is the capital of France?", "label": ["Paris"],
+                                "metadata": {"context": document}}) + "\n", encoding="utf-8")
+    run_command("memagent", data, ScriptedPolicy(tiny_engine, _memagent_script), out, max_new_tokens=16,
+                options={"chunk_tokens": -(-size // 4), "memory_max_new_tokens": 16, "final_max_new_tokens": 16})
+    return out
+
+
+@needs_chromium
+def test_a_repeated_node_shows_each_step_with_its_own_call(memagent_run: Path) -> None:
+    rec = next(iter(read_run(memagent_run)))
+    assert rec.trace["path"] == ["prepare"] + ["memory_update"] * 4 + ["final_answer"]
+    assert [t["node"] for t in rec.turns] == ["memory_update"] * 4 + ["final_answer"]
+    assert rec.trace["path_turns"] == [[], [0], [1], [2], [3], [4]]  # which calls each step made
+    report = write_report(memagent_run, memagent_run / "report.html")
+    with HeadlessChromium() as browser:
+        browser.open(report, ready=READY)
+        chips = browser.evaluate("[...document.querySelectorAll('.graph-path .node-chip')].map(c => [c.textContent,"
+                                 " c.classList.contains('no-llm'), c.title])")
+        assert [c[:2] for c in chips] == [["prepare", True]] + [["memory_update \u00d71", False]] * 4 + \
+            [["final_answer \u00d71", False]]
+        assert [c[2] for c in chips[1:]] == [f"LLM calls: turns {k}" for k in range(5)]
+        path = browser.evaluate("document.querySelector('#table-body .row .c-7').textContent")
+        assert path == "prepare \u2192 memory_update \u00d74 \u2192 final_answer"
+
+
+@needs_chromium
+def test_the_headline_metric_is_strict_and_the_seed_metric_is_labelled(memagent_run: Path) -> None:
+    """A model that never answers scores the seed's sub_em 1.0 (an empty answer counts): it must not lead."""
+    rec = next(iter(read_run(memagent_run)))
+    assert rec.trace["answer"] == "I do not know."  # no boxed answer: the scored answer is empty
+    assert rec.trace["metrics"]["sub_em"] == 1.0 and rec.trace["metrics"]["sub_em_strict"] == 0.0
+    report = write_report(memagent_run, memagent_run / "report.html")
+    with HeadlessChromium() as browser:
+        browser.open(report, ready=READY)
+        summary = browser.evaluate("document.getElementById('run-summary').textContent")
+        metrics = summary.split("metrics: ", 1)[1]
+        assert metrics.startswith("sub_em_strict=0, "), summary
+        assert "sub_em (lenient: can score without an answer)=1" in metrics
+        assert summary.index("metrics:") < summary.index("mean reward:")
+        cell = browser.evaluate("document.querySelector('#table-body .row .c-3').textContent")
+        assert cell.startswith("sub_em_strict=0, ") and "sub_em (lenient" in cell
+
+
+def _critique_script(call: ScriptCall) -> str:
+    return "It is 42." if call.prompt_text.count("<|im_start|>assistant") == 1 else "Looks right to me."
+
+
+@pytest.fixture(scope="module")
+def critique_run(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("critique-run")
+    data = out / "data.jsonl"
+    data.write_text(json.dumps({"input": "What is 6*7?", "label": "42"}) + "\n", encoding="utf-8")
+    run_command("tests.viewer_support:CRITIQUE_AGENT", data, ScriptedPolicy(tiny_engine, _critique_script), out,
+                max_new_tokens=16)
+    return out
+
+
+@needs_chromium
+def test_an_untrained_turn_after_a_trained_one_outlines_nothing(critique_run: Path, tiny_model_dir: Path) -> None:
+    from agentgraphs.viewer import check_run
+
+    assert check_run(critique_run, tiny_model_dir).ok  # a clean run: nothing may be outlined
+    rec = next(iter(read_run(critique_run)))
+    solve, crit = rec.turns
+    assert solve["trainable"] and not crit["trainable"] and len(rec.sequences) == 1
+    report = write_report(critique_run, critique_run / "report.html")
+    with HeadlessChromium() as browser:
+        browser.open(report, ready=READY)
+        _open_all(browser)
+        assert browser.evaluate("document.querySelectorAll('#detail .tok.mismatch').length") == 0
+        # the critique's prompt holds the trained solve output: shown trained, with its trainer log-prob
+        trained = browser.evaluate("[...document.querySelectorAll('#turn-1 .tok.trained')].map(t => t.title)")
+        assert len(trained) == len(solve["output_ids"])
+        for title, lp in zip(trained, solve["output_logprobs"]):
+            assert f"log-prob {lp:.6f}" in title and f"trainer log-prob {lp:.6f}" in title
+        assert browser.evaluate("document.querySelectorAll('#turn-1 .tok.untrained').length") == len(crit["output_ids"])
+
+
+@needs_chromium
+def test_a_corrupted_trained_turn_is_shown_as_a_breach(tool_run: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A trained span re-encoded on the way to the trainer: one id of the answer turn differs in samples.jsonl."""
+    from agentgraphs.viewer import check_run
+
+    out = tmp_path / "corrupted"
+    shutil.copytree(tool_run, out, ignore=shutil.ignore_patterns("view"))
+    samples = [json.loads(raw) for raw in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    rec = next(iter(read_run(tool_run)))
+    answer = rec.turns[1]
+    k = len(answer["prompt_ids"]) + 1
+    seq = samples[0]["train_metadata"]["turns"][0]
+    new = seq["tokens"][k] + 1
+    seq["tokens"][k] = samples[0]["tokens"][k] = new
+    (out / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    breaches = check_run(out).breaches
+    assert [(b["kind"], b["node"], b["position"]) for b in breaches] == [("token_mismatch", "answer", k)]
+    report = write_report(out, out / "report.html")
+    with HeadlessChromium() as browser:
+        browser.open(report, ready=READY)
+        assert browser.evaluate("document.querySelector('#table-body .row .breach-badge').textContent") == "\u26a01"
+        assert browser.evaluate("document.getElementById('detail-breaches').textContent").startswith("1 ")
+        _open_all(browser)
+        # the answer turn is still the trained turn it was (not "generated, not trained") ...
+        assert browser.evaluate("document.querySelectorAll('#turn-1 .tok.untrained').length") == 0
+        n = len(answer["output_ids"])
+        roles = browser.evaluate(f"[...document.querySelectorAll('#turn-1 .tok')].slice(-{n}).map(t => t.className)")
+        assert all("trained" in c.split() for c in roles)
+        # ... and the corrupted token is outlined, in the turn and in the sequence, saying what check says
+        for box in ("#turn-1", "#seq-0"):
+            bad = browser.evaluate(f"[...document.querySelectorAll('{box} .tok.mismatch')].map(t => t.title)")
+            assert len(bad) == 1, (box, bad)
+            assert f"position {k}" in bad[0] and "BREACH token_mismatch" in bad[0]
+            assert f"the engine returned id {answer['output_ids'][1]}" in bad[0]

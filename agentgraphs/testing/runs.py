@@ -46,6 +46,7 @@ def synthetic_records(n: int, doc_tokens: int, words: Sequence[int], *, turns_pe
                 mask_out(seq)
         reward = float(i % 2)
         sample = {"index": i, "status": status, "reward": reward,
+                  **{k: seqs[0][k] for k in ("tokens", "response_length", "loss_mask", "rollout_log_probs")},
                   "metadata": {"status_reason": "ok", "metrics": {"em": reward}},
                   "train_metadata": {"turns": seqs, "layout": "per_turn"}}
         trace = {"index": i, "status": status, "reason": "ok", "answer": "x", "reward": reward,

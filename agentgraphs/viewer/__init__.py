@@ -6,8 +6,10 @@ summary.json). `agentgraphs view` and `agentgraphs check` are thin faces over th
 
 from __future__ import annotations
 
-from .check import Breach, CheckReport, NodeDrift, check_run
+from .audit import Breach, RecordAudit, audit_record
+from .check import CheckReport, NodeDrift, check_run
 from .report import write_report
 from .run_data import RunRecord, read_run
 
-__all__ = ["Breach", "CheckReport", "NodeDrift", "RunRecord", "check_run", "read_run", "write_report"]
+__all__ = ["Breach", "CheckReport", "NodeDrift", "RecordAudit", "RunRecord", "audit_record", "check_run", "read_run",
+           "write_report"]

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence, TypedDict
 
 from ..trace import Turn
-from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles, chain_base, match_turns,
-                    sequence_roles, to_runs)
+from .audit import audit_record
+from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles, chain_base, sequence_roles,
+                    to_runs)
 from .run_data import RunRecord, check_run_dir, load_tokenizer, read_run, read_summary, tokenizer_dir
 
 _TEXT_CAP = 20_000  # characters of an input prompt / answer / error kept in the report
@@ -73,24 +74,45 @@ class _Decoder:
             self(t)
 
 
+def _owner_spans(produced: Mapping[int, tuple[int, int]]) -> list[list[int]]:
+    """Which engine call produced which positions, as [position, turn, output offset, length] runs."""
+    spans: list[list[int]] = []
+    for k in sorted(produced):
+        t, j = produced[k]
+        last = spans[-1] if spans else None
+        if last is not None and last[1] == t and last[0] + last[3] == k and last[2] + last[3] == j:
+            last[3] += 1
+        else:
+            spans.append([k, t, j, 1])
+    return spans
+
+
 def rollout_payload(rec: RunRecord, position: int, decode: _Decoder, scaffold: GlueScaffold) -> dict[str, Any]:
-    """Everything the page shows about one rollout, with per-token roles as run-length codes."""
+    """Everything the page shows about one rollout, with per-token roles as run-length codes.
+
+    Which turn produced which position, and every invariant breach, come from `audit_record`: the page
+    outlines exactly what `agentgraphs check` reports.
+    """
     turns: list[Turn] = rec.turns
     seqs = rec.sequences
-    owner = match_turns(turns, seqs)
-    members: dict[int, list[int]] = {}
-    for t, s in owner.items():
-        members.setdefault(s, []).append(t)
+    audit = audit_record(rec)
+    owner: dict[int, int] = {}  # turn -> the sequence that carries its output
+    for s, seq_audit in enumerate(audit.sequences):
+        for t, _ in seq_audit.produced.values():
+            owner.setdefault(t, s)
     seq_out: list[dict[str, Any]] = []
     seq_roles: list[list[int]] = []
-    for s, seq in enumerate(seqs):
+    for s, (seq, seq_audit) in enumerate(zip(seqs, audit.sequences)):
         tokens = [int(x) for x in seq.get("tokens") or []]
         decode.add(tokens)
-        roles = sequence_roles(seq, turns, members.get(s, []), decode, scaffold)
+        roles = sequence_roles(seq, seq_audit.produced, decode, scaffold)
         seq_roles.append(roles)
         seq_out.append({"t": tokens, "n": seq.get("response_length"), "r": to_runs(roles),
                         "m": to_runs([int(x) for x in seq.get("loss_mask") or []]),
-                        "lp": seq.get("rollout_log_probs") or [], "turns": sorted(members.get(s, []))})
+                        "lp": seq.get("rollout_log_probs") or [], "turns": sorted(seq_audit.members),
+                        "own": _owner_spans(seq_audit.produced),
+                        "b": [[b["position"], b["kind"], _cap(b["detail"])] for b in audit.breaches
+                              if b["sequence"] == s and b["position"] is not None]})
     turn_out: list[dict[str, Any]] = []
     display: list[tuple[list[int], list[int]]] = []  # (prompt roles, output roles) per turn, for chains
     for i, turn in enumerate(turns):
@@ -122,30 +144,101 @@ def rollout_payload(rec: RunRecord, position: int, decode: _Decoder, scaffold: G
         turn_out.append(item)
     sample, trace = rec.sample, rec.trace
     meta = sample.get("metadata") or {}
+    path = [str(n) for n in trace.get("path") or []]
     return {
         "pos": position, "line": rec.line, "index": rec.index, "status": sample.get("status") or trace.get("status"),
         "reason": _cap(meta.get("status_reason") or trace.get("reason")), "answer": _cap(trace.get("answer")),
-        "reward": sample.get("reward", trace.get("reward")), "metrics": trace.get("metrics") or {},
+        "reward": sample.get("reward", trace.get("reward")), "metrics": metric_items(trace.get("metrics") or {}),
         "label": _cap(sample.get("label")), "prompt": _cap(sample.get("prompt")), "error": _cap(trace.get("error")),
-        "time_s": trace.get("time_s"), "summary": trace.get("summary") or {}, "path": trace.get("path") or [],
+        "time_s": trace.get("time_s"), "summary": trace.get("summary") or {}, "path": path,
+        "steps": path_steps(path, trace.get("path_turns"), turns),
         "layout": (sample.get("train_metadata") or {}).get("layout"),
         "weight_versions": sample.get("weight_versions") or [], "turns": turn_out, "seqs": seq_out,
+        "breaches": len(audit.breaches),
+        "other_breaches": [f"[{b['kind']}] {_cap(b['detail'])}" for b in audit.breaches
+                           if b["sequence"] < 0 or b["position"] is None],
     }
+
+
+class PathStep(TypedDict):
+    """One chip of the graph path: a node that ran, the engine calls it made (turn indices), and how many
+    of its calls the graph dropped from its final state. `steps` > 1 only for a trace that did not record
+    which calls each step made: consecutive runs of one node are then one chip, never split by a guess."""
+
+    node: str
+    steps: int
+    calls: list[int]
+    dropped: int
+
+
+def path_steps(path: Sequence[str], path_turns: Any, turns: Sequence[Turn]) -> list[PathStep]:
+    """The graph path with each step's engine calls: exact from traces.jsonl's `path_turns`.
+
+    >>> t = [{"node": "m"}, {"node": "m"}]
+    >>> [(s["node"], s["calls"]) for s in path_steps(["p", "m", "m"], [[], [0], [1]], t)]
+    [('p', []), ('m', [0]), ('m', [1])]
+    >>> [(s["node"], s["steps"], s["calls"]) for s in path_steps(["p", "m", "m"], None, t)]
+    [('p', 1, []), ('m', 2, [0, 1])]
+    """
+    if isinstance(path_turns, list) and len(path_turns) == len(path) and all(isinstance(p, list) for p in path_turns):
+        return [PathStep(node=name, steps=1, calls=[i for i in calls if isinstance(i, int)],
+                         dropped=sum(1 for i in calls if not isinstance(i, int)))
+                for name, calls in zip(path, path_turns)]
+    out: list[PathStep] = []
+    nxt = 0
+    i = 0
+    while i < len(path):  # an older trace: a run of one node's steps takes that node's next calls, as one chip
+        name, k = path[i], 1
+        while i + k < len(path) and path[i + k] == name:
+            k += 1
+        calls: list[int] = []
+        while nxt < len(turns) and turns[nxt]["node"] == name:
+            calls.append(nxt)
+            nxt += 1
+        out.append(PathStep(node=name, steps=k, calls=calls, dropped=0))
+        i += k
+    return out
+
+
+def metric_items(metrics: Mapping[str, Any]) -> list[list[Any]]:
+    """Metrics as [label, value] in display order: a strict metric leads, its lenient sibling is labelled.
+
+    Where a metric `k` has a `k_strict` sibling (MemAgent's RULER `sub_em`, whose seed definition counts an
+    empty answer as a hit, so a random model scores on it), `k_strict` comes first and `k` is kept but
+    labelled lenient; every other metric follows in its own order.
+
+    >>> metric_items({"em": 0.0, "sub_em": 1.0, "sub_em_strict": 0.0})
+    [['sub_em_strict', 0.0], ['em', 0.0], ['sub_em (lenient: can score without an answer)', 1.0]]
+    """
+    strict = [k for k in metrics if k.endswith("_strict") and k[:-len("_strict")] in metrics]
+    lenient = {k[:-len("_strict")] for k in strict}
+    rest = [k for k in metrics if k not in strict and k not in lenient]
+    out = [[k, metrics[k]] for k in strict + rest]
+    out += [[f"{k} (lenient: can score without an answer)", metrics[k]] for k in metrics if k in lenient]
+    return out
+
+
+def _path_text(steps: Sequence[PathStep], turns: Sequence[Mapping[str, Any]]) -> str:
+    """The table's graph path: runs of one node as `name ×N`."""
+    names: list[list[Any]] = []
+    for step in steps or [PathStep(node=str(t["node"]), steps=1, calls=[], dropped=0) for t in turns]:
+        if names and names[-1][0] == step["node"]:
+            names[-1][1] += step["steps"]
+        else:
+            names.append([step["node"], step["steps"]])
+    parts = [f"{n} \u00d7{k}" if k > 1 else n for n, k in names]
+    return " \u2192 ".join(parts[:12]) + (" \u2026" if len(parts) > 12 else "")
 
 
 def index_row(payload: Mapping[str, Any]) -> dict[str, Any]:
     """One line of the rollouts table."""
     turns = payload["turns"]
-    nodes: list[str] = []
-    for name in payload.get("path") or [t["node"] for t in turns]:  # every node that ran; else the LLM nodes
-        if not nodes or nodes[-1] != name:
-            nodes.append(str(name))
     trained = sum(n for s in payload["seqs"] for role, n in s["m"] if role)
     return {
         "pos": payload["pos"], "index": payload["index"], "line": payload["line"], "status": payload["status"],
         "reward": reward_scalar(payload["reward"]), "metrics": payload["metrics"], "turns": len(turns),
         "trained": trained, "retries": sum(int(t.get("retries") or 0) for t in turns),
-        "path": " \u2192 ".join(nodes[:12]) + (" \u2026" if len(nodes) > 12 else ""),
+        "path": _path_text(payload["steps"], turns), "breaches": payload["breaches"],
         "time_s": payload["time_s"], "reason": str(payload["reason"] or "")[:200],
     }
 
@@ -199,7 +292,7 @@ def write_report_records(records: Any, tokenizer: Any, target: Path, *, summary:
                 on_rollout(position)
         fh.write("</script>\n")
         _script(fh, "ag-index", rows)
-        _script(fh, "ag-summary", {**summary, "title": title})
+        _script(fh, "ag-summary", {**summary, "title": title, "metrics": metric_items(summary.get("metrics") or {})})
         _script(fh, "ag-roles", list(ROLE_NAMES))
         _script(fh, "ag-vocab", {str(k): v for k, v in decode.strings.items()})
         fh.write("<script>\n" + _asset("report.js") + "\n</script>\n")

@@ -1,6 +1,7 @@
 """The role of every token in training: prompt, trained, masked glue, masked observation, untrained output.
 
-Derived from what the trainer sees (the training sequences) and what the engines did (the Turns):
+Derived from what the trainer sees (the training sequences) and what the engines did (the Turns, placed
+in each sequence by `agentgraphs.viewer.audit`, the same audit `agentgraphs check` runs):
 - a sequence's prompt part (`tokens[:len(tokens) - response_length]`) is PROMPT;
 - a response position with loss mask 1 is TRAINED;
 - a masked response position inside an engine call's output is UNTRAINED (generated, not trained: an
@@ -14,7 +15,7 @@ A Turn that is in no training sequence gets the same roles from its own conversa
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..trace import Turn
 
@@ -89,27 +90,6 @@ class GlueScaffold:
         return roles
 
 
-def _output_span_in(turn: Turn, tokens: Sequence[int], start: int) -> bool:
-    """Does `turn` (prompt + output) lie at the start of `tokens`, its output inside the response?"""
-    p, o = turn["prompt_ids"], turn["output_ids"]
-    a = len(p)
-    if not p or a < start or a + len(o) > len(tokens):
-        return False
-    return list(tokens[a:a + len(o)]) == list(o) and list(tokens[:a]) == list(p)
-
-
-def match_turns(turns: Sequence[Turn], sequences: Sequence[Mapping[str, Any]]) -> dict[int, int]:
-    """turn index -> the index of the training sequence that carries its output (a turn in none is absent)."""
-    out: dict[int, int] = {}
-    for s, seq in enumerate(sequences):
-        tokens = seq.get("tokens") or []
-        start = len(tokens) - int(seq.get("response_length") or 0)
-        for i, turn in enumerate(turns):
-            if i not in out and _output_span_in(turn, tokens, start):
-                out[i] = s
-    return out
-
-
 def _fill_masked(roles: list[int], tokens: Sequence[int], decode: Callable[[int], str],
                  scaffold: GlueScaffold) -> None:
     """Replace each run of -1 (masked, not an engine output) by GLUE / OBS."""
@@ -125,17 +105,17 @@ def _fill_masked(roles: list[int], tokens: Sequence[int], decode: Callable[[int]
         i = j
 
 
-def sequence_roles(seq: Mapping[str, Any], turns: Sequence[Turn], members: Sequence[int],
-                   decode: Callable[[int], str], scaffold: GlueScaffold) -> list[int]:
-    """The role of every position of one training sequence (prompt part included)."""
+def sequence_roles(seq: Mapping[str, Any], produced: Iterable[int], decode: Callable[[int], str],
+                   scaffold: GlueScaffold) -> list[int]:
+    """The role of every position of one training sequence (prompt part included); `produced` are the
+    positions an engine call produced (`agentgraphs.viewer.audit.SequenceAudit.produced`)."""
     tokens = seq.get("tokens") or []
     n = int(seq.get("response_length") or 0)
     start = max(len(tokens) - n, 0)
     mask = list(seq.get("loss_mask") or [])
     roles = [PROMPT] * start + [-1] * (len(tokens) - start)
-    for i in members:
-        a = len(turns[i]["prompt_ids"])
-        for k in range(max(a, start), min(a + len(turns[i]["output_ids"]), len(tokens))):
+    for k in produced:
+        if start <= k < len(tokens):
             roles[k] = UNTRAINED
     for k in range(start, len(tokens)):
         if k - start < len(mask) and mask[k - start]:

@@ -29,7 +29,8 @@
     return e;
   }
   const fmt = (x, d) => (x === null || x === undefined || Number.isNaN(x)) ? "" : (typeof x === "number" ? x.toFixed(d) : String(x));
-  const metricsText = (m) => Object.entries(m || {}).map(([k, v]) => k + "=" + (typeof v === "number" ? +v.toFixed(4) : v)).join(", ");
+  // metrics come as [label, value] pairs in display order (the strict metric first: report.metric_items)
+  const metricsText = (m) => (Array.isArray(m) ? m : Object.entries(m || {})).map(([k, v]) => k + "=" + (typeof v === "number" ? +v.toFixed(4) : v)).join(", ");
   const statusBadge = (s) => el("span", "status " + s, s);
 
   // ---------------------------------------------------------------- summary
@@ -37,8 +38,9 @@
     const s = SUMMARY, box = $("run-summary");
     const parts = [["agent", s.agent], ["engine", s.engine], ["rollouts", INDEX.length],
       ["by status", Object.entries(s.by_status || {}).map(([k, v]) => k + " " + v).join(", ")],
+      ["metrics", metricsText(s.metrics)],  // the headline first: a strict metric, not its lenient sibling
       ["mean reward", typeof s.mean_reward === "number" ? s.mean_reward.toFixed(4) : null],
-      ["metrics", metricsText(s.metrics)], ["LLM calls", s.llm_calls], ["wall", s.wall_s ? s.wall_s + " s" : null]];
+      ["LLM calls", s.llm_calls], ["wall", s.wall_s ? s.wall_s + " s" : null]];
     for (const [k, v] of parts) {
       if (v === undefined || v === null || v === "") continue;
       box.append(el("b", null, k + ": "), document.createTextNode(v + "   "));
@@ -84,9 +86,12 @@
       const cells = [r.index ?? r.pos, null, fmt(r.reward, 3), metricsText(r.metrics), r.turns, r.trained, r.retries, r.path, fmt(r.time_s, 2)];
       cells.forEach((c, k) => {
         const cell = el("div", "c-" + k);
-        if (k === 1) cell.append(statusBadge(r.status)); else cell.textContent = c === undefined ? "" : c;
+        if (k === 1) {
+          cell.append(statusBadge(r.status));
+          if (r.breaches) cell.append(el("span", "breach-badge", "\u26a0" + r.breaches));
+        } else cell.textContent = c === undefined ? "" : c;
         if (k === 7 || k === 3) cell.title = k === 7 ? r.path : metricsText(r.metrics);
-        if (k === 1) cell.title = r.reason || "";
+        if (k === 1) cell.title = (r.breaches ? r.breaches + " invariant breach(es) (agentgraphs check); " : "") + (r.reason || "");
         row.append(cell);
       });
       row.addEventListener("click", () => select(r.pos));
@@ -127,18 +132,21 @@
     for (const [v, n] of runs) for (let i = 0; i < n; i++) out.push(v);
     return out;
   }
-  // A view: parallel arrays over positions: ids, roles, elp (engine log-prob), tlp (trainer log-prob).
+  // A view: parallel arrays over positions: ids, roles, elp (engine log-prob), tlp (trainer log-prob),
+  // eid (the engine's id where an engine call produced the position), and bad: position -> breach text.
   function seqView(r, s) {
     const seq = r.seqs[s];
     if (seq._view) return seq._view;
     const n = seq.t.length, start = n - seq.n;
-    const elp = new Array(n).fill(null), tlp = new Array(n).fill(null);
+    const elp = new Array(n).fill(null), tlp = new Array(n).fill(null), eid = new Array(n).fill(null);
     for (let j = 0; j < seq.lp.length && start + j < n; j++) tlp[start + j] = seq.lp[j];
-    for (const k of seq.turns) {
+    for (const [pos, k, off, len] of seq.own) {  // which engine call produced which positions (the audit's)
       const t = r.turns[k];
-      for (let j = 0; j < t.ol.length; j++) elp[t.pl + j] = t.ol[j];
+      for (let j = 0; j < len; j++) { elp[pos + j] = t.ol[off + j]; eid[pos + j] = t.o[off + j]; }
     }
-    seq._view = { ids: seq.t, roles: expand(seq.r), elp, tlp, start };
+    const bad = {};
+    for (const [pos, kind, detail] of seq.b) bad[pos] = (bad[pos] ? bad[pos] + "; " : "") + kind + ": " + detail;
+    seq._view = { ids: seq.t, roles: expand(seq.r), elp, tlp, eid, bad, start };
     return seq._view;
   }
   function turnView(r, k) {
@@ -148,17 +156,22 @@
     let v;
     if (t.seq !== null && t.seq !== undefined) {
       const s = seqView(r, t.seq);
-      v = { ids: s.ids.slice(0, end), roles: s.roles.slice(0, end), elp: s.elp.slice(0, end), tlp: s.tlp.slice(0, end) };
+      v = { ids: s.ids.slice(0, end), roles: s.roles.slice(0, end), elp: s.elp.slice(0, end), tlp: s.tlp.slice(0, end),
+            eid: s.eid.slice(0, end), bad: s.bad };
     } else {
-      const base = t.base === null || t.base === undefined ? { ids: [], roles: [], elp: [], tlp: [] } : turnView(r, t.base);
-      v = {
+      const none = { ids: [], roles: [], elp: [], tlp: [], eid: [], bad: {} };
+      const base = t.base === null || t.base === undefined ? none : turnView(r, t.base);
+      const blank = new Array(t.p.length + t.o.length).fill(null);
+      v = {  // the earlier turn's positions keep what it had (trained tokens keep their trainer log-prob)
         ids: base.ids.concat(t.p, t.o),
         roles: base.roles.concat(expand(t.pr), expand(t.or)),
         elp: base.elp.concat(new Array(t.p.length).fill(null), t.ol),
-        tlp: new Array(end).fill(null),
+        tlp: base.tlp.concat(blank),
+        eid: base.eid.concat(new Array(t.p.length).fill(null), t.o),
+        bad: base.bad,
       };
+      for (let j = 0; j < t.ol.length; j++) v.elp[t.pl + j] = t.ol[j];
     }
-    for (let j = 0; j < t.ol.length; j++) v.elp[t.pl + j] = t.ol[j];
     t._view = v;
     return v;
   }
@@ -173,11 +186,17 @@
     const sp = el("span", "tok " + role);
     sp.textContent = tokenText(s);
     let title = "id " + id + " \u00b7 " + role + " \u00b7 position " + i;
-    const e = v.elp[i], t = v.tlp[i];
-    if (e !== null && e !== undefined) title += " \u00b7 log-prob " + e.toFixed(6);
-    if (t !== null && t !== undefined && (role === "trained" || t !== 0)) title += " \u00b7 trainer log-prob " + t.toFixed(6);
-    if (e !== null && e !== undefined && role === "trained" && t !== e) sp.classList.add("mismatch");
-    if (role !== "trained" && t) sp.classList.add("mismatch");
+    const e = v.elp[i], t = v.tlp[i], engineId = v.eid[i], has = (x) => x !== null && x !== undefined;
+    if (has(e)) title += " \u00b7 log-prob " + e.toFixed(6);
+    if (has(t) && (role === "trained" || t !== 0)) title += " \u00b7 trainer log-prob " + t.toFixed(6);
+    if (has(engineId) && engineId !== id) title += " \u00b7 the engine returned id " + engineId;
+    // outlined red: whatever `agentgraphs check` reports here, and any trained token that is not exactly an
+    // engine's output (another id, another log-prob, or no engine call at all)
+    const wrong = v.bad[i] !== undefined || (role !== "trained" && t) ||
+      (role === "trained" && (!has(e) || t !== e || engineId !== id));
+    if (wrong) sp.classList.add("mismatch");
+    if (v.bad[i] !== undefined) title += " \u00b7 BREACH " + v.bad[i];
+    else if (role === "trained" && !has(e)) title += " \u00b7 no engine call produced this trained token";
     if (s && s.length > 2 && s[0] === "<" && s[s.length - 1] === ">") sp.classList.add("special");
     sp.title = title;
     return sp;
@@ -250,29 +269,38 @@
     fact(dl, "answer", r.answer); fact(dl, "label", r.label); fact(dl, "time (s)", r.time_s);
     fact(dl, "layout", r.layout); fact(dl, "weight versions", (r.weight_versions || []).join(", "));
     fact(dl, "trace summary", r.summary);
+    if (r.breaches) {
+      const b = el("dd", "breaches", r.breaches + " (agentgraphs check), outlined in red" +
+        (r.other_breaches.length ? ":\n" + r.other_breaches.join("\n") : ""));
+      b.id = "detail-breaches";
+      dl.append(el("dt", null, "invariant breaches"), b);
+    }
     box.append(dl);
     if (r.prompt !== null && r.prompt !== undefined) {
       box.append(lazyDetails("seq", "input prompt", (b) => b.append(el("pre", "tokens", typeof r.prompt === "string" ? r.prompt : JSON.stringify(r.prompt, null, 2)))));
     }
     if (r.error) box.append(lazyDetails("seq", "error", (b) => b.append(el("pre", "err", r.error))));
 
-    if (r.path && r.path.length) {
-      // every node that ran; a node's LLM calls (turns recorded under its name, in order) link to the turns
+    if (r.steps && r.steps.length) {
+      // every node that ran, each step with the LLM calls it made (from the trace), linked to the turns
       box.append(el("h3", null, "Graph path: every node in execution order (" + r.path.length + " steps)"));
       const gp = el("div", "timeline graph-path");
-      let next = 0;
-      r.path.slice(0, PATH_CHIPS).forEach((name, i) => {
+      r.steps.slice(0, PATH_CHIPS).forEach((step, i) => {
         if (i) gp.append(el("span", "arrow", "\u2192"));
-        const calls = [];
-        while (next < r.turns.length && r.turns[next].node === name) calls.push(next++);
-        const trained = calls.some((c) => r.turns[c].trainable);
-        const chip = el("button", "node-chip step" + (trained ? " trainable" : "") + (calls.length ? "" : " no-llm"),
-          name + (calls.length ? " \u00d7" + calls.length : ""));
-        chip.title = calls.length ? "LLM calls: turns " + calls.join(", ") : "no LLM call";
+        const calls = step.calls, trained = calls.some((c) => r.turns[c].trainable);
+        const label = step.node + (step.steps > 1 ? " (" + step.steps + " steps)" : "") +
+          (calls.length ? " \u00d7" + calls.length : "") + (step.dropped ? " +" + step.dropped + " dropped" : "");
+        const chip = el("button", "node-chip step" + (trained ? " trainable" : "") +
+          (calls.length || step.dropped ? "" : " no-llm") + (step.dropped ? " dropped" : ""), label);
+        const notes = [];
+        if (calls.length) notes.push("LLM calls: turns " + calls.join(", "));
+        if (step.dropped) notes.push(step.dropped + " LLM call(s) whose turn the graph dropped from its final state: never trained");
+        if (step.steps > 1) notes.push("the trace does not say which of these steps made which call");
+        chip.title = notes.length ? notes.join("; ") : "no LLM call";
         if (calls.length) chip.addEventListener("click", () => { const d = $("turn-" + calls[0]); d.open = true; d.scrollIntoView({ block: "start" }); });
         gp.append(chip);
       });
-      if (r.path.length > PATH_CHIPS) gp.append(el("span", "arrow", "\u2026 " + (r.path.length - PATH_CHIPS) + " more steps"));
+      if (r.steps.length > PATH_CHIPS) gp.append(el("span", "arrow", "\u2026 " + (r.steps.length - PATH_CHIPS) + " more steps"));
       box.append(gp);
     }
     box.append(el("h3", null, "LLM nodes in call order (" + r.turns.length + " calls)"));
