@@ -462,7 +462,8 @@ class StructuredParser:
             if call["name"] == self.name:
                 return call["args"]
         error = (message.response_metadata or {}).get(ERROR_KEY)
-        problem = f"the policy's tool call is malformed ({error})" if error else "the policy wrote no <tool_call> for it"
+        problem = (f"the policy's tool call is malformed ({error})" if error
+                   else "the policy wrote no <tool_call> for it")
         raise OutputParserException(f"structured output {self.name!r}: {problem}", llm_output=_text_of(message, -1))
 
     def with_raw(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -552,4 +553,5 @@ def messages_graph_spec(graph: Any, *, reward: RewardFn, name: str | None = None
         raise ConfigError("messages_graph_spec: pass name= (the agent's name in records and logs)")
     extra = {"options": options} if options is not None else {}
     return AgentSpec(name=name, build_graph=build, make_input=make_input, answer=answer, reward=reward,
-                     layout=layout, turns_of=turns_of or _turns_of_state, **extra, **spec_fields)  # type: ignore[arg-type]
+                     layout=layout, turns_of=turns_of or _turns_of_state,  # type: ignore[arg-type]
+                     **extra, **spec_fields)

@@ -176,7 +176,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.replay).
     `seed`: reproducible sampling (`agentgraphs.batch.run_rows`); samples.jsonl holds no wall-clock value,
     so a seeded run on an in-process engine writes it byte for byte the same (timings are in traces.jsonl
-    and summary.json; with `checkpoints`, the thread names are new per run).
+    and summary.json; with `checkpoints`, samples name their checkpoint thread, new per run).
     """
     from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rows, run_rows
     from .engines import make_engine

@@ -16,7 +16,6 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Send
-from typing_extensions import TypedDict
 
 import rl_bridge
 from agentgraphs.chat_model import TracedChatModel
