@@ -234,16 +234,25 @@ def untrain_turns(rollout: Rollout, layout: Layout, reasons: Mapping[int, str]) 
                              for i, why in sorted(reasons.items())]
 
 
+_WARNED_UNTRAINED: set[tuple[str, frozenset[str]]] = set()
+
+
 def warn_untrained(agent: str, index: Any, untrained: list[DroppedCall]) -> None:
-    """Say which trainable calls a rollout made but will not train (the sample's metadata names them too)."""
+    """Say which trainable calls a rollout made but will not train (the sample's metadata names them too).
+
+    A warning the first time an agent drops calls of a given set of nodes in this process (every rollout of
+    a graph usually drops the same ones), DEBUG after that; the metadata of every sample names them."""
     nodes: dict[str, int] = {}
     for call in untrained:
         nodes[call["node"]] = nodes.get(call["node"], 0) + 1
+    key = (agent, frozenset(nodes))
+    level = logging.DEBUG if key in _WARNED_UNTRAINED else logging.WARNING
+    _WARNED_UNTRAINED.add(key)
     named = ", ".join(f"{node!r} x{n}" for node, n in nodes.items())
-    logger.warning("agentgraph %s: sample %s: %d trainable LLM call(s) are not trained (%s): %s. They are listed "
-                   "in the sample's metadata['untrained_calls']; README, 'Training an existing LangGraph agent', "
-                   "says which graph patterns keep calls", agent, index, len(untrained), named,
-                   untrained[0]["reason"])
+    logger.log(level, "agentgraph %s: sample %s: %d trainable LLM call(s) are not trained (%s): %s. They are "
+               "listed in the sample's metadata['untrained_calls'] (further samples dropping calls of the same "
+               "nodes: there only); README, 'Training an existing LangGraph agent', says which graph patterns "
+               "keep calls", agent, index, len(untrained), named, untrained[0]["reason"])
 
 
 async def rollout_from_state(

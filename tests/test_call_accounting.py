@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import operator
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -223,3 +224,15 @@ def test_a_kept_state_outside_a_rollout_is_unaffected(tiny_engine: Any) -> None:
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, sampling={"max_new_tokens": 4})
     out = asyncio.run(_map_reduce(False).ainvoke({"messages": [HumanMessage("Go")]}, context=ctx))
     assert len(policy.calls) == 4 and isinstance(out["messages"][-1], AIMessage)
+
+
+def test_the_warning_is_said_once_and_every_sample_names_the_calls(tiny_engine: Any,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    spec = replace(MAP_REDUCE, name="map_reduce_thrice", _graphs={})
+    with caplog.at_level(logging.DEBUG, logger="agentgraphs.rollout"):
+        rollouts = [asyncio.run(run_rollout(spec, rollout_input(f"take {i}"), AgentContext(
+            policy=ScriptedPolicy(tiny_engine, lambda call: "word"), tokenizer=tiny_engine.tokenizer,
+            sampling={"max_new_tokens": 4}))) for i in range(3)]
+    assert all(len(r.untrained_calls) == 3 and r.llm_calls == 4 for r in rollouts)
+    said = [r for r in caplog.records if "map_reduce_thrice" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
