@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import InputError
-from .context import AgentContext
+from .context import AgentContext, derive_seed
 from .records import sample_fields, scalar, trace_record
 from .rollout import Rollout, rollout_input, run_rollout
 from .spec import AgentSpec, RolloutInput
@@ -45,7 +45,7 @@ class RunSummary:
         self.results += 1
         self.by_status[rollout.status] = self.by_status.get(rollout.status, 0) + 1
         self.reward_sum += scalar(rollout.reward, reward_key)
-        self.llm_calls += len(rollout.turns)
+        self.llm_calls += rollout.llm_calls if rollout.llm_calls is not None else len(rollout.turns)
         for k, v in rollout.metrics.items():
             self.metrics_sum[k] = self.metrics_sum.get(k, 0.0) + float(v)
 
@@ -60,6 +60,24 @@ class RunSummary:
             "llm_calls": self.llm_calls,
             "wall_s": round(self.wall_s, 3),
         }
+
+
+def lead_with_headline(spec: AgentSpec, summary: dict[str, Any]) -> dict[str, Any]:
+    """A run summary (`RunSummary.as_dict`) led by the spec's headline metric, with the metric notes.
+
+    >>> from agentgraphs.memagent import SPEC
+    >>> out = lead_with_headline(SPEC, {"rows": 1, "metrics": {"answered": 0.0, "sub_em": 1.0, "sub_em_strict": 0.0}})
+    >>> out["headline"], list(out["metrics"])
+    ({'metric': 'sub_em_strict', 'mean': 0.0}, ['sub_em_strict', 'answered', 'sub_em'])
+    """
+    metrics = summary.get("metrics") or {}
+    name = spec.headline_metric
+    if name is None or name not in metrics:
+        return summary
+    ordered = {name: metrics[name], **{k: v for k, v in metrics.items() if k != name}}
+    notes = {k: v for k, v in spec.metric_notes.items() if k in metrics}
+    return {"headline": {"metric": name, "mean": metrics[name]}, **summary, "metrics": ordered,
+            **({"metric_notes": notes} if notes else {})}
 
 
 @dataclass(frozen=True)
@@ -125,6 +143,7 @@ async def run_rows(
     concurrency: int = 8,
     on_result: ResultSink | None = None,
     checkpoints: "RunCheckpoints | None" = None,
+    seed: int | None = None,
 ) -> RunSummary:
     """Run rollouts with at most `concurrency` in flight; results delivered in input order.
 
@@ -137,6 +156,10 @@ async def run_rows(
 
     With `checkpoints` every rollout is checkpointed in its own thread (`checkpoints.thread_id(position)`),
     named in its sample's metadata as `checkpoint_thread`, so a failed one can be replayed afterwards.
+
+    With `seed`, rollout k of the run (its input index) samples with `AgentContext.seed = derive_seed(seed, k)`
+    and gets the trajectory id `derive_seed(seed, k)` too: on an engine that honours sampling seeds (HFEngine,
+    SGLang in deterministic mode) the same rows give the same samples, whatever the concurrency.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -177,13 +200,21 @@ async def run_rows(
             if row.inp is None:
                 rollout = _bad_row(row)
             elif checkpoints is None:
-                rollout = await run_rollout(spec, row.inp, make_context(), options=opts)
+                rollout = await run_rollout(spec, row.inp, _context(row, seq), options=opts)
             else:
                 config = await checkpoints.start(seq, row.inp, opts)
                 thread = config["configurable"]["thread_id"]
-                rollout = await run_rollout(spec, row.inp, make_context(), options=opts, config=config,
+                rollout = await run_rollout(spec, row.inp, _context(row, seq), options=opts, config=config,
                                             checkpointer=checkpoints.saver)
+            if seed is not None:
+                rollout.trajectory_id = f"{derive_seed(seed, 'trajectory', _position(row, seq)):016x}"
             deliver(seq, row, rollout, thread)
+
+    def _context(row: ParsedRow, seq: int) -> AgentContext:
+        ctx = make_context()
+        if seed is not None:
+            ctx.seed = derive_seed(seed, _position(row, seq))
+        return ctx
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
     try:
@@ -196,6 +227,10 @@ async def run_rows(
         raise
     summary.wall_s = time.monotonic() - started
     return summary
+
+
+def _position(row: ParsedRow, seq: int) -> int:
+    return row.inp["index"] if row.inp is not None and row.inp["index"] is not None else seq
 
 
 def _bad_row(row: ParsedRow) -> Rollout:

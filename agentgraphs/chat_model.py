@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -44,14 +45,17 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.exceptions import OutputParserException
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableLambda, RunnableMap
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
+from .calls import CallLedger, current_ledger, record_call
 from .chat import ChatTemplate, Conversation
 from .context import AgentContext, context_of
 from .errors import ConfigError, InputError
-from .node import LLMCallLimitExceeded, RolloutAborted, _params
+from .node import RolloutAborted, call_params, check_call_budget
 from .spec import AgentSpec, RewardFn, RolloutInput
 from .toolcalls import (
     THINK_CLOSE,
@@ -60,9 +64,10 @@ from .toolcalls import (
     TOOL_CALL_OPEN,
     parse_tool_calls,
 )
-from .trace import Turn, make_turn
+from .trace import Turn, make_turn, sampling_record
 
-__all__ = ["TURN_KEY", "TracedChatModel", "messages_graph_spec", "to_template_messages", "turns_from_messages"]
+__all__ = ["STRUCTURED_ERROR_KEY", "TURN_KEY", "StructuredParser", "TracedChatModel", "messages_graph_spec",
+           "to_template_messages", "turns_from_messages"]
 
 TURN_KEY = "agentgraphs_turn"  # response_metadata key of the Turn
 INPUT_KEY = "agentgraphs_input_digest"  # digest of the template messages + tools the call saw
@@ -105,41 +110,85 @@ class TracedChatModel(BaseChatModel):
                               "policy's text is trained as generated); use tool_choice=None or 'auto'")
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
+    def with_structured_output(self, schema: Mapping[str, Any] | type, *, include_raw: bool = False,
+                               method: str = "function_calling", strict: bool | None = None,
+                               **kwargs: Any) -> Any:
+        """Structured output the exact way: the policy writes it, unconstrained, and it is parsed afterwards.
+
+        `method="function_calling"` (default): `schema` is rendered as the one tool in the chat template and
+        the answer is the arguments of the first `<tool_call>` the policy writes for it (a pydantic class
+        validates them). `method="json_mode"`: the message content parsed as JSON (say so in your prompt).
+        The trained ids are the policy's own sampled ids, so nothing forces a well-formed answer: a reply
+        without the call, with bad JSON or failing validation is a parse failure, raised as LangChain's
+        OutputParserException, or with `include_raw=True` returned as `{"raw", "parsed": None,
+        "parsing_error"}` and written on the raw AIMessage (`response_metadata["structured_output_error"]`).
+        The Turn travels in the raw AIMessage only: to train the call, use `include_raw=True` and store
+        `raw` in `messages` (with `include_raw=False` the call is reported as untrained).
+
+        Refused (ConfigError): `method="json_schema"` and `strict=True` promise schema-valid output, which
+        takes constrained decoding; that changes the distribution the tokens are sampled from, so the
+        recorded log-probs would not be the ones slime's trainer recomputes.
+
+        >>> from pydantic import BaseModel
+        >>> class Verdict(BaseModel):
+        ...     correct: bool
+        >>> TracedChatModel().with_structured_output(Verdict, method="json_schema")
+        Traceback (most recent call last):
+        ...
+        agentgraphs.errors.ConfigError: with_structured_output(method='json_schema'): ...
+        """
+        if kwargs:
+            raise ConfigError(f"with_structured_output: unsupported arguments {sorted(kwargs)}; pass schema, "
+                              "include_raw and method ('function_calling' or 'json_mode')")
+        if method == "json_schema" or strict:
+            what = "method='json_schema'" if method == "json_schema" else "strict=True"
+            raise ConfigError(
+                f"with_structured_output({what}): schema-valid output needs constrained decoding, which "
+                "changes the distribution the policy samples from, so the recorded log-probs would not be the "
+                "ones slime's trainer recomputes. Use method='function_calling' (the default: the schema is a "
+                "tool the policy calls) or 'json_mode', and treat parse failures (include_raw=True gives them "
+                "as parsing_error)")
+        if method not in ("function_calling", "json_mode"):
+            raise ConfigError(f"with_structured_output(method={method!r}): use 'function_calling' or 'json_mode'")
+        llm = self.bind(tools=[convert_to_openai_tool(schema)]) if method == "function_calling" else self
+        parse = StructuredParser(schema, method)
+        if include_raw:
+            return RunnableMap(raw=llm) | RunnableLambda(parse.with_raw)
+        return llm | RunnableLambda(parse.parsed)
+
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         # Engines are async and an HTTP engine belongs to one event loop: sync calls run on one background
-        # loop per process. The run's context and node name are read here, in the caller's context.
-        call = self._call(messages, stop, self._raw_context(), _node_name(), kwargs)
+        # loop per process. The run's context, node name and call ledger are read here, in the caller's
+        # context (the background loop has none of them).
+        call = self._call(messages, stop, self._raw_context(), _node_name(), kwargs, current_ledger())
         return asyncio.run_coroutine_threadsafe(call, _sync_loop()).result()
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        return await self._call(messages, stop, self._raw_context(), _node_name(), kwargs)
+        return await self._call(messages, stop, self._raw_context(), _node_name(), kwargs, current_ledger())
 
     async def _call(self, messages: list[BaseMessage], stop: list[str] | None, raw_context: Any, node: str,
-                    kwargs: dict[str, Any]) -> ChatResult:
+                    kwargs: dict[str, Any], ledger: CallLedger | None) -> ChatResult:
         ctx = await _acontext(raw_context)
         kwargs = dict(kwargs)
         tools = kwargs.pop("tools", None) or None
         overrides = {**self.sampling, **kwargs}
         if stop:
             overrides["stop"] = list(stop)
-        earlier = turns_from_messages(messages)
-        if len(earlier) >= ctx.limits.max_llm_calls:
-            raise LLMCallLimitExceeded(f"the messages already hold {len(earlier)} LLM calls, the limit is "
-                                       f"{ctx.limits.max_llm_calls}; raise Limits.max_llm_calls or check the "
-                                       "graph's stop condition")
+        check_call_budget(ctx, len(turns_from_messages(messages)), ledger)
         eng = ctx.engine(self.engine)
         if not hasattr(eng, "generate"):
             raise ConfigError(f"engine {eng.name!r} is a text engine; TracedChatModel needs a token engine "
                               "(hf: / sglang:)")
         template = ctx.template(self.engine)
         prompt_ids, conversation, digest = plan_prompt(messages, template, tools)
-        params = _params(ctx.sampling, overrides)
+        params = call_params(ctx, overrides, node=node, prompt_ids=prompt_ids)
         completion = await eng.generate(list(prompt_ids), params)
         turn = make_turn(completion, node=node, prompt_ids=prompt_ids, conversation=conversation,
                          trainable=self.trainable and self.engine in (None, "policy") and not ctx.evaluation,
-                         temperature=params.temperature, engine=eng.name)
+                         engine=eng.name, **sampling_record(params))
+        record_call(turn, "chat_model", ledger)
         if completion.finish_reason == "abort":
             raise RolloutAborted(turn)
         message = _ai_message(turn, template, tools, digest)
@@ -376,6 +425,57 @@ def _split_reasoning(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+# -- structured output --------------------------------------------------------------------------------
+STRUCTURED_ERROR_KEY = "structured_output_error"  # response_metadata key: why the structured parse failed
+
+
+class StructuredParser:
+    """Reads `with_structured_output`'s answer from an AIMessage the policy wrote; never edits its text."""
+
+    def __init__(self, schema: Mapping[str, Any] | type, method: str) -> None:
+        self.schema = schema
+        self.method = method
+        self.name = convert_to_openai_tool(schema)["function"]["name"]
+        self.model = schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+
+    def parsed(self, message: AIMessage) -> Any:
+        """The structured answer; OutputParserException when the policy did not write a valid one."""
+        if self.method == "json_mode":
+            text = _text_of(message, -1)
+            fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text.strip(), re.S)
+            try:
+                value = json.loads(fenced.group(1) if fenced else text)
+            except ValueError as exc:
+                raise OutputParserException(f"json_mode: the reply is not JSON ({exc})", llm_output=text) from None
+        else:
+            value = self._tool_arguments(message)
+        if self.model is None:
+            return value
+        try:
+            return self.model.model_validate(value)
+        except ValidationError as exc:
+            raise OutputParserException(f"{self.name}: the arguments do not validate: {exc}",
+                                        llm_output=_text_of(message, -1)) from None
+
+    def _tool_arguments(self, message: AIMessage) -> Any:
+        for call in message.tool_calls:
+            if call["name"] == self.name:
+                return call["args"]
+        error = (message.response_metadata or {}).get(ERROR_KEY)
+        problem = (f"the policy's tool call is malformed ({error})" if error
+                   else "the policy wrote no <tool_call> for it")
+        raise OutputParserException(f"structured output {self.name!r}: {problem}", llm_output=_text_of(message, -1))
+
+    def with_raw(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """LangChain's include_raw=True shape; a failure is also written on the raw message."""
+        raw = inputs["raw"]
+        try:
+            return {"raw": raw, "parsed": self.parsed(raw), "parsing_error": None}
+        except OutputParserException as exc:
+            raw.response_metadata = {**(raw.response_metadata or {}), STRUCTURED_ERROR_KEY: str(exc)}
+            return {"raw": raw, "parsed": None, "parsing_error": exc}
+
+
 # -- collecting the trace -----------------------------------------------------------------------------
 def turns_from_messages(messages: Sequence[Any]) -> list[Turn]:
     """The Turns recorded with the AIMessages of `messages`, in order (each once). Messages may be LangChain
@@ -431,13 +531,16 @@ def last_ai_text(state: Mapping[str, Any]) -> str:
 def messages_graph_spec(graph: Any, *, reward: RewardFn, name: str | None = None, options: Any = None,
                         answer: Callable[[Mapping[str, Any]], str] = last_ai_text,
                         make_input: Callable[[RolloutInput, Any], dict[str, Any]] = messages_input,
-                        **spec_fields: Any) -> AgentSpec:
+                        turns_of: Callable[[Mapping[str, Any]], list[Turn]] | None = None,
+                        layout: str = "concat", **spec_fields: Any) -> AgentSpec:
     """An AgentSpec for a graph with a `messages` state whose LLM calls go through TracedChatModel.
 
     `graph` is a compiled graph or `build_graph(options)`; `name` defaults to the compiled graph's name.
     Input: the row's prompt as a user message;
-    answer: the last AIMessage's text; turns: those recorded in the messages; layout `concat`, which
-    merges each chain of extending calls into one sequence and starts a new one at every prefix break.
+    answer: the last AIMessage's text; turns: those recorded in the messages (`turns_of` to collect them
+    elsewhere too, e.g. `lambda s: turns_from_messages(s["messages"] + s["drafts"])` for a graph that keeps
+    some AIMessages in another key); layout `concat`, which merges each chain of extending calls into one
+    sequence and starts a new one at every prefix break.
 
     >>> spec = messages_graph_spec(lambda o: None, reward=lambda r, c: 0.0, name="echo")
     >>> spec.layout, spec.make_input({"prompt": "Hi", "label": None, "metadata": {}, "index": 0}, None)
@@ -450,4 +553,5 @@ def messages_graph_spec(graph: Any, *, reward: RewardFn, name: str | None = None
         raise ConfigError("messages_graph_spec: pass name= (the agent's name in records and logs)")
     extra = {"options": options} if options is not None else {}
     return AgentSpec(name=name, build_graph=build, make_input=make_input, answer=answer, reward=reward,
-                     layout="concat", turns_of=_turns_of_state, **extra, **spec_fields)
+                     layout=layout, turns_of=turns_of or _turns_of_state,  # type: ignore[arg-type]
+                     **extra, **spec_fields)

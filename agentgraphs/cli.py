@@ -96,6 +96,9 @@ def run(
     checkpoints: Optional[Path] = typer.Option(
         None, "--checkpoints", help="keep checkpoints in this compact SQLite file: one thread per sample, named "
         "in samples.jsonl (metadata.checkpoint_thread); replay one with `agentgraphs replay`"),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", min=0, help="sample reproducibly: every engine call gets a seed derived from this one, the "
+        "row and the call (hf: engines give byte-identical samples.jsonl run after run, at any concurrency)"),
 ) -> None:
     """Run an agent over a dataset and write slime samples and traces."""
     try:
@@ -104,16 +107,29 @@ def run(
                               concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                               top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
                               keys=(input_key, label_key, metadata_key), progress=True,
-                              checkpoints=checkpoints)
+                              checkpoints=checkpoints, seed=seed)
     except (AgentGraphsError, ValueError, OSError) as exc:  # a bad flag, file or directory: no traceback
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None
     console.print_json(json.dumps(summary))
+    print_headline(summary)
     if summary["results"] and _usable_results(summary) == 0:
         # outputs are written (the reasons are in them), but a run that produced nothing usable fails
         n = summary["results"]
         console.print("[red]error:[/red]", escape(f"every row failed ({n} of {n}); first reason: {_first_reason(out)}"))
         raise typer.Exit(1)
+
+
+def print_headline(summary: dict[str, Any]) -> None:
+    """The headline metric last, where a reader looks, with the notes of the metrics beside it."""
+    head = summary.get("headline")
+    if not head:
+        return
+    console.print(f"[bold]{escape(head['metric'])} {head['mean']:.3f}[/bold] (headline metric, mean over "
+                  f"{summary['results']} results)")
+    for name, note in (summary.get("metric_notes") or {}).items():
+        if name != head["metric"]:
+            console.print(f"  {escape(name)} {summary['metrics'][name]:.3f}: {escape(note)}")
 
 
 def parse_helpers(pairs: list[str]) -> dict[str, str]:
@@ -152,14 +168,17 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
                 evaluation: bool = False, limit: int | None = None,
                 keys: tuple[str, str, str] = ("input", "label", "metadata"), progress: bool = False,
                 engines: dict[str, "str | Engine"] | None = None, checkpoints: Path | None = None,
-                ) -> dict[str, Any]:
+                seed: int | None = None) -> dict[str, Any]:
     """What `agentgraphs run` does; returns the summary (also OUT/summary.json).
 
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls;
     `engines` are helper engines by name (AgentContext.engines: a judge, AgentFlow's "helper"...).
     `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.replay).
+    `seed`: reproducible sampling (`agentgraphs.batch.run_rows`); samples.jsonl holds no wall-clock value,
+    so a seeded run on an in-process engine writes it byte for byte the same (timings are in traces.jsonl
+    and summary.json; with `checkpoints`, samples name their checkpoint thread, new per run).
     """
-    from .batch import JsonlWriter, RowKeys, read_rows, run_rows
+    from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rows, run_rows
     from .engines import make_engine
     from .node import AgentContext
     from .spec import load_spec
@@ -204,17 +223,18 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
         async def go() -> Any:
             if checkpoints is None:
                 return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
-                                      on_result=sink)
+                                      on_result=sink, seed=seed)
             from .replay import RunCheckpoints, new_thread_id, open_checkpoints
 
             async with open_checkpoints(checkpoints) as saver:
                 store = RunCheckpoints(saver, agent, sampling, engine, run_id=new_thread_id(spec.name),
                                        engines=dict(engines or {}), evaluation=evaluation)
                 return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
-                                      on_result=sink, checkpoints=store)
+                                      on_result=sink, checkpoints=store, seed=seed)
 
         summary = asyncio.run(go())
-    result = {"agent": spec.name, "engine": eng.name, "options": opts.model_dump(), **summary.as_dict()}
+    result = {"agent": spec.name, "engine": eng.name, **({"seed": seed} if seed is not None else {}),
+              "options": opts.model_dump(), **lead_with_headline(spec, summary.as_dict())}
     if checkpoints is not None:
         result["checkpoints"] = str(checkpoints)
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -262,7 +282,7 @@ def _tokenizer(engine: Any, path: str | None) -> Any:
 @app.command()
 def demo(
     out: Path = typer.Option(Path("out/demo"), "--out", help="output directory"),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, min=0, help="data and sampling seed: the same seed writes the same samples.jsonl"),
 ) -> None:
     """The main job on the embedded default: MemAgent on the tiny model, no server needed."""
     from .demo import run_demo
@@ -272,6 +292,7 @@ def demo(
         summary = run_demo(out, seed=seed,
                            on_result=lambda s, t: bar.update(task, advance=1, status=s["status"]))
     console.print_json(json.dumps(summary))
+    print_headline(summary)
     console.print(f"samples: {out / 'samples.jsonl'}  traces: {out / 'traces.jsonl'}")
 
 

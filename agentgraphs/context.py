@@ -11,9 +11,10 @@ state, so checkpoints hold only JSON. Engines and tokenizers built from strings 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .chat import ChatTemplate
 from .engines import Engine, SamplingParams, make_engine
@@ -45,7 +46,9 @@ class AgentContext:
     may be given as strings in the one engine grammar of `agentgraphs.engines.make_engine`
     (`"hf:MODEL_DIR"`, `"sglang:http://host:port"`, `"openai:URL#MODEL"`), `tokenizer` may be a path or
     omitted (the engine's own is used), and `sampling` / `limits` may be dicts. `AgentContext()` alone
-    uses the engine named by $AGENTGRAPHS_ENGINE.
+    uses the engine named by $AGENTGRAPHS_ENGINE. `seed` makes the rollout's sampling reproducible: every
+    engine call without its own `sampling_seed` gets one derived from it (`call_seed`); `agentgraphs run
+    --seed N` gives each rollout its own (`derive_seed(N, index)`).
 
     >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
     ...                    sampling={"temperature": 0.7})
@@ -62,7 +65,9 @@ class AgentContext:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     evaluation: bool = False
+    seed: int | None = None
     _templates: dict[str, ChatTemplate] = field(default_factory=dict, repr=False)
+    _seed_uses: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str):
@@ -93,6 +98,27 @@ class AgentContext:
                 "Add it to AgentContext.engines"
             ) from None
 
+    def call_seed(self, node: str, prompt_ids: Sequence[int]) -> int | None:
+        """The sampling seed of one engine call of a seeded context (None when `seed` is None).
+
+        Derived from the seed, the node, the prompt and how many times this node sent this prompt before
+        in this context, never from the order calls happen to be answered in: concurrent rollouts and
+        parallel branches (Send) sample the same tokens run after run. (Two parallel branches of one node
+        with the very same prompt are told apart only by the order they start in.)
+
+        >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(), seed=3)
+        >>> a, b = ctx.call_seed("solve", [1, 2]), ctx.call_seed("solve", [1, 2])
+        >>> a != b and a == AgentContext(policy=ctx.policy, tokenizer=object(), seed=3).call_seed("solve", [1, 2])
+        True
+        """
+        if self.seed is None:
+            return None
+        prompt = hashlib.sha256(",".join(map(str, prompt_ids)).encode()).hexdigest()
+        key = f"{node}\x00{prompt}"
+        uses = self._seed_uses.get(key, 0)
+        self._seed_uses[key] = uses + 1
+        return derive_seed(self.seed, node, prompt, uses)
+
     def template(self, name: str | None = None) -> ChatTemplate:
         key = name or "policy"
         tpl = self._templates.get(key)
@@ -104,6 +130,16 @@ class AgentContext:
             self._templates[key] = tpl
         return tpl
 
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts (stable across processes and platforms, unlike `hash`).
+
+    >>> derive_seed(3, 0) == derive_seed(3, 0) != derive_seed(3, 1)
+    True
+    """
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def context_of(runtime: Any) -> AgentContext:

@@ -11,6 +11,10 @@ class ConfigError(AgentGraphsError, ValueError):
     """A configuration value (CLI flag, slime arg, YAML key) is missing or wrong."""
 
 
+class SamplingMismatchError(ConfigError):
+    """A trainable turn was sampled with another temperature / top_p / top_k / min_p than the trainer assumes."""
+
+
 class InputError(AgentGraphsError, ValueError):
     """A dataset row or graph input is malformed. The message names the field and the fix."""
 

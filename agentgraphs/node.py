@@ -19,11 +19,12 @@ from typing import Annotated, Any, Mapping, Sequence
 # typing_extensions' TypedDict understands NotRequired on Python 3.10 too (subclasses use it)
 from typing_extensions import TypedDict
 
+from .calls import CallLedger, current_ledger, record_call
 from .chat import ChatTemplate, Conversation, Message
 from .context import AgentContext, Limits, context_of, shared_engine, shared_tokenizer
 from .engines import Completion, SamplingParams
 from .errors import ConfigError
-from .trace import Turn, make_turn
+from .trace import Turn, make_turn, sampling_record
 
 # AgentContext and friends live in agentgraphs.context; imported here too because every graph module
 # (and user code written against earlier versions) takes them from the node helper.
@@ -35,6 +36,8 @@ __all__ = [
     "RolloutAborted",
     "TraceState",
     "call_llm",
+    "call_params",
+    "check_call_budget",
     "context_of",
     "last_turn_of",
     "next_prompt",
@@ -128,21 +131,23 @@ async def call_llm(
     `prompt_ids` bypasses templating entirely (the caller owns the exact ids). Keyword overrides
     (`max_new_tokens=`, `temperature=`, `stop=`...) adjust the context's sampling params; a
     `max_new_tokens=` override never exceeds the context's own (slime's --rollout-max-response-len).
+    The Turn records the sampling used (temperature, top_p, top_k, min_p): a trainable call sampled
+    differently from slime's rollout settings is refused by rl_bridge (README, "Training with slime").
     Turns from helper engines (`engine="judge"`) are recorded with trainable=False.
     """
     ctx = context_of(runtime)
     turns: Sequence[Turn] = state.get("turns") or []
-    _check_budget(ctx, turns)
+    check_call_budget(ctx, len(turns))
     template = ctx.template(engine)
     if prompt_ids is None and hasattr(ctx.engine(engine), "generate"):
         prompt_ids = next_prompt(
             turns, template, conversation=conversation, messages=messages, tools=tools, splice=splice
         )
-    params = _params(ctx.sampling, sampling)
     eng = ctx.engine(engine)
     if not hasattr(eng, "generate"):  # a text engine (OpenAI-compatible helper): messages in, text out
         return await _call_text_engine(eng, node=node, messages=messages, conversation=conversation,
-                                       prompt_ids=prompt_ids, params=params)
+                                       prompt_ids=prompt_ids, params=call_params(ctx, sampling))
+    params = call_params(ctx, sampling, node=node, prompt_ids=prompt_ids)
     completion = await eng.generate(list(prompt_ids), params)
     is_policy = engine in (None, "policy")
     turn = make_turn(
@@ -150,10 +155,11 @@ async def call_llm(
         node=node,
         prompt_ids=prompt_ids,
         trainable=trainable and is_policy and not ctx.evaluation,
-        temperature=params.temperature,
         engine=eng.name,
         conversation=conversation,
+        **sampling_record(params),
     )
+    record_call(turn, "call_llm")
     if completion.finish_reason == "abort":
         raise RolloutAborted(turn)
     return LLMResult(text=_visible_text(completion, template), completion=completion, turn=turn)
@@ -169,9 +175,22 @@ async def _call_text_engine(eng: Any, *, node: str, messages: Sequence[Message],
     if not messages:
         raise ConfigError(f"node {node!r}: engine {eng.name!r} needs messages=")
     completion = await eng.chat(list(messages), params)
-    turn = make_turn(completion, node=node, prompt_ids=[], trainable=False, temperature=params.temperature,
-                     engine=eng.name, conversation="")
+    turn = make_turn(completion, node=node, prompt_ids=[], trainable=False, engine=eng.name, conversation="",
+                     **sampling_record(params))
+    record_call(turn, "call_llm")
     return LLMResult(text=completion.text, completion=completion, turn=turn)
+
+
+def call_params(ctx: AgentContext, overrides: Mapping[str, Any], *, node: str = "",
+                prompt_ids: Sequence[int] | None = None) -> SamplingParams:
+    """The sampling of one engine call: the context's, with the call's overrides; in a seeded context
+    (`AgentContext.seed`) a token-engine call without its own `sampling_seed` gets one (`call_seed`)."""
+    params = _params(ctx.sampling, overrides)
+    if prompt_ids is not None and params.sampling_seed is None:
+        seed = ctx.call_seed(node, prompt_ids)
+        if seed is not None:
+            params = params.replace(sampling_seed=seed)
+    return params
 
 
 def _params(base: SamplingParams, overrides: Mapping[str, Any]) -> SamplingParams:
@@ -198,9 +217,17 @@ def _visible_text(completion: Completion, template: ChatTemplate) -> str:
     return text
 
 
-def _check_budget(ctx: AgentContext, turns: Sequence[Turn]) -> None:
-    if len(turns) >= ctx.limits.max_llm_calls:
+def check_call_budget(ctx: AgentContext, turns_seen: int, ledger: CallLedger | None = None) -> None:
+    """Refuse the next call once the rollout has made `Limits.max_llm_calls`: counted from the Turns the
+    caller sees and the calls the rollout's ledger let through (parallel branches included), so a graph
+    that drops Turns still stops. A call let through is counted at once, before it is answered."""
+    ledger = ledger if ledger is not None else current_ledger()
+    made = max(turns_seen, ledger.started if ledger is not None else 0)
+    if made >= ctx.limits.max_llm_calls:
         raise LLMCallLimitExceeded(
-            f"rollout made {len(turns)} LLM calls, the limit is {ctx.limits.max_llm_calls}; "
+            f"rollout made {made} LLM calls, the limit is {ctx.limits.max_llm_calls}; "
             "raise Limits.max_llm_calls or check the graph's stop condition"
         )
+    if ledger is not None:
+        ledger.started += 1
+

@@ -10,7 +10,6 @@ write: both call `sample_fields`, so a sample looks the same wherever it was mad
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue
@@ -23,9 +22,10 @@ logger = logging.getLogger(__name__)
 _WARNED_TRAILING_ZERO: set[str] = set()
 
 # The keys agentgraphs adds to a Sample's metadata; everything else in it is the input row's own.
+# ("rollout_time_s" is no longer written, samples are free of wall-clock values; still stripped from old ones)
 RESULT_METADATA_KEYS = frozenset({
-    "agentgraph", "answer", "status_reason", "error", "llm_calls", "retries", "num_sequences",
-    "rollout_time_s", "metrics", "trace_summary", "options", "trajectory_id", "sequence_index",
+    "agentgraph", "answer", "status_reason", "error", "llm_calls", "untrained_calls", "masked_turns", "retries",
+    "num_sequences", "rollout_time_s", "metrics", "trace_summary", "options", "trajectory_id", "sequence_index",
 })
 SEQUENCE_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")
 
@@ -109,13 +109,19 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
 
     The top-level tokens/loss_mask/rollout_log_probs hold the first training sequence, so slime's
     default path sees a valid sample; `train_metadata["turns"]` holds every sequence for
-    rl_bridge.convert. A failed rollout trains nothing: all-zero masks and remove_sample=True, reward 0.
+    rl_bridge.convert, each with the `sampling` its trained tokens were generated with. A failed rollout
+    trains nothing: all-zero masks and remove_sample=True, reward 0. `metadata["llm_calls"]` counts every
+    engine call the rollout made and `metadata["untrained_calls"]` names the trainable ones the graph
+    dropped. Nothing here depends on the wall clock (the rollout's time is in its trace record), so a
+    seeded run writes the same samples twice.
     """
-    sequences: list[dict[str, Any]] = [{k: s[k] for k in SEQUENCE_KEYS} for s in rollout.sequences]
+    sequences: list[dict[str, Any]] = [{**{k: s[k] for k in SEQUENCE_KEYS}, "sampling": s.get("sampling")}
+                                       for s in rollout.sequences]
     if not sequences:
         # slime needs a non-empty prompt AND response (it reads the logits at position prompt_len-1):
         # two pad tokens, the second a masked placeholder response, never trained.
-        sequences = [dict(tokens=[pad_id, pad_id], response_length=1, loss_mask=[0], rollout_log_probs=[0.0])]
+        sequences = [dict(tokens=[pad_id, pad_id], response_length=1, loss_mask=[0], rollout_log_probs=[0.0],
+                          sampling=None)]
     warn_trailing_zero(sequences, spec.name)
     head = sequences[0]
     options = rollout.options.model_dump() if isinstance(rollout.options, MethodOptions) else {}
@@ -131,14 +137,15 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
         "weight_versions": sorted({str(t["weight_version"]) for t in rollout.turns if t.get("weight_version")}),
         "metadata": {
             "agentgraph": spec.name,
-            "trajectory_id": uuid.uuid4().hex,
+            "trajectory_id": rollout.trajectory_id,
             "answer": rollout.answer,
             "status_reason": rollout.reason,
             "error": rollout.error,
-            "llm_calls": len(rollout.turns),
+            "llm_calls": rollout.llm_calls,
+            "untrained_calls": [dict(c) for c in rollout.untrained_calls],
+            "masked_turns": list(rollout.masked_turns),
             "retries": rollout.retries,
             "num_sequences": len(rollout.sequences),
-            "rollout_time_s": round(rollout.time_s, 4),
             "metrics": rollout.metrics,
             "trace_summary": rollout.summary or trace_summary(rollout.turns),
             "options": options,
@@ -220,6 +227,8 @@ def trace_record(rollout: Rollout, index: int | None) -> dict[str, Any]:
         "time_s": round(rollout.time_s, 4),
         "path": rollout.path,
         "path_turns": path_turns(rollout.path_rids, rollout.turns),
+        "llm_calls": rollout.llm_calls,
+        "untrained_calls": [dict(c) for c in rollout.untrained_calls],
         "turns": rollout.turns,
         "error": rollout.error,
     }

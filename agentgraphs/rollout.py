@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording_calls
 from .context import AgentContext
 from .errors import ConfigError, EngineError, InputError
 from .node import LLMCallLimitExceeded, RolloutAborted
 from .records import reward_input, sample_fields, trace_record, trace_summary  # noqa: F401 (re-exported)
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
-from .trace import TrainSequence, Turn, build_sequences, check_sequence
+from .trace import Layout, TrainSequence, Turn, build_sequences, check_sequence
 
 Status = Literal["completed", "truncated", "aborted", "failed"]
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -29,6 +33,9 @@ class Rollout:
     """The result of one input: status, turns, training sequences, and the reward and metrics (once).
 
     FAILED rollouts train nothing: `agentgraphs.records.sample_fields` masks their sequences.
+    `llm_calls` counts every engine call the rollout's graph made through `call_llm` / `TracedChatModel`
+    (policy and helpers), `untrained_calls` the trainable ones whose Turn did not reach the final state
+    (`agentgraphs.calls`).
     """
 
     status: Status
@@ -49,6 +56,14 @@ class Rollout:
     path: list[str] = field(default_factory=list, repr=False)  # every graph node that ran, in order
     # per step of `path`: the request ids of the Turns its update added (None: not readable from the update)
     path_rids: list[list[str] | None] = field(default_factory=list, repr=False)
+    llm_calls: int | None = None  # None: not counted (a state reached elsewhere): the Turns themselves
+    untrained_calls: list[DroppedCall] = field(default_factory=list)
+    masked_turns: list[dict[str, Any]] = field(default_factory=list)  # {turn, node, reason}: see untrain_turns
+    trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if self.llm_calls is None:
+            self.llm_calls = len(self.turns)
 
     @property
     def retries(self) -> int:
@@ -126,28 +141,31 @@ async def _run(
                     path.append(name)
                     path_rids.append(_step_rids(spec, update))
 
-    try:
-        if ctx.limits.max_time_s is not None:
-            await asyncio.wait_for(drive(), ctx.limits.max_time_s)
+    with recording_calls() as ledger:  # every call the graph's nodes make lands here (agentgraphs.calls)
+        try:
+            if ctx.limits.max_time_s is not None:
+                await asyncio.wait_for(drive(), ctx.limits.max_time_s)
+            else:
+                await drive()
+        except RolloutAborted as exc:
+            turns = [*spec.collect_turns(last), exc.turn]
+            return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started,
+                           path=path, path_rids=path_rids, llm_calls=calls_made(ledger, turns))
+        except asyncio.TimeoutError as exc:
+            failed = _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc,
+                             spec.collect_turns(last))
+        except (EngineError, LLMCallLimitExceeded) as exc:
+            failed = _failed(started, f"{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in a user's node must not escape into slime
+            failed = _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
         else:
-            await drive()
-    except RolloutAborted as exc:
-        turns = [*spec.collect_turns(last), exc.turn]
-        return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started, path=path,
-                       path_rids=path_rids)
-    except asyncio.TimeoutError as exc:
-        failed = _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc, spec.collect_turns(last))
-    except (EngineError, LLMCallLimitExceeded) as exc:
-        failed = _failed(started, f"{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # a bug in a user's node must not escape into slime
-        failed = _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
-    else:
-        rollout = await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward)
-        rollout.path, rollout.path_rids = path, path_rids
-        return rollout
+            rollout = await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward, ledger)
+            rollout.path, rollout.path_rids = path, path_rids
+            return rollout
     failed.path, failed.path_rids = path, path_rids
+    failed.llm_calls = calls_made(ledger, failed.turns)
     return failed
 
 
@@ -165,9 +183,13 @@ def _step_rids(spec: AgentSpec, update: Any) -> list[str] | None:
 
 async def _finish(
     spec: AgentSpec, inp: RolloutInput, ctx: AgentContext, opts: MethodOptions, final: dict[str, Any],
-    started: float, compute_reward: bool,
+    started: float, compute_reward: bool, ledger: CallLedger | None = None,
 ) -> Rollout:
     turns: list[Turn] = spec.collect_turns(final)
+    llm_calls = calls_made(ledger, turns)
+    untrained = dropped_calls(ledger, turns)
+    if untrained:
+        warn_untrained(spec.name, inp.get("index"), untrained)
     try:
         answer = spec.answer(final)
         sequences = build_sequences(turns, spec.layout)
@@ -177,14 +199,16 @@ async def _finish(
         if spec.summarize is not None:
             summary.update(spec.summarize(final))
     except Exception as exc:
-        return _failed(started, f"building training data failed: {type(exc).__name__}: {exc}", exc, turns)
+        failed = _failed(started, f"building training data failed: {type(exc).__name__}: {exc}", exc, turns)
+        failed.llm_calls = llm_calls
+        return failed
     # the policy's turns decide: in evaluation (and for masked turns) nothing is trainable, yet a
     # policy turn cut by max_new_tokens still makes the rollout TRUNCATED
     truncated = [i for i, t in enumerate(turns) if t["finish_reason"] == "length" and t["engine"] == ctx.policy.name]
     status: Status = "truncated" if truncated else "completed"
     reason = f"turns {truncated} hit max_new_tokens" if truncated else "ok"
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
-                      final_state=final, summary=summary)
+                      final_state=final, summary=summary, llm_calls=llm_calls, untrained_calls=untrained)
     rin = reward_input(answer=answer, prompt=inp["prompt"], label=inp["label"], row_metadata=inp["metadata"],
                        status=status, summary=summary, options=opts)
     rollout.reward_input = rin
@@ -193,16 +217,60 @@ async def _finish(
         try:
             rollout.reward = await score(spec, rin, ctx)
         except Exception as exc:
-            return _failed(started, f"reward failed: {type(exc).__name__}: {exc}", exc, turns)
+            failed = _failed(started, f"reward failed: {type(exc).__name__}: {exc}", exc, turns)
+            failed.llm_calls = llm_calls
+            return failed
     elif compute_reward:
         rollout.reason += "; no label: not scored"
     if spec.eval_metrics is not None and labelled:
         try:
             rollout.metrics = spec.eval_metrics(rin)
         except Exception as exc:
-            return _failed(started, f"{spec.name}.eval_metrics raised {type(exc).__name__}: {exc}", exc, turns)
+            failed = _failed(started, f"{spec.name}.eval_metrics raised {type(exc).__name__}: {exc}", exc, turns)
+            failed.llm_calls = llm_calls
+            return failed
     rollout.time_s = time.monotonic() - started
     return rollout
+
+
+def untrain_turns(rollout: Rollout, layout: Layout, reasons: Mapping[int, str]) -> None:
+    """Train nothing from the turns `reasons` names (turn index -> why), after the fact.
+
+    Each stays in the trace, now trainable=False, and the training sequences are rebuilt: in `concat` their
+    tokens stay in their sequence with mask 0 and log-prob 0.0; in `per_turn` they leave no sequence. The
+    reasons go to `rollout.masked_turns` (the sample's `metadata["masked_turns"]`).
+    """
+    if not reasons:
+        return
+    rollout.turns = [{**t, "trainable": False} if i in reasons else t  # type: ignore[misc]
+                     for i, t in enumerate(rollout.turns)]
+    rollout.sequences = build_sequences(rollout.turns, layout)
+    for seq in rollout.sequences:
+        check_sequence(seq, rollout.turns)
+    rollout.summary.update(trace_summary(rollout.turns))
+    rollout.masked_turns += [{"turn": i, "node": rollout.turns[i]["node"], "reason": why}
+                             for i, why in sorted(reasons.items())]
+
+
+_WARNED_UNTRAINED: set[tuple[str, frozenset[str]]] = set()
+
+
+def warn_untrained(agent: str, index: Any, untrained: list[DroppedCall]) -> None:
+    """Say which trainable calls a rollout made but will not train (the sample's metadata names them too).
+
+    A warning the first time an agent drops calls of a given set of nodes in this process (every rollout of
+    a graph usually drops the same ones), DEBUG after that; the metadata of every sample names them."""
+    nodes: dict[str, int] = {}
+    for call in untrained:
+        nodes[call["node"]] = nodes.get(call["node"], 0) + 1
+    key = (agent, frozenset(nodes))
+    level = logging.DEBUG if key in _WARNED_UNTRAINED else logging.WARNING
+    _WARNED_UNTRAINED.add(key)
+    named = ", ".join(f"{node!r} x{n}" for node, n in nodes.items())
+    logger.log(level, "agentgraph %s: sample %s: %d trainable LLM call(s) are not trained (%s): %s. They are "
+               "listed in the sample's metadata['untrained_calls'] (further samples dropping calls of the same "
+               "nodes: there only); README, 'Training an existing LangGraph agent', says which graph patterns "
+               "keep calls", agent, index, len(untrained), named, untrained[0]["reason"])
 
 
 async def rollout_from_state(

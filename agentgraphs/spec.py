@@ -121,6 +121,8 @@ class AgentSpec:
       group in view (`agentgraphs.shaping`, e.g. ToolOrchestra's "cost_aware"), or None.
     - `turns_of(state)`: where the graph keeps its Turns (default `state["turns"]`; messages graphs keep
       them in their AIMessages, see `AgentSpec.from_messages_graph`).
+    - `headline_metric`: the `eval_metrics` key a run summary leads with (one a random model cannot score
+      on), and `metric_notes`: a caveat per metric, printed with the summary (e.g. a seed's quirk).
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
     ...                  answer=lambda s: "", reward=lambda r, c: 0.0)
@@ -145,6 +147,8 @@ class AgentSpec:
     reward_shaping: Callable[[Any, Mapping[str, Any]], dict[str, Any] | None] | None = None
     description: str = ""
     turns_of: Callable[[Mapping[str, Any]], list[Turn]] | None = None
+    headline_metric: str | None = None
+    metric_notes: Mapping[str, str] = field(default_factory=dict)
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -7,12 +7,16 @@ and the viewer all see exactly what the engine returned. This module is plain Py
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence, TypedDict
+from typing import Any, Literal, Mapping, Sequence, TypedDict
 
-from .engines.base import MAX_LOGPROB, Completion
+from .engines.base import MAX_LOGPROB, Completion, SamplingParams
 from .errors import TraceError
 
 Layout = Literal["per_turn", "concat"]
+
+# The sampling settings that change a sampled token's distribution or its recorded log-prob. Each Turn
+# records them (same names as SamplingParams and SGLang); a training sequence never mixes two of them.
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p")
 
 
 class Turn(TypedDict):
@@ -20,7 +24,9 @@ class Turn(TypedDict):
 
     `prompt_ids` is the full prompt the engine was given; `output_ids`/`output_logprobs` are what it
     returned, untouched. `conversation` names the append-only conversation the call extended
-    ("" for a one-off prompt).
+    ("" for a one-off prompt). `temperature`, `top_p`, `top_k` and `min_p` are the sampling the call was
+    made with (SGLang's names and conventions: top_k -1 and min_p 0.0 mean off); traces written before
+    top_p/top_k/min_p were recorded have `temperature` only (`turn_sampling` reads both).
     """
 
     node: str
@@ -31,6 +37,9 @@ class Turn(TypedDict):
     trainable: bool
     finish_reason: str
     temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
     engine: str
     weight_version: str | None
     rid: str
@@ -46,6 +55,58 @@ class TrainSequence(TypedDict):
     loss_mask: list[int]
     rollout_log_probs: list[float]
     turn_indices: list[int]
+    # the sampling its trained tokens were generated with (SAMPLING_KEYS); None when it trains nothing
+    sampling: dict[str, Any] | None
+
+
+def sampling_record(params: SamplingParams) -> dict[str, Any]:
+    """The SAMPLING_KEYS of `params`, as a Turn records them (pass as `make_turn(..., **record)`).
+
+    >>> sampling_record(SamplingParams(temperature=0.5))
+    {'temperature': 0.5, 'top_p': 1.0, 'top_k': -1, 'min_p': 0.0}
+    """
+    return {"temperature": float(params.temperature), "top_p": float(params.top_p), "top_k": int(params.top_k),
+            "min_p": float(params.min_p)}
+
+
+def turn_sampling(turn: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampling a turn was generated with; a key an older trace did not record is None.
+
+    >>> turn_sampling({"temperature": 0.7})
+    {'temperature': 0.7, 'top_p': None, 'top_k': None, 'min_p': None}
+    """
+    return {k: turn.get(k) for k in SAMPLING_KEYS}
+
+
+class SamplingMismatch(TypedDict):
+    """A trainable turn sampled with another setting than the trainer's (`sampling_mismatches`)."""
+
+    turn: int
+    node: str
+    key: str
+    recorded: Any
+    expected: Any
+
+
+def sampling_mismatches(turns: Sequence[Mapping[str, Any]], expected: Mapping[str, Any]) -> list[SamplingMismatch]:
+    """Trainable turns (with output) whose sampling differs from `expected` (a subset of SAMPLING_KEYS);
+    one entry per turn: its first differing key.
+
+    >>> sampling_mismatches([{"node": "draft", "trainable": True, "output_ids": [1], "temperature": 0.5}],
+    ...                     {"temperature": 1.0})
+    [{'turn': 0, 'node': 'draft', 'key': 'temperature', 'recorded': 0.5, 'expected': 1.0}]
+    """
+    out: list[SamplingMismatch] = []
+    for i, turn in enumerate(turns):
+        if not turn.get("trainable") or not turn.get("output_ids"):
+            continue
+        recorded = turn_sampling(turn)
+        for key, want in expected.items():
+            if recorded[key] != want:
+                out.append(SamplingMismatch(turn=i, node=str(turn.get("node", "")), key=key, recorded=recorded[key],
+                                            expected=want))
+                break
+    return out
 
 
 def make_turn(
@@ -57,8 +118,14 @@ def make_turn(
     temperature: float,
     engine: str,
     conversation: str = "",
+    top_p: float = 1.0,
+    top_k: int = -1,
+    min_p: float = 0.0,
 ) -> Turn:
-    """Record a completion as a Turn (copies into plain lists; never re-tokenizes)."""
+    """Record a completion as a Turn (copies into plain lists; never re-tokenizes).
+
+    Engine calls pass their whole sampling: `make_turn(..., **sampling_record(params))`.
+    """
     return Turn(
         node=node,
         conversation=conversation,
@@ -68,6 +135,9 @@ def make_turn(
         trainable=trainable,
         finish_reason=completion.finish_reason,
         temperature=float(temperature),
+        top_p=float(top_p),
+        top_k=int(top_k),
+        min_p=float(min_p),
         engine=engine,
         weight_version=completion.weight_version,
         rid=completion.rid,
@@ -94,6 +164,7 @@ def per_turn_sequences(turns: Sequence[Turn]) -> list[TrainSequence]:
                 loss_mask=[1] * n,
                 rollout_log_probs=list(turn["output_logprobs"]),
                 turn_indices=[i],
+                sampling=turn_sampling(turn),
             )
         )
     return out
@@ -104,21 +175,30 @@ def concat_sequences(turns: Sequence[Turn]) -> list[TrainSequence]:
 
     Turn k+1 joins the sequence of turn k only if its prompt starts with everything the sequence
     holds so far (prompt + outputs + glue). Anything in between two outputs (template glue, tool
-    observations) is masked with log-prob 0.0. A prefix break starts a new sequence; sequences
-    with no trainable token are dropped.
+    observations) is masked with log-prob 0.0. A prefix break starts a new sequence; so does a
+    trainable turn sampled differently (`turn_sampling`) from the trained turns of the sequence it would
+    extend: one sequence is trained at one temperature. Sequences with no trainable token are dropped.
     """
     open_runs: dict[str, list[int]] = {}
     runs: list[list[int]] = []
+    trained_sampling: dict[int, dict[str, Any]] = {}  # run (by its first turn) -> its trained turns' sampling
     for i, turn in enumerate(turns):
         key = turn["conversation"]
         run = open_runs.get(key) if key else None
         if run is not None:
             last = turns[run[-1]]
-            if _is_prefix(list(last["prompt_ids"]) + list(last["output_ids"]), turn["prompt_ids"]):
+            mine = turn_sampling(turn) if turn["trainable"] else None
+            theirs = trained_sampling.get(run[0])
+            if (_is_prefix(list(last["prompt_ids"]) + list(last["output_ids"]), turn["prompt_ids"])
+                    and (mine is None or theirs is None or mine == theirs)):
                 run.append(i)
+                if mine is not None:
+                    trained_sampling[run[0]] = mine
                 continue
         run = [i]
         runs.append(run)
+        if turn["trainable"]:
+            trained_sampling[i] = turn_sampling(turn)
         if key:
             open_runs[key] = run
     runs.sort(key=lambda r: r[0])
@@ -142,8 +222,10 @@ def _merge_run(turns: Sequence[Turn], run: list[int]) -> TrainSequence:
         for j, lp in enumerate(turn["output_logprobs"]):
             mask[a + j] = 1
             logprobs[a + j] = float(lp)
+    trained = [turns[i] for i in run if turns[i]["trainable"]]
     return TrainSequence(
-        tokens=tokens, response_length=n, loss_mask=mask, rollout_log_probs=logprobs, turn_indices=list(run)
+        tokens=tokens, response_length=n, loss_mask=mask, rollout_log_probs=logprobs, turn_indices=list(run),
+        sampling=turn_sampling(trained[0]) if trained else None,
     )
 
 
@@ -176,6 +258,8 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
        masked positions carry 0.0.
     3: every trained span [a, b) from turn c has tokens[:a] == c.prompt_ids, tokens[a:b] == c.output_ids,
        and exactly c's log-probs.
+    And one sampling: every trained turn of the sequence was generated with the same `turn_sampling`,
+    the one the sequence's `sampling` names (when it has that key).
     """
     n = seq["response_length"]
     tokens = seq["tokens"]
@@ -189,6 +273,7 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
         )
     start = len(tokens) - n
     mask, seq_lps = seq["loss_mask"], seq["rollout_log_probs"]
+    _check_one_sampling(seq, turns)
     spans: list[tuple[int, int]] = []
     for i in seq["turn_indices"]:
         turn = turns[i]
@@ -220,6 +305,22 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
                 if seq_lps[k] != 0.0:
                     raise TraceError(f"position {k} is masked but carries log-prob {seq_lps[k]}")
         cursor = max(cursor, e)
+
+
+def _check_one_sampling(seq: Mapping[str, Any], turns: Sequence[Turn]) -> None:
+    first: tuple[int, dict[str, Any]] | None = None
+    for i in seq["turn_indices"]:
+        if not turns[i]["trainable"]:
+            continue
+        sampling = turn_sampling(turns[i])
+        if first is None:
+            first = (i, sampling)
+        elif sampling != first[1]:
+            raise TraceError(f"one training sequence mixes samplings: turn {first[0]} ({turns[first[0]]['node']!r}) "
+                             f"{first[1]} and turn {i} ({turns[i]['node']!r}) {sampling}")
+    if "sampling" in seq and seq["sampling"] != (first[1] if first else None):
+        raise TraceError(f"sequence says it was sampled with {seq['sampling']}, its trained turns with "
+                         f"{first[1] if first else None}")
 
 
 def check_trace(turns: Sequence[Turn], layout: Layout = "per_turn") -> list[TrainSequence]:

@@ -18,6 +18,7 @@ import os
 from typing import Any, Sequence
 
 from agentgraphs.engines import SamplingParams
+from agentgraphs.errors import SamplingMismatchError
 from agentgraphs.records import (
     mask_out,
     scalar,
@@ -27,7 +28,8 @@ from agentgraphs.records import (
     sibling_fields,
     zero_reward,
 )
-from agentgraphs.rollout import rollout_input, run_rollout, score
+from agentgraphs.rollout import Rollout, rollout_input, run_rollout, score, untrain_turns
+from agentgraphs.trace import SamplingMismatch, sampling_mismatches
 
 from .setup import get_setup
 
@@ -43,11 +45,18 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     (computed once, in `run_rollout`; slime then skips its reward model for it), or, with
     `agentgraph_return_list`, a list: one sibling Sample per training sequence (an aborted trajectory
     comes back as a one-element list). Configuration errors raise before any rollout starts.
+
+    A trainable turn sampled with another temperature / top_p / top_k / min_p than slime's rollout settings
+    (`rollout_sampling`) raises SamplingMismatchError naming the node and both values, or, with
+    `agentgraph_on_sampling_mismatch: mask`, trains nothing (mask 0, log-prob 0.0; `metadata["masked_turns"]`).
     """
     setup = get_setup(args)
     ctx = setup.context(SamplingParams.from_slime(sampling_params), evaluation=evaluation)
     inp = rollout_input(sample.prompt, sample.label, _row_metadata(sample), getattr(sample, "index", None))
     rollout = await run_rollout(setup.spec, inp, ctx, options=setup.options)
+    if not evaluation and rollout.status in ("completed", "truncated"):
+        _check_sampling(rollout, rollout_sampling(args, sampling_params), setup.on_sampling_mismatch,
+                        setup.spec.layout, setup.spec.name)
     fields = sample_fields(rollout, setup.spec, pad_id=_pad_id(setup.tokenizer))
     if rollout.status == "failed":
         logger.warning("agentgraph %s: sample %s failed: %s", setup.spec.name, inp["index"], rollout.reason)
@@ -58,6 +67,49 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
         _apply(sample, fields)
         return [sample]  # slime's flattening takes lists only, once a generate function returns lists
     return [_apply(copy.copy(sample), sib) for sib in sibling_fields(fields, setup.spec)]
+
+
+def rollout_sampling(args: Any, sampling_params: dict[str, Any]) -> dict[str, Any]:
+    """The sampling slime's trainer assumes: --rollout-temperature / --rollout-top-p / --rollout-top-k (else the
+    sampling_params slime handed `generate`), and no min_p (slime has none).
+
+    >>> rollout_sampling(type("Args", (), {"rollout_temperature": 0.8})(), {"top_p": 1.0})
+    {'temperature': 0.8, 'top_p': 1.0, 'top_k': -1, 'min_p': 0.0}
+    """
+    out: dict[str, Any] = {}
+    for key, arg, default in (("temperature", "rollout_temperature", 1.0), ("top_p", "rollout_top_p", 1.0),
+                              ("top_k", "rollout_top_k", -1)):
+        value = getattr(args, arg, None)
+        if value is None:
+            value = sampling_params.get(key)
+        out[key] = (int if key == "top_k" else float)(default if value is None else value)
+    out["min_p"] = 0.0
+    return out
+
+
+_FLAGS = {"temperature": "--rollout-temperature", "top_p": "--rollout-top-p", "top_k": "--rollout-top-k",
+          "min_p": "(slime has no min-p: off)"}
+
+
+def _check_sampling(rollout: Rollout, expected: dict[str, Any], action: str, layout: Any, agent: str) -> None:
+    found = sampling_mismatches(rollout.turns, expected)
+    if not found:
+        return
+    if action == "refuse":
+        raise SamplingMismatchError(
+            f"agentgraph {agent}: {_describe(found[0])}: slime's trainer recomputes its log-probs with its own "
+            f"setting, so the recorded ones would not be comparable ({len(found)} such trainable turn(s) in this "
+            "rollout). Sample trainable calls with slime's settings (drop the override: `.bind(...)`, "
+            "TracedChatModel(sampling=...), call_llm(temperature=...)), make that call trainable=False, or set "
+            "`agentgraph_on_sampling_mismatch: mask` to train nothing from such turns")
+    untrain_turns(rollout, layout, {m["turn"]: f"not trained: {_describe(m)}" for m in found})
+    logger.warning("agentgraph %s: %d trainable turn(s) masked (agentgraph_on_sampling_mismatch: mask); first: %s",
+                   agent, len(found), _describe(found[0]))
+
+
+def _describe(m: SamplingMismatch) -> str:
+    return (f"node {m['node']!r} (turn {m['turn']}) was sampled with {m['key']}={m['recorded']}, slime's rollout "
+            f"uses {m['key']}={m['expected']} {_FLAGS[m['key']]}")
 
 
 def _row_metadata(sample: Any) -> dict[str, Any]:
@@ -219,4 +271,4 @@ def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[st
     return out
 
 
-__all__ = ["eval_log", "eval_metrics", "generate", "reward_func"]
+__all__ = ["eval_log", "eval_metrics", "generate", "reward_func", "rollout_sampling"]

@@ -17,6 +17,8 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
     agentgraph_group_by: trajectory       # rl_bridge.convert: or "sequence" (Flow-GRPO's grouping)
     agentgraph_failed_in_group_stats: false   # rl_bridge.convert: count FAILED trajectories in group mean/std
     agentgraph_slime_version: "0.3"       # rl_bridge.convert: force the v0.3 output keys (else detected)
+    agentgraph_on_sampling_mismatch: refuse   # a trainable turn sampled unlike --rollout-temperature/top-p/top-k:
+                                          # refuse (raise, the default) or mask (train nothing from it)
 
 Refused up front (ConfigError, before any rollout): --apply-chat-template; multi-sequence trajectories
 without --custom-convert-samples-to-train-data-path (slime would train only the first sequence);
@@ -64,6 +66,9 @@ class BridgeSettings(BaseModel):
     agentgraph_group_by: Literal["trajectory", "sequence"] = Field("trajectory", description="rl_bridge.convert")
     agentgraph_failed_in_group_stats: bool = Field(False, description="rl_bridge.convert")
     agentgraph_slime_version: Optional[str] = Field(None, description="force v0.3 output keys in convert")
+    agentgraph_on_sampling_mismatch: Literal["refuse", "mask"] = Field(
+        "refuse", description="a trainable turn sampled with another temperature/top_p/top_k/min_p than slime's "
+        "rollout settings: refuse (raise SamplingMismatchError) or mask (mask 0, log-prob 0.0, reason in metadata)")
 
     @classmethod
     def from_args(cls, args: Any) -> "BridgeSettings":
@@ -93,6 +98,7 @@ class BridgeSetup:
     limits: Limits = field(default_factory=Limits)
     eval_limits: Limits = field(default_factory=Limits)
     return_list: bool = False
+    on_sampling_mismatch: Literal["refuse", "mask"] = "refuse"
 
     def context(self, sampling: SamplingParams, *, evaluation: bool) -> AgentContext:
         return AgentContext(
@@ -241,6 +247,7 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
         limits=limits,
         eval_limits=eval_limits,
         return_list=settings.agentgraph_return_list,
+        on_sampling_mismatch=settings.agentgraph_on_sampling_mismatch,
     )
 
 

@@ -60,4 +60,11 @@ SPEC = AgentSpec(
     reward_split="broadcast",
     options=MemAgentOptions,
     description="MemAgent: chunked recurrent memory over a long document, then a boxed answer",
+    headline_metric="sub_em_strict",
+    metric_notes={
+        "sub_em_strict": "gold in answer or answer in gold, an empty answer never counts (the headline)",
+        "sub_em": "the seed's published figure: an empty answer counts as a hit, so a model that never answers "
+                  "scores 1.0 (sub_em - sub_em_strict = the share of unanswered responses)",
+        "answered": "share of responses with a non-empty answer",
+    },
 )
