@@ -12,9 +12,9 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Mapping, TypedDict, Union
+from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 
 from .context import AgentContext
 from .errors import ConfigError
@@ -65,6 +65,49 @@ class MethodOptions(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    # Named presets of finer options, e.g. {"seed": {...}, "original": {...}}. A class that has them declares
+    # a `variant` field (its default is the default preset); the preset fills every option the input does
+    # not set, so an explicit option always wins over its variant's value.
+    VARIANTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if not cls.VARIANTS:
+            return
+        if "variant" not in cls.model_fields:
+            raise TypeError(f"{cls.__name__}: VARIANTS needs a `variant` field naming the default preset")
+        unknown = sorted({k for preset in cls.VARIANTS.values() for k in preset} - set(cls.model_fields))
+        if unknown or cls.model_fields["variant"].default not in cls.VARIANTS:
+            raise TypeError(f"{cls.__name__}: VARIANTS names unknown options {unknown} or the `variant` default "
+                            f"{cls.model_fields['variant'].default!r} is not one of {sorted(cls.VARIANTS)}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_variant(cls, data: Any) -> Any:
+        if not cls.VARIANTS or not isinstance(data, Mapping):
+            return data
+        variant = data.get("variant", cls.model_fields["variant"].default)
+        preset = cls.VARIANTS.get(variant) if isinstance(variant, str) else None
+        if preset is None:  # the `variant` field's own validation names the value and the choices
+            return data
+        return {**preset, **data}
+
+    @classmethod
+    def variant_table(cls) -> dict[str, dict[str, Any]]:
+        """Option -> {variant: value} for every option some preset sets (what a variant changes).
+
+        >>> class Opts(MethodOptions):
+        ...     VARIANTS = {"a": {"turns": 1}, "b": {"turns": 2}}
+        ...     variant: Literal["a", "b"] = "a"
+        ...     turns: int = 1
+        >>> Opts.variant_table(), Opts(variant="b").turns, Opts(variant="b", turns=5).turns
+        ({'turns': {'a': 1, 'b': 2}}, 2, 5)
+        """
+        keys = dict.fromkeys(k for preset in cls.VARIANTS.values() for k in preset)
+        return {k: {name: preset.get(k, cls.model_fields[k].default) for name, preset in cls.VARIANTS.items()}
+                for k in keys}
 
 
 def options_model(name: str, defaults: Mapping[str, Any]) -> type[MethodOptions]:
