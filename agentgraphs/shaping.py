@@ -103,7 +103,13 @@ def shape_group(name: str, raw: Sequence[float], specs: Sequence[Mapping[str, An
                 ) -> ShapedGroup:
     """Apply the named shaping to one group: `specs[i]` is member i's {"weights", "features"} and, optionally,
     the group rules "std" ("sample", default, or "population") and "drop_at_min_std" (default False), which
-    every member must agree on, and "train" (default True: False masks the member's rows)."""
+    every member must agree on, and "train" (default True: False masks the member's rows).
+
+    >>> specs = [{"weights": {"accuracy": 1.0}, "std": "population", "train": t} for t in (True, True, False)]
+    >>> g = shape_group("cost_aware", [1.0, 0.0, 0.0], specs)
+    >>> g.values.round(4).tolist(), g.dropped, g.trained.tolist()
+    ([1.4142, -0.7071, -0.7071], False, [True, True, False])
+    """
     if name != "cost_aware":
         raise ConfigError(f"unknown reward shaping {name!r}; known: {list(SHAPINGS)}")
     rules = {}

@@ -181,7 +181,8 @@ def main() -> None:
     print(f"corpus {n_passages} passages, {n_queries} queries, top-{TOPK}; BM25 index built in {build_s:.1f} s")
     print(f"  in-process, one at a time : {local_qps:8.1f} queries/s ({1000 * local_s / n_queries:.2f} ms/query)")
     print(f"  in-process, {CONCURRENCY} a batch    : {batched_qps:8.1f} queries/s ({1000 * batched_s / n_queries:.2f} ms/query)")
-    print(f"  HTTP @ {CONCURRENCY}, {args.workers} worker(s)   : {http_qps:8.1f} queries/s ({per_batch:.1f} queries per batched search;"
+    print(f"  HTTP @ {CONCURRENCY}, {args.workers} worker(s)   : {http_qps:8.1f} queries/s"
+          f" ({per_batch:.1f} queries per batched search;"
           f" CPU per request: client {1000 * http['client_cpu_s'] / n_queries:.2f} ms,"
           f" service {1000 * http['service_cpu_s'] / n_queries:.2f} ms)")
     print(f"  ratio vs one at a time    : {ratio:.2f}x (target >= {TARGET_RATIO})")

@@ -325,8 +325,8 @@ def test_nested_json_over_long_queries_and_huge_bodies_are_400(bm25_service: tup
         assert r.status_code == 400 and r.json()["error"] == (
             f"field 'queries': query 1 has {n} characters; the limit is 8192 (agentgraphs retrieval serve "
             "--max-query-chars): send a shorter query")
-    r = httpx.post(f"{service.url}/retrieve", json={"queries": [fact["question"] + " " * (8192 - len(fact["question"]))]},
-                   timeout=30)
+    at_cap = fact["question"] + " " * (8192 - len(fact["question"]))
+    r = httpx.post(f"{service.url}/retrieve", json={"queries": [at_cap]}, timeout=30)
     assert r.status_code == 200 and r.json()["result"][0][0]["id"] == fact["id"]  # at the cap: fine
 
     async def ask() -> None:

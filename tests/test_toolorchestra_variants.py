@@ -76,8 +76,8 @@ def fixed_sample(options: dict[str, Any], group: int, index: int, steps: list[di
         state["stopped"] = "format-invalid tool call"
     seqs = [{"tokens": [100 * index + 10 * k + j for j in range(6)], "response_length": 2, "loss_mask": [1, 1],
              "rollout_log_probs": [-0.5, -0.25]} for k in range(len(steps))]
-    rollout = Rollout(status="completed", reason="ok", answer=answer, sequences=seqs, reward=reward,  # type: ignore[arg-type]
-                      options=opts, summary=SPEC.summarize(state))
+    rollout = Rollout(status="completed", reason="ok", answer=answer, sequences=seqs,  # type: ignore[arg-type]
+                      reward=reward, options=opts, summary=SPEC.summarize(state))
     fields = sample_fields(rollout, SPEC)
     return Sample(group_index=group, index=index, reward=fields["reward"], status=Sample.Status.COMPLETED,
                   metadata=fields["metadata"], train_metadata=fields["train_metadata"])

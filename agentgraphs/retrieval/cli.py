@@ -43,7 +43,8 @@ def serve_command(
     batch_window_ms: float = typer.Option(0.0, min=0.0, help="wait this long for concurrent requests to "
                                           "join a batch (0: batch only what queued during the last search)"),
     max_batch_queries: int = typer.Option(128, min=1, help="most queries one batched search takes"),
-    max_query_chars: int = typer.Option(MAX_QUERY_CHARS, min=1, help="longest query in characters; a longer one is a 400"),
+    max_query_chars: int = typer.Option(MAX_QUERY_CHARS, min=1,
+                                        help="longest query in characters; a longer one is a 400"),
     workers: int = typer.Option(4, min=1, help="searches that run at once (a slow one holds only its own)"),
 ) -> None:
     """Serve an index: POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}, GET /health."""

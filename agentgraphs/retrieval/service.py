@@ -82,7 +82,11 @@ def _shape(hits: list[list[Hit]], return_scores: bool) -> list[list[Any]]:
 
 def max_body_bytes(max_query_chars: int) -> int:
     """The largest body a valid request can have: MAX_QUERIES queries of max_query_chars characters, each
-    character written as a JSON surrogate pair escape (12 bytes), plus room for the rest."""
+    character written as a JSON surrogate pair escape (12 bytes), plus room for the rest.
+
+    >>> max_body_bytes(MAX_QUERY_CHARS) // 2**20  # MiB
+    48
+    """
     return MAX_QUERIES * max_query_chars * 12 + 64 * 1024
 
 

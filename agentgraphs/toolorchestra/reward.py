@@ -64,7 +64,12 @@ def contains_match(answer: str, gold: str) -> bool:
 
 
 def correct(answer: str, golds: list[str], rule: str) -> bool:
-    """Whether `answer` matches any gold by `rule` ("contains" or "exact")."""
+    """Whether `answer` matches any gold by `rule` ("contains" or "exact").
+
+    >>> said = "It was Ilse Marrow."
+    >>> correct(said, ["Ilse Marrow"], "contains"), correct(said, ["Ilse Marrow"], "exact")
+    (True, False)
+    """
     if rule == "exact":
         return bool(em(answer, golds))
     return any(contains_match(answer, g) for g in golds)
@@ -151,7 +156,14 @@ def _cost(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> float:
 
 def reward_shaping(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> dict[str, Any] | None:
     """The converter's group shaping for this rollout (agentgraphs.shaping), unless turned off: the weights,
-    the features, the variant's group rules (`std`, `drop_at_min_std`) and whether this rollout trains."""
+    the features, the variant's group rules (`std`, `drop_at_min_std`) and whether this rollout trains.
+
+    >>> shaping = reward_shaping(ToolOrchestraOptions(), {"answered": False, "latency_s": 0.0})
+    >>> shaping["std"], shaping["drop_at_min_std"], shaping["train"]
+    ('population', True, False)
+    >>> reward_shaping(ToolOrchestraOptions(variant="original"), {"answered": False})["train"]
+    True
+    """
     if options.reward_shaping == "none":
         return None
     return {"name": options.reward_shaping, "weights": dict(options.preference),
