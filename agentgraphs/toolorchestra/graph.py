@@ -68,7 +68,7 @@ class ToolOrchestraOptions(MethodOptions):
     'end'
     """
 
-    VARIANTS = VARIANTS
+    presets = VARIANTS
 
     variant: Literal["seed", "original"] = Field(
         "seed", description="preset of the options below: seed (the seed reproduction) or original (the paper)")
