@@ -12,9 +12,9 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Mapping, TypedDict, Union
+from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 
 from .context import AgentContext
 from .errors import ConfigError
@@ -62,9 +62,30 @@ class MethodOptions(BaseModel):
     ...     max_steps: int = Field(3, ge=1, description="planner turns per rollout")
     >>> MyOptions(max_steps=5).max_steps
     5
+
+    Variants: a method that reproduces more than one source declares a `variant` field and `presets`,
+    {variant name: {option: value}}. The chosen variant's preset fills every option the input does not
+    set; an option set explicitly always wins over the preset.
+
+    >>> class Steps(MethodOptions):
+    ...     presets = {"fast": {"max_steps": 1}, "slow": {"max_steps": 9}}
+    ...     variant: Literal["fast", "slow"] = "fast"
+    ...     max_steps: int = 1
+    >>> Steps().max_steps, Steps(variant="slow").max_steps, Steps(variant="slow", max_steps=4).max_steps
+    (1, 9, 4)
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        """The variant's preset under the given values (an unknown variant is the field's error)."""
+        if not cls.presets or not isinstance(data, Mapping) or "variant" not in cls.model_fields:
+            return data
+        preset = cls.presets.get(data.get("variant", cls.model_fields["variant"].default))
+        return data if preset is None else {**preset, **data}
 
 
 def options_model(name: str, defaults: Mapping[str, Any]) -> type[MethodOptions]:
