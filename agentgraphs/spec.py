@@ -76,7 +76,6 @@ class MethodOptions(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     @model_validator(mode="before")
@@ -85,9 +84,17 @@ class MethodOptions(BaseModel):
         """The variant's preset under the given values (an unknown variant is the field's error)."""
         if not cls.presets or not isinstance(data, Mapping) or "variant" not in cls.model_fields:
             return data
-        variant = data.get("variant", cls.model_fields["variant"].default)
-        preset = cls.presets.get(variant) if isinstance(variant, str) else None  # [..] in YAML: the field's error
+        preset = cls.presets.get(data.get("variant", cls.model_fields["variant"].default))
         return data if preset is None else {**preset, **data}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _variant_is_a_name(cls, data: Any) -> Any:
+        """A `variant` that is not a string (a YAML list) is an error naming it, before `_fill_from_preset`
+        looks it up (pydantic runs the before-validators defined later first)."""
+        if cls.presets and isinstance(data, Mapping) and not isinstance(data.get("variant", ""), str):
+            raise ValueError(f"variant: expected one of {sorted(cls.presets)}, got {data['variant']!r:.80}")
+        return data
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

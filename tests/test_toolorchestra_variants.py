@@ -148,8 +148,9 @@ def test_variant_presets_defaults_overrides_and_errors() -> None:
             original.drop_group_at_min_std) == (False, True, "sample", False)
     assert SPEC.resolve_options({"variant": "original", "max_turns": 12}).max_turns == 12
     assert SPEC.resolve_options(original.model_dump()) == original  # a dump resolves to itself
-    with pytest.raises(ConfigError, match="variant"):
-        SPEC.resolve_options({"variant": "paper"})
+    for bad in ("paper", ["seed"]):  # a YAML list is an error naming the option, not a TypeError
+        with pytest.raises(ConfigError, match="variant"):
+            SPEC.resolve_options({"variant": bad})
     with pytest.raises(ConfigError, match="expert:nobody"):
         SPEC.resolve_options({"preference": {"expert:nobody": 1.0}})
     with pytest.raises(ConfigError, match="prices"):
