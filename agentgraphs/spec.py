@@ -12,9 +12,9 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Mapping, TypedDict, Union
+from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 
 from .context import AgentContext
 from .errors import ConfigError
@@ -62,9 +62,68 @@ class MethodOptions(BaseModel):
     ...     max_steps: int = Field(3, ge=1, description="planner turns per rollout")
     >>> MyOptions(max_steps=5).max_steps
     5
+
+    Variants: a method that reproduces more than one source declares a `variant` field and `presets`,
+    {variant name: {option: value}}. The chosen variant's preset fills every option the input does not
+    set; an option set explicitly always wins over the preset.
+
+    >>> class Steps(MethodOptions):
+    ...     presets = {"fast": {"max_steps": 1}, "slow": {"max_steps": 9}}
+    ...     variant: Literal["fast", "slow"] = "fast"
+    ...     max_steps: int = 1
+    >>> Steps().max_steps, Steps(variant="slow").max_steps, Steps(variant="slow", max_steps=4).max_steps
+    (1, 9, 4)
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        """The variant's preset under the given values (an unknown variant is the field's error)."""
+        if not cls.presets or not isinstance(data, Mapping) or "variant" not in cls.model_fields:
+            return data
+        preset = cls.presets.get(data.get("variant", cls.model_fields["variant"].default))
+        return data if preset is None else {**preset, **data}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _variant_is_a_name(cls, data: Any) -> Any:
+        """A `variant` that is not a string (a YAML list) is an error naming it, before `_fill_from_preset`
+        looks it up (pydantic runs the before-validators defined later first)."""
+        if cls.presets and isinstance(data, Mapping) and not isinstance(data.get("variant", ""), str):
+            raise ValueError(f"variant: expected one of {sorted(cls.presets)}, got {data['variant']!r:.80}")
+        return data
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A class with presets must have a `variant` field whose default is a preset, and presets that name
+        only its options (a typo in a preset would otherwise pass as an unknown option at every resolve)."""
+        super().__pydantic_init_subclass__(**kwargs)
+        if not cls.presets:
+            return
+        if "variant" not in cls.model_fields:
+            raise TypeError(f"{cls.__name__}: presets need a `variant` field naming the default preset")
+        unknown = sorted({k for preset in cls.presets.values() for k in preset} - set(cls.model_fields))
+        if unknown or cls.model_fields["variant"].default not in cls.presets:
+            raise TypeError(f"{cls.__name__}: presets name unknown options {unknown} or the `variant` default "
+                            f"{cls.model_fields['variant'].default!r} is not one of {sorted(cls.presets)}")
+
+    @classmethod
+    def variant_table(cls) -> dict[str, dict[str, Any]]:
+        """Option -> {variant: value} for every option some preset sets (what choosing a variant changes).
+
+        >>> class Opts(MethodOptions):
+        ...     presets = {"a": {"turns": 1}, "b": {"turns": 2}}
+        ...     variant: Literal["a", "b"] = "a"
+        ...     turns: int = 1
+        >>> Opts.variant_table()
+        {'turns': {'a': 1, 'b': 2}}
+        """
+        keys = dict.fromkeys(k for preset in cls.presets.values() for k in preset)
+        return {k: {name: preset.get(k, cls.model_fields[k].default) for name, preset in cls.presets.items()}
+                for k in keys}
 
 
 def options_model(name: str, defaults: Mapping[str, Any]) -> type[MethodOptions]:

@@ -37,7 +37,10 @@ Named reward shapings (agentgraphs.shaping)
     spec's `reward_shaping`, e.g. ToolOrchestra's "cost_aware") has its group shaped instead of
     GRPO-normalised; every member of such a group must carry the same shaping. A shaped group without
     signal is dropped: advantage 0 and all-zero loss masks (counted in agentgraph_dropped_trajectories).
-    Without rewards normalisation the shaped scores are used unstandardised.
+    A member whose shaping says "train": false (ToolOrchestra's seed variant: a rollout that never
+    answered) keeps its place in the group's statistics and its value on its rows, with all-zero loss
+    masks (counted in agentgraph_untrained_trajectories). Without rewards normalisation the shaped scores
+    are used unstandardised.
 
 Failed trajectories
     status FAILED or remove_sample=True: sequences keep their tokens, get an all-zero loss mask and
@@ -218,9 +221,9 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
     _check_masks(samples, loss_masks, owner, to_check)
 
     rows = np.asarray(owner, dtype=np.int64)
-    rewards, dropped = _rewards(settings, samples, raw, n_seqs, divide, rows, group_by)
-    for row, pos in enumerate(owner):  # a shaped group without signal (std < 0.1) trains nothing
-        if pos in dropped:
+    rewards, dropped, untrained = _rewards(settings, samples, raw, n_seqs, divide, rows, group_by)
+    for row, pos in enumerate(owner):  # a shaped group without signal, or a member it does not train
+        if pos in dropped or pos in untrained:
             loss_masks[row] = [0] * response_lengths[row]
             if log_probs[row] is not None:
                 log_probs[row] = [0.0] * response_lengths[row]
@@ -235,6 +238,7 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
     }
     if any((getattr(x, "train_metadata", None) or {}).get("reward_shaping") for x in samples):
         data["agentgraph_dropped_trajectories"] = len(dropped)
+        data["agentgraph_untrained_trajectories"] = len(untrained - dropped)
     if all(lp is not None for lp in log_probs):
         data["rollout_log_probs"] = log_probs
 
@@ -274,14 +278,14 @@ def normalize_by_group(values: Iterable[float], groups: Iterable[int], *, std: b
 
 
 def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, group_by
-             ) -> tuple[np.ndarray, set[int]]:
-    """Per-row rewards, and the sample positions of dropped shaped groups."""
+             ) -> tuple[np.ndarray, set[int], set[int]]:
+    """Per-row rewards; the sample positions of dropped shaped groups, and of shaped members not trained."""
     estimator = settings.advantage_estimator
     normalise = settings.rewards_normalization and estimator in MEAN_CENTERED_ESTIMATORS
     use_std = settings.grpo_std_normalization and estimator in STD_NORMALIZED_ESTIMATORS
     share = np.where(divide, 1.0 / np.maximum(n_seqs, 1), 1.0)  # per sample: multiplier of its reward per row
     if owner.size == 0:
-        return np.zeros(0), set()
+        return np.zeros(0), set(), set()
     groups = _groups(settings, samples)
     # A FAILED trajectory is an infrastructure failure, not a bad answer: by default it stays out of its
     # group's mean/std (else three correct answers would be "rewarded" because a fourth timed out) and
@@ -289,21 +293,23 @@ def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, g
     keep = np.ones(len(samples), dtype=bool)
     if not settings.failed_in_group_stats:
         keep = np.array([_status(x) != "failed" for x in samples], dtype=bool)
-    shaped, dropped = _shaped(samples, raw, groups, keep, standardise=normalise)
+    shaped, dropped, untrained = _shaped(samples, raw, groups, keep, standardise=normalise)
     out = _normalised(raw, share, owner, groups, keep, normalise, use_std, group_by)
     for row, pos in enumerate(owner.tolist()):
         if pos in shaped:
             out[row] = shaped[pos] * share[pos]
-    return out, dropped
+    return out, dropped, untrained
 
 
-def _shaped(samples, raw, groups, keep, *, standardise: bool) -> tuple[dict[int, float], set[int]]:
-    """Named group shapings (agentgraphs.shaping): sample position -> advantage, and dropped positions."""
+def _shaped(samples, raw, groups, keep, *, standardise: bool) -> tuple[dict[int, float], set[int], set[int]]:
+    """Named group shapings (agentgraphs.shaping): sample position -> value, the positions of dropped groups
+    (value 0, masked), and the positions masked with their value kept (members the shaping does not train)."""
     specs = [(getattr(x, "train_metadata", None) or {}).get("reward_shaping") for x in samples]
     values: dict[int, float] = {}
     dropped: set[int] = set()
+    untrained: set[int] = set()
     if not any(specs):
-        return values, dropped
+        return values, dropped, untrained
     from .shaping import shape_group
 
     for g in np.unique(groups):
@@ -314,11 +320,12 @@ def _shaped(samples, raw, groups, keep, *, standardise: bool) -> tuple[dict[int,
         if len(named) > 1 or any(not specs[p] for p in members):
             raise ValueError(f"group of samples {members}: every member must use the same reward shaping, got "
                              f"{[specs[p] and specs[p]['name'] for p in members]}")
-        adv, drop = shape_group(named.pop(), raw[members], [specs[p] for p in members], standardise=standardise)
-        values.update(zip(members, adv.tolist()))
-        if drop:
+        shaped = shape_group(named.pop(), raw[members], [specs[p] for p in members], standardise=standardise)
+        values.update(zip(members, shaped.values.tolist()))
+        if shaped.dropped:
             dropped.update(members)
-    return values, dropped
+        untrained.update(p for p, t in zip(members, shaped.trained.tolist()) if not t)
+    return values, dropped, untrained
 
 
 def _normalised(raw, share, owner, groups, keep, normalise, use_std, group_by) -> np.ndarray:

@@ -14,6 +14,11 @@ Target: service throughput >= 0.8x in-process one at a time (the issue's figure)
 batched baseline is printed beside it. All three answer the same queries and their top-k ids are compared.
 The service's process and the client share the machine's cores, so on 2 cores the client's HTTP work
 competes with the searches; the CPU each process spent per request is printed too.
+
+Then a stall check (reported, no target): one slow request (512 queries of 8192 characters, the largest
+valid request) is sent, and while it is being searched, one-query requests are sent one after another; the
+wait of the first one is printed for a service with one search worker (`--workers 1`, as before issue 17)
+and with the default 4, and their ratio.
 """
 
 from __future__ import annotations
@@ -49,14 +54,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_service(index_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_service(index_dir: Path, workers: int = 4) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     port = _free_port()
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen([sys.executable, "-m", "agentgraphs.cli", "retrieval", "serve", str(index_dir),
-                             "--port", str(port)], env=env)
+                             "--port", str(port), "--workers", str(workers)], env=env)
     url = f"http://127.0.0.1:{port}"
     for _ in range(1200):
         if proc.poll() is not None:
@@ -102,8 +107,36 @@ async def over_http(url: str, pid: int, queries: list[str]) -> HttpRun:
                    stats={k: after[k] - before[k] for k in after})
 
 
+class Stall(TypedDict):
+    slow_s: float  # the slow request, sent first
+    first_probe_s: float  # the first one-query request sent while it is searched
+    probes: int  # one-query requests answered while the slow one ran
+
+
+async def stall(url: str, slow_queries: list[str], probe_queries: list[str]) -> Stall:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=600) as http:
+        await http.post(f"{url}/retrieve", json={"queries": probe_queries[:1]})  # warm the connection
+        t0 = time.perf_counter()
+        slow = asyncio.create_task(http.post(f"{url}/retrieve", json={"queries": slow_queries, "topk": TOPK}))
+        await asyncio.sleep(0.5)  # it is sent and parsed, and its search has started
+        waits = []
+        for q in probe_queries:
+            t1 = time.perf_counter()
+            (await http.post(f"{url}/retrieve", json={"queries": [q], "topk": TOPK})).raise_for_status()
+            waits.append(time.perf_counter() - t1)
+            if slow.done():
+                break
+        (await slow).raise_for_status()
+        slow_s = time.perf_counter() - t0
+    return Stall(slow_s=slow_s, first_probe_s=waits[0], probes=len(waits))
+
+
 def main() -> None:
-    args = _common.parser(__doc__.splitlines()[0]).parse_args()
+    cli = _common.parser(__doc__.splitlines()[0])
+    cli.add_argument("--workers", type=int, default=4, help="search workers of the service in the throughput run")
+    args = cli.parse_args()
     n_passages, n_queries = (5_000, 256) if args.quick else (100_000, 2_000)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.jsonl"
@@ -124,12 +157,23 @@ def main() -> None:
                    for i in range(0, n_queries, CONCURRENCY) for hits in index.search(queries[i:i + CONCURRENCY], TOPK)]
         batched_s = time.perf_counter() - t0
 
-        proc, url = start_service(index_dir)
+        proc, url = start_service(index_dir, args.workers)
         try:
             http = asyncio.run(over_http(url, proc.pid, queries))
         finally:
             proc.terminate()
             proc.wait()
+
+        words = " ".join(queries).split()
+        long_query = " ".join(words[i % len(words)] for i in range(2000))[:8192]
+        stalls: dict[int, Stall] = {}
+        for workers in (1, 4):
+            proc, url = start_service(index_dir, workers)
+            try:
+                stalls[workers] = asyncio.run(stall(url, [long_query] * 512, queries[:200]))
+            finally:
+                proc.terminate()
+                proc.wait()
     same = sum(a == b == c for a, b, c in zip(local, batched, http["ids"]))
     local_qps, batched_qps, http_qps = n_queries / local_s, n_queries / batched_s, n_queries / http["wall_s"]
     ratio, ratio_batched = http_qps / local_qps, http_qps / batched_qps
@@ -137,18 +181,26 @@ def main() -> None:
     print(f"corpus {n_passages} passages, {n_queries} queries, top-{TOPK}; BM25 index built in {build_s:.1f} s")
     print(f"  in-process, one at a time : {local_qps:8.1f} queries/s ({1000 * local_s / n_queries:.2f} ms/query)")
     print(f"  in-process, {CONCURRENCY} a batch    : {batched_qps:8.1f} queries/s ({1000 * batched_s / n_queries:.2f} ms/query)")
-    print(f"  HTTP @ {CONCURRENCY}                 : {http_qps:8.1f} queries/s ({per_batch:.1f} queries per batched search;"
+    print(f"  HTTP @ {CONCURRENCY}, {args.workers} worker(s)   : {http_qps:8.1f} queries/s"
+          f" ({per_batch:.1f} queries per batched search;"
           f" CPU per request: client {1000 * http['client_cpu_s'] / n_queries:.2f} ms,"
           f" service {1000 * http['service_cpu_s'] / n_queries:.2f} ms)")
     print(f"  ratio vs one at a time    : {ratio:.2f}x (target >= {TARGET_RATIO})")
     print(f"  ratio vs batched          : {ratio_batched:.2f}x (reported)   identical top-{TOPK}: {same}/{n_queries}")
+    stall_ratio = stalls[1]["first_probe_s"] / stalls[4]["first_probe_s"]
+    for workers, st in stalls.items():
+        print(f"  stall, {workers} worker(s)       : slow request {st['slow_s']:.2f} s; first one-query request during"
+              f" it waited {1000 * st['first_probe_s']:.1f} ms; {st['probes']} answered before it finished")
+    print(f"  stall ratio 1 vs 4 workers: {stall_ratio:.1f}x (reported)")
     passed = ratio >= TARGET_RATIO and same == n_queries
     result = {"passages": n_passages, "queries": n_queries, "concurrency": CONCURRENCY, "build_s": build_s,
+              "workers": args.workers,
               "in_process_qps": local_qps, "in_process_batched_qps": batched_qps, "http_qps": http_qps,
               "ratio": ratio, "ratio_vs_batched": ratio_batched, "identical": same,
               "queries_per_batch": per_batch, "client_cpu_ms_per_request": 1000 * http["client_cpu_s"] / n_queries,
               "service_cpu_ms_per_request": 1000 * http["service_cpu_s"] / n_queries,
-              "target_ratio": TARGET_RATIO, "quick": args.quick, "load_average": os.getloadavg()[0]}
+              "target_ratio": TARGET_RATIO, "quick": args.quick, "load_average": os.getloadavg()[0],
+              "stall": {str(k): dict(v) for k, v in stalls.items()}, "stall_ratio": stall_ratio}
     _common.finish(args.results_dir, NAME, result, passed,
                    f"{http_qps:.0f} q/s over HTTP vs {local_qps:.0f} in-process = {ratio:.2f}x;"
                    f" vs {batched_qps:.0f} batched = {ratio_batched:.2f}x")

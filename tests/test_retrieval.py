@@ -309,3 +309,108 @@ def test_bad_corpus_lines_name_the_line_and_field(tmp_path: Path) -> None:
         load_index(tmp_path)
     served = CliRunner().invoke(cli_app, ["retrieval", "serve", str(tmp_path), "--port", str(_free_port())])
     assert served.exit_code == 2 and "not an index directory" in " ".join(served.output.split())
+
+
+def test_nested_json_over_long_queries_and_huge_bodies_are_400(bm25_service: tuple[Service, dict[str, str]]
+                                                                ) -> None:
+    """Every malformed body is a 400 naming what is wrong, never a 500; the service keeps serving."""
+    service, fact = bm25_service
+    nested = "[" * 100_000 + "]" * 100_000  # Python's json raises RecursionError on this
+    for body in (nested, '{"queries": ' + nested + "}", "{" + '"a": {' * 50_000 + "}" * 50_001):
+        r = httpx.post(f"{service.url}/retrieve", content=body, headers={"content-type": "application/json"},
+                       timeout=30)
+        assert r.status_code == 400 and "nested too deeply" in r.json()["error"], r.text[:200]
+    for n in (8193, 10_000_000):  # one character over the default cap, and the 10 MB query of issue 17
+        r = httpx.post(f"{service.url}/retrieve", json={"queries": ["launch code", "x" * n]}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"] == (
+            f"field 'queries': query 1 has {n} characters; the limit is 8192 (agentgraphs retrieval serve "
+            "--max-query-chars): send a shorter query")
+    at_cap = fact["question"] + " " * (8192 - len(fact["question"]))
+    r = httpx.post(f"{service.url}/retrieve", json={"queries": [at_cap]}, timeout=30)
+    assert r.status_code == 200 and r.json()["result"][0][0]["id"] == fact["id"]  # at the cap: fine
+
+    async def ask() -> None:
+        async with RetrievalClient(service.url, retries=3, timeout_s=30) as client:
+            await client.search("y" * 9000)
+
+    with pytest.raises(RetrievalError) as err:  # the client does not retry a 400 and says why
+        asyncio.run(ask())
+    assert err.value.attempts == 1 and "the limit is 8192" in str(err.value)
+
+
+def test_the_query_cap_is_configurable_and_bodies_past_any_valid_size_are_refused_unread() -> None:
+    from starlette.testclient import TestClient
+
+    from agentgraphs.errors import ConfigError
+    from agentgraphs.retrieval.service import make_app, max_body_bytes
+
+    index = BM25Index.build(planted_facts()[0] + synthetic_corpus(20, words_per_passage=10))
+    with TestClient(make_app(index, max_query_chars=16)) as client:
+        assert client.post("/retrieve", json={"queries": ["launch code abc"]}).status_code == 200
+        r = client.post("/retrieve", json={"queries": ["launch code of the station"]})
+        assert r.status_code == 400 and "query 0 has 26 characters; the limit is 16" in r.json()["error"]
+        r = client.post("/retrieve", content=b'{"queries": ["' + b"x" * max_body_bytes(16) + b'"]}')
+        assert r.status_code == 400 and "larger than any valid request" in r.json()["error"]
+        r = client.post("/retrieve", content=b"\xff\xfe{")
+        assert r.status_code == 400 and "not JSON" in r.json()["error"]
+    with pytest.raises(ConfigError, match="max_query_chars"):
+        make_app(index, max_query_chars=0)
+    result = CliRunner().invoke(cli_app, ["retrieval", "serve", "--help"])
+    assert "--max-query-chars" in result.output and "--workers" in result.output
+
+
+class GatedIndex:
+    """An index whose search of the query "slow" blocks until the test releases it (deterministic slowness)."""
+
+    kind = "bm25"
+
+    def __init__(self, inner: BM25Index) -> None:
+        self.inner, self.passages = inner, inner.passages
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def search(self, queries: list[str], k: int) -> list[list[dict]]:
+        if "slow" in queries:
+            self.entered.set()
+            self.release.wait(timeout=60)
+        return self.inner.search(queries, k)  # type: ignore[return-value]
+
+
+def test_a_request_sent_while_a_slow_one_runs_is_answered_first() -> None:
+    """Over HTTP: request A's search blocks (until released); request B, sent while A's search runs, must be
+    answered before A. With one search thread B would queue behind A (the order would be A, B)."""
+    import uvicorn
+
+    from agentgraphs.retrieval.service import make_app
+
+    fact = planted_facts()[1]
+    gate = GatedIndex(BM25Index.build(planted_facts()[0] + synthetic_corpus(50, words_per_passage=10)))
+    server = uvicorn.Server(uvicorn.Config(make_app(gate), host="127.0.0.1", port=_free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        threading.Event().wait(0.02)
+    url = f"http://127.0.0.1:{server.config.port}/retrieve"
+    order: list[str] = []
+
+    async def scenario() -> list[dict]:
+        async with httpx.AsyncClient(timeout=120) as http:
+            async def ask(query: str) -> dict:
+                response = await http.post(url, json={"queries": [query], "topk": 1})
+                order.append(query)
+                return response.json()
+
+            slow = asyncio.create_task(ask("slow"))
+            assert await asyncio.to_thread(gate.entered.wait, 60)  # A's search is running on a worker
+            normal = asyncio.create_task(ask(fact["question"]))
+            await asyncio.wait({normal}, timeout=60)  # a safety net only: the assertion is on the order
+            gate.release.set()
+            return list(await asyncio.gather(normal, slow))
+
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        gate.release.set()
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert order == [fact["question"], "slow"]
+    assert answers[0]["result"][0][0]["id"] == fact["id"] and answers[1]["result"] == [[]]

@@ -59,6 +59,10 @@ def test_yaml_resolves_and_names_an_engine_for_every_expert() -> None:
     opts = spec.resolve_options(settings.agentgraph_options)  # an unknown key would raise
     experts = {m for models in opts.experts.values() for m in models}
     assert experts <= set(settings.agentgraph_engines) and opts.reward_shaping == "cost_aware"
+    # the seed's variant, set explicitly, and no option below it overrides one of its values
+    assert settings.agentgraph_options["variant"] == "seed"
+    assert not set(type(opts).variant_table()) & set(settings.agentgraph_options)
+    assert (opts.max_turns, opts.invalid_call, opts.group_std) == (12, "end", "population")
     for name, target in settings.agentgraph_engines.items():
         engine = make_engine(target)  # the grammar parses (no connection is made)
         assert engine.name and hasattr(engine, "chat"), name
@@ -72,16 +76,20 @@ def test_yaml_resolves_and_names_an_engine_for_every_expert() -> None:
 
 
 def test_agentgraphs_run_toolorchestra_with_helpers(tmp_path: Path, agentgraphs_cache: Path) -> None:
-    """The CLI path: a random tiny orchestrator makes format-invalid turns (cut at 6 tokens: TRUNCATED) until
-    max_turns; the row is scored 0 with one training sequence per orchestrator turn."""
+    """The CLI path: a random tiny orchestrator makes format-invalid turns (cut at 6 tokens: TRUNCATED). The
+    original variant notes them and goes on until max_turns (one training sequence per turn); the seed's
+    ends the episode at the first, unanswered, and its shaping masks the rollout. Both score 0."""
     model = ensure_tiny_model(template="qwen3")
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": "What is 2+2?", "label": ["4"]}) + "\n")
     experts = {"search-expert": f"hf:{model}", "code-expert": f"hf:{model}", "answer-expert": f"hf:{model}"}
-    summary = run_command("toolorchestra", data, f"hf:{model}", tmp_path / "out", engines=experts,
-                          options={"max_turns": 2, "retrieval_url": "http://127.0.0.1:9"}, max_new_tokens=6)
-    assert summary["by_status"] == {"truncated": 1}
-    sample = json.loads((tmp_path / "out" / "samples.jsonl").read_text().splitlines()[0])
-    assert sample["reward"] == 0.0 and sample["metadata"]["num_sequences"] == 2
-    assert sample["metadata"]["trace_summary"]["format_invalid_turns"] == 2
-    assert sample["train_metadata"]["reward_shaping"]["name"] == "cost_aware"
+    for variant, turns in (("original", 2), ("seed", 1)):
+        out = tmp_path / variant
+        summary = run_command("toolorchestra", data, f"hf:{model}", out, engines=experts, max_new_tokens=6,
+                              options={"variant": variant, "max_turns": 2, "retrieval_url": "http://127.0.0.1:9"})
+        assert summary["by_status"] == {"truncated": 1} and summary["options"]["variant"] == variant
+        sample = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+        assert sample["reward"] == 0.0 and sample["metadata"]["num_sequences"] == turns
+        assert sample["metadata"]["trace_summary"]["format_invalid_turns"] == turns
+        shaping = sample["train_metadata"]["reward_shaping"]
+        assert shaping["name"] == "cost_aware" and shaping["train"] is (variant == "original")

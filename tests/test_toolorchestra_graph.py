@@ -131,6 +131,8 @@ def test_search_then_code_then_answer_trains_only_orchestrator_turns(scorer: HFE
 
 def test_malformed_unknown_and_disallowed_turns_are_invalid_and_the_loop_goes_on(scorer: HFEngine,
                                                                                  retrieval_url: str) -> None:
+    """The original variant (`invalid_call: continue`); the seed's ends at the first invalid turn
+    (tests/test_toolorchestra_variants.py)."""
     rollout, policy, _ = run(
         scorer,
         ['<think>x</think>\n<tool_call>\n{"name": "search", "arguments": {"model": \n</tool_call>',  # bad JSON
@@ -139,7 +141,7 @@ def test_malformed_unknown_and_disallowed_turns_are_invalid_and_the_loop_goes_on
          '<tool_call>{"name": "answer", "arguments": {"model": "answer-expert"}, "extra": 1}</tool_call>',
          call("answer", "answer-expert")],
         {"search-expert": [], "code-expert": [], "answer-expert": ["\\boxed{4321}"], "big-expert": []},
-        retrieval_url)
+        retrieval_url, variant="original")
     assert rollout.status == "completed" and rollout.reward == 1.0
     steps = rollout.final_state["steps"]  # type: ignore[index]
     assert [s["ok"] for s in steps] == [False, False, False, False, True]
@@ -153,10 +155,13 @@ def test_malformed_unknown_and_disallowed_turns_are_invalid_and_the_loop_goes_on
 def test_max_turns_ends_the_episode_without_an_answer(scorer: HFEngine, retrieval_url: str) -> None:
     rollout, policy, _ = run(scorer, ["no tool call here"] * 3, {n: [] for n in
                              ("search-expert", "code-expert", "answer-expert", "big-expert")},
-                             retrieval_url, max_turns=3)
+                             retrieval_url, max_turns=3, invalid_call="continue")
     assert rollout.status == "completed" and rollout.answer == "" and rollout.reward == 0.0
     assert len(policy.calls) == 3 and len(rollout.sequences) == 3
-    assert max_turns(SPEC.default_options(), False) == 30 and max_turns(SPEC.default_options(), True) == 50
+    assert rollout.summary["ended"] == "max_turns" and not rollout.summary["answered"]
+    original = SPEC.resolve_options({"variant": "original"})
+    assert max_turns(original, False) == 30 and max_turns(original, True) == 50
+    assert max_turns(SPEC.default_options(), False) == 12 and max_turns(SPEC.default_options(), True) == 12
 
 
 def test_a_failing_expert_endpoint_and_a_dead_retrieval_service_are_reported_and_the_run_goes_on(

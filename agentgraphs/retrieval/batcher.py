@@ -1,10 +1,13 @@
-"""Coalesce concurrent searches into batched `index.search` calls, run in one worker thread.
+"""Coalesce concurrent searches into batched `index.search` calls, run on a few worker threads.
 
 Each /retrieve request the service receives is queued here; a drain task takes what is queued (up to
-`max_queries` queries), runs ONE `index.search` per distinct top-k in a dedicated worker thread and hands
-every request its own slice of the answer. While a batch runs, new requests queue up and form the next
-batch, so batches grow with the load without waiting when the service is idle; `window_s` > 0 additionally
-waits that long for company before a batch that is not yet full. Grouping by top-k (never cutting a
+`max_queries` queries) as one batch, runs ONE `index.search` per distinct top-k on a worker thread and
+hands every request its own slice of the answer. Up to `workers` batches run at once: a slow search (a
+long query, a large batch) holds one worker while the next requests go out on the others. When every
+worker is busy, new requests queue up and form the next batch, so batches grow with the load without
+waiting when the service is idle; `window_s` > 0 additionally waits that long for company before a batch
+that is not yet full. Both indexes are safe to search from several threads (`DenseIndex` serialises its
+embedder, whose tokenizer is not). Grouping by top-k (never cutting a
 top-10 list down to 3) keeps every answer identical to `index.search([query], k)` for that query alone,
 because both indexes score and rank each query of a batch independently.
 """
@@ -57,18 +60,23 @@ class SearchBatcher:
     (['2', '1'], 1)
     """
 
-    def __init__(self, index: SearchIndex, *, max_queries: int = 128, window_s: float = 0.0) -> None:
-        if max_queries < 1 or window_s < 0:
-            raise ConfigError(f"search batcher: max_queries={max_queries} must be >= 1 and "
+    def __init__(self, index: SearchIndex, *, max_queries: int = 128, window_s: float = 0.0, workers: int = 4
+                 ) -> None:
+        if max_queries < 1 or window_s < 0 or workers < 1:
+            raise ConfigError(f"search batcher: max_queries={max_queries} and workers={workers} must be >= 1, "
                               f"window_s={window_s} >= 0")
         self.index = index
         self.max_queries = max_queries
         self.window_s = window_s
+        self.workers = workers
         self.stats = BatcherStats(requests=0, queries=0, batches=0, searches=0)
         self._queue: deque[_Pending] = deque()
         self._queued_queries = 0
         self._drainer: asyncio.Task[None] | None = None
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval-search")
+        self._busy = 0  # batches running on the workers
+        self._freed: asyncio.Event | None = None  # set when a batch finishes (a worker is free)
+        self._running: set[asyncio.Task[None]] = set()
+        self._worker = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retrieval-search")
 
     async def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """One ranked list of hits per query, answered from the next batch."""
@@ -81,29 +89,45 @@ class SearchBatcher:
         return await future
 
     def close(self) -> None:
-        """Stop the worker thread (after the batch it is running)."""
+        """Stop the worker threads (after the batches they are running)."""
         self._worker.shutdown(wait=True)
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
+        self._freed = asyncio.Event()  # of this loop (a batcher may be driven by another loop later)
         while self._queue:
+            if self._busy >= self.workers:  # every worker is busy: the queue grows into the next batch
+                self._freed.clear()
+                await self._freed.wait()
+                continue
             if self.window_s and self._queued_queries < self.max_queries:
                 await asyncio.sleep(self.window_s)
             batch = self._take()
-            try:
-                answers = await loop.run_in_executor(self._worker, _search_batch, self.index, batch)
-            except Exception as exc:  # noqa: BLE001  (the index failed: every request of the batch gets the error)
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(exc)
-                continue
-            self.stats["batches"] += 1
-            self.stats["searches"] += len({p.k for p in batch})
-            for p, hits in zip(batch, answers):
-                self.stats["requests"] += 1
-                self.stats["queries"] += len(p.queries)
-                if not p.future.done():  # a request whose client went away was cancelled
-                    p.future.set_result(hits)
+            self._busy += 1
+            task = loop.create_task(self._run(batch))
+            self._running.add(task)  # a reference until it is done (the loop keeps only weak ones)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            answers = await loop.run_in_executor(self._worker, _search_batch, self.index, batch)
+        except Exception as exc:  # noqa: BLE001  (the index failed: every request of the batch gets the error)
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            return
+        finally:
+            self._busy -= 1
+            if self._freed is not None:
+                self._freed.set()
+        self.stats["batches"] += 1
+        self.stats["searches"] += len({p.k for p in batch})
+        for p, hits in zip(batch, answers):
+            self.stats["requests"] += 1
+            self.stats["queries"] += len(p.queries)
+            if not p.future.done():  # a request whose client went away was cancelled
+                p.future.set_result(hits)
 
     def _take(self) -> list[_Pending]:
         batch = [self._queue.popleft()]

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import AgentGraphsError
+from .service import MAX_QUERY_CHARS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="The retrieval service: BM25 (default) or dense indexes over a JSONL corpus.")
@@ -42,13 +43,16 @@ def serve_command(
     batch_window_ms: float = typer.Option(0.0, min=0.0, help="wait this long for concurrent requests to "
                                           "join a batch (0: batch only what queued during the last search)"),
     max_batch_queries: int = typer.Option(128, min=1, help="most queries one batched search takes"),
+    max_query_chars: int = typer.Option(MAX_QUERY_CHARS, min=1,
+                                        help="longest query in characters; a longer one is a 400"),
+    workers: int = typer.Option(4, min=1, help="searches that run at once (a slow one holds only its own)"),
 ) -> None:
     """Serve an index: POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}, GET /health."""
     from .service import serve
 
     try:
         serve(index_dir, host=host, port=port, max_topk=max_topk, batch_window_s=batch_window_ms / 1000,
-              max_batch_queries=max_batch_queries)
+              max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers)
     except AgentGraphsError as exc:
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None

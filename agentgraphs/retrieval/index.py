@@ -8,6 +8,7 @@ both kinds answer `search(queries, k) -> one ranked list of hits per query`.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -111,6 +112,8 @@ class DenseIndex:
         self.index = index
         self.passages = passages
         self.embedder = embedder
+        # a fast tokenizer is not safe to call from two threads at once ("Already borrowed"); faiss is
+        self._embed_lock = threading.Lock()
 
     @classmethod
     def build(cls, passages: list[Passage], embedder: Any | None = None) -> DenseIndex:
@@ -140,7 +143,9 @@ class DenseIndex:
         k = min(k, len(self.passages))
         if not queries or k < 1:
             return [[] for _ in queries]
-        scores, ids = self.index.search(self.embedder.encode(list(queries)), k)
+        with self._embed_lock:
+            vectors = self.embedder.encode(list(queries))
+        scores, ids = self.index.search(vectors, k)
         return [[Hit(document=self.passages[int(d)], score=float(s)) for d, s in zip(ids[r], scores[r]) if d >= 0]
                 for r in range(len(queries))]
 

@@ -7,14 +7,20 @@
 
 ToolOrchestra (after Search-R1) queries a retrieval server on port 8000 in exactly this shape, so its
 clients work against this service and ours against theirs. A malformed request is a 400 whose "error"
-names the field and the fix. Concurrent requests are coalesced into batched searches run in one worker
-thread (`agentgraphs.retrieval.batcher`), so the event loop keeps accepting requests and a busy service
-answers many queries per `index.search` call; every request still gets exactly its own queries' hits.
+names the field and the fix: a body that is not JSON (or nested too deeply to parse), a missing or
+mistyped field, more than 512 queries, a query longer than `max_query_chars` characters (default 8192;
+`agentgraphs retrieval serve --max-query-chars`), or a body larger than any valid request can be.
+Concurrent requests are coalesced into batched searches run on a few worker threads
+(`agentgraphs.retrieval.batcher`, `--workers`, default 4), so the event loop keeps accepting requests, a
+busy service answers many queries per `index.search` call, and one slow search does not hold up the
+others; every request still gets exactly its own queries' hits.
     GET  /stats     -> {"requests", "queries", "batches", "searches"} counted since start
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +28,22 @@ from ..errors import ConfigError
 from .batcher import SearchBatcher
 from .index import Hit, SearchIndex, load_index
 
-__all__ = ["make_app", "serve", "DEFAULT_PORT", "parse_request"]
+__all__ = ["make_app", "serve", "DEFAULT_PORT", "MAX_QUERY_CHARS", "parse_request"]
 
 DEFAULT_PORT = 8000
 DEFAULT_TOPK = 3
 MAX_TOPK = 100
 MAX_QUERIES = 512
+MAX_QUERY_CHARS = 8192
+INLINE_JSON_BYTES = 64 * 1024  # larger bodies are parsed on a thread, off the event loop
 
 
 class RequestError(ValueError):
     """A /retrieve body outside the contract (answered with HTTP 400)."""
 
 
-def parse_request(body: Any, *, max_topk: int = MAX_TOPK) -> tuple[list[str], int, bool]:
+def parse_request(body: Any, *, max_topk: int = MAX_TOPK, max_query_chars: int = MAX_QUERY_CHARS
+                  ) -> tuple[list[str], int, bool]:
     """(queries, topk, return_scores) from a /retrieve body; RequestError names the bad field.
 
     >>> parse_request({"queries": ["who wrote hamlet"], "topk": 2, "return_scores": True})
@@ -52,6 +61,10 @@ def parse_request(body: Any, *, max_topk: int = MAX_TOPK) -> tuple[list[str], in
                            'send {"queries": ["..."]}')
     if not 1 <= len(queries) <= MAX_QUERIES:
         raise RequestError(f"field 'queries': {len(queries)} queries; send between 1 and {MAX_QUERIES}")
+    long = next((i for i, q in enumerate(queries) if len(q) > max_query_chars), None)
+    if long is not None:
+        raise RequestError(f"field 'queries': query {long} has {len(queries[long])} characters; the limit is "
+                           f"{max_query_chars} (agentgraphs retrieval serve --max-query-chars): send a shorter query")
     topk = body.get("topk", DEFAULT_TOPK)
     if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= max_topk:
         raise RequestError(f"field 'topk': {topk!r}; send an integer between 1 and {max_topk}")
@@ -67,12 +80,46 @@ def _shape(hits: list[list[Hit]], return_scores: bool) -> list[list[Any]]:
     return [[h["document"] for h in q] for q in hits]
 
 
+def max_body_bytes(max_query_chars: int) -> int:
+    """The largest body a valid request can have: MAX_QUERIES queries of max_query_chars characters, each
+    character written as a JSON surrogate pair escape (12 bytes), plus room for the rest.
+
+    >>> max_body_bytes(MAX_QUERY_CHARS) // 2**20  # MiB
+    48
+    """
+    return MAX_QUERIES * max_query_chars * 12 + 64 * 1024
+
+
+async def _read_body(request: Any, limit: int) -> bytes | None:
+    """The request body, or None as soon as it grows past `limit` bytes (the rest is never read)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _loads(raw: bytes) -> Any:
+    """JSON, with every parse failure as ValueError (a deeply nested body raises RecursionError)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("the body is nested too deeply") from None
+
+
 def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: float = 0.0,
-             max_batch_queries: int = 128) -> Any:
+             max_batch_queries: int = 128, max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4) -> Any:
     """The ASGI app serving `index` (run it with uvicorn, or `serve`).
 
-    Searches go through a `SearchBatcher(index, max_queries=max_batch_queries, window_s=batch_window_s)`.
+    Searches go through a `SearchBatcher(index, max_queries=max_batch_queries, window_s=batch_window_s,
+    workers=workers)`; a query longer than `max_query_chars` characters is a 400.
     """
+    if max_query_chars < 1:
+        raise ConfigError(f"retrieval service: max_query_chars={max_query_chars} must be >= 1")
+    body_limit = max_body_bytes(max_query_chars)
     from collections.abc import AsyncIterator
     from contextlib import asynccontextmanager
 
@@ -82,12 +129,17 @@ def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: fl
     from starlette.routing import Route
 
     async def retrieve(request: Request) -> JSONResponse:
+        raw = await _read_body(request, body_limit)
+        if raw is None:
+            return JSONResponse({"error": f"the body is over {body_limit} bytes, larger than any valid request "
+                                          f"(at most {MAX_QUERIES} queries of {max_query_chars} characters)"},
+                                status_code=400)
         try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+            body = _loads(raw) if len(raw) <= INLINE_JSON_BYTES else await asyncio.to_thread(_loads, raw)
+        except ValueError as exc:
+            return JSONResponse({"error": f"the body is not JSON ({str(exc)[:120]})"}, status_code=400)
         try:
-            queries, topk, return_scores = parse_request(body, max_topk=max_topk)
+            queries, topk, return_scores = parse_request(body, max_topk=max_topk, max_query_chars=max_query_chars)
         except RequestError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         hits = await batcher.search(queries, topk)
@@ -104,14 +156,15 @@ def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: fl
         yield
         batcher.close()
 
-    batcher = SearchBatcher(index, max_queries=max_batch_queries, window_s=batch_window_s)
+    batcher = SearchBatcher(index, max_queries=max_batch_queries, window_s=batch_window_s, workers=workers)
     return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"]),
                              Route("/health", health, methods=["GET"]),
                              Route("/stats", stats, methods=["GET"])], lifespan=lifespan)
 
 
 def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-          max_topk: int = MAX_TOPK, batch_window_s: float = 0.0, max_batch_queries: int = 128) -> None:
+          max_topk: int = MAX_TOPK, batch_window_s: float = 0.0, max_batch_queries: int = 128,
+          max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4) -> None:
     """Load the index and serve it until interrupted (what `agentgraphs retrieval serve` runs)."""
     try:
         import uvicorn
@@ -119,5 +172,5 @@ def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT
         raise ConfigError("the retrieval service needs uvicorn and starlette: "
                           "pip install 'agentgraphs[retrieval]'") from None
     app = make_app(load_index(index_dir), max_topk=max_topk, batch_window_s=batch_window_s,
-                   max_batch_queries=max_batch_queries)
+                   max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -2,19 +2,24 @@
 
 QA mode (this package's SPEC, `toolorchestra`). Tools: `search` (an expert writes a query for the retrieval service), `enhance_reasoning` (an expert
 writes Python that runs in the sandbox), `answer` (an expert answers; the episode ends). Rewards: correctness, shaped
-per group by cost, latency and tool use (agentgraphs.shaping "cost_aware") in the converter.
+per group by cost, latency and tool use (agentgraphs.shaping "cost_aware") in the converter. The option
+`variant` (`seed`, the default, or `original`) presets what the seed reproduction and the paper do differently.
 tau^2 mode (`agentgraphs.toolorchestra.tau2`, spec `toolorchestra-tau2`; the `tau2` extra) drives the real
 tau^2-bench: the orchestrator is the agent, scored by tau^2's own evaluator.
 
 >>> from agentgraphs.toolorchestra import SPEC
->>> opts = SPEC.default_options()
->>> opts.max_turns, opts.eval_max_turns, SPEC.layout
-(30, 50, 'per_turn')
+>>> opts = SPEC.default_options()  # the seed's variant
+>>> opts.variant, opts.max_turns, opts.invalid_call, SPEC.layout
+('seed', 12, 'end', 'per_turn')
+>>> SPEC.resolve_options({"variant": "original"}).max_turns
+30
 """
 
 from .graph import DEFAULT_OPTIONS, TOOLS, ToolOrchestraOptions, ToolOrchestraState, build_graph
 from .parsing import Choice, parse_choice
-from .spec import SPEC, answers_of, features, make_input, problem_of
+from ..rows import answers_of
+from .reward import features
+from .spec import SPEC, make_input, problem_of
 
 __all__ = ["Choice", "DEFAULT_OPTIONS", "SPEC", "TOOLS", "ToolOrchestraOptions", "ToolOrchestraState", "answers_of", "build_graph",
            "features", "make_input", "parse_choice", "problem_of"]

@@ -9,7 +9,9 @@ Tools run experts, other engines addressed by name in `AgentContext.engines` (ne
     search            the expert writes a query; the retrieval service returns top-k passages
     enhance_reasoning the expert writes Python; it runs (timeout) and the code + output become a note
     answer            the expert answers (\\boxed{}); the episode ends
-A failing expert or retrieval service becomes an "earlier attempt" note; the loop goes on.
+A failing expert or retrieval service becomes an "earlier attempt" note; the loop goes on. A format-invalid
+orchestrator turn ends the episode unanswered (`invalid_call: end`, the seed) or becomes a note too
+(`invalid_call: continue`, the original).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -41,15 +43,46 @@ TOOLS = ("search", "enhance_reasoning", "answer")
 Experts = dict[str, list[str]]
 
 
-class ToolOrchestraOptions(MethodOptions):
-    """ToolOrchestra's settings (defaults: the original's QA setup; experts are engine names)."""
+Price = Union[float, list[float]]  # USD per million tokens: one price, or [input, output]
 
+# What `variant` presets. "seed": the seed reproduction (Takenzz/AgentFlow 4b5aa84, agentic/ToolOrchestra);
+# "original": ToolOrchestra as its paper describes it. README's ToolOrchestra section has the table with the
+# seed's file:line for each value.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "seed": {"max_turns": 12, "eval_max_turns": 12, "invalid_call": "end", "correctness": "contains",
+             "cost_counts_orchestrator": True, "train_unanswered": False, "group_std": "population",
+             "drop_group_at_min_std": True},
+    "original": {"max_turns": 30, "eval_max_turns": 50, "invalid_call": "continue", "correctness": "exact",
+                 "cost_counts_orchestrator": False, "train_unanswered": True, "group_std": "sample",
+                 "drop_group_at_min_std": False},
+}
+
+
+class ToolOrchestraOptions(MethodOptions):
+    """ToolOrchestra's settings. `variant` presets the options that differ between the seed reproduction
+    (default) and the original; an option given explicitly overrides its variant's value.
+
+    >>> ToolOrchestraOptions().max_turns, ToolOrchestraOptions(variant="original").max_turns
+    (12, 30)
+    >>> ToolOrchestraOptions(variant="original", invalid_call="end").invalid_call
+    'end'
+    """
+
+    presets = VARIANTS
+
+    variant: Literal["seed", "original"] = Field(
+        "seed", description="preset of the options below: seed (the seed reproduction) or original (the paper)")
     experts: Experts = Field(
         default_factory=lambda: {"search": ["search-expert"], "enhance_reasoning": ["code-expert"],
                                  "answer": ["answer-expert"]},
         description="tool -> the expert engines (names in AgentContext.engines) the orchestrator may pick")
-    max_turns: int = Field(30, ge=1, description="orchestrator turns per episode in training")
-    eval_max_turns: int = Field(50, ge=1, description="orchestrator turns per episode in evaluation")
+    max_turns: int = Field(12, ge=1, description="orchestrator turns per episode in training (seed 12, "
+                           "original 30)")
+    eval_max_turns: int = Field(12, ge=1, description="orchestrator turns per episode in evaluation (seed 12, "
+                                "original 50)")
+    invalid_call: Literal["end", "continue"] = Field(
+        "end", description="a format-invalid orchestrator turn ends the episode unanswered (seed) or becomes "
+        "an earlier-attempt note and the loop goes on (original)")
     context_max_tokens: int = Field(6000, ge=1, description="budget of the context rebuilt in each prompt")
     orchestrator_max_new_tokens: int = Field(2048, ge=1, description="cap of each orchestrator turn")
     expert_max_new_tokens: int = Field(2048, ge=1, description="cap of each expert call")
@@ -58,17 +91,35 @@ class ToolOrchestraOptions(MethodOptions):
     retrieval_timeout_s: float = Field(10.0, gt=0, description="per retrieval request")
     retrieval_retries: int = Field(2, ge=0, description="retries of a failed retrieval request")
     code_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of enhance_reasoning's code")
-    judge: Optional[str] = Field(None, description="engine name of an LLM judge asked when exact match "
-                                 "fails; null: exact match only")
-    prices: dict[str, float] = Field(default_factory=dict, description="expert -> USD per million tokens "
-                                     "(missing: 1.0), for the cost feature")
+    correctness: Literal["contains", "exact"] = Field(
+        "contains", description="contains (seed): normalised equality, or the gold inside the answer unless "
+        "the gold has <= 3 words and the answer over 10x as many; exact (original): SQuAD exact match")
+    judge: Optional[str] = Field(None, description="engine name of an LLM judge asked when the rule says "
+                                 "wrong; null: the rule only")
+    prices: dict[str, Price] = Field(default_factory=dict, description="expert -> USD per million tokens, "
+                                     "one price or [input, output] (missing: 1.0), for the cost feature")
+    cost_counts_orchestrator: bool = Field(
+        True, description="the cost feature counts the orchestrator's own prompt and output tokens of every "
+        "turn (seed) besides the experts' (original: experts only)")
+    orchestrator_price: Optional[Price] = Field(
+        None, description="USD per million orchestrator tokens (one price or [input, output]); null: the "
+        "cheapest expert's price, as the seed does")
     reward_shaping: Literal["cost_aware", "none"] = Field(
         "cost_aware", description="ToolOrchestra's group reward in the converter; none: plain GRPO")
     preference: dict[str, float] = Field(
         default_factory=lambda: {"accuracy": 1.0, "cost": 0.0, "latency": 0.0},
-        description="weights of the cost-aware reward: accuracy, cost, latency, tool:NAME")
+        description="weights of the cost-aware reward: accuracy, cost, latency, tool:NAME, expert:NAME")
+    train_unanswered: bool = Field(
+        False, description="train the turns of a rollout that never answered (original, with its group "
+        "value) or mask them (seed; the rollout still counts in its group's statistics)")
+    group_std: Literal["population", "sample"] = Field(
+        "population", description="std of the per-group standardisation: population (seed, / n) or sample "
+        "(original, / (n - 1), as torch.std)")
+    drop_group_at_min_std: bool = Field(
+        True, description="a group whose std is exactly 0.1 is dropped too (seed keeps std > 0.1; original "
+        "drops std < 0.1)")
     reward_split: Literal["broadcast", "divide"] = Field(
-        "broadcast", description="every orchestrator turn gets the rollout's value (original)")
+        "broadcast", description="every orchestrator turn gets the rollout's value (seed and original)")
 
     @model_validator(mode="after")
     def _check(self) -> "ToolOrchestraOptions":
@@ -79,25 +130,41 @@ class ToolOrchestraOptions(MethodOptions):
         empty = sorted(t for t, models in self.experts.items() if not models or not all(models))
         if empty:
             raise ValueError(f"experts: {empty} need a non-empty list of engine names")
+        names = expert_names(self.experts)
         bad = sorted(k for k in self.preference if k not in ("accuracy", "cost", "latency")
-                     and not (k.startswith("tool:") and k[5:] in TOOLS))
+                     and not (k.startswith("tool:") and k[5:] in TOOLS)
+                     and not (k.startswith("expert:") and k[7:] in names))
         if bad:
             raise ValueError(f"preference: unknown features {bad}; use accuracy, cost, latency, "
-                             f"{', '.join('tool:' + t for t in TOOLS)}")
+                             f"{', '.join('tool:' + t for t in TOOLS)}, "
+                             f"{', '.join('expert:' + m for m in names)}")
+        for name, price in [*self.prices.items(), ("orchestrator_price", self.orchestrator_price)]:
+            if isinstance(price, list) and (len(price) != 2 or min(price) < 0) or \
+                    isinstance(price, float) and price < 0:
+                raise ValueError(f"prices: {name}: {price!r}; give one price >= 0 or [input, output]")
         return self
+
+
+def expert_names(experts: Mapping[str, list[str]]) -> list[str]:
+    """Every expert engine the options name, once, in order."""
+    return list(dict.fromkeys(m for models in experts.values() for m in models))
 
 
 DEFAULT_OPTIONS: dict[str, Any] = ToolOrchestraOptions().model_dump()
 
 
 class Step(TypedDict):
-    """One orchestrator turn: what it chose and what the tool cost."""
+    """One orchestrator turn: what it chose, its own tokens, and what the tool cost."""
 
     tool: str
     model: str
     ok: bool
     error: NotRequired[str]
-    expert_tokens: int
+    orchestrator_input_tokens: int  # the turn's prompt
+    orchestrator_output_tokens: int  # ... and what the orchestrator generated
+    expert_input_tokens: int
+    expert_output_tokens: int
+    expert_tokens: int  # input + output
     latency_s: float
 
 
@@ -107,7 +174,8 @@ class ToolOrchestraState(TraceState):
     steps: NotRequired[list[Step]]
     pending: NotRequired[str]  # the tool the last orchestrator turn chose, until it has run
     answer: NotRequired[str]
-    done: NotRequired[bool]
+    done: NotRequired[bool]  # the answer tool ran: the episode is over
+    stopped: NotRequired[str]  # why the episode ended without an answer (a format-invalid call, seed variant)
 
 
 def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int:
@@ -136,12 +204,18 @@ async def orchestrator(state: ToolOrchestraState, runtime: Runtime[AgentContext]
     out = await call_llm(state, runtime, node="orchestrator", messages=[{"role": "user", "content": user}],
                          tools=tool_schemas(opts.experts), max_new_tokens=opts.orchestrator_max_new_tokens)
     choice = parse_choice(out.text, opts.experts)
-    step = Step(tool=choice.tool, model=choice.model, ok=choice.ok, expert_tokens=0, latency_s=0.0)
+    step = Step(tool=choice.tool, model=choice.model, ok=choice.ok,
+                orchestrator_input_tokens=len(out.turn["prompt_ids"]),
+                orchestrator_output_tokens=len(out.turn["output_ids"]),
+                expert_input_tokens=0, expert_output_tokens=0, expert_tokens=0, latency_s=0.0)
     update: dict[str, Any] = {"steps": [*(state.get("steps") or []), step],
                               "pending": choice.tool if choice.ok else "", **out.update}
     if not choice.ok:
         step["error"] = str(choice.error)
-        update["notes"] = [*notes, Note(kind="attempt", text=f"Format-invalid tool call: {choice.error}")]
+        if opts.invalid_call == "end":
+            update["stopped"] = f"format-invalid tool call: {choice.error}"
+        else:
+            update["notes"] = [*notes, Note(kind="attempt", text=f"Format-invalid tool call: {choice.error}")]
     return update
 
 
@@ -153,25 +227,27 @@ def _check_experts(ctx: AgentContext, experts: Mapping[str, list[str]]) -> None:
 
 
 async def _expert(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions,
-                  node: str, prompt: str) -> tuple[str | None, dict[str, Any], int, str | None]:
-    """Ask the chosen expert; (text or None, state update, tokens used, error)."""
+                  node: str, prompt: str) -> tuple[str | None, dict[str, Any], tuple[int, int], str | None]:
+    """Ask the chosen expert; (text or None, state update, (input, output) tokens, error)."""
     model = (state.get("steps") or [])[-1]["model"]
     try:
         out = await call_llm(state, runtime, node=node, engine=model, trainable=False,
                              messages=[{"role": "user", "content": prompt}],
                              max_new_tokens=opts.expert_max_new_tokens)
     except EngineError as exc:
-        return None, {}, 0, f"expert {model!r} failed: {exc}"
+        return None, {}, (0, 0), f"expert {model!r} failed: {exc}"
     c = out.completion
-    tokens = (c.prompt_tokens or len(out.turn["prompt_ids"])) + (len(c.token_ids)
-                                                                 or int(c.meta.get("completion_tokens", 0) or 0))
+    tokens = (c.prompt_tokens or len(out.turn["prompt_ids"]),
+              len(c.token_ids) or int(c.meta.get("completion_tokens", 0) or 0))
     return out.text, out.update, tokens, None
 
 
-def _finish_step(state: ToolOrchestraState, tokens: int, started: float, error: str | None) -> list[Step]:
+def _finish_step(state: ToolOrchestraState, tokens: tuple[int, int], started: float, error: str | None
+                 ) -> list[Step]:
     steps = [dict(s) for s in (state.get("steps") or [])]
     last = steps[-1]
-    last["expert_tokens"] = tokens
+    last["expert_input_tokens"], last["expert_output_tokens"] = tokens
+    last["expert_tokens"] = tokens[0] + tokens[1]
     last["latency_s"] = round(time.monotonic() - started, 4)
     if error is not None:
         last["ok"] = False
@@ -192,11 +268,11 @@ async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts
         try:
             hits = await retrieval_client(ctx, opts).search(query, topk=opts.retrieval_topk)
         except RetrievalError as exc:
-            error = f"search for {query!r} failed: {exc}"
+            error = f"search for {query[:200]!r} failed: {exc}"
         else:
             notes += [Note(kind="document", text=_document_text(h["document"])) for h in hits]
             if not hits:
-                notes.append(Note(kind="attempt", text=f"search for {query!r} found nothing"))
+                notes.append(Note(kind="attempt", text=f"search for {query[:200]!r} found nothing"))
     if error is not None:
         notes.append(Note(kind="attempt", text=error))
     return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "", **update}
@@ -244,8 +320,9 @@ async def answer(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts
 
 
 async def route(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions) -> str:
-    """Next: the tool the orchestrator chose, another orchestrator turn, or the end (answered / out of turns)."""
-    if state.get("done"):
+    """Next: the tool the orchestrator chose, another orchestrator turn, or the end (answered, stopped by a
+    format-invalid call in the seed variant, or out of turns)."""
+    if state.get("done") or state.get("stopped"):
         return END
     if state.get("pending") in TOOLS:
         return str(state["pending"])
