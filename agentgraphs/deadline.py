@@ -35,7 +35,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence, TypedDict
 
-__all__ = ["CallResult", "DeadlinePool", "default_pool"]
+__all__ = ["CallResult", "DeadlinePool"]
 
 _STARTUP_TIMEOUT_S = 120.0  # a cold interpreter on a busy machine; never counted in a call's deadline
 _READY = b"agentgraphs-deadline-ready\n"
@@ -136,7 +136,9 @@ class DeadlinePool:
     """Up to `size` worker processes running pure functions under a deadline (see the module docstring).
 
     Thread-safe: any thread may call `call`; a call waits for an idle worker (that wait is not part of
-    its deadline). `preload` names modules each worker imports before it takes calls.
+    its deadline). `preload` names what each worker does before it takes calls, outside every deadline:
+    a module to import ("package.module") or a function to call once ("package.module:function", e.g. to
+    warm caches). Workers start on first use and are killed at interpreter exit.
     """
 
     def __init__(self, size: int = 2, *, preload: Sequence[str] = ()) -> None:
@@ -149,6 +151,7 @@ class DeadlinePool:
         self._live: set[_Worker] = set()
         self._lock = threading.Lock()
         self.kills = 0  # workers killed at a deadline (for tests and logs)
+        atexit.register(self.close)
 
     def call(self, target: str, args: Sequence[Any], *, timeout_s: float) -> CallResult:
         """`target(*args)` in a worker, answered within `timeout_s` seconds or killed."""
@@ -201,20 +204,6 @@ class DeadlinePool:
             worker.kill()
 
 
-_DEFAULT: DeadlinePool | None = None
-_DEFAULT_LOCK = threading.Lock()
-
-
-def default_pool() -> DeadlinePool:
-    """The process's shared pool (min(4, CPUs) workers, started on first use, killed at exit)."""
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = DeadlinePool(size=min(4, os.cpu_count() or 1))
-            atexit.register(_DEFAULT.close)
-        return _DEFAULT
-
-
 # -- the worker side ----------------------------------------------------------------------------------
 
 
@@ -243,9 +232,12 @@ def _serve(preload: Sequence[str]) -> None:
     _die_with_parent()
     answers = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # a library that prints must not corrupt the answers
-    for module in preload:
+    for target in preload:
         try:
-            importlib.import_module(module)
+            if ":" in target:
+                _resolve(target, {})()
+            else:
+                importlib.import_module(target)
         except Exception:  # reported by the first call that needs it
             pass
     answers.write(_READY)

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import threading
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
-from .deadline import CallResult, DeadlinePool, default_pool
+from .deadline import CallResult, DeadlinePool
 from .errors import ConfigError
 
-__all__ = ["AnswerCheck", "MAX_ANSWER_CHARS", "math_verify_check", "amath_verify_check", "math_verify_equal"]
+__all__ = ["AnswerCheck", "MAX_ANSWER_CHARS", "math_verify_check", "amath_verify_check", "math_verify_equal",
+           "math_verify_pool"]
 
 MAX_ANSWER_CHARS = 2000  # only the end of an answer is parsed: math-verify's parser is not linear
 _LATEX_MARKS = ("\\", "^", "_", "{", "}", ",")
@@ -74,6 +77,24 @@ def _parse(text: str) -> list[Any]:
     return []
 
 
+def warm() -> None:
+    """A worker's start (outside every deadline): import math-verify and sympy, parse and verify once."""
+    math_verify_equal("1", ["1"])
+
+
+_POOL: DeadlinePool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def math_verify_pool() -> DeadlinePool:
+    """The process's math-verify workers: min(4, CPUs) processes, each warmed up before its first call."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = DeadlinePool(size=min(4, os.cpu_count() or 1), preload=("agentgraphs.math_equivalence:warm",))
+        return _POOL
+
+
 def _request(answer: Any, golds: Sequence[Any]) -> tuple[AnswerCheck | None, list[Any]]:
     if importlib.util.find_spec("math_verify") is None:
         raise ConfigError("the math-verify reward needs math-verify: pip install 'agentgraphs[math]' "
@@ -100,7 +121,7 @@ def math_verify_check(answer: str, golds: Sequence[str], *, timeout_s: float = 1
     early, args = _request(answer, golds)
     if early is not None:
         return early
-    return _verdict((pool or default_pool()).call(_TARGET, args, timeout_s=timeout_s))
+    return _verdict((pool or math_verify_pool()).call(_TARGET, args, timeout_s=timeout_s))
 
 
 async def amath_verify_check(answer: str, golds: Sequence[str], *, timeout_s: float = 10.0,
@@ -109,4 +130,4 @@ async def amath_verify_check(answer: str, golds: Sequence[str], *, timeout_s: fl
     early, args = _request(answer, golds)
     if early is not None:
         return early
-    return _verdict(await (pool or default_pool()).acall(_TARGET, args, timeout_s=timeout_s))
+    return _verdict(await (pool or math_verify_pool()).acall(_TARGET, args, timeout_s=timeout_s))
