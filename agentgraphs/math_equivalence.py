@@ -23,6 +23,7 @@ import importlib.util
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
@@ -95,22 +96,42 @@ def math_verify_pool() -> DeadlinePool:
         return _POOL
 
 
-def _request(answer: Any, golds: Sequence[Any]) -> tuple[AnswerCheck | None, list[Any]]:
+# Recent verdicts: a rollout's reward and its metric ask the same question; a power tower then waits for
+# its deadline once. A worker that died is not remembered (the next call may well succeed).
+_RECENT: OrderedDict[tuple[Any, ...], AnswerCheck] = OrderedDict()
+_RECENT_MAX = 4096
+_RECENT_LOCK = threading.Lock()
+
+
+def _request(answer: Any, golds: Sequence[Any], timeout_s: float) -> tuple[AnswerCheck | None, list[Any]]:
     if importlib.util.find_spec("math_verify") is None:
         raise ConfigError("the math-verify reward needs math-verify: pip install 'agentgraphs[math]' "
                           "(or configure a judge engine)")
     if not isinstance(answer, str) or not answer.strip():
         return AnswerCheck(score=0.0, reason="no answer"), []
-    return None, [answer[-MAX_ANSWER_CHARS:], [str(g) for g in golds]]
+    args = [answer[-MAX_ANSWER_CHARS:], [str(g) for g in golds]]
+    with _RECENT_LOCK:
+        known = _RECENT.get(_key(args, timeout_s))
+    return (None if known is None else AnswerCheck(**known)), args
 
 
-def _verdict(result: CallResult) -> AnswerCheck:
+def _key(args: list[Any], timeout_s: float) -> tuple[Any, ...]:
+    return args[0], tuple(args[1]), timeout_s
+
+
+def _verdict(result: CallResult, args: list[Any], timeout_s: float) -> AnswerCheck:
     if not result["ok"]:
-        return AnswerCheck(score=0.0, reason=result["reason"])
-    index = result["value"]
-    if index < 0:
-        return AnswerCheck(score=0.0, reason="not equivalent to any gold")
-    return AnswerCheck(score=1.0, reason=f"equivalent to gold {index}")
+        check = AnswerCheck(score=0.0, reason=result["reason"])
+    elif result["value"] < 0:
+        check = AnswerCheck(score=0.0, reason="not equivalent to any gold")
+    else:
+        check = AnswerCheck(score=1.0, reason=f"equivalent to gold {result['value']}")
+    if result["ok"] or result["reason"].startswith("timeout"):
+        with _RECENT_LOCK:
+            _RECENT[_key(args, timeout_s)] = check
+            while len(_RECENT) > _RECENT_MAX:
+                _RECENT.popitem(last=False)
+    return AnswerCheck(**check)
 
 
 def math_verify_check(answer: str, golds: Sequence[str], *, timeout_s: float = 10.0,
@@ -118,16 +139,17 @@ def math_verify_check(answer: str, golds: Sequence[str], *, timeout_s: float = 1
     """1.0 when math-verify finds `answer` equivalent to any of `golds`, else 0.0, with the reason; the
     answer's last MAX_ANSWER_CHARS characters are parsed. Returns within `timeout_s` (plus a worker's
     start-up on first use); ConfigError without math-verify installed."""
-    early, args = _request(answer, golds)
+    early, args = _request(answer, golds, timeout_s)
     if early is not None:
         return early
-    return _verdict((pool or math_verify_pool()).call(_TARGET, args, timeout_s=timeout_s))
+    return _verdict((pool or math_verify_pool()).call(_TARGET, args, timeout_s=timeout_s), args, timeout_s)
 
 
 async def amath_verify_check(answer: str, golds: Sequence[str], *, timeout_s: float = 10.0,
                              pool: DeadlinePool | None = None) -> AnswerCheck:
     """`math_verify_check` for async code: the event loop keeps running while the worker verifies."""
-    early, args = _request(answer, golds)
+    early, args = _request(answer, golds, timeout_s)
     if early is not None:
         return early
-    return _verdict(await (pool or math_verify_pool()).acall(_TARGET, args, timeout_s=timeout_s))
+    result = await (pool or math_verify_pool()).acall(_TARGET, args, timeout_s=timeout_s)
+    return _verdict(result, args, timeout_s)

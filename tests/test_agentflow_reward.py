@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agentgraphs.agentflow import SPEC, boxed_exact_check, math_verify_reward, parse_judge_verdict, seed_prediction
 from agentgraphs.agentflow.prompts import JUDGE_TEMPLATE
-from agentgraphs.math_equivalence import amath_verify_check, math_verify_check
+from agentgraphs.math_equivalence import amath_verify_check, math_verify_check, math_verify_pool
 from agentgraphs.node import AgentContext
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
@@ -138,6 +138,10 @@ def test_power_tower_from_a_rollout_thread(caplog: Any) -> None:
             assert on_loop(SPEC.reward(rin("\\boxed{3}", "3"), None), 60) == 1.0
             assert pending.result(timeout=5) == 0.0
         assert any("timeout" in r.getMessage() for r in caplog.records)
+        # the rollout's metric asks the same question: answered from the recent verdicts, no second wait
+        kills = math_verify_pool().kills
+        assert on_loop(SPEC.eval_metrics(tower), 5) == {"math_verify": 0.0}
+        assert math_verify_pool().kills == kills
         check = on_loop(amath_verify_check("9^{9^{9^{9}}}", ["5"], timeout_s=2.0), 5)
         assert check["score"] == 0.0 and check["reason"].startswith("timeout")
         # the killed worker is replaced: the next answer is verified as usual

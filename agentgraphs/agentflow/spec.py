@@ -12,7 +12,7 @@ import logging
 from typing import Any, Mapping
 
 from ..context import AgentContext
-from ..math_equivalence import amath_verify_check, math_verify_check
+from ..math_equivalence import amath_verify_check
 from ..rows import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from .graph import AgentFlowOptions, build_graph
@@ -64,7 +64,7 @@ async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     return check["score"]
 
 
-def metrics(rin: RewardInput) -> dict[str, float]:
+async def metrics(rin: RewardInput) -> dict[str, float]:
     """The rule's own verdict, judge or not: {"boxed_exact": ...} or {"math_verify": ...} by `answer_check`."""
     if rin["label"] is None:
         return {}
@@ -73,7 +73,8 @@ def metrics(rin: RewardInput) -> dict[str, float]:
         opts = _options(rin)
         if opts.answer_check == "boxed_exact":
             return {"boxed_exact": boxed_exact_check(rin["answer"], golds)["score"]}
-        return {"math_verify": math_verify_check(rin["answer"], golds, timeout_s=opts.reward_timeout_s)["score"]}
+        check = await amath_verify_check(rin["answer"], golds, timeout_s=opts.reward_timeout_s)
+        return {"math_verify": check["score"]}
     except Exception:
         return {}
 
