@@ -112,7 +112,7 @@ def run_seed(tiny_engine: Any, plans: list[str], verdicts: list[str], **options:
 
 def test_seed_trains_the_analysis_as_turn_zero_and_runs_five_steps(tiny_engine: Any) -> None:
     plans = [plan(f"Compute 6 * 7, attempt {i}.", "Python_Coder_Tool") for i in range(5)]
-    rollout, policy, helper = run_seed(tiny_engine, plans, ["CONTINUE"])
+    rollout, policy, _ = run_seed(tiny_engine, plans, ["CONTINUE"])
     assert rollout.status == "completed", rollout.reason
     nodes = [t["node"] for t in rollout.turns]
     assert nodes.count("plan_next_step") == 5 and rollout.final_state["stop_reason"] == "max_steps"
