@@ -98,7 +98,10 @@ class _Worker:
     def __init__(self, preload: Sequence[str]) -> None:
         self.proc = _SPAWNER.start(preload)
         self._buffer = b""
-        line = self._read_line(time.monotonic() + _STARTUP_TIMEOUT_S)
+        try:
+            line = self._read_line(time.monotonic() + _STARTUP_TIMEOUT_S)
+        except EOFError:
+            line = b"<exited>"
         if line != _READY:
             self.kill()
             raise RuntimeError(f"agentgraphs.deadline worker did not start (said {line!r}); run "

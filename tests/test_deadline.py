@@ -56,3 +56,11 @@ def test_bad_arguments() -> None:
         DeadlinePool(size=0)
     with pytest.raises(ValueError, match="timeout_s"):
         DeadlinePool(size=1).call("math:factorial", [1], timeout_s=0)
+
+
+def test_a_worker_that_cannot_start_is_a_clear_error(monkeypatch: Any) -> None:
+    import agentgraphs.deadline as deadline
+
+    monkeypatch.setattr(deadline, "_READY", b"a line the worker never writes\n")
+    with pytest.raises(RuntimeError, match="did not start"):
+        DeadlinePool(size=1).call("math:factorial", [1], timeout_s=60)
