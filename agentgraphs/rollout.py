@@ -224,7 +224,8 @@ async def _finish(
         rollout.reason += "; no label: not scored"
     if spec.eval_metrics is not None and labelled:
         try:
-            rollout.metrics = spec.eval_metrics(rin)
+            metrics = spec.eval_metrics(rin)
+            rollout.metrics = await metrics if inspect.isawaitable(metrics) else metrics
         except Exception as exc:
             failed = _failed(started, f"{spec.name}.eval_metrics raised {type(exc).__name__}: {exc}", exc, turns)
             failed.llm_calls = llm_calls

@@ -157,7 +157,7 @@ def options_error(agent: str, exc: ValidationError) -> ConfigError:
 
 
 RewardFn = Callable[[RewardInput, AgentContext | None], Union[RewardValue, Awaitable[RewardValue]]]
-MetricsFn = Callable[[RewardInput], dict[str, float]]
+MetricsFn = Callable[[RewardInput], Union[dict[str, float], Awaitable[dict[str, float]]]]
 
 
 @dataclass
@@ -175,6 +175,7 @@ class AgentSpec:
     - `requires_label`: rows without a label are run but not scored (reward None) instead of failing;
     - `summarize(final_state)`: method facts for sample metadata (e.g. chunks read of chunks total);
     - `eval_metrics(RewardInput)`: numeric metrics recorded with the reward (accuracy tables, eval logs);
+      sync or async (an async one keeps the event loop free while it waits, e.g. on a worker process);
     - `dict_reward`: the reward returns a dict whose scalar is under `reward_key` (slime --reward-key);
     - `reward_shaping(options, trace_summary)`: a named group shaping the converter applies with the
       group in view (`agentgraphs.shaping`, e.g. ToolOrchestra's "cost_aware"), or None.

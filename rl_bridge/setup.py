@@ -11,8 +11,8 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
     agentgraph_max_time_s: 900            # per rollout (default: none)
     agentgraph_max_llm_calls: 2000        # per rollout: guards against graphs that never stop
     agentgraph_eval_max_time_s / agentgraph_eval_max_llm_calls   # the same for evaluation
-    agentgraph_request_timeout_s: 600
-    agentgraph_max_retries: 3
+    agentgraph_request_timeout_s: 600     # per HTTP request of the policy and of every helper engine
+    agentgraph_max_retries: 3             # the same
     agentgraph_eval_dir: eval_logs        # where rl_bridge.eval_log writes its JSON (default: <save>/eval_logs)
     agentgraph_group_by: trajectory       # rl_bridge.convert: or "sequence" (Flow-GRPO's grouping)
     agentgraph_failed_in_group_stats: false   # rl_bridge.convert: count FAILED trajectories in group mean/std
@@ -60,8 +60,8 @@ class BridgeSettings(BaseModel):
     agentgraph_max_llm_calls: int = Field(Limits.max_llm_calls, ge=1, description="per training rollout")
     agentgraph_eval_max_time_s: Optional[float] = Field(None, gt=0, description="per evaluation rollout")
     agentgraph_eval_max_llm_calls: Optional[int] = Field(None, ge=1, description="per evaluation rollout")
-    agentgraph_request_timeout_s: float = Field(600.0, gt=0, description="per engine request")
-    agentgraph_max_retries: int = Field(3, ge=0, description="per engine request")
+    agentgraph_request_timeout_s: float = Field(600.0, gt=0, description="per request, policy and helper engines")
+    agentgraph_max_retries: int = Field(3, ge=0, description="per request, policy and helper engines")
     agentgraph_eval_dir: Optional[str] = Field(None, description="where rl_bridge.eval_log writes")
     agentgraph_group_by: Literal["trajectory", "sequence"] = Field("trajectory", description="rl_bridge.convert")
     agentgraph_failed_in_group_stats: bool = Field(False, description="rl_bridge.convert")
@@ -222,9 +222,11 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
     except Exception as exc:
         raise ConfigError(f"agent {spec.name!r}: building its graph failed: {type(exc).__name__}: {exc}") from exc
     tokenizer = load_tokenizer(hf_checkpoint)
-    policy = make_engine(f"sglang:{url}", timeout=settings.agentgraph_request_timeout_s,
-                         max_retries=settings.agentgraph_max_retries)
-    engines = {k: make_engine(v) for k, v in settings.agentgraph_engines.items()}
+    # the policy and every helper (judges, experts, AgentFlow's roles) time out and retry alike
+    timeout, retries = settings.agentgraph_request_timeout_s, settings.agentgraph_max_retries
+    policy = make_engine(f"sglang:{url}", request_timeout_s=timeout, max_retries=retries)
+    engines = {k: make_engine(v, request_timeout_s=timeout, max_retries=retries)
+               for k, v in settings.agentgraph_engines.items()}
     unknown = sorted(set(settings.agentgraph_tokenizers) - set(engines))
     if unknown:
         raise ConfigError(f"args.agentgraph_tokenizers names {unknown}, which are not in agentgraph_engines "

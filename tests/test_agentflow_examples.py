@@ -72,8 +72,10 @@ def test_launch_script_and_yaml() -> None:
         assert needle in text, needle
     cfg = yaml.safe_load((ROOT / "examples" / "agentflow" / "agentflow.yaml").read_text(encoding="utf-8"))
     assert cfg["agentgraph"] == "agentflow"
+    assert cfg["agentgraph_options"]["variant"] == "seed"  # the seed's training, said explicitly
     opts = SPEC.resolve_options(cfg["agentgraph_options"])
-    assert opts.max_steps == 3 and opts.tools == ("base_generator", "python_coder")
+    assert opts.max_steps == 5 and opts.train_analysis and opts.reward_split == "divide"
+    assert opts.tools == ("base_generator", "python_coder")
     assert cfg["agentgraph_engines"]["helper"].endswith(":30001")
     from rl_bridge.setup import BridgeSettings
 

@@ -2,7 +2,8 @@
 
 The planner is the policy (ScriptedPolicy); every other role is a second ScriptedPolicy registered as
 the context's "helper" engine, answering by which prompt it reads. python_coder's code really runs in
-agentgraphs.sandbox.
+agentgraphs.sandbox. These tests run the original's variant (only plan_next_step trained); the seed's
+(the default: the analysis trained too) is tested in test_agentflow_seed.py.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def run(tiny_engine: Any, planner: list[str], helper: Any, *, label: Any = "42",
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper_engine},
                        sampling=SamplingParams(temperature=1.0, max_new_tokens=256), tools=ctx_tools or {})
     inp = rollout_input("What is 6 times 7?", label, {}, 0)
-    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options=options))
+    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"variant": "original", **options}))
     return rollout, policy, helper_engine
 
 
@@ -209,7 +210,7 @@ def test_roles_can_use_the_policy_itself_untrained(tiny_engine: Any) -> None:
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer,
                        sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
     rollout = asyncio.run(run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, 0), ctx,
-                                      options={"max_steps": 1}))
+                                      options={"max_steps": 1, "variant": "original"}))
     assert rollout.status == "completed", rollout.reason
     assert {t["engine"] for t in rollout.turns} == {policy.name}
     assert_flow_grpo_layout(rollout)
@@ -247,7 +248,8 @@ def test_helper_roles_over_an_openai_compatible_endpoint(tiny_engine: Any) -> No
             ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": engine},
                                sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
             try:
-                return await run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, 0), ctx)
+                return await run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, 0), ctx,
+                                         options={"variant": "original"})
             finally:
                 await engine.aclose()
 

@@ -16,7 +16,7 @@ import rl_bridge
 from agentgraphs.errors import ConfigError
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample, SampleV03
-from rl_bridge.setup import clear_cache
+from rl_bridge.setup import aclose_all, clear_cache
 from tests.test_multiturn import RecordingEngine
 
 SLIME_SAMPLING = {  # what slime's rollout hands a custom generate function
@@ -37,8 +37,8 @@ def server(tiny_engine: Any):
 
 def make_args(srv_url: str, model_dir: Path, agent: str, **extra: Any) -> SimpleNamespace:
     host, port = srv_url.removeprefix("http://").rsplit(":", 1)
-    return SimpleNamespace(agentgraph=agent, hf_checkpoint=str(model_dir), sglang_router_ip=host,
-                           sglang_router_port=int(port), agentgraph_max_retries=0, reward_key=None, **extra)
+    return SimpleNamespace(**{"agentgraph": agent, "hf_checkpoint": str(model_dir), "sglang_router_ip": host,
+                              "sglang_router_port": int(port), "agentgraph_max_retries": 0, "reward_key": None, **extra})
 
 
 def sample(i: int = 0, cls: type = Sample) -> Any:
@@ -278,3 +278,46 @@ def test_eval_metrics_average_over_every_sample(tmp_path: Path) -> None:
     assert rl_bridge.eval_log(0, args, data, None) is False  # slime's v0.2.2 default passes None
     metrics = json.loads((tmp_path / "eval_0.json").read_text())["metrics"]["ruler"]
     assert metrics["accuracy"] == metrics["sub_em"] == 0.5 and metrics["status_failed"] == 1
+
+
+@pytest.mark.parametrize("kind", ["sglang", "openai"])
+def test_helper_engines_take_the_request_timeout_and_retries(server: Any, tiny_engine: Any, tiny_model_dir: Path,
+                                                             kind: str) -> None:
+    """agentgraph_request_timeout_s / agentgraph_max_retries reach a helper engine as they reach the policy:
+    AgentFlow's judge (the seed's rule misses, so the judge decides) on its own server, with faults."""
+    with SGLangTestServer(tiny_engine, port=0) as judge_server:
+        judge = f"sglang:{judge_server.url}" if kind == "sglang" else f"openai:{judge_server.url}/v1#judge"
+
+        def score(**settings: Any) -> Any:
+            clear_cache()
+            args = make_args(server.url, tiny_model_dir, "agentflow", agentgraph_engines={"judge": judge}, **settings)
+            s = Sample(group_index=0, index=0, prompt="What is 6 * 7?", label="42", status=Sample.Status.COMPLETED,
+                       metadata={"answer": "\\boxed{41}", "options": {"variant": "seed"}})
+
+            async def run() -> Any:
+                try:
+                    return await rl_bridge.reward_func(args, s)
+                finally:
+                    await aclose_all()
+
+            return asyncio.run(run()), s
+
+        requests = (lambda: judge_server.stats.generate_requests + judge_server.stats.chat_requests)
+        # two injected 503s and two retries allowed: the third attempt answers and the judge scores
+        judge_server.faults.schedule("http503", 2)
+        before = requests()
+        reward, s = score(agentgraph_max_retries=2, agentgraph_request_timeout_s=60.0)
+        assert reward in (0.0, 1.0) and s.status == Sample.Status.COMPLETED, s.metadata.get("status_reason")
+        assert requests() - before == 3
+        # one retry allowed: two 503s outlast it, the sample becomes FAILED with the judge's error
+        judge_server.faults.schedule("http503", 2)
+        before = requests()
+        reward, s = score(agentgraph_max_retries=1, agentgraph_request_timeout_s=60.0)
+        assert reward == 0.0 and s.status == Sample.Status.FAILED and s.remove_sample
+        assert "failed after 2 attempt(s)" in s.metadata["status_reason"] and judge_server.url in s.metadata["status_reason"]
+        assert requests() - before == 2
+        # a judge slower than agentgraph_request_timeout_s times out (the engine default would wait 600 s)
+        judge_server.faults.latency_s = 3.0
+        reward, s = score(agentgraph_max_retries=0, agentgraph_request_timeout_s=0.5)
+        assert s.status == Sample.Status.FAILED and "Timeout" in s.metadata["status_reason"], s.metadata
+        assert "failed after 1 attempt(s)" in s.metadata["status_reason"]

@@ -49,13 +49,14 @@ def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> 
     assert memagent is SPEC.graph({"max_chunks": 2})
     toolorchestra = load_graph(config["graphs"]["toolorchestra"])({})
     assert {"orchestrator", "search", "enhance_reasoning", "answer"} <= set(toolorchestra.get_graph().nodes)
-    # AgentFlow with a JSON context and no helper engine: every role runs on the policy, one call trained
+    # AgentFlow with a JSON context and no helper engine: every role runs on the policy; the seed's variant
+    # (the default) trains the planner's calls, the query analysis and the steps
     agentflow = load_graph(config["graphs"]["agentflow"])({})
     final = asyncio.run(agentflow.ainvoke({"question": "2+2?", "turns": []}, {"recursion_limit": 100},
                                           context=context))
     nodes = [t["node"] for t in final["turns"]]
     assert nodes[0] == "analyze_query" and nodes[-1] == "final_output" and "plan_next_step" in nodes
-    assert {t["node"] for t in final["turns"] if t["trainable"]} == {"plan_next_step"}
+    assert {t["node"] for t in final["turns"] if t["trainable"]} == {"analyze_query", "plan_next_step"}
 
 
 def test_no_context_uses_the_embedded_default(monkeypatch, tiny_model_dir: Path) -> None:

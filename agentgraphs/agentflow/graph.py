@@ -1,11 +1,13 @@
 """AgentFlow as a LangGraph graph: analyze_query -> (plan_next_step -> [generate_command -> execute] ->
 update_memory -> verify)* -> final_output.
 
-plan_next_step is the ONLY trainable call (the policy engine); every other call goes to the engine of
-its role (options `*_engine`: a name in `AgentContext.engines`, "policy", or "helper", which means
-`engines["helper"]` when the context has one and the policy otherwise) and is recorded untrained.
-Edges: an unmatched tool name skips command and execution (the memory gets the original's
-placeholders); after verify, STOP, max_steps or max_time lead to final_output, else the next plan.
+plan_next_step is trained (the policy engine), and so is analyze_query with `train_analysis` (the
+seed's planner makes it: turn 0); every other call goes to the engine of its role (options `*_engine`: a
+name in `AgentContext.engines`, "policy", or "helper", which means `engines["helper"]` when the context
+has one and the policy otherwise) and is recorded untrained. Edges: an unmatched tool name skips command
+and execution (the memory gets the original's placeholders); after verify, STOP, max_steps, max_time or
+the planner token budget lead to final_output, else the next plan. `variant` picks the seed's or the
+original's settings (agentflow/variants.py).
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from typing_extensions import NotRequired
 
 from ..errors import AgentGraphsError, ConfigError
@@ -33,30 +35,60 @@ from .prompts import (
     NO_TOOL_RESULT, VERIFY_TEMPLATE, format_memory, format_metadata, format_tools,
 )
 from .tools import Tool, resolve_tools
+from .variants import VARIANTS
 
 NODES = ("analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
          "final_output")
 
 
 class AgentFlowOptions(MethodOptions):
-    """AgentFlow's settings (defaults: the seed's training setup; the original's inference in the text)."""
+    """AgentFlow's settings. `variant` fills the options it governs (agentflow/variants.py): "seed" (the
+    default) reproduces the seed's training, "original" the AgentFlow paper's; an option set explicitly
+    wins over the variant. The defaults written below are the seed's.
 
+    >>> AgentFlowOptions().max_steps, AgentFlowOptions(variant="original").max_steps
+    (5, 3)
+    >>> AgentFlowOptions(variant="original", max_steps=4).max_steps  # explicit beats the preset
+    4
+    """
+
+    presets = VARIANTS
+    variant: Literal["seed", "original"] = Field(
+        "seed", description="preset of the options below: the seed's training (seed) or the paper's (original)")
     tools: tuple[str, ...] = Field(("base_generator", "python_coder"),
                                    description="registry keys of the tools the planner may pick")
-    max_steps: int = Field(3, ge=1, le=50, description="planner turns per rollout (training 3; inference 10)")
-    eval_max_steps: Optional[int] = Field(None, ge=1, le=50, description="in evaluation (null: max_steps)")
+    max_steps: int = Field(5, ge=1, le=50, description="planner turns per rollout (seed 5; original: training 3)")
+    eval_max_steps: Optional[int] = Field(None, ge=1, le=50, description="in evaluation (null: max_steps; "
+                                          "the original's inference: 10)")
     max_time_s: float = Field(300.0, ge=0, description="no new step after this many seconds (original 300)")
-    planner_max_new_tokens: int = Field(2048, ge=1, description="cap of each plan_next_step call")
-    helper_max_new_tokens: int = Field(2048, ge=1, description="cap of analysis/command/verify/final/tool calls")
-    helper_temperature: float = Field(0.0, ge=0, description="sampling temperature of every helper call")
+    planner_token_budget: Optional[int] = Field(
+        131072, ge=1, description="no new step once the planner's calls (prompt + output tokens) reach this "
+        "(seed 131072; null: no budget)")
+    train_analysis: bool = Field(True, description="the query analysis is a planner call on the policy, trained "
+                                 "as turn 0 (seed); false: an untrained helper call (original)")
+    planner_max_new_tokens: int = Field(4096, ge=1, description="cap of each planner call (seed 4096; original "
+                                        "2048)")
+    helper_max_new_tokens: int = Field(4096, ge=1, description="cap of command/verify/final/tool calls (and the "
+                                       "analysis without train_analysis)")
+    helper_temperature: Optional[float] = Field(
+        None, ge=0, description="sampling temperature of every helper call (null: the rollout's, as the seed; "
+        "original 0.0)")
     answer_suffix: bool = Field(True, description="append the <answer>-tags instruction to the query (training)")
-    analyzer_engine: str = Field("helper", description="engine of analyze_query")
+    analyzer_engine: str = Field("policy", description="engine of analyze_query ('policy' with train_analysis)")
     executor_engine: str = Field("helper", description="engine of generate_command")
     verifier_engine: str = Field("helper", description="engine of verify")
     final_engine: str = Field("helper", description="engine of final_output")
     tool_engine: str = Field("helper", description="engine of the tools' own LLM calls")
-    judge_engine: str = Field("judge", description="the reward's LLM judge, if the context has this engine; "
-                              "else math-verify")
+    judge_engine: str = Field("judge", description="the reward's LLM judge, if the context has this engine")
+    answer_check: Literal["boxed_exact", "math_verify"] = Field(
+        "boxed_exact", description="boxed_exact (seed): the answer's last \\boxed{} (else a line rule), "
+        "normalised, equal to a gold scores 1 before any judge; math_verify (original): the judge alone, "
+        "math-verify without one")
+    reward_timeout_s: float = Field(10.0, gt=0, description="math-verify's deadline per answer (a worker process, "
+                                    "killed past it: reward 0 with the reason)")
+    reward_split: Literal["broadcast", "divide"] = Field(
+        "divide", description="every planner sequence gets the trajectory's advantage (original) or it divided "
+        "by the number of trained sequences (seed)")
     tool_timeout_s: float = Field(120.0, gt=0, description="per tool.execute call (original 120)")
     result_max_chars: int = Field(4000, ge=100, description="a step's result is cut to this in the memory")
     sandbox_wall_s: float = Field(10.0, gt=0, description="python_coder: wall-clock limit of one execution")
@@ -67,6 +99,14 @@ class AgentFlowOptions(MethodOptions):
     def _tools_from_list(cls, value: Any) -> Any:
         """YAML and JSON give a list; the option is a tuple (frozen options are hashable)."""
         return tuple(value) if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _trained_analysis_on_the_policy(self) -> "AgentFlowOptions":
+        if self.train_analysis and self.analyzer_engine != "policy":
+            raise ValueError(f"train_analysis: true trains the query analysis, so it must run on the policy, but "
+                             f"analyzer_engine is {self.analyzer_engine!r}. Fix: set analyzer_engine: policy, or "
+                             "train_analysis: false (an untrained helper call, as the original)")
+        return self
 
 
 class AgentFlowState(TraceState):
@@ -106,9 +146,11 @@ def role_engine(ctx: AgentContext, name: str) -> str | None:
 async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, role: str, node: str,
                   prompt: str) -> tuple[str, Turn]:
     ctx = context_of(runtime)
+    sampling: dict[str, Any] = {"max_new_tokens": opts.helper_max_new_tokens}
+    if opts.helper_temperature is not None:
+        sampling["temperature"] = opts.helper_temperature
     out = await call_llm(state, runtime, node=node, messages=[{"role": "user", "content": prompt}],
-                         engine=role_engine(ctx, role), trainable=False,
-                         max_new_tokens=opts.helper_max_new_tokens, temperature=opts.helper_temperature)
+                         engine=role_engine(ctx, role), trainable=False, **sampling)
     return out.text, out.turn
 
 
@@ -130,14 +172,19 @@ async def analyze_query(state: AgentFlowState, runtime: Runtime[AgentContext], o
     prompt = ANALYZE_TEMPLATE.format(question=query, tools=format_tools(list(tools)),
                                      metadata=format_metadata({n: t.metadata() for n, t in tools.items()}))
     started = time.time()
-    text, turn = await _helper(state, runtime, opts, opts.analyzer_engine, "analyze_query", prompt)
+    if opts.train_analysis:  # the seed's planner analyses the query itself: a trained policy call
+        out = await call_llm(state, runtime, node="analyze_query", messages=[{"role": "user", "content": prompt}],
+                             max_new_tokens=opts.planner_max_new_tokens)
+        text, turn = out.text, out.turn
+    else:
+        text, turn = await _helper(state, runtime, opts, opts.analyzer_engine, "analyze_query", prompt)
     return {"query": query, "analysis": text.strip(), "started_at": started, "step": 0, "memory": [],
             "turns": [turn]}
 
 
 async def plan_next_step(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
                          ) -> dict[str, Any]:
-    """The planner's next step (context, sub-goal, tool). The only trainable call of AgentFlow."""
+    """The planner's next step (context, sub-goal, tool): trained (with the analysis under train_analysis)."""
     tools = _tools(runtime, opts)
     prompt = NEXT_STEP_TEMPLATE.format(
         question=state["query"], analysis=state["analysis"], tools=format_tools(list(tools)),
@@ -233,6 +280,18 @@ def _out_of_time(state: AgentFlowState, opts: AgentFlowOptions) -> bool:
     return time.time() - state["started_at"] >= opts.max_time_s
 
 
+_PLANNER_NODES = ("analyze_query", "plan_next_step")
+
+
+def _over_token_budget(state: AgentFlowState, opts: AgentFlowOptions) -> bool:
+    """The seed's budget: prompt + output tokens of the planner's calls (the analysis when it is one)."""
+    if opts.planner_token_budget is None:
+        return False
+    nodes = _PLANNER_NODES if opts.train_analysis else _PLANNER_NODES[1:]
+    used = sum(len(t["prompt_ids"]) + len(t["output_ids"]) for t in state.get("turns") or [] if t["node"] in nodes)
+    return used >= opts.planner_token_budget
+
+
 async def route_after_analyze(state: AgentFlowState, opts: AgentFlowOptions) -> str:
     return "final_output" if _out_of_time(state, opts) else "plan_next_step"
 
@@ -242,7 +301,8 @@ async def route_after_plan(state: AgentFlowState) -> str:
 
 
 async def route_after_verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions) -> str:
-    if state["conclusion"] == "STOP" or state["step"] >= _max_steps(runtime, opts) or _out_of_time(state, opts):
+    if (state["conclusion"] == "STOP" or state["step"] >= _max_steps(runtime, opts) or _out_of_time(state, opts)
+            or _over_token_budget(state, opts)):
         return "final_output"
     return "plan_next_step"
 
@@ -254,6 +314,8 @@ async def stop_reason(state: AgentFlowState, runtime: Runtime[AgentContext], opt
         reason = "verifier"
     elif state.get("step", 0) >= _max_steps(runtime, opts):
         reason = "max_steps"
+    elif _over_token_budget(state, opts):
+        reason = "token_budget"
     else:
         reason = "max_time"
     return {"stop_reason": reason}

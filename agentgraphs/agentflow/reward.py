@@ -1,48 +1,96 @@
-"""AgentFlow's reward: an LLM judge when the context has the judge engine, else math-verify.
+"""AgentFlow's rewards: the seed's boxed-answer rule, math-verify, and the LLM judge.
 
-- Judge (the original's): the judge model reads the question, the model's final output and the ground
+- `boxed_exact` (the seed's, `answer_check: boxed_exact`): the prediction is the answer's last
+  `\\boxed{...}` normalised as slime's DAPO utilities do, else the seed's line rule (the last line
+  holding "answer/result/is/=" followed by a `\\boxed{}` (normalised) or a number, else the last non-empty
+  line, cut to 200 characters); 1.0 when it equals a gold exactly, else the judge decides (0.0 without
+  one). `\\boxed{5} then \\boxed{6}` predicts 6; `\\boxed{1,16}` predicts 116.
+- `math_verify` (the original's rule-based fallback): math-verify equivalence, so `\\frac{1}{2}` equals
+  `0.5`; it runs in a worker process killed at `reward_timeout_s` (`agentgraphs.math_equivalence`), so an
+  answer such as `9^{9^{9^{9}}}` scores 0.0 with a timeout reason instead of freezing the rollout.
+- Judge (the original's): the judge model reads the question, the model's final answer and the ground
   truth and answers {"analysis": ..., "true_false": ...}; 1.0 if true, else 0.0. Its verdict is parsed
   from JSON, else from the last "true_false" / "True" / "False" it writes (anything else: 0.0).
-- Rule-based: math-verify (the maintained library, `pip install 'agentgraphs[math]'`) compares the
-  extracted answer (the last <answer>...</answer>, else the output) with the ground truth, so
-  `\\frac{1}{2}` equals `0.5` and `\\boxed{42}` equals `42`.
+
+Every rule is a pure function of (answer, golds) that never raises on model text and always returns.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
-import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ..answers import last_boxed_group, normalize_final_answer
 from ..engines import SamplingParams
-from ..errors import ConfigError
+from ..math_equivalence import AnswerCheck, math_verify_check
 from .prompts import JUDGE_TEMPLATE
 
-__all__ = ["math_verify_reward", "judge_reward", "parse_judge_verdict"]
+__all__ = ["AnswerCheck", "boxed_exact_check", "boxed_exact_reward", "seed_prediction", "math_verify_reward",
+           "judge_reward", "parse_judge_verdict"]
 
-_MAX_ANSWER_CHARS = 2000  # math-verify's parser is not linear on hostile input: long answers are cut
+_CUE = r"(?:answer|result|is|=)"
+# the seed's line rule. `[\s:]*` stands for the seed's `\s*[:\s]*` (the same strings, without the
+# catastrophic backtracking: the seed's form takes minutes on "=" followed by a few thousand spaces)
+_LINE_BOXED = re.compile(_CUE + r"[\s:]*\$?\\?boxed\{([^}]+)\}", re.IGNORECASE)
+_LINE_NUMBER = re.compile(_CUE + r"[\s:]*(?:\$\s*)?([+-]?\d+(?:\.\d+)?(?:/\d+)?)", re.IGNORECASE)
+_LAST_LINE_CHARS = 200
 
 
-def _parse_math(text: str) -> list[Any]:
-    """math-verify's parse; bare LaTeX (no $ or \\boxed) is read as one math expression first."""
-    from math_verify import parse
+def seed_prediction(text: str) -> str:
+    """The seed's prediction from a final output (see the module docstring); "" when there is nothing.
 
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None  # signal-based
-    bare = "$" not in text and "\\boxed" not in text
-    attempts = [f"${text}$", text] if bare and "\\" in text else [text, f"${text}$"] if bare else [text]
-    for attempt in attempts:
-        found = parse(attempt, parsing_timeout=timeout)
+    >>> seed_prediction("so \\\\boxed{5} then \\\\boxed{\\\\dfrac{1}{2}}"), seed_prediction("The answer is 12.")
+    ('\\\\dfrac{1}{2}', '12')
+    >>> seed_prediction("x = 7\\nDone, I think"), seed_prediction("  ")
+    ('7', '')
+    """
+    if not isinstance(text, str):
+        return ""
+    boxed = last_boxed_group(text)
+    if boxed is not None:
+        return normalize_final_answer(boxed)
+    lines = [line.strip() for line in text.strip().splitlines()]
+    for line in reversed(lines):
+        if not line:
+            continue
+        # a boxed match ends at a "}": searching only up to the line's last one keeps the scan linear
+        found = _LINE_BOXED.search(line, 0, line.rfind("}") + 1)
         if found:
-            return found
-    return []
+            return normalize_final_answer(found.group(1))
+        found = _LINE_NUMBER.search(line)
+        if found:
+            return found.group(1).strip()
+    return next((line[:_LAST_LINE_CHARS] for line in reversed(lines) if line), "")
 
 
-def math_verify_reward(answer: str, golds: Sequence[str]) -> float:
-    """1.0 when math-verify finds the answer equivalent to any ground truth, else 0.0; never raises
-    for what a model writes (ConfigError without the `math` extra).
+def boxed_exact_check(answer: str, golds: Sequence[str]) -> AnswerCheck:
+    """The seed's rule: 1.0 when `seed_prediction(answer)` equals a non-empty gold exactly, with the reason.
+
+    >>> boxed_exact_check("\\\\boxed{1,000}", ["1000"])
+    {'score': 1.0, 'reason': "prediction '1000' equals gold 0"}
+    >>> boxed_exact_check("\\\\boxed{5} then \\\\boxed{6}", ["5"])["score"]
+    0.0
+    """
+    pred = seed_prediction(answer)
+    if not pred:
+        return AnswerCheck(score=0.0, reason="no prediction")
+    for i, gold in enumerate(golds):
+        if gold and pred == gold:
+            return AnswerCheck(score=1.0, reason=f"prediction {pred[:80]!r} equals gold {i}")
+    return AnswerCheck(score=0.0, reason=f"prediction {pred[:80]!r} equals no gold")
+
+
+def boxed_exact_reward(answer: str, golds: Sequence[str]) -> float:
+    """`boxed_exact_check`'s score."""
+    return boxed_exact_check(answer, golds)["score"]
+
+
+def math_verify_reward(answer: str, golds: Sequence[str], *, timeout_s: float = 10.0) -> float:
+    """1.0 when math-verify finds the answer equivalent to any ground truth, else 0.0 (also past
+    `timeout_s`: `agentgraphs.math_equivalence.math_verify_check` gives the reason); never raises for what a
+    model writes (ConfigError without the `math` extra).
 
     >>> math_verify_reward("\\\\frac{1}{2}", ["0.5"])
     1.0
@@ -51,26 +99,7 @@ def math_verify_reward(answer: str, golds: Sequence[str]) -> float:
     >>> math_verify_reward("41", ["42"])
     0.0
     """
-    try:
-        from math_verify import verify
-    except ImportError:
-        raise ConfigError("AgentFlow's rule-based reward needs math-verify: pip install 'agentgraphs[math]' "
-                          "(or configure a judge engine)") from None
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    if not isinstance(answer, str) or not answer.strip():
-        return 0.0
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    try:
-        target = _parse_math(answer[-_MAX_ANSWER_CHARS:])
-        if not target:
-            return 0.0
-        for gold in golds:
-            parsed = _parse_math(str(gold))
-            if parsed and verify(parsed, target, timeout_seconds=timeout):
-                return 1.0
-    except Exception:  # math-verify's own failures (sympy on odd input, timeouts): not equivalent
-        return 0.0
-    return 0.0
+    return math_verify_check(answer, golds, timeout_s=timeout_s)["score"]
 
 
 _VERDICT_KEY = re.compile(r'"?true_false"?\s*[:=]\s*"?(true|false)', re.IGNORECASE)

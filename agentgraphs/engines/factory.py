@@ -36,18 +36,29 @@ def resolve_model_dir(target: str) -> str:
     return str(resolve()) if resolve is not None else target
 
 
-def make_engine(spec: str, **kwargs: object) -> Engine:
+def make_engine(spec: str, *, request_timeout_s: float | None = None, max_retries: int | None = None,
+                **kwargs: object) -> Engine:
     """Build an engine from a short string (see the module docstring for the grammar).
 
-    `hf:` needs an existing local directory (ConfigError otherwise, before transformers reads a missing
-    path as a hub repo id and fails obscurely).
+    `request_timeout_s` and `max_retries` set an HTTP engine's (`sglang:`, `openai:`) per-request timeout
+    and retry count, the same for the policy and every helper (None: the engine's defaults); an
+    in-process `hf:` engine sends no requests, so they do not apply to it. `hf:` needs an existing local
+    directory (ConfigError otherwise, before transformers reads a missing path as a hub repo id and fails
+    obscurely).
 
     >>> make_engine("sglang:http://127.0.0.1:30000").name
     'sglang:http://127.0.0.1:30000'
+    >>> make_engine("openai:http://127.0.0.1:8001/v1#judge", request_timeout_s=30, max_retries=1).max_retries
+    1
     """
     kind, sep, target = spec.partition(":")
     if not sep or not target:
         raise ConfigError(f"engine {spec!r}: expected {GRAMMAR}")
+    if kind in ("sglang", "openai"):
+        if request_timeout_s is not None:
+            kwargs["timeout"] = float(request_timeout_s)
+        if max_retries is not None:
+            kwargs["max_retries"] = int(max_retries)
     if kind == "sglang":
         from .sglang import SGLangEngine
 

@@ -1,18 +1,21 @@
 """Evaluate AgentFlow on AIME 2024 and print the seed's table: accuracy over n samples per problem.
 
-    # planner = the trained checkpoint on one SGLang server, helpers (analysis, commands, verifier,
-    # final output, tools) = the fixed Qwen2.5-7B-Instruct on another, as in training
+    # planner (query analysis and steps) = the trained checkpoint on one SGLang server, helpers (commands,
+    # verifier, final output, tools) = the fixed Qwen2.5-7B-Instruct on another, as in training
     python examples/agentflow/evaluate.py data/agentflow/aime24.jsonl \
         --engine sglang:http://127.0.0.1:30000 --tokenizer /root/AgentFlow-7B \
         --helper helper=sglang:http://127.0.0.1:30001 --n-samples 8 --out out/aime24
 
-    # an LLM judge instead of math-verify (the original's reward): add --helper judge=SPEC
+    # the judge for answers the boxed rule does not match exactly: add --helper judge=SPEC
+    # the AgentFlow paper's setup instead of the seed's: add -o variant=original
 
 Every row runs `--n-samples` times through `agentgraphs.cli.run_command("agentflow", ..., evaluation=True)`
 (nothing trainable; `eval_max_steps` applies) with the original's inference sampling for the planner
 (temperature 0.7 here as in training; pass --temperature 0 for greedy). A sample is correct when its reward
-is 1.0 (math-verify on the <answer>, or the judge). The table reports, as the seed does, the mean accuracy over
-all samples (avg@n), plus pass@n (a problem solved by any sample) and maj@n (the most frequent answer is right).
+is 1.0: with `variant: seed` (the default) the seed's rule (the <answer>'s last \\boxed{} or line rule,
+normalised, equal to the label), else the judge; with `-o variant=original` the judge, else math-verify.
+The table reports, as the seed does, the mean accuracy over all samples (avg@n), plus pass@n (a problem
+solved by any sample) and maj@n (the most frequent answer is right).
 OUT holds samples.jsonl, traces.jsonl, summary.json and aime_table.md.
 """
 
@@ -84,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--helper", action="append", default=[], help="NAME=SPEC (helper, judge), repeatable")
     p.add_argument("--n-samples", type=int, default=8)
     p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--max-new-tokens", type=int, default=4096, help="cap of every call (the seed's: 4096)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--model-name", default="AgentFlow")
     p.add_argument("-o", "--option", action="append", default=[], help="agent option KEY=VALUE")

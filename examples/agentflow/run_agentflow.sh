@@ -1,17 +1,19 @@
 #!/bin/bash
 # AgentFlow (planner -> executor -> verifier, Flow-GRPO) trained with GRPO in slime, through rl_bridge.
 #
-# Mirrors the seed reproduction: Qwen2.5-7B-Instruct as the planner (the only trained call), GRPO +
-# low_var_kl KL loss, DAPO-Math-17K training, AIME 2024 evaluation. The planner is served by slime's own
-# SGLang engines (the router, port from slime); the helper model (analysis, commands, verifier, final
-# output, the tools' own calls, the judge) is a FIXED Qwen2.5-7B-Instruct on a separate SGLang server
-# (HELPER_PORT, on its own GPUs). Run inside the slimerl/slime image with this repository installed:
+# Mirrors the seed reproduction (Takenzz/AgentFlow@4b5aa84, agentic/agentflow/agentflow_qwen25_7b_rl_v2.sh):
+# Qwen2.5-7B-Instruct as the planner (its query analysis and its steps are the trained calls: the YAML's
+# `variant: seed`), GRPO + low_var_kl KL loss, DAPO-Math-17K training, AIME 2024 evaluation, the seed's
+# batch sizes, clip and weight decay. The planner is served by slime's own SGLang engines (the router, port
+# from slime); the helper model (commands, verifier, final output, the tools' own calls, the judge) is a
+# FIXED Qwen2.5-7B-Instruct on a separate SGLang server (HELPER_PORT, on its own GPUs). Run inside the
+# slimerl/slime image with this repository installed:
 #
 #   python examples/agentflow/prepare_data.py --source BytedTsinghua-SIA/DAPO-Math-17k --dedup --out ${DATA_DIR}/train.jsonl
 #   python examples/agentflow/prepare_data.py --source HuggingFaceH4/aime_2024 --out ${DATA_DIR}/aime24.jsonl
 #   bash examples/agentflow/run_agentflow.sh
 #
-# The method's options (steps, tools, role engines, sandbox limits) live in agentflow.yaml.
+# The method's options (variant, tools, role engines, sandbox limits) live in agentflow.yaml.
 # python_coder runs model-written code in agentgraphs.sandbox: install bubblewrap and the `sandbox`
 # extra in the image (`apt-get install -y bubblewrap`, `pip install 'agentgraphs[sandbox,math]'`) and
 # check `python -m agentgraphs.sandbox` before training.
@@ -67,21 +69,23 @@ ROLLOUT_ARGS=(
    # no --apply-chat-template: the graph renders its own prompts
    --rollout-shuffle
    --num-rollout 200
-   --rollout-batch-size 32
+   --rollout-batch-size 8               # the seed's
    --n-samples-per-prompt 8
-   --rollout-max-response-len 2048      # per engine call: the planner's next step
-   --rollout-temperature 0.7            # AgentFlow's training temperature
+   --rollout-max-response-len 4096      # caps each engine call: the seed's engines ask 4096 tokens per call
+   --rollout-temperature 0.7            # AgentFlow's training temperature (the seed's helpers sample with it too)
    # Flow-GRPO rows, not trajectories: rl_bridge.convert expands each trajectory into one row per
-   # planner turn (1..max_steps = 3), so 32 x 8 trajectories give 256-768 rows.
-   --global-batch-size 256
+   # trained turn (the analysis + 1..5 steps), so 8 x 8 trajectories give 128-384 rows, trimmed to a
+   # multiple of the global batch size as the seed's converter trims them.
+   --global-batch-size 64
 )
 
 EVAL_ARGS=(
    --eval-interval 10
    --eval-prompt-data aime24 "${DATA_DIR}/aime24.jsonl"
-   --n-samples-per-eval-prompt 8
-   --eval-max-response-len 2048
+   --n-samples-per-eval-prompt 1        # the seed evaluates one sample per problem
+   --eval-max-response-len 4096
    --eval-temperature 0.7
+   --eval-top-p 0.95
 )
 
 PERF_ARGS=(
@@ -93,7 +97,7 @@ PERF_ARGS=(
    --recompute-method uniform
    --recompute-num-layers 1
    --use-dynamic-batch-size
-   # a planner row: its prompt (query, analysis, tool metadata, memory of <= 3 steps) + 2048 response tokens
+   # a planner row: its prompt (query, analysis, tool metadata, memory of <= 5 steps) + <= 4096 response tokens
    --max-tokens-per-gpu 16384
 )
 
@@ -104,14 +108,14 @@ GRPO_ARGS=(
    --kl-loss-type low_var_kl
    --entropy-coef 0.00
    --eps-clip 0.2
-   --eps-clip-high 0.28
+   --eps-clip-high 0.3
 )
 
 OPTIMIZER_ARGS=(
    --optimizer adam
    --lr 1e-6
    --lr-decay-style constant
-   --weight-decay 0.01
+   --weight-decay 0.1
    --adam-beta1 0.9
    --adam-beta2 0.98
 )

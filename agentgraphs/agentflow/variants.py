@@ -1,0 +1,55 @@
+"""AgentFlow's two presets: the seed's training (the default) and the original paper's.
+
+`AgentFlowOptions(variant=...)` fills every option below that the input does not set; an option given
+explicitly wins. SOURCES says where each seed value comes from in the seed repository (Takenzz/AgentFlow,
+commit 4b5aa84, folder agentic/agentflow); README's AgentFlow section prints this table.
+
+>>> VARIANTS["seed"]["max_steps"], VARIANTS["original"]["max_steps"]
+(5, 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["VARIANTS", "SOURCES", "SEED_COMMIT"]
+
+SEED_COMMIT = "Takenzz/AgentFlow@4b5aa84 agentic/agentflow"
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "seed": {
+        "max_steps": 5,
+        "train_analysis": True,
+        "analyzer_engine": "policy",
+        "reward_split": "divide",
+        "answer_check": "boxed_exact",
+        "planner_max_new_tokens": 4096,
+        "helper_max_new_tokens": 4096,
+        "helper_temperature": None,
+        "planner_token_budget": 131072,
+    },
+    "original": {
+        "max_steps": 3,
+        "train_analysis": False,
+        "analyzer_engine": "helper",
+        "reward_split": "broadcast",
+        "answer_check": "math_verify",
+        "planner_max_new_tokens": 2048,
+        "helper_max_new_tokens": 2048,
+        "helper_temperature": 0.0,
+        "planner_token_budget": None,
+    },
+}
+
+# option -> (seed file:line, what is there)
+SOURCES: dict[str, tuple[str, str]] = {
+    "max_steps": ("core/solver.py:33, rollout.py:145", "Solver's default max_steps=5; rollout.py passes none"),
+    "train_analysis": ("core/solver.py:78-85", "the planner's query analysis is training sequence #0, mask all 1"),
+    "analyzer_engine": ("rollout.py:137-138, core/solver.py:47", "the analysis runs on the planner engine"),
+    "reward_split": ("custom_convert.py:75-77", "group-normalised advantage / number of turns"),
+    "answer_check": ("rollout.py:232-244", "last \\boxed{} (else a regex), normalised, == label, else the judge"),
+    "planner_max_new_tokens": ("rollout.py:113", "the planner engine's max_new_tokens=4096"),
+    "helper_max_new_tokens": ("rollout.py:122-134", "helper engines' max_new_tokens=4096"),
+    "helper_temperature": ("rollout.py:122-134", "helpers sample with the rollout's sampling params"),
+    "planner_token_budget": ("core/solver.py:27, 161-164", "no new step once planner tokens >= 131072"),
+}
