@@ -15,10 +15,10 @@ cpuacct) and a private unprivileged uid; `capabilities()` reports which protecti
 `python -m agentgraphs.sandbox` prints the report for this machine.
 """
 
-from .detect import PROTECTIONS, Capabilities, capabilities, format_report
+from .detect import Capabilities, capabilities, format_report
 from .explain import explain
 from .runner import run_python, run_python_async
-from .types import ExecutionResult, SandboxError, SandboxLimits, SandboxUnavailableError
+from .types import PROTECTIONS, ExecutionResult, SandboxError, SandboxLimits, SandboxUnavailableError
 
 __all__ = [
     "PROTECTIONS",

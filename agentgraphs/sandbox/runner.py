@@ -21,9 +21,11 @@ from typing import Any
 
 from . import launch
 from .cgroups import ExecutionCgroup
-from .detect import Plan, current_plan
+from .detect import allowed_missing, current_plan
+from .plan import Plan
 from .seccomp import program_fd
-from .types import ExecutionResult, LimitHit, SandboxError, SandboxLimits, SandboxUnavailableError, Status
+from .supervisor import descendants, tree_usage
+from .types import PROTECTIONS, ExecutionResult, LimitHit, SandboxError, SandboxLimits, SandboxUnavailableError, Status
 from .uids import UidLease, lease_uid
 
 __all__ = ["run_python", "run_python_async"]
@@ -35,6 +37,9 @@ _HANDSHAKE_S = 30.0  # bubblewrap must report its child within this long
 
 def run_python(code: str, limits: SandboxLimits | None = None) -> ExecutionResult:
     """Run `code` in a fresh sandbox and return what happened; never raises for anything the code does.
+
+    Raises SandboxUnavailableError, before any code starts, when a protection does not hold on this
+    machine and `limits.allow_missing` does not name it (the message says what to install or opt out of).
 
     >>> r = run_python("print(sum(range(10)))")
     >>> r["status"], r["stdout"]
@@ -83,6 +88,7 @@ class _Run:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self.reaper: int | None = None  # bubblewrap's pid 1 (host pid)
         self.cgroup: ExecutionCgroup | None = None
         self.lease: UidLease | None = None
         self.workdir: str | None = None
@@ -102,6 +108,14 @@ class _Run:
         """Kill the execution's processes: the cgroup's members first, so that bubblewrap (outside the
         group) reaps its sandbox and exits by itself; then whatever is left of the process tree."""
         proc = self.proc
+        if self.cgroup is None and self.reaper is not None:
+            # no cgroup: killing bubblewrap's pid 1 makes the kernel kill its whole pid namespace; the
+            # processes seen now are waited for in close(), so that none is still dying when the run returns
+            self.seen |= set(descendants(self.reaper)) | {self.reaper}
+            try:
+                os.kill(self.reaper, signal.SIGKILL)
+            except OSError:
+                pass
         if self.cgroup is not None:  # the code, its descendants and bubblewrap's pid 1 (the outer
             self.seen |= self.cgroup.members()  # bwrap process is outside: it reaps them and exits)
             self.cgroup.kill_all()
@@ -160,20 +174,20 @@ def _execute(code: str, limits: SandboxLimits, cancel: threading.Event | None) -
 
 
 def execute_with_plan(code: str, limits: SandboxLimits, plan: Plan | None,
-                      cancel: threading.Event | None = None) -> ExecutionResult:
-    """One execution under `plan` (None: the detected one); the detection probe passes its own."""
+                      cancel: threading.Event | None = None, *, enforce: bool = True) -> ExecutionResult:
+    """One execution under `plan` (None: the detected one). `enforce=False` is for detection's probes,
+    which run under a plan whose protections are still being established."""
     if not isinstance(code, str):
         raise SandboxError(f"code must be a str (got {type(code).__name__}). Fix: pass the program's text")
     if not isinstance(limits, SandboxLimits):
         raise SandboxError(f"limits must be a SandboxLimits (got {type(limits).__name__}). Fix: "
                            "SandboxLimits(wall_s=..., memory_bytes=...)")
     plan = plan or current_plan()
-    missing = sorted(limits.require - set(plan.held)) if limits.require else []
-    if missing:
-        raise SandboxUnavailableError(
-            f"required protection(s) {missing} do not hold here: "
-            + "; ".join(f"{m}: {plan.protections.get(m, 'unknown protection')}" for m in missing)
-            + ". Fix: install what agentgraphs.sandbox.format_report() names, or drop them from require")
+    if enforce:
+        allowed = limits.allow_missing | allowed_missing()
+        missing = [p for p in PROTECTIONS if p not in plan.held and p not in allowed]
+        if missing:
+            raise SandboxUnavailableError(plan.refusal(missing), missing)
     run = _Run()
     start = time.monotonic()
     try:
@@ -193,13 +207,11 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
     if plan.drop_uid:
         run.lease = lease_uid()
     uid = run.lease.uid if run.lease is not None else None
-    if plan.controllers:
+    if plan.cgroups is not None and plan.controllers:
         extra = 1 if plan.bwrap is not None else 0  # bubblewrap's pid 1 is in the group too
-        run.cgroup = ExecutionCgroup(list(plan.controllers), max_processes=limits.max_processes + extra,
+        run.cgroup = ExecutionCgroup(plan.cgroups, max_processes=limits.max_processes + extra,
                                      memory_bytes=limits.memory_bytes)
-    nproc = None  # only the code runs under the private uid; with a pids cgroup that binds (and counts) first
-    if uid is not None:
-        nproc = limits.max_processes + (1 if "pids" in plan.controllers else 0)
+    nproc = _nproc(plan, limits, uid)
     seccomp_fd = program_fd(plan.seccomp) if plan.seccomp is not None else -1
     if seccomp_fd >= 0:
         run.fds.append(seccomp_fd)
@@ -211,7 +223,8 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         info_r, info_w = os.pipe()
         run.fds += [info_r, info_w]
         mounts = launch.readonly_paths(python, limits.extra_ro_paths)
-        config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc, address_space=False,
+        config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc,
+                                        address_space="memory" not in plan.controllers,
                                         site_dirs=launch.site_dirs(python))
         argv = launch.bwrap_argv(plan.bwrap, mounts, limits, privileged=os.geteuid() == 0, info_fd=info_w,
                                  seccomp_fd=seccomp_fd, command=launch.python_argv(python, config))
@@ -222,6 +235,7 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         reaper = _read_child_pid(info_r)
         if reaper is None:
             raise SandboxError("bubblewrap did not start its sandbox: " + _stderr_now(run.proc))
+        run.reaper = reaper
         if run.cgroup is not None:
             # the reaper (bubblewrap's pid 1) joins while it is still setting up mounts, so the code's
             # process it forks later is born inside; one forked before the move is moved as well
@@ -243,6 +257,18 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         if run.cgroup is not None:  # while the interpreter starts up; it runs nothing of the code before go
             run.cgroup.add(run.proc.pid)
     os.write(go_w, b"1")
+
+
+def _nproc(plan: Plan, limits: SandboxLimits, uid: int | None) -> int | None:
+    """RLIMIT_NPROC for the code, where it counts only this execution's tasks: under a private uid (only the
+    code's processes have it) or in bubblewrap's fresh user namespace (the kernel counts per user namespace;
+    bubblewrap's pid 1 is one of them). With a pids cgroup the cgroup binds first (it reports the refusal)."""
+    cgroup_first = 1 if "pids" in plan.controllers else 0
+    if uid is not None:
+        return limits.max_processes + cgroup_first
+    if plan.bwrap is not None and plan.userns:
+        return limits.max_processes + 1 + cgroup_first
+    return None
 
 
 def _children(pid: int) -> list[int]:
@@ -311,6 +337,7 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
     truncated = False
     deadline = start + limits.wall_s
     exited_at: float | None = None
+    watch = _Watch(run, plan, limits)
     try:
         while selector.get_map():
             now = time.monotonic()
@@ -331,6 +358,16 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
                 reason = "cpu_limit"
                 hits.append("cpu")
                 break
+            if run.cgroup is not None and run.cgroup.oom_killed():  # one process killed: the run ends
+                reason = "memory_limit"
+                hits.append("memory")
+                break
+            if exited_at is None:
+                over = watch.check(now)
+                if over is not None:
+                    reason, hit = over
+                    hits.append(hit)
+                    break
             for key, _ in selector.select(min(_POLL_S, deadline - now)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -356,6 +393,8 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
     proc.wait()
     wall = time.monotonic() - start
     cpu_s = run.cgroup.cpu_s() if run.cgroup is not None else None
+    if cpu_s is None and watch.active:
+        cpu_s = watch.cpu_s
     peak = run.cgroup.peak_memory() if run.cgroup is not None else None
     code_rc, sig = _exit_status(proc.returncode, plan.bwrap is not None)
     stderr = bytes(buffers[proc.stderr.fileno()])
@@ -365,6 +404,8 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
         hits.append("memory")
     if run.cgroup is not None and run.cgroup.fork_refused():
         hits.append("processes")
+    elif "pids" not in plan.controllers and watch.peak_tasks >= limits.max_processes:
+        hits.append("processes")  # it reached the ceiling RLIMIT_NPROC holds it at
     if sig in ("SIGXCPU",) or (sig == "SIGKILL" and reason is None and cpu_s is not None
                                and cpu_s >= limits.cpu_s):
         hits.append("cpu")
@@ -379,6 +420,55 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
             reason = "error"
     return _result(reason, code_rc, sig, bytes(buffers[proc.stdout.fileno()]), stderr, truncated,
                    list(dict.fromkeys(hits)), wall, cpu_s, peak, plan)
+
+
+class _Watch:
+    """The parent's own count of the execution's tasks, memory and CPU (`supervisor.tree_usage`), for each
+    of them that no cgroup counts; checked every _POLL_S while the code runs."""
+
+    def __init__(self, run: _Run, plan: Plan, limits: SandboxLimits) -> None:
+        self.run = run
+        self.limits = limits
+        self.tasks = "pids" not in plan.controllers
+        self.memory = "memory" not in plan.controllers
+        self.cpu = "cpu" not in plan.controllers
+        self.active = self.tasks or self.memory or self.cpu
+        self.next_at = 0.0
+        self.peak_tasks = 0
+        self.cpu_s: float | None = None
+
+    def check(self, now: float) -> tuple[Status, LimitHit] | None:
+        if not self.active or now < self.next_at:
+            return None
+        self.next_at = now + _POLL_S
+        run = self.run
+        if run.reaper is not None:
+            usage = tree_usage(run.reaper, include_root=False)
+        elif run.proc is not None:
+            usage = tree_usage(run.proc.pid, include_root=True)
+        else:
+            return None
+        self.peak_tasks = max(self.peak_tasks, usage.tasks)
+        self.cpu_s = max(self.cpu_s or 0.0, usage.cpu_s)
+        if self.tasks and usage.tasks > self.limits.max_processes:
+            return "process_limit", "processes"
+        if self.memory and usage.memory_bytes + self._tmpfs_bytes() > self.limits.memory_bytes:
+            return "memory_limit", "memory"
+        if self.cpu and usage.cpu_s > self.limits.cpu_s:
+            return "cpu_limit", "cpu"
+        return None
+
+    def _tmpfs_bytes(self) -> int:
+        """What the code holds in its /tmp tmpfs (memory too), seen through bubblewrap's pid 1's root."""
+        if self.run.reaper is None:
+            return 0
+        try:
+            st = os.statvfs(f"/proc/{self.run.reaper}/root/tmp")
+        except OSError:
+            return 0
+        if abs(st.f_blocks * st.f_frsize - self.limits.tmp_bytes) >= st.f_frsize:
+            return 0  # not (yet) the sandbox's own /tmp: bubblewrap is still setting up its mounts
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def _exit_status(returncode: int | None, via_bwrap: bool) -> tuple[int | None, str | None]:
