@@ -95,6 +95,28 @@ class _Run:
         self.fds: list[int] = []
         self.notes: list[str] = []
         self.seen: set[int] = set()  # host pids of the execution's processes seen when killing
+        self.tree_cpu_s: float | None = None  # CPU of the whole waited-for tree, from wait4's rusage
+
+    def poll(self, timeout_s: float = 0.0) -> int | None:
+        """Reap the main process (bubblewrap, or the interpreter) within `timeout_s`: its exit status, or
+        None. Reaped with wait4, whose rusage holds the CPU time of every process below it that was waited
+        for (bubblewrap's pid 1 waits for everything in its pid namespace)."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return None if proc is None else proc.returncode
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                return proc.poll()
+            if pid == proc.pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                self.tree_cpu_s = usage.ru_utime + usage.ru_stime
+                return proc.returncode
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.002)
 
     def close_fds(self) -> None:
         for fd in self.fds:
@@ -119,12 +141,9 @@ class _Run:
         if self.cgroup is not None:  # the code, its descendants and bubblewrap's pid 1 (the outer
             self.seen |= self.cgroup.members()  # bwrap process is outside: it reaps them and exits)
             self.cgroup.kill_all()
-            if proc is not None and proc.poll() is None:
-                try:
-                    proc.wait(timeout=0.5)
-                except subprocess.TimeoutExpired:
-                    pass
-        if proc is not None and proc.poll() is None:
+            if proc is not None and self.poll() is None:
+                self.poll(0.5)
+        if proc is not None and self.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # its own session: the tree unless a child left it
             except OSError:
@@ -143,7 +162,8 @@ class _Run:
                         stream.close()
                     except OSError:
                         pass
-            self.proc.wait()
+            while self.poll(1.0) is None:
+                pass
         _wait_gone(self.seen)
         self.close_fds()
         if self.cgroup is not None and not self.cgroup.close():
@@ -341,7 +361,7 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
     try:
         while selector.get_map():
             now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
+            if exited_at is None and run.poll() is not None:
                 exited_at = now
                 run.kill()  # the code returned: whatever it left running goes too
             if exited_at is not None and now - exited_at > _DRAIN_S:
@@ -384,17 +404,16 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
                 break
     finally:
         selector.close()
-    if reason is None and proc.poll() is None:  # its output ended: let it exit by itself first
-        try:
-            proc.wait(timeout=_DRAIN_S)
-        except subprocess.TimeoutExpired:
-            pass
+    if reason is None and run.poll() is None:  # its output ended: let it exit by itself first
+        run.poll(_DRAIN_S)
     run.kill()
-    proc.wait()
+    while run.poll(1.0) is None:
+        pass
     wall = time.monotonic() - start
     cpu_s = run.cgroup.cpu_s() if run.cgroup is not None else None
-    if cpu_s is None and watch.active:
-        cpu_s = watch.cpu_s
+    if cpu_s is None:  # every process that was waited for (an escaped orphan is not, nor counted)
+        cpu_s = max(run.tree_cpu_s or 0.0, watch.cpu_s or 0.0) if run.tree_cpu_s is not None or watch.active \
+            else None
     peak = run.cgroup.peak_memory() if run.cgroup is not None else None
     code_rc, sig = _exit_status(proc.returncode, plan.bwrap is not None)
     stderr = bytes(buffers[proc.stderr.fileno()])
