@@ -182,8 +182,8 @@ def test_cpu_limit_stops_a_busy_loop():
     if r is None:
         return
     assert r["status"] == "cpu_limit" and "cpu" in r["limits_hit"]
-    if r["cpu_s"] is not None:
-        assert r["cpu_s"] >= 0.9
+    if r["cpu_s"] is not None:  # it did burn CPU, not merely run out of wall time (the exact figure varies
+        assert r["cpu_s"] >= 0.5  # with the accounting: RLIMIT_CPU, cgroup, wait4)
 
 
 def test_cpu_limit_counts_all_processes_together():

@@ -49,12 +49,19 @@ def _world_readable_copy() -> Path:
     return base
 
 
+def _pythonpath(copy: Path) -> str:
+    """The copy, then AGENTGRAPHS_UNPRIVILEGED_PYTHONPATH (where pytest lies for a bare system python)."""
+    extra = os.environ.get("AGENTGRAPHS_UNPRIVILEGED_PYTHONPATH", "")
+    return f"{copy}:{extra}" if extra else str(copy)
+
+
 def _interpreter_for_nobody(copy: Path) -> str | None:
-    """The first interpreter uid 65534 can start with pytest and the package importable."""
+    """The first interpreter uid 65534 can start with pytest and the package importable
+    (AGENTGRAPHS_UNPRIVILEGED_PYTHON first, then the one bootstrap builds, then this one)."""
     candidates = [os.environ.get("AGENTGRAPHS_UNPRIVILEGED_PYTHON", ""), f"{UNPRIVILEGED_VENV}/bin/python",
                   sys.executable]
     for python in filter(None, candidates):
-        check = subprocess.run(_as_nobody(["env", "-i", f"PYTHONPATH={copy}", python, "-c",
+        check = subprocess.run(_as_nobody(["env", "-i", f"PYTHONPATH={_pythonpath(copy)}", python, "-c",
                                            "import pytest, agentgraphs.sandbox"]),
                                capture_output=True, cwd=copy, timeout=60)
         if check.returncode == 0:
@@ -101,7 +108,7 @@ def test_escape_suite_as_an_unprivileged_user():
         if python is None:
             pytest.fail(f"no interpreter uid {NOBODY} can run pytest with: run `scripts/bootstrap.sh test`, which "
                         f"builds {UNPRIVILEGED_VENV} from /usr/bin/python3 (or set AGENTGRAPHS_UNPRIVILEGED_PYTHON)")
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(copy), "PYTHONPATH": str(copy),
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(copy), "PYTHONPATH": _pythonpath(copy),
                "LANG": "C.UTF-8"}
         env["AGENTGRAPHS_SANDBOX_EXPECT_ALL"] = "1" if _all_mechanisms_start(env, python, copy, nobody=True) else "0"
         report = subprocess.run(_as_nobody([python, "-m", "agentgraphs.sandbox"]), env=env, cwd=copy,
@@ -116,7 +123,8 @@ def test_escape_suite_as_an_unprivileged_user():
 def test_escape_suite_as_root_without_cgroups():
     if os.geteuid() != 0:
         pytest.skip("this shape is root's; the unprivileged shape is the other test")
-    env = dict(os.environ, AGENTGRAPHS_SANDBOX_DISABLE="cgroups", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, AGENTGRAPHS_SANDBOX_DISABLE="cgroups",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])))
     env.pop("PYTEST_CURRENT_TEST", None)
     env["AGENTGRAPHS_SANDBOX_EXPECT_ALL"] = "1" if _all_mechanisms_start(env, sys.executable, ROOT, nobody=False) \
         else "0"
