@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -89,6 +90,7 @@ class _Run:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.reaper: int | None = None  # bubblewrap's pid 1 (host pid)
+        self.reaper_fd: int | None = None  # a pidfd for it: signalled without any risk of a reused pid
         self.cgroup: ExecutionCgroup | None = None
         self.lease: UidLease | None = None
         self.workdir: str | None = None
@@ -134,10 +136,11 @@ class _Run:
             # no cgroup: killing bubblewrap's pid 1 makes the kernel kill its whole pid namespace; the
             # processes seen now are waited for in close(), so that none is still dying when the run returns
             self.seen |= set(descendants(self.reaper)) | {self.reaper}
-            try:
-                os.kill(self.reaper, signal.SIGKILL)
-            except OSError:
-                pass
+            if self.reaper_fd is not None:
+                try:
+                    signal.pidfd_send_signal(self.reaper_fd, signal.SIGKILL)
+                except OSError:
+                    pass  # already gone
         if self.cgroup is not None:  # the code, its descendants and bubblewrap's pid 1 (the outer
             self.seen |= self.cgroup.members()  # bwrap process is outside: it reaps them and exits)
             self.cgroup.kill_all()
@@ -256,6 +259,11 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         if reaper is None:
             raise SandboxError("bubblewrap did not start its sandbox: " + _stderr_now(run.proc))
         run.reaper = reaper
+        try:
+            run.reaper_fd = os.pidfd_open(reaper)
+            run.fds.append(run.reaper_fd)
+        except (OSError, AttributeError):
+            run.reaper_fd = None  # without pidfds (Linux < 5.3) the sandbox dies with bubblewrap instead
         if run.cgroup is not None:
             # the reaper (bubblewrap's pid 1) joins while it is still setting up mounts, so the code's
             # process it forks later is born inside; one forked before the move is moved as well
@@ -462,6 +470,8 @@ class _Watch:
         self.next_at = now + _POLL_S
         run = self.run
         if run.reaper is not None:
+            if run.reaper_fd is not None and _exited(run.reaper_fd):
+                return None  # its pid may already name another process
             usage = tree_usage(run.reaper, include_root=False)
         elif run.proc is not None:
             usage = tree_usage(run.proc.pid, include_root=True)
@@ -488,6 +498,13 @@ class _Watch:
         if abs(st.f_blocks * st.f_frsize - self.limits.tmp_bytes) >= st.f_frsize:
             return 0  # not (yet) the sandbox's own /tmp: bubblewrap is still setting up its mounts
         return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process behind a pidfd has exited (a pidfd turns readable then)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _exit_status(returncode: int | None, via_bwrap: bool) -> tuple[int | None, str | None]:
