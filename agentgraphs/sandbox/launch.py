@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from .types import SandboxLimits
 
 __all__ = ["PROLOGUE", "CODE_FILENAME", "prologue_config", "base_env", "readonly_paths", "site_dirs", "bwrap_argv",
+           "tmpfs_bytes",
            "python_argv"]
 
 CODE_FILENAME = "<code>"
@@ -194,12 +195,22 @@ _DEV_NODES = ("null", "zero", "full", "random", "urandom")
 SHM_DIR = "/tmp/.shm"
 
 
+def tmpfs_bytes(limits: SandboxLimits, *, memory_cgroup: bool) -> int:
+    """The size of the sandbox's one writable tmpfs: tmp_bytes, and without a memory cgroup (which would
+    charge its pages) at most memory_bytes too, since tmpfs files are memory no rlimit sees.
+
+    >>> tmpfs_bytes(SandboxLimits(tmp_bytes=512 << 20, memory_bytes=128 << 20), memory_cgroup=False) >> 20
+    128
+    """
+    return limits.tmp_bytes if memory_cgroup else min(limits.tmp_bytes, limits.memory_bytes)
+
+
 def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, privileged: bool, info_fd: int,
-               seccomp_fd: int, command: list[str]) -> list[str]:
+               seccomp_fd: int, command: list[str], tmpfs_size: int | None = None) -> list[str]:
     """bubblewrap's command line: every namespace, read-only mounts, one size-capped tmpfs for all writes.
 
-    The only writable mount is /tmp (a tmpfs of tmp_bytes, the working directory); /dev/shm is a link
-    into it (/tmp/.shm), so POSIX shared memory shares that budget. The root tmpfs bubblewrap builds the
+    The only writable mount is /tmp (the working directory: a tmpfs of `tmpfs_size`, by default tmp_bytes);
+    /dev/shm is a link into it (/tmp/.shm), so POSIX shared memory shares that budget. The root tmpfs bubblewrap builds the
     sandbox in and a minimal /dev (its own tmpfs with the harmless device nodes bound in) are remounted
     read-only at the end. privileged (this process is root): no user namespace (the prologue drops to a
     private uid itself, so bubblewrap keeps only CAP_SETUID/CAP_SETGID for it, under no_new_privs);
@@ -214,7 +225,8 @@ def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, priv
         argv += ["--unshare-user"]
     # the writable tmpfs first: read-only mounts below /tmp (a checkout's .venv there, as in a CI clone) are
     # then bound on top of it instead of being hidden by it
-    argv += ["--proc", "/proc", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+    size = limits.tmp_bytes if tmpfs_size is None else tmpfs_size
+    argv += ["--proc", "/proc", "--size", str(size), "--perms", "1777", "--tmpfs", "/tmp",
              "--perms", "1777", "--dir", SHM_DIR, "--size", "65536", "--perms", "0755", "--tmpfs", "/dev"]
     for node in _DEV_NODES:
         argv += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]

@@ -250,6 +250,7 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
                                         address_space="memory" not in plan.controllers,
                                         site_dirs=launch.site_dirs(python))
         argv = launch.bwrap_argv(plan.bwrap, mounts, limits, privileged=os.geteuid() == 0, info_fd=info_w,
+                                 tmpfs_size=launch.tmpfs_bytes(limits, memory_cgroup="memory" in plan.controllers),
                                  seccomp_fd=seccomp_fd, command=launch.python_argv(python, config))
         passed = (go_r, info_w) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
         run.proc = subprocess.Popen(argv, env=launch.base_env(limits, "/tmp"), cwd="/", pass_fds=passed,
@@ -495,7 +496,7 @@ class _Watch:
             st = os.statvfs(f"/proc/{self.run.reaper}/root/tmp")
         except OSError:
             return 0
-        if abs(st.f_blocks * st.f_frsize - self.limits.tmp_bytes) >= st.f_frsize:
+        if abs(st.f_blocks * st.f_frsize - launch.tmpfs_bytes(self.limits, memory_cgroup=False)) >= st.f_frsize:
             return 0  # not (yet) the sandbox's own /tmp: bubblewrap is still setting up its mounts
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 

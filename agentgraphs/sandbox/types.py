@@ -48,7 +48,8 @@ class SandboxLimits:
       user namespace; a supervisor counting the tasks of the pid namespace).
     - max_output_bytes: stdout + stderr together; past it the execution is killed and marked truncated.
     - tmp_bytes: everything the code can write, together: the working directory /tmp is the only writable
-      mount (a tmpfs of this size; /dev/shm points into it; /, /dev and the rest are read-only).
+      mount (a tmpfs of this size; /dev/shm points into it; /, /dev and the rest are read-only). Without a
+      memory cgroup the tmpfs is also capped at memory_bytes (its files are memory no rlimit sees).
     - max_open_files: RLIMIT_NOFILE.
     - python: the interpreter (default: the one running this process, with its site-packages).
     - extra_ro_paths: more host paths the code may read (bind-mounted read-only at the same place).
