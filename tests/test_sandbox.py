@@ -119,7 +119,8 @@ def _leftover_cgroups() -> list[str]:
     setup = current_plan().cgroups
     if setup is None:
         return []
-    return sorted({p.name for parent in setup.parents.values() for p in parent.glob(f"agentgraphs-sbx-{os.getpid()}-*")})
+    mine = f"agentgraphs-sbx-{os.getpid()}-*"
+    return sorted({p.name for parent in setup.parents.values() for p in parent.glob(mine)})
 
 
 @pytest.fixture(autouse=True)
@@ -589,7 +590,8 @@ def test_per_user_counters_of_the_host_user_are_out_of_reach():
         "    if fd < 0:\n"
         "        break\n"
         "    fds.append(fd)\n"
-        "print(json.dumps({'uid': os.getuid(), 'inotify': len(fds), 'uid_map': open('/proc/self/uid_map').read().split(),"
+        "print(json.dumps({'uid': os.getuid(), 'inotify': len(fds),"
+        " 'uid_map': open('/proc/self/uid_map').read().split(),"
         " 'nproc': resource.getrlimit(resource.RLIMIT_NPROC)[0],"
         " 'sigpending': resource.getrlimit(resource.RLIMIT_SIGPENDING)[0]}))\n"
     )
@@ -666,8 +668,9 @@ def test_sixteen_executions_at_once_do_not_interfere():
         assert int(square) == i * i
         spans.append((float(start), float(end)))
     assert max(s for s, _ in spans) < min(e for _, e in spans)  # they really ran at the same time
-    assert results[14]["status"] in ("memory_limit", "timeout")
-    assert results[15]["status"] in ("timeout", "process_limit")
+    # the bombs are stopped by whichever limit they reach first (on many cores: the CPU they share)
+    assert results[14]["status"] in ("memory_limit", "timeout", "cpu_limit")
+    assert results[15]["status"] in ("timeout", "process_limit", "cpu_limit")
 
 
 def test_cancelling_an_async_execution_kills_it():

@@ -18,7 +18,13 @@ cpuacct) and a private unprivileged uid; `capabilities()` reports which protecti
 from .detect import Capabilities, capabilities, format_report
 from .explain import explain
 from .runner import run_python, run_python_async
-from .types import PROTECTIONS, ExecutionResult, SandboxError, SandboxLimits, SandboxUnavailableError
+from .types import (
+    PROTECTIONS,
+    ExecutionResult,
+    SandboxError,
+    SandboxLimits,
+    SandboxUnavailableError,
+)
 
 __all__ = [
     "PROTECTIONS",

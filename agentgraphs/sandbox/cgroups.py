@@ -33,9 +33,14 @@ CONTROLLERS = ("pids", "memory", "cpu")
 CGROUP_ENV = "AGENTGRAPHS_SANDBOX_CGROUP"
 _V1_NAME = {"pids": "pids", "memory": "memory", "cpu": "cpuacct"}
 _counter = itertools.count()
-_V2_FIX = (f"run as root, or start this program in a cgroup v2 subtree delegated to its user and holding no other "
-           f"process (e.g. `systemd-run --user --scope -p Delegate=yes python ...`), or point {CGROUP_ENV} at an "
-           "empty delegated cgroup v2 directory")
+def _v2_fix() -> str:
+    """How to get a usable cgroup v2 subtree, for this user."""
+    own = ("start this program alone in a group of its own (it then moves itself into a leaf and delegates), "
+           "e.g. `systemd-run --scope python ...`; a parent holding processes of its own must move them into a "
+           "leaf group first" if os.geteuid() == 0 else
+           "start this program in a cgroup v2 subtree delegated to its user and holding no other process "
+           "(e.g. `systemd-run --user --scope -p Delegate=yes python ...`), or run as root")
+    return f"{own}; or point {CGROUP_ENV} at an empty delegated cgroup v2 directory"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,14 +198,14 @@ def _find_v2(parent: Path, *, forced: bool) -> CgroupSetup:
     parents = {c: parent for c in CONTROLLERS}
     remove_stale_groups(parents)
     if not os.access(parent, os.W_OK):
-        why = f"cgroup v2 group {parent} is not writable by uid {os.geteuid()}. Fix: {_V2_FIX}"
+        why = f"cgroup v2 group {parent} is not writable by uid {os.geteuid()}. Fix: {_v2_fix()}"
         return CgroupSetup(2, parents, {c: why for c in CONTROLLERS})
     offered = set(_read(parent / "cgroup.controllers").split())
     for name in ("pids", "memory"):
         if name not in offered:
             usable[name] = (f"the parent of {parent} does not delegate the {name} controller (cgroup.controllers: "
                             f"{' '.join(sorted(offered)) or 'none'}). Fix: enable it in the parent's "
-                            f"cgroup.subtree_control, or {_V2_FIX}")
+                            f"cgroup.subtree_control; or {_v2_fix()}")
     wanted = [n for n in ("pids", "memory") if n in offered]
     errors = _enable(parent, wanted)
     if errors.get("memory") == errno.EBUSY or errors.get("pids") == errno.EBUSY:
@@ -213,9 +218,10 @@ def _find_v2(parent: Path, *, forced: bool) -> CgroupSetup:
         if err == errno.EBUSY:
             others = len(_read(parent / "cgroup.procs").split())
             usable[name] = (f"{parent} holds {others} process(es) besides the sandbox's groups, and cgroup v2 "
-                            f"cannot enable {name} for the children of a group with processes. Fix: {_V2_FIX}")
+                            f"cannot enable {name} for the children of a group with processes. Fix: {_v2_fix()}")
         elif err is not None:
-            usable[name] = f"cannot enable {name} in {parent}/cgroup.subtree_control: {os.strerror(err)}. Fix: {_V2_FIX}"
+            usable[name] = (f"cannot enable {name} in {parent}/cgroup.subtree_control: {os.strerror(err)}. "
+                            f"Fix: {_v2_fix()}")
     for name in CONTROLLERS:
         if name not in usable:
             usable[name] = _probe_group(2, parents, name)
@@ -268,7 +274,7 @@ def _probe_group(version: int, parents: dict[str, Path], name: str) -> str:
     try:
         probe.mkdir()
     except OSError as e:
-        fix = _V2_FIX if version == 2 else "run as root with the cgroup v1 hierarchies writable"
+        fix = _v2_fix() if version == 2 else "run as root with the cgroup v1 hierarchies writable"
         return f"cannot create a group under {parent}: {e.strerror}. Fix: {fix}"
     limit = probe
     try:

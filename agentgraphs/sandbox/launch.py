@@ -210,12 +210,12 @@ def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, priv
     """bubblewrap's command line: every namespace, read-only mounts, one size-capped tmpfs for all writes.
 
     The only writable mount is /tmp (the working directory: a tmpfs of `tmpfs_size`, by default tmp_bytes);
-    /dev/shm is a link into it (/tmp/.shm), so POSIX shared memory shares that budget. The root tmpfs bubblewrap builds the
-    sandbox in and a minimal /dev (its own tmpfs with the harmless device nodes bound in) are remounted
-    read-only at the end. privileged (this process is root): no user namespace (the prologue drops to a
-    private uid itself, so bubblewrap keeps only CAP_SETUID/CAP_SETGID for it, under no_new_privs);
-    otherwise an unprivileged user namespace. Directories above each mount are created 0755 so that the
-    dropped uid can traverse them (/root is 0700 on the host).
+    /dev/shm is a link into it (/tmp/.shm), so POSIX shared memory shares that budget. The root tmpfs
+    bubblewrap builds the sandbox in and a minimal /dev (its own tmpfs with the harmless device nodes bound
+    in) are remounted read-only at the end. privileged (this process is root): no user namespace (the
+    prologue drops to a private uid itself, so bubblewrap keeps only CAP_SETUID/CAP_SETGID for it, under
+    no_new_privs); otherwise an unprivileged user namespace. Directories above each mount are created 0755
+    so that the dropped uid can traverse them (/root is 0700 on the host).
     """
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "sandbox"]

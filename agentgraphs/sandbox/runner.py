@@ -26,7 +26,15 @@ from .detect import allowed_missing, current_plan
 from .plan import Plan
 from .seccomp import program_fd
 from .supervisor import descendants, tree_usage
-from .types import PROTECTIONS, ExecutionResult, LimitHit, SandboxError, SandboxLimits, SandboxUnavailableError, Status
+from .types import (
+    PROTECTIONS,
+    ExecutionResult,
+    LimitHit,
+    SandboxError,
+    SandboxLimits,
+    SandboxUnavailableError,
+    Status,
+)
 from .uids import UidLease, lease_uid
 
 __all__ = ["run_python", "run_python_async"]
