@@ -41,9 +41,10 @@ class SandboxLimits:
     """What one execution may use. Every field is enforced; `capabilities()` says by which mechanism.
 
     - wall_s: wall-clock seconds before the whole process tree is killed.
-    - cpu_s: CPU seconds (per process by RLIMIT_CPU; over all processes by the cgroup's cpuacct).
-    - memory_bytes: memory of all processes together (a memory cgroup; without one RLIMIT_AS per process
-      and a supervisor summing the processes' resident memory).
+    - cpu_s: CPU seconds (per process by RLIMIT_CPU; over all processes by the cgroup's CPU accounting, or
+      the parent's sum over the sandbox's pid namespace).
+    - memory_bytes: memory of all processes together, tmpfs files included (a memory cgroup; without one
+      RLIMIT_AS per process and the parent summing resident memory and the tmpfs every 50 ms).
     - max_processes: processes + threads at once (a pids cgroup; RLIMIT_NPROC under a private uid or in a
       user namespace; a supervisor counting the tasks of the pid namespace).
     - max_output_bytes: stdout + stderr together; past it the execution is killed and marked truncated.
@@ -60,6 +61,8 @@ class SandboxLimits:
 
     >>> SandboxLimits(wall_s=2).cpu_s
     10.0
+    >>> sorted(SandboxLimits(allow_missing={"per_user_limits"}).allow_missing)
+    ['per_user_limits']
     >>> SandboxLimits(memory_bytes=0)
     Traceback (most recent call last):
     ...
