@@ -65,15 +65,17 @@ for fam, host, port in cfg["listeners"]:
 f["net"] = net
 f["host_path_visible"] = os.path.exists(cfg["marker"])
 wrote = []
-for d in [cfg["marker"], "/usr", "/etc", os.path.dirname(os.__file__)]:
-    p = os.path.join(d, "agentgraphs-escape-" + cfg["token"])
-    try:
-        with open(p, "w") as h:
-            h.write("x")
+p = os.path.join(cfg["marker"], "agentgraphs-escape-" + cfg["token"])  # a real write, into a host temp dir
+try:
+    with open(p, "w") as h:
+        h.write("x")
+    wrote.append(cfg["marker"])
+    os.unlink(p)
+except OSError:
+    pass
+for d in ["/usr", "/etc", os.path.dirname(os.__file__)]:  # never written: asked whether they could be
+    if os.access(d, os.W_OK):
         wrote.append(d)
-        os.unlink(p)
-    except OSError:
-        pass
 f["wrote_outside"] = wrote
 f["env_extra"] = sorted(set(os.environ) - set(cfg["env_allowed"]))
 e = read("/proc/%%d/environ" %% cfg["host_pid"])
@@ -395,8 +397,7 @@ os.waitpid(pid, 0)
 _MEMORY_KERNEL = r'''
 import ctypes, json, os
 libc = ctypes.CDLL(None, use_errno=True)
-libc.shmat.restype = ctypes.c_void_p
-held = {"memfd": 0, "sysv_shm": 0}
+held = {"memfd": 0}
 fds = []
 try:
     for _ in range(4):
@@ -406,16 +407,13 @@ try:
             held["memfd"] += os.write(fd, b"x" * (1 << 20))
 except OSError:
     pass
-for _ in range(4):
-    shm = libc.shmget(0, 40 << 20, 0o1600)
-    if shm < 0:
-        break
-    addr = libc.shmat(shm, None, 0)
-    if addr in (None, ctypes.c_void_p(-1).value):
-        break
-    ctypes.memset(addr, 1, 40 << 20)
-    libc.shmdt(ctypes.c_void_p(addr))
-    held["sysv_shm"] += 40 << 20
+# System V memory outlives its process when detached; only asked for here (and removed at once): a
+# segment the code may create is memory no rlimit sees
+for name, make in (("sysv_shm", lambda: libc.shmget(0, 1 << 20, 0o1600)), ("sysv_msg", lambda: libc.msgget(0, 0o1600))):
+    ident = make()
+    held[name] = "allowed" if ident >= 0 else "refused"
+    if ident >= 0:
+        (libc.shmctl if name == "sysv_shm" else libc.msgctl)(ident, 0, None)  # IPC_RMID
 print(json.dumps(held), flush=True)
 '''
 
@@ -513,7 +511,8 @@ def _memory(plan: Plan, execute: Execute) -> str:
         kernel = json.loads(k["stdout"].strip().splitlines()[-1]) if k["status"] == "ok" else {}
     except (ValueError, IndexError):
         kernel = {}
-    kernel_bytes = sum(v for v in kernel.values() if isinstance(v, int))
+    kernel_bytes = kernel.get("memfd", 0) if isinstance(kernel.get("memfd"), int) else 0
+    sysv = [k for k in ("sysv_shm", "sysv_msg") if kernel.get(k) == "allowed"]
     if escaped:
         return _not_held(f"a double-forked process of the probe kept its memory after the run ({held_by} held 56 "
                          "MiB each)", f"{FIX['cgroup']}; or {FIX['bwrap']}")
@@ -522,8 +521,11 @@ def _memory(plan: Plan, execute: Execute) -> str:
         return _not_held(f"{held_by} held 56 MiB each under memory_bytes=96 MiB (status {r['status']})",
                          FIX["cgroup"])
     if k["status"] == "ok" and kernel_bytes > limit:
-        return _not_held(f"the probe held {kernel_bytes // MiB} MiB in {kernel} (memory outside every rlimit) "
+        return _not_held(f"the probe held {kernel_bytes // MiB} MiB in memfd files (memory outside every rlimit) "
                          "under memory_bytes=96 MiB", f"{FIX['cgroup']}; or {FIX['seccomp']}")
+    if "memory" not in plan.controllers and sysv:
+        return _not_held(f"without a memory cgroup the probe may create {sysv} (System V memory, outside every "
+                         "rlimit and, detached, outside every process)", f"{FIX['cgroup']}; or {FIX['seccomp']}")
     if "memory" in plan.controllers:
         how = f"cgroup v{plan.cgroups.version if plan.cgroups else '?'} memory over all processes, tmpfs included"
     else:
