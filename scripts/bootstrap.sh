@@ -16,6 +16,11 @@ if [ "$extra" = "test" ]; then
   command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v dot >/dev/null 2>&1 || missing+=(graphviz)
+  # the sandbox's unprivileged test run: setpriv, and a venv of the system python that uid 65534 can read
+  command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
+  if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -m ensurepip --version >/dev/null 2>&1; then
+    missing+=(python3-venv)
+  fi
   if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
       echo "installing ${missing[*]} (apt)"
@@ -36,3 +41,20 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extra}]"
 .venv/bin/python -c "import torch, agentgraphs, rl_bridge; print('agentgraphs', agentgraphs.__version__, 'torch', torch.__version__)"
+
+if [ "$extra" = "test" ] && [ "$(id -u)" = "0" ] && command -v setpriv >/dev/null 2>&1; then
+  # tests/test_sandbox_shapes.py re-runs the sandbox's escape suite as uid 65534, which cannot read a venv
+  # under /root: it gets its own, world-readable, from the system python (pytest + pyseccomp only: the
+  # sandbox is standalone). Bounded: 5 minutes at most, and kept when already complete.
+  unpriv=/tmp/agentgraphs-unpriv-venv
+  if ! "$unpriv/bin/python" -c "import pytest, pyseccomp" >/dev/null 2>&1; then
+    rm -rf "$unpriv"
+    if timeout 300 /usr/bin/python3 -m venv "$unpriv" && \
+       timeout 300 "$unpriv/bin/python" -m pip install -q --disable-pip-version-check pytest "pyseccomp>=0.1.2"; then
+      chmod -R a+rX "$unpriv"
+      echo "built $unpriv for the unprivileged sandbox tests"
+    else
+      echo "warning: could not build $unpriv: the unprivileged sandbox test will fail and say so" >&2
+    fi
+  fi
+fi

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import ConfigError
-from ..sandbox import SandboxLimits, explain, run_python_async
+from ..sandbox import SandboxError, SandboxLimits, explain, run_python_async
 from .prompts import PYTHON_CODER_TEMPLATE
 
 __all__ = ["Tool", "ToolRuntime", "register_tool", "registered_tools", "resolve_tools", "BASE_GENERATOR",
@@ -165,7 +165,10 @@ async def _python_coder(rt: ToolRuntime, query: Any) -> dict[str, str]:
     code = extract_python_block(reply)
     if code is None:
         return {"error": "No Python code block found in the response"}
-    result = await run_python_async(code, rt.sandbox_limits)
+    try:
+        result = await run_python_async(code, rt.sandbox_limits)
+    except SandboxError as exc:  # e.g. a protection that does not hold on this machine: the run is refused
+        return {"error": f"The sandbox could not run the code: {exc}", "execution_code": code}
     if result["status"] == "ok":
         return {"printed_output": _middle_cut(result["stdout"].strip(), _OUTPUT_CHARS), "execution_code": code}
     return {"error": _middle_cut(explain(result), _OUTPUT_CHARS), "execution_code": code}

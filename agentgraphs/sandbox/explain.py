@@ -10,6 +10,7 @@ _STOPPED = {
     "timeout": "it ran past its wall-clock limit ({wall:.1f} s) and was killed",
     "cpu_limit": "it used up its CPU-time limit and was killed",
     "memory_limit": "it exceeded its memory limit and was killed",
+    "process_limit": "it ran more processes or threads at once than its limit and was killed",
     "output_limit": "it printed more than the output limit; the output below is cut off",
     "cancelled": "it was cancelled",
     "sandbox_error": "the sandbox could not run it",

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from .types import SandboxLimits
 
 __all__ = ["PROLOGUE", "CODE_FILENAME", "prologue_config", "base_env", "readonly_paths", "site_dirs", "bwrap_argv",
+           "tmpfs_bytes",
            "python_argv"]
 
 CODE_FILENAME = "<code>"
@@ -58,7 +59,10 @@ if _uid >= 0:
         os._exit(125)
 for _l in _r.split(";") if _r else ():
     _k, _s, _m = (int(x) for x in _l.split(","))
-    resource.setrlimit(_k, (_s, _m))
+    _h = resource.getrlimit(_k)[1]
+    if _h != resource.RLIM_INFINITY and (_m == resource.RLIM_INFINITY or _m > _h):
+        _m = _h
+    resource.setrlimit(_k, (_s if _m == resource.RLIM_INFINITY else min(_s, _m), _m))
 sys.path.extend(x for x in _p.split("\x1f") if x)
 _src = sys.stdin.buffer.read()
 sys.argv = ["<code>"]
@@ -79,13 +83,21 @@ except BaseException as _e:
 
 def prologue_config(limits: SandboxLimits, *, go_fd: int, bpf_fd: int, uid: int | None, nproc: int | None,
                     address_space: bool, site_dirs: Sequence[str] = ()) -> str:
-    """The prologue's argument: its fds, the uid it drops to, the rlimits it sets before the code runs."""
+    """The prologue's argument: its fds, the uid it drops to, the rlimits it sets before the code runs.
+
+    Limits are only ever lowered (an unprivileged process cannot raise a hard limit). Besides the
+    SandboxLimits ones, the per-user counters the kernel keeps per user (namespace) are kept small so that
+    an execution cannot use up its user's share: pending signals, POSIX message queue bytes, locked memory.
+    """
     cpu = max(1, math.ceil(limits.cpu_s))
     rl = [
         (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
         (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
         (resource.RLIMIT_CORE, 0, 0),
         (resource.RLIMIT_FSIZE, limits.tmp_bytes, limits.tmp_bytes),
+        (resource.RLIMIT_SIGPENDING, _SIGPENDING, _SIGPENDING),
+        (resource.RLIMIT_MSGQUEUE, 0, 0),
+        (resource.RLIMIT_MEMLOCK, _MEMLOCK, _MEMLOCK),
     ]
     if nproc is not None:
         rl.append((resource.RLIMIT_NPROC, nproc, nproc))
@@ -96,6 +108,10 @@ def prologue_config(limits: SandboxLimits, *, go_fd: int, bpf_fd: int, uid: int 
     head = f"{go_fd},{bpf_fd},{-1 if uid is None else uid}"
     limits_text = ";".join(f"{k},{soft},{hard}" for k, soft, hard in rl)
     return "\x1e".join([head, limits_text, "\x1f".join(site_dirs)])
+
+
+_SIGPENDING = 1024
+_MEMLOCK = 64 * 1024
 
 
 def base_env(limits: SandboxLimits, home: str) -> dict[str, str]:
@@ -175,14 +191,31 @@ def readonly_paths(python: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(kept, key=lambda p: (p.count("/"), p)))
 
 
-def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, privileged: bool, info_fd: int,
-               seccomp_fd: int, command: list[str]) -> list[str]:
-    """bubblewrap's command line: every namespace, read-only mounts, a size-capped tmpfs as cwd.
+_DEV_NODES = ("null", "zero", "full", "random", "urandom")
+SHM_DIR = "/tmp/.shm"
 
-    privileged (this process is root): no user namespace (the prologue drops to a private uid itself,
-    so bubblewrap keeps only CAP_SETUID/CAP_SETGID for it, under no_new_privs); otherwise an
-    unprivileged user namespace. Directories above each mount are created 0755 so that the dropped
-    uid can traverse them (/root is 0700 on the host).
+
+def tmpfs_bytes(limits: SandboxLimits, *, memory_cgroup: bool) -> int:
+    """The size of the sandbox's one writable tmpfs: tmp_bytes, and without a memory cgroup (which would
+    charge its pages) at most memory_bytes too, since tmpfs files are memory no rlimit sees.
+
+    >>> tmpfs_bytes(SandboxLimits(tmp_bytes=512 << 20, memory_bytes=128 << 20), memory_cgroup=False) >> 20
+    128
+    """
+    return limits.tmp_bytes if memory_cgroup else min(limits.tmp_bytes, limits.memory_bytes)
+
+
+def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, privileged: bool, info_fd: int,
+               seccomp_fd: int, command: list[str], tmpfs_size: int | None = None) -> list[str]:
+    """bubblewrap's command line: every namespace, read-only mounts, one size-capped tmpfs for all writes.
+
+    The only writable mount is /tmp (the working directory: a tmpfs of `tmpfs_size`, by default tmp_bytes);
+    /dev/shm is a link into it (/tmp/.shm), so POSIX shared memory shares that budget. The root tmpfs
+    bubblewrap builds the sandbox in and a minimal /dev (its own tmpfs with the harmless device nodes bound
+    in) are remounted read-only at the end. privileged (this process is root): no user namespace (the
+    prologue drops to a private uid itself, so bubblewrap keeps only CAP_SETUID/CAP_SETGID for it, under
+    no_new_privs); otherwise an unprivileged user namespace. Directories above each mount are created 0755
+    so that the dropped uid can traverse them (/root is 0700 on the host).
     """
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "sandbox"]
@@ -192,8 +225,14 @@ def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, priv
         argv += ["--unshare-user"]
     # the writable tmpfs first: read-only mounts below /tmp (a checkout's .venv there, as in a CI clone) are
     # then bound on top of it instead of being hidden by it
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs",
-             "/tmp"]
+    size = limits.tmp_bytes if tmpfs_size is None else tmpfs_size
+    argv += ["--proc", "/proc", "--size", str(size), "--perms", "1777", "--tmpfs", "/tmp",
+             "--perms", "1777", "--dir", SHM_DIR, "--size", "65536", "--perms", "0755", "--tmpfs", "/dev"]
+    for node in _DEV_NODES:
+        argv += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    argv += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
+             "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink", "/proc/self/fd/2", "/dev/stderr",
+             "--symlink", SHM_DIR, "/dev/shm", "--remount-ro", "/dev"]
     made: set[str] = {"/tmp", "/proc", "/dev"}
     for dest in mounts:
         parent = os.path.dirname(dest)
@@ -209,7 +248,7 @@ def bwrap_argv(bwrap: str, mounts: Sequence[str], limits: SandboxLimits, *, priv
             argv += ["--symlink", os.readlink(dest), dest]
         else:
             argv += ["--ro-bind", dest, dest]
-    argv += ["--chdir", "/tmp", "--info-fd", str(info_fd)]
+    argv += ["--remount-ro", "/", "--chdir", "/tmp", "--info-fd", str(info_fd)]
     if seccomp_fd >= 0:
         argv += ["--seccomp", str(seccomp_fd)]
     return argv + ["--"] + command

@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -21,9 +22,19 @@ from typing import Any
 
 from . import launch
 from .cgroups import ExecutionCgroup
-from .detect import Plan, current_plan
+from .detect import allowed_missing, current_plan
+from .plan import Plan
 from .seccomp import program_fd
-from .types import ExecutionResult, LimitHit, SandboxError, SandboxLimits, SandboxUnavailableError, Status
+from .supervisor import descendants, tree_usage
+from .types import (
+    PROTECTIONS,
+    ExecutionResult,
+    LimitHit,
+    SandboxError,
+    SandboxLimits,
+    SandboxUnavailableError,
+    Status,
+)
 from .uids import UidLease, lease_uid
 
 __all__ = ["run_python", "run_python_async"]
@@ -35,6 +46,9 @@ _HANDSHAKE_S = 30.0  # bubblewrap must report its child within this long
 
 def run_python(code: str, limits: SandboxLimits | None = None) -> ExecutionResult:
     """Run `code` in a fresh sandbox and return what happened; never raises for anything the code does.
+
+    Raises SandboxUnavailableError, before any code starts, when a protection does not hold on this
+    machine and `limits.allow_missing` does not name it (the message says what to install or opt out of).
 
     >>> r = run_python("print(sum(range(10)))")
     >>> r["status"], r["stdout"]
@@ -83,12 +97,36 @@ class _Run:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self.reaper: int | None = None  # bubblewrap's pid 1 (host pid)
+        self.reaper_fd: int | None = None  # a pidfd for it: signalled without any risk of a reused pid
         self.cgroup: ExecutionCgroup | None = None
         self.lease: UidLease | None = None
         self.workdir: str | None = None
         self.fds: list[int] = []
         self.notes: list[str] = []
         self.seen: set[int] = set()  # host pids of the execution's processes seen when killing
+        self.tree_cpu_s: float | None = None  # CPU of the whole waited-for tree, from wait4's rusage
+
+    def poll(self, timeout_s: float = 0.0) -> int | None:
+        """Reap the main process (bubblewrap, or the interpreter) within `timeout_s`: its exit status, or
+        None. Reaped with wait4, whose rusage holds the CPU time of every process below it that was waited
+        for (bubblewrap's pid 1 waits for everything in its pid namespace)."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return None if proc is None else proc.returncode
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                return proc.poll()
+            if pid == proc.pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                self.tree_cpu_s = usage.ru_utime + usage.ru_stime
+                return proc.returncode
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.002)
 
     def close_fds(self) -> None:
         for fd in self.fds:
@@ -102,15 +140,21 @@ class _Run:
         """Kill the execution's processes: the cgroup's members first, so that bubblewrap (outside the
         group) reaps its sandbox and exits by itself; then whatever is left of the process tree."""
         proc = self.proc
+        if self.cgroup is None and self.reaper is not None:
+            # no cgroup: killing bubblewrap's pid 1 makes the kernel kill its whole pid namespace; the
+            # processes seen now are waited for in close(), so that none is still dying when the run returns
+            self.seen |= set(descendants(self.reaper)) | {self.reaper}
+            if self.reaper_fd is not None:
+                try:
+                    signal.pidfd_send_signal(self.reaper_fd, signal.SIGKILL)
+                except OSError:
+                    pass  # already gone
         if self.cgroup is not None:  # the code, its descendants and bubblewrap's pid 1 (the outer
             self.seen |= self.cgroup.members()  # bwrap process is outside: it reaps them and exits)
             self.cgroup.kill_all()
-            if proc is not None and proc.poll() is None:
-                try:
-                    proc.wait(timeout=0.5)
-                except subprocess.TimeoutExpired:
-                    pass
-        if proc is not None and proc.poll() is None:
+            if proc is not None and self.poll() is None:
+                self.poll(0.5)
+        if proc is not None and self.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # its own session: the tree unless a child left it
             except OSError:
@@ -129,7 +173,8 @@ class _Run:
                         stream.close()
                     except OSError:
                         pass
-            self.proc.wait()
+            while self.poll(1.0) is None:
+                pass
         _wait_gone(self.seen)
         self.close_fds()
         if self.cgroup is not None and not self.cgroup.close():
@@ -160,20 +205,20 @@ def _execute(code: str, limits: SandboxLimits, cancel: threading.Event | None) -
 
 
 def execute_with_plan(code: str, limits: SandboxLimits, plan: Plan | None,
-                      cancel: threading.Event | None = None) -> ExecutionResult:
-    """One execution under `plan` (None: the detected one); the detection probe passes its own."""
+                      cancel: threading.Event | None = None, *, enforce: bool = True) -> ExecutionResult:
+    """One execution under `plan` (None: the detected one). `enforce=False` is for detection's probes,
+    which run under a plan whose protections are still being established."""
     if not isinstance(code, str):
         raise SandboxError(f"code must be a str (got {type(code).__name__}). Fix: pass the program's text")
     if not isinstance(limits, SandboxLimits):
         raise SandboxError(f"limits must be a SandboxLimits (got {type(limits).__name__}). Fix: "
                            "SandboxLimits(wall_s=..., memory_bytes=...)")
     plan = plan or current_plan()
-    missing = sorted(limits.require - set(plan.held)) if limits.require else []
-    if missing:
-        raise SandboxUnavailableError(
-            f"required protection(s) {missing} do not hold here: "
-            + "; ".join(f"{m}: {plan.protections.get(m, 'unknown protection')}" for m in missing)
-            + ". Fix: install what agentgraphs.sandbox.format_report() names, or drop them from require")
+    if enforce:
+        allowed = limits.allow_missing | allowed_missing()
+        missing = [p for p in PROTECTIONS if p not in plan.held and p not in allowed]
+        if missing:
+            raise SandboxUnavailableError(plan.refusal(missing), missing)
     run = _Run()
     start = time.monotonic()
     try:
@@ -193,13 +238,11 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
     if plan.drop_uid:
         run.lease = lease_uid()
     uid = run.lease.uid if run.lease is not None else None
-    if plan.controllers:
+    if plan.cgroups is not None and plan.controllers:
         extra = 1 if plan.bwrap is not None else 0  # bubblewrap's pid 1 is in the group too
-        run.cgroup = ExecutionCgroup(list(plan.controllers), max_processes=limits.max_processes + extra,
+        run.cgroup = ExecutionCgroup(plan.cgroups, max_processes=limits.max_processes + extra,
                                      memory_bytes=limits.memory_bytes)
-    nproc = None  # only the code runs under the private uid; with a pids cgroup that binds (and counts) first
-    if uid is not None:
-        nproc = limits.max_processes + (1 if "pids" in plan.controllers else 0)
+    nproc = _nproc(plan, limits, uid)
     seccomp_fd = program_fd(plan.seccomp) if plan.seccomp is not None else -1
     if seccomp_fd >= 0:
         run.fds.append(seccomp_fd)
@@ -211,9 +254,11 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         info_r, info_w = os.pipe()
         run.fds += [info_r, info_w]
         mounts = launch.readonly_paths(python, limits.extra_ro_paths)
-        config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc, address_space=False,
+        config = launch.prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc,
+                                        address_space="memory" not in plan.controllers,
                                         site_dirs=launch.site_dirs(python))
         argv = launch.bwrap_argv(plan.bwrap, mounts, limits, privileged=os.geteuid() == 0, info_fd=info_w,
+                                 tmpfs_size=launch.tmpfs_bytes(limits, memory_cgroup="memory" in plan.controllers),
                                  seccomp_fd=seccomp_fd, command=launch.python_argv(python, config))
         passed = (go_r, info_w) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
         run.proc = subprocess.Popen(argv, env=launch.base_env(limits, "/tmp"), cwd="/", pass_fds=passed,
@@ -222,6 +267,12 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         reaper = _read_child_pid(info_r)
         if reaper is None:
             raise SandboxError("bubblewrap did not start its sandbox: " + _stderr_now(run.proc))
+        run.reaper = reaper
+        try:
+            run.reaper_fd = os.pidfd_open(reaper)
+            run.fds.append(run.reaper_fd)
+        except (OSError, AttributeError):
+            run.reaper_fd = None  # without pidfds (Linux < 5.3) the sandbox dies with bubblewrap instead
         if run.cgroup is not None:
             # the reaper (bubblewrap's pid 1) joins while it is still setting up mounts, so the code's
             # process it forks later is born inside; one forked before the move is moved as well
@@ -243,6 +294,18 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         if run.cgroup is not None:  # while the interpreter starts up; it runs nothing of the code before go
             run.cgroup.add(run.proc.pid)
     os.write(go_w, b"1")
+
+
+def _nproc(plan: Plan, limits: SandboxLimits, uid: int | None) -> int | None:
+    """RLIMIT_NPROC for the code, where it counts only this execution's tasks: under a private uid (only the
+    code's processes have it) or in bubblewrap's fresh user namespace (the kernel counts per user namespace;
+    bubblewrap's pid 1 is one of them). With a pids cgroup the cgroup binds first (it reports the refusal)."""
+    cgroup_first = 1 if "pids" in plan.controllers else 0
+    if uid is not None:
+        return limits.max_processes + cgroup_first
+    if plan.bwrap is not None and plan.userns:
+        return limits.max_processes + 1 + cgroup_first
+    return None
 
 
 def _children(pid: int) -> list[int]:
@@ -311,10 +374,11 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
     truncated = False
     deadline = start + limits.wall_s
     exited_at: float | None = None
+    watch = _Watch(run, plan, limits)
     try:
         while selector.get_map():
             now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
+            if exited_at is None and run.poll() is not None:
                 exited_at = now
                 run.kill()  # the code returned: whatever it left running goes too
             if exited_at is not None and now - exited_at > _DRAIN_S:
@@ -331,6 +395,16 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
                 reason = "cpu_limit"
                 hits.append("cpu")
                 break
+            if run.cgroup is not None and run.cgroup.oom_killed():  # one process killed: the run ends
+                reason = "memory_limit"
+                hits.append("memory")
+                break
+            if exited_at is None:
+                over = watch.check(now)
+                if over is not None:
+                    reason, hit = over
+                    hits.append(hit)
+                    break
             for key, _ in selector.select(min(_POLL_S, deadline - now)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -347,15 +421,16 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
                 break
     finally:
         selector.close()
-    if reason is None and proc.poll() is None:  # its output ended: let it exit by itself first
-        try:
-            proc.wait(timeout=_DRAIN_S)
-        except subprocess.TimeoutExpired:
-            pass
+    if reason is None and run.poll() is None:  # its output ended: let it exit by itself first
+        run.poll(_DRAIN_S)
     run.kill()
-    proc.wait()
+    while run.poll(1.0) is None:
+        pass
     wall = time.monotonic() - start
     cpu_s = run.cgroup.cpu_s() if run.cgroup is not None else None
+    if cpu_s is None:  # every process that was waited for (an escaped orphan is not, nor counted)
+        cpu_s = max(run.tree_cpu_s or 0.0, watch.cpu_s or 0.0) if run.tree_cpu_s is not None or watch.active \
+            else None
     peak = run.cgroup.peak_memory() if run.cgroup is not None else None
     code_rc, sig = _exit_status(proc.returncode, plan.bwrap is not None)
     stderr = bytes(buffers[proc.stderr.fileno()])
@@ -365,6 +440,8 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
         hits.append("memory")
     if run.cgroup is not None and run.cgroup.fork_refused():
         hits.append("processes")
+    elif "pids" not in plan.controllers and watch.peak_tasks >= limits.max_processes:
+        hits.append("processes")  # it reached the ceiling RLIMIT_NPROC holds it at
     if sig in ("SIGXCPU",) or (sig == "SIGKILL" and reason is None and cpu_s is not None
                                and cpu_s >= limits.cpu_s):
         hits.append("cpu")
@@ -379,6 +456,64 @@ def _supervise(run: _Run, plan: Plan, limits: SandboxLimits, code: bytes, start:
             reason = "error"
     return _result(reason, code_rc, sig, bytes(buffers[proc.stdout.fileno()]), stderr, truncated,
                    list(dict.fromkeys(hits)), wall, cpu_s, peak, plan)
+
+
+class _Watch:
+    """The parent's own count of the execution's tasks, memory and CPU (`supervisor.tree_usage`), for each
+    of them that no cgroup counts; checked every _POLL_S while the code runs."""
+
+    def __init__(self, run: _Run, plan: Plan, limits: SandboxLimits) -> None:
+        self.run = run
+        self.limits = limits
+        self.tasks = "pids" not in plan.controllers
+        self.memory = "memory" not in plan.controllers
+        self.cpu = "cpu" not in plan.controllers
+        self.active = self.tasks or self.memory or self.cpu
+        self.next_at = 0.0
+        self.peak_tasks = 0
+        self.cpu_s: float | None = None
+
+    def check(self, now: float) -> tuple[Status, LimitHit] | None:
+        if not self.active or now < self.next_at:
+            return None
+        self.next_at = now + _POLL_S
+        run = self.run
+        if run.reaper is not None:
+            if run.reaper_fd is not None and _exited(run.reaper_fd):
+                return None  # its pid may already name another process
+            usage = tree_usage(run.reaper, include_root=False)
+        elif run.proc is not None:
+            usage = tree_usage(run.proc.pid, include_root=True)
+        else:
+            return None
+        self.peak_tasks = max(self.peak_tasks, usage.tasks)
+        self.cpu_s = max(self.cpu_s or 0.0, usage.cpu_s)
+        if self.tasks and usage.tasks > self.limits.max_processes:
+            return "process_limit", "processes"
+        if self.memory and usage.memory_bytes + self._tmpfs_bytes() > self.limits.memory_bytes:
+            return "memory_limit", "memory"
+        if self.cpu and usage.cpu_s > self.limits.cpu_s:
+            return "cpu_limit", "cpu"
+        return None
+
+    def _tmpfs_bytes(self) -> int:
+        """What the code holds in its /tmp tmpfs (memory too), seen through bubblewrap's pid 1's root."""
+        if self.run.reaper is None:
+            return 0
+        try:
+            st = os.statvfs(f"/proc/{self.run.reaper}/root/tmp")
+        except OSError:
+            return 0
+        if abs(st.f_blocks * st.f_frsize - launch.tmpfs_bytes(self.limits, memory_cgroup=False)) >= st.f_frsize:
+            return 0  # not (yet) the sandbox's own /tmp: bubblewrap is still setting up its mounts
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process behind a pidfd has exited (a pidfd turns readable then)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _exit_status(returncode: int | None, via_bwrap: bool) -> tuple[int | None, str | None]:

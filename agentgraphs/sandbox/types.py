@@ -6,21 +6,34 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Literal, TypedDict
 
-__all__ = ["SandboxLimits", "ExecutionResult", "Status", "LimitHit", "SandboxError", "SandboxUnavailableError"]
+__all__ = ["SandboxLimits", "ExecutionResult", "Status", "LimitHit", "SandboxError", "SandboxUnavailableError",
+           "PROTECTIONS", "ALLOW_MISSING_ENV"]
 
 MiB = 1024 * 1024
 
-Status = Literal["ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit", "cancelled",
-                 "sandbox_error"]
+Status = Literal["ok", "error", "timeout", "cpu_limit", "memory_limit", "process_limit", "output_limit",
+                 "cancelled", "sandbox_error"]
 LimitHit = Literal["wall", "cpu", "memory", "processes", "output"]
+
+# Every protection an execution gets; `run_python` refuses unless each holds here or is in allow_missing.
+PROTECTIONS = ("wall_clock", "cpu", "memory", "processes", "output", "tmp_space", "open_files", "network",
+               "filesystem", "environment", "host_processes", "leftover_processes", "syscalls", "per_user_limits")
+ALLOW_MISSING_ENV = "AGENTGRAPHS_SANDBOX_ALLOW_MISSING"
 
 
 class SandboxError(Exception):
-    """The sandbox itself could not run (bad limits, a required protection missing, a launch failure)."""
+    """The sandbox itself could not run (bad limits, a launch failure)."""
 
 
 class SandboxUnavailableError(SandboxError):
-    """A protection named in `SandboxLimits.require` does not hold on this machine."""
+    """A protection does not hold on this machine and the caller did not allow it to be missing.
+
+    `missing` lists the protections (keys of `capabilities()["protections"]`); the message says, for each,
+    which mechanism is missing and how to get it, and how to opt out."""
+
+    def __init__(self, message: str, missing: list[str]) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,20 +41,28 @@ class SandboxLimits:
     """What one execution may use. Every field is enforced; `capabilities()` says by which mechanism.
 
     - wall_s: wall-clock seconds before the whole process tree is killed.
-    - cpu_s: CPU seconds (per process by RLIMIT_CPU; over all processes by the cgroup's cpuacct).
-    - memory_bytes: memory of all processes together, tmpfs files included (cgroup), else RLIMIT_AS.
-    - max_processes: processes + threads at once (cgroup pids, and RLIMIT_NPROC under a private uid).
+    - cpu_s: CPU seconds (per process by RLIMIT_CPU; over all processes by the cgroup's CPU accounting, or
+      the parent's sum over the sandbox's pid namespace).
+    - memory_bytes: memory of all processes together, tmpfs files included (a memory cgroup; without one
+      RLIMIT_AS per process and the parent summing resident memory and the tmpfs every 50 ms).
+    - max_processes: processes + threads at once (a pids cgroup; RLIMIT_NPROC under a private uid or in a
+      user namespace; a supervisor counting the tasks of the pid namespace).
     - max_output_bytes: stdout + stderr together; past it the execution is killed and marked truncated.
-    - tmp_bytes: size of the fresh working directory (a tmpfs; RLIMIT_FSIZE per file without one).
+    - tmp_bytes: everything the code can write, together: the working directory /tmp is the only writable
+      mount (a tmpfs of this size; /dev/shm points into it; /, /dev and the rest are read-only). Without a
+      memory cgroup the tmpfs is also capped at memory_bytes (its files are memory no rlimit sees).
     - max_open_files: RLIMIT_NOFILE.
     - python: the interpreter (default: the one running this process, with its site-packages).
     - extra_ro_paths: more host paths the code may read (bind-mounted read-only at the same place).
     - env: extra environment variables (the rest of the parent's environment never reaches the code).
-    - require: protections (keys of `capabilities()["protections"]`) that must hold, else
-      SandboxUnavailableError instead of running with less.
+    - allow_missing: protections (names in PROTECTIONS) this caller accepts to run without. By default every
+      protection must hold on this machine, else `run_python` raises SandboxUnavailableError before any
+      code starts; `AGENTGRAPHS_SANDBOX_ALLOW_MISSING=processes,...` adds names for a whole process.
 
     >>> SandboxLimits(wall_s=2).cpu_s
     10.0
+    >>> sorted(SandboxLimits(allow_missing={"per_user_limits"}).allow_missing)
+    ['per_user_limits']
     >>> SandboxLimits(memory_bytes=0)
     Traceback (most recent call last):
     ...
@@ -58,7 +79,7 @@ class SandboxLimits:
     python: str | None = None
     extra_ro_paths: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    require: frozenset[str] = frozenset()
+    allow_missing: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         for name, fix in (("wall_s", "seconds, e.g. 10"), ("cpu_s", "seconds, e.g. 10"),
@@ -76,15 +97,23 @@ class SandboxLimits:
             if not (isinstance(key, str) and isinstance(value, str)) or "=" in key or "\0" in key + value:
                 raise SandboxError(f"SandboxLimits.env entry {key!r}: names and values must be strings "
                                    "without '=' in the name or NUL anywhere. Fix: drop or rename it")
+        if isinstance(self.allow_missing, str):
+            raise SandboxError(f"SandboxLimits.allow_missing must be a set of protection names (got the string "
+                               f"{self.allow_missing!r}). Fix: allow_missing={{{self.allow_missing!r}}}")
+        unknown = sorted(set(self.allow_missing) - set(PROTECTIONS))
+        if unknown:
+            raise SandboxError(f"SandboxLimits.allow_missing names unknown protection(s) {unknown}. Fix: use names "
+                               f"from {list(PROTECTIONS)}")
         object.__setattr__(self, "extra_ro_paths", tuple(self.extra_ro_paths))
-        object.__setattr__(self, "require", frozenset(self.require))
+        object.__setattr__(self, "allow_missing", frozenset(self.allow_missing))
 
 
 class ExecutionResult(TypedDict):
     """What one execution did.
 
     status: "ok" (exit 0), "error" (non-zero exit or an uncaught exception), "timeout" (wall clock),
-    "cpu_limit", "memory_limit", "output_limit", "cancelled", or "sandbox_error" (it never ran: see
+    "cpu_limit", "memory_limit", "process_limit" (killed for running more tasks than max_processes where
+    nothing refused the fork first), "output_limit", "cancelled", or "sandbox_error" (it never ran: see
     stderr). limits_hit lists every limit that bit, also ones the code survived (a fork refused by the
     process limit shows "processes" with status "error" or even "ok").
     """

@@ -1,0 +1,630 @@
+"""The probes that establish each protection by exercising it in a real execution on this machine.
+
+One isolation probe (it also decides which mechanisms start at all, see `mechanisms.choose`) tries every
+escape at once and reports what it saw: connecting to a port this process listens on, writing outside
+its directory and filling every writable place past tmp_bytes, reading this process's environment,
+signalling it, opening files past the limit, creating a user namespace and an inotify instance, and
+leaving a daemon behind (looked for on the host afterwards). Then, in parallel, one probe per resource
+limit goes past it: memory (two processes that together exceed it; memfd / System V memory outside
+every rlimit), processes (fork, then threads, past max_processes), CPU (four busy processes, one of them
+a double-forked orphan, against an aggregate limit, each reporting its own CPU time), wall clock and
+output. A protection holds only if its probe was contained.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .launch import base_env
+from .plan import NOT_HELD, Plan
+from .types import ExecutionResult, SandboxLimits
+
+__all__ = ["isolation_probe", "resource_protections", "isolation_protections", "Facts"]
+
+MiB = 1024 * 1024
+Facts = dict[str, Any]
+Execute = Callable[[str, SandboxLimits, Plan], ExecutionResult]
+
+_ISOLATION = r'''
+import ctypes, errno, hashlib, json, os, resource, socket, sys
+cfg = json.loads(%r)
+f = {"uid": os.getuid(), "pid": os.getpid()}
+def read(p):
+    try:
+        with open(p, "rb") as h:
+            return h.read()
+    except OSError:
+        return None
+def err(e):
+    return errno.errorcode.get(e, str(e))
+um = read("/proc/self/uid_map")
+f["uid_map"] = um.decode().split() if um else None
+st = read("/proc/self/status") or b""
+f["seccomp"] = next((l.split()[1].decode() for l in st.splitlines() if l.startswith(b"Seccomp:")), "?")
+nd = read("/proc/net/dev")
+f["interfaces"] = sorted(l.split(":")[0].strip() for l in nd.decode().splitlines()[2:]) if nd else None
+net = []
+for fam, host, port in cfg["listeners"]:
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(2)
+        s.connect((host, port))
+        net.append("connected to %%s:%%d" %% (host, port))
+        s.close()
+    except OSError as e:
+        net.append(err(e.errno))
+f["net"] = net
+f["host_path_visible"] = os.path.exists(cfg["marker"])
+wrote = []
+p = os.path.join(cfg["marker"], "agentgraphs-escape-" + cfg["token"])  # a real write, into a host temp dir
+try:
+    with open(p, "w") as h:
+        h.write("x")
+    wrote.append(cfg["marker"])
+    os.unlink(p)
+except OSError:
+    pass
+for d in ["/usr", "/etc", os.path.dirname(os.__file__)]:  # never written: asked whether they could be
+    if os.access(d, os.W_OK):
+        wrote.append(d)
+f["wrote_outside"] = wrote
+f["env_extra"] = sorted(set(os.environ) - set(cfg["env_allowed"]))
+e = read("/proc/%%d/environ" %% cfg["host_pid"])
+f["host_environ_read"] = e is not None and hashlib.sha256(e).hexdigest() == cfg["env_hash"]
+try:
+    os.kill(cfg["host_pid"], 0)
+    hs = read("/proc/%%d/stat" %% cfg["host_pid"]) or b""
+    start = hs.rpartition(b")")[2].split()[19:20]
+    f["host_signal"] = "delivered" if start == [cfg["host_start"].encode()] else "reached a sandbox process"
+except OSError as e:
+    f["host_signal"] = err(e.errno)
+fds = []
+try:
+    while len(fds) < 4 * cfg["nofile"]:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+    f["open_files"] = "no limit reached"
+except OSError as e:
+    f["open_files"] = "%%s at fd %%d" %% (err(e.errno), max(fds or [0]) + 1)
+    f["max_fd"] = max(fds or [0])
+for fd in fds:
+    os.close(fd)
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+f["inotify"] = "allowed" if fd >= 0 else err(ctypes.get_errno())
+if fd >= 0:
+    os.close(fd)
+f["rlimits"] = {n: resource.getrlimit(getattr(resource, n))[0]
+                for n in ("RLIMIT_NPROC", "RLIMIT_SIGPENDING", "RLIMIT_MSGQUEUE", "RLIMIT_MEMLOCK")}
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if libc.unshare(0x10000000) == 0 else 1)
+f["unshare_userns"] = "allowed" if os.waitpid(pid, 0)[1] == 0 else "refused"
+filled = {}
+if not f["host_path_visible"]:
+    places = [os.getcwd(), "/tmp", "/dev/shm", "/", "/etc", "/dev", "/var/tmp", "/run", "/var", "/home",
+              os.environ.get("HOME"), os.environ.get("TMPDIR"), os.path.expanduser("~")]
+    for line in (read("/proc/self/mountinfo") or b"").decode().splitlines():
+        left, _, right = line.partition(" - ")
+        a, b = left.split(), right.split()
+        if len(a) > 5 and b and b[0] not in ("proc", "sysfs", "devpts", "cgroup", "cgroup2", "mqueue", "devtmpfs") \
+                and "rw" in a[5].split(","):
+            places.append(a[4])
+    chunk = b"\0" * (1 << 20)
+    per_file = max(1, cfg["tmp"] // 2 // len(chunk))
+    budget = 2 * cfg["tmp"] + len(chunk)
+    made = []  # kept until every place is tried: two places on one tmpfs share its size
+    for d in places:
+        if not d or not os.path.isdir(d) or os.path.realpath(d) in filled:
+            continue
+        d = os.path.realpath(d)
+        n = 0
+        try:
+            while n < budget:
+                p = os.path.join(d, ".agentgraphs-fill-%%s-%%d" %% (cfg["token"], len(made)))
+                h = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                made.append(p)
+                try:
+                    for _ in range(per_file):
+                        n += os.write(h, chunk)
+                finally:
+                    os.close(h)
+        except OSError:
+            pass
+        filled[d] = n
+    for p in made:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+f["filled"] = filled
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-S", "-c", "import time; time.sleep(600)",
+                                  "agentgraphs-leftover-" + cfg["token"]])
+    os._exit(0)
+os.wait()
+print(json.dumps(f))
+'''
+
+
+class _Listeners:
+    """Listening TCP sockets on 127.0.0.1 and ::1 that the probe must not reach."""
+
+    def __init__(self) -> None:
+        self.sockets: list[socket.socket] = []
+        for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            try:
+                s = socket.socket(family, socket.SOCK_STREAM)
+                s.bind((host, 0))
+                s.listen(16)
+                self.sockets.append(s)
+            except OSError:
+                pass
+
+    def spec(self) -> list[tuple[int, str, int]]:
+        return [(int(s.family), s.getsockname()[0], s.getsockname()[1]) for s in self.sockets]
+
+    def close(self) -> None:
+        for s in self.sockets:
+            s.close()
+
+
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
+def isolation_probe(plan: Plan, execute: Execute) -> tuple[Facts | None, str]:
+    """Run the isolation probe under `plan`: (facts, "") or (None, why it could not run)."""
+    token = f"{os.getpid()}-{time.time_ns()}"
+    marker = tempfile.mkdtemp(prefix="agentgraphs-sandbox-probe-")
+    os.chmod(marker, 0o777)  # only isolation may stop the write, not permissions
+    listeners = _Listeners()
+    limits = SandboxLimits(wall_s=30, cpu_s=10, tmp_bytes=4 * MiB, max_open_files=64, memory_bytes=256 * MiB,
+                           max_processes=16)
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            env_hash = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        env_hash = ""
+    cfg = {"token": token, "marker": marker, "listeners": listeners.spec(), "host_pid": os.getpid(),
+           "host_start": _start_time(os.getpid()),
+           "env_hash": env_hash, "nofile": limits.max_open_files, "tmp": limits.tmp_bytes,
+           "env_allowed": sorted(set(base_env(limits, "/tmp")) | {"PWD", "LC_CTYPE"})}
+    try:
+        result = execute(_ISOLATION % json.dumps(cfg), limits, plan)
+    finally:
+        listeners.close()
+        escaped = os.listdir(marker)
+        for name in escaped:
+            os.unlink(os.path.join(marker, name))
+        os.rmdir(marker)
+    facts: Facts | None = None
+    if result["status"] == "ok":
+        try:
+            facts = json.loads(result["stdout"].strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            facts = None
+    left = _processes_with("agentgraphs-leftover-" + token)
+    _kill_all(left)  # the host cleans up what the probe showed could survive
+    if facts is None:
+        why = (result["stderr"].strip().splitlines() or [result["status"]])[-1][:300]
+        return None, why
+    facts["leftovers"] = len(left)
+    if escaped:
+        facts["wrote_outside"] = sorted(set(facts["wrote_outside"]) | {marker})
+    return facts, ""
+
+
+def _not_held(observed: str, fix: str) -> str:
+    return f"{NOT_HELD}: {observed}. Fix: {fix}"
+
+
+FIX = {
+    "bwrap": "install bubblewrap (apt-get install bubblewrap); unprivileged users also need user namespaces "
+             "(sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1 where it exists)",
+    "seccomp": "pip install 'agentgraphs[sandbox]' (pyseccomp) with the system's libseccomp (apt-get install "
+               "libseccomp2)",
+    "cgroup": "run as root with writable cgroups, or under a delegated cgroup v2 subtree (systemd-run --user "
+              "--scope -p Delegate=yes ..., or AGENTGRAPHS_SANDBOX_CGROUP=<an empty delegated cgroup v2 dir>)",
+    "uid": "run as root, so that each execution gets a private uid",
+}
+
+
+def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -> dict[str, str]:
+    """The protections the isolation probe establishes, from what it saw."""
+    p: dict[str, str] = {}
+    bwrap = plan.bwrap is not None
+    seccomp_on = plan.seccomp is not None and facts.get("seccomp") == "2"
+    private_uid = plan.drop_uid and facts.get("uid") not in (None, 0, os.geteuid())
+
+    reached = [n for n in facts.get("net", []) if n.startswith("connected")]
+    if reached:
+        p["network"] = _not_held(f"the probe {reached[0]} on the host", f"{FIX['bwrap']}; or {FIX['seccomp']}")
+    else:
+        how = []
+        if facts.get("interfaces") in (["lo"], []):
+            how.append("a network namespace with only loopback")
+        if seccomp_on:
+            how.append("seccomp refuses non-UNIX sockets")
+        p["network"] = " + ".join(how or ["no route out"]) + " (probe: connecting to a listening host port failed)"
+
+    if facts.get("host_path_visible") or facts.get("wrote_outside"):
+        wrote = facts.get("wrote_outside") or []
+        observed = (f"the probe wrote to {wrote}" if wrote else "host paths are visible to the code")
+        p["filesystem"] = _not_held(observed, FIX["bwrap"])
+    else:
+        p["filesystem"] = ("mount namespace: only system and Python dirs, read-only (probe: a host directory "
+                           "was invisible, writes to it and to /usr, /etc and the standard library failed)")
+
+    filled = facts.get("filled") or {}
+    total = sum(filled.values())
+    if facts.get("host_path_visible"):
+        p["tmp_space"] = _not_held("without a mount namespace the code writes into host directories", FIX["bwrap"])
+    elif total > limits_tmp:
+        top = ", ".join(f"{k} {v // 1024} KiB" for k, v in sorted(filled.items()) if v)
+        p["tmp_space"] = _not_held(f"the probe wrote {total // 1024} KiB with tmp_bytes={limits_tmp // 1024} KiB "
+                                   f"({top})", FIX["bwrap"] + " (0.8 or later)")
+    else:
+        writable = sorted(k for k, v in filled.items() if v)
+        p["tmp_space"] = (f"one tmpfs of tmp_bytes is the only writable mount (/dev/shm points into it; /, /dev "
+                          f"read-only) (probe: filling every writable place stopped at {total // 1024} KiB of "
+                          f"{limits_tmp // 1024} KiB, written in {writable})")
+
+    if facts.get("env_extra") or facts.get("host_environ_read"):
+        observed = ("the probe read this process's environment from /proc" if facts.get("host_environ_read")
+                    else f"unexpected variables {facts.get('env_extra')}")
+        p["environment"] = _not_held(observed, f"{FIX['bwrap']}; or {FIX['uid']}")
+    else:
+        p["environment"] = ("scrubbed: only PATH, HOME, TMPDIR, locale, thread counts and SandboxLimits.env "
+                            "(probe: this process's /proc/PID/environ was unreadable)")
+
+    pidns = bwrap and isinstance(facts.get("pid"), int) and facts["pid"] <= 4
+    if facts.get("host_signal") == "delivered" or not (pidns or private_uid):
+        p["host_processes"] = _not_held(f"the probe's signal to this process: {facts.get('host_signal')}",
+                                        f"{FIX['bwrap']}; or {FIX['uid']}")
+    else:
+        by = "pid namespace: host processes are invisible" if pidns else "private uid: host processes cannot be " \
+            "signalled or read"
+        p["host_processes"] = f"{by} (probe: signalling this process failed: {facts.get('host_signal')})"
+
+    if facts.get("leftovers"):
+        p["leftover_processes"] = _not_held("a double-forked daemon of the probe outlived it",
+                                            f"{FIX['bwrap']}; or {FIX['cgroup']}")
+    else:
+        by = "pid namespace: every process dies with the code's main process" if bwrap else \
+            "cgroup: every member is killed when the code returns"
+        p["leftover_processes"] = by + " (probe: its double-forked daemon was gone)"
+
+    if seccomp_on and facts.get("unshare_userns") == "refused":
+        p["syscalls"] = ("seccomp: namespaces, mounts, ptrace, bpf, io_uring, modules, keyrings denied (probe: "
+                         "unshare(CLONE_NEWUSER) refused)")
+    else:
+        p["syscalls"] = _not_held(f"seccomp mode {facts.get('seccomp')}, unshare(CLONE_NEWUSER) "
+                                  f"{facts.get('unshare_userns')}", FIX["seccomp"])
+
+    max_fd = facts.get("max_fd")
+    if isinstance(max_fd, int) and max_fd < 64:
+        p["open_files"] = f"RLIMIT_NOFILE (probe: {facts.get('open_files')} with max_open_files=64)"
+    else:
+        p["open_files"] = _not_held(f"the probe opened files past max_open_files=64 ({facts.get('open_files')})",
+                                    "report this: RLIMIT_NOFILE did not bind")
+
+    rl = facts.get("rlimits") or {}
+    bounded = all(isinstance(v, int) and 0 <= v <= 1 << 20 for v in rl.values()) and len(rl) == 4
+    if private_uid:
+        p["per_user_limits"] = (f"a private uid ({facts.get('uid')}) per execution: nothing is shared with this "
+                                "user's per-user kernel counters")
+    elif plan.userns and bwrap and bounded and facts.get("inotify") != "allowed" and seccomp_on:
+        p["per_user_limits"] = ("a user namespace of its own, where the kernel counts processes, pending signals, "
+                                "message-queue bytes and locked memory apart from this user and the rlimits keep "
+                                "them small; inotify denied by seccomp (pipe buffers still count toward the "
+                                "user's pipe-user-pages-soft, which only shrinks the user's new pipes)")
+    else:
+        p["per_user_limits"] = _not_held(f"the code runs as this user (uid {facts.get('uid')}) with inotify "
+                                         f"{facts.get('inotify')}, rlimits {rl}",
+                                         f"{FIX['uid']}; or unprivileged: {FIX['bwrap']} and {FIX['seccomp']}")
+    return p
+
+
+# -- the resource probes: each goes past one limit -------------------------------------------------------
+
+_ORPHAN = r'''
+import os, sys, time
+def orphan(body, token):
+    """A double-forked process in its own session running `body`; its command line carries `token`."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-S", "-c", body, token])
+        os._exit(0)
+    os.wait()
+'''
+
+_HOLD = r'''
+import time
+keep = [b"x" * (8 << 20) for _ in range(7)]
+print("orphan holds 56 MiB", flush=True)
+time.sleep(30)
+'''
+
+_MEMORY_TOGETHER = _ORPHAN + r'''
+orphan(__HOLD__, __TOKEN__)
+pid = os.fork()
+if pid == 0:
+    keep = [b"x" * (8 << 20) for _ in range(7)]
+    print("child holds 56 MiB", flush=True)
+    time.sleep(30)
+    os._exit(0)
+keep = [b"x" * (8 << 20) for _ in range(7)]
+print("parent holds 56 MiB", flush=True)
+os.waitpid(pid, 0)
+'''
+
+_MEMORY_KERNEL = r'''
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+held = {"memfd": 0}
+fds = []
+try:
+    for _ in range(4):
+        fd = os.memfd_create("fill")
+        fds.append(fd)
+        for _ in range(40):
+            held["memfd"] += os.write(fd, b"x" * (1 << 20))
+except OSError:
+    pass
+# System V memory outlives its process when detached; only asked for here (and removed at once): a
+# segment the code may create is memory no rlimit sees
+for name, make in (("sysv_shm", lambda: libc.shmget(0, 1 << 20, 0o1600)), ("sysv_msg", lambda: libc.msgget(0, 0o1600))):
+    ident = make()
+    held[name] = "allowed" if ident >= 0 else "refused"
+    if ident >= 0:
+        (libc.shmctl if name == "sysv_shm" else libc.msgctl)(ident, 0, None)  # IPC_RMID
+print(json.dumps(held), flush=True)
+'''
+
+_FORK = r'''
+import os, sys, time
+who = "orphan" if len(sys.argv) > 1 and sys.argv[1].startswith("orphan-") else "main"
+n, kids = 0, []
+try:
+    while n < 40:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        kids.append(pid)
+        n += 1
+except OSError:
+    pass
+print(who, "forks", n, flush=True)
+if who == "orphan":
+    time.sleep(30)
+'''
+
+_PROCESSES = _ORPHAN + r'''
+orphan(__FORK__, __TOKEN__)
+time.sleep(0.3)
+''' + _FORK + r'''
+for k in kids:
+    os.kill(k, 9)
+    os.waitpid(k, 0)
+import threading
+t = 0
+try:
+    while t < 40:
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        t += 1
+except RuntimeError:
+    pass
+print("main threads", t, flush=True)
+os._exit(0)
+'''
+
+_BURN = r'''
+import os, sys
+tag = sys.argv[1].split("-")[0] if len(sys.argv) > 1 else "main"
+last = 0.0
+while True:
+    for _ in range(20000):
+        pass
+    t = os.times()
+    c = t.user + t.system
+    if c - last >= 0.02:
+        last = c
+        os.write(1, ("%s %.3f\n" % (tag, c)).encode())
+    if c > 3:
+        os._exit(0)
+'''
+
+_CPU = _ORPHAN + r'''
+orphan(__BURN__, __TOKEN__)
+for i in range(2):
+    if os.fork() == 0:
+        sys.argv = ["x", "child%d-" % i]
+        break
+''' + _BURN
+
+
+def _program(template: str, token: str, **bodies: str) -> str:
+    out = template.replace("__TOKEN__", repr("orphan-" + token))
+    for name, body in bodies.items():
+        out = out.replace(f"__{name}__", repr(body))
+    return out
+
+
+def _escaped(token: str) -> list[int]:
+    """Host pids of the probe's double-forked orphan (and its children) alive after the run (then killed)."""
+    pids = _processes_with("orphan-" + token)
+    _kill_all(pids)
+    return pids
+
+
+def _token() -> str:
+    return f"{os.getpid()}-{time.time_ns()}"
+
+
+def _memory(plan: Plan, execute: Execute) -> str:
+    limit = 96 * MiB
+    token = _token()
+    r = execute(_program(_MEMORY_TOGETHER, token, HOLD=_HOLD),
+                SandboxLimits(memory_bytes=limit, wall_s=8, max_processes=8), plan)
+    escaped = _escaped(token)
+    held_by = [w for w in ("parent", "child", "orphan") if f"{w} holds" in r["stdout"]]
+    k = execute(_MEMORY_KERNEL, SandboxLimits(memory_bytes=limit, wall_s=15, max_processes=8, tmp_bytes=64 * MiB),
+                plan)
+    try:
+        kernel = json.loads(k["stdout"].strip().splitlines()[-1]) if k["status"] == "ok" else {}
+    except (ValueError, IndexError):
+        kernel = {}
+    kernel_bytes = kernel.get("memfd", 0) if isinstance(kernel.get("memfd"), int) else 0
+    sysv = [k for k in ("sysv_shm", "sysv_msg") if kernel.get(k) == "allowed"]
+    if escaped:
+        return _not_held(f"a double-forked process of the probe kept its memory after the run ({held_by} held 56 "
+                         "MiB each)", f"{FIX['cgroup']}; or {FIX['bwrap']}")
+    hard = "memory" in plan.controllers  # a cgroup refuses the pages; the parent's count is polled
+    if r["status"] != "memory_limit" or (hard and len(held_by) > 1):
+        return _not_held(f"{held_by} held 56 MiB each under memory_bytes=96 MiB (status {r['status']})",
+                         FIX["cgroup"])
+    if k["status"] == "ok" and kernel_bytes > limit:
+        return _not_held(f"the probe held {kernel_bytes // MiB} MiB in memfd files (memory outside every rlimit) "
+                         "under memory_bytes=96 MiB", f"{FIX['cgroup']}; or {FIX['seccomp']}")
+    if "memory" not in plan.controllers and sysv:
+        return _not_held(f"without a memory cgroup the probe may create {sysv} (System V memory, outside every "
+                         "rlimit and, detached, outside every process)", f"{FIX['cgroup']}; or {FIX['seccomp']}")
+    if "memory" in plan.controllers:
+        how = f"cgroup v{plan.cgroups.version if plan.cgroups else '?'} memory over all processes, tmpfs included"
+    else:
+        how = ("RLIMIT_AS per process + the parent sums the resident memory of all processes and the tmpfs every "
+               "50 ms and kills the run past memory_bytes (between two checks a burst can pass it briefly); memfd / "
+               "System V memory denied by seccomp; kernel buffers (pipes, sockets) bounded only by open files x "
+               "processes")
+    return (f"{how} (probe: three processes, one double-forked, holding 56 MiB each under 96 MiB: {r['status']}; "
+            f"memfd + System V memory: {kernel or k['status']})")
+
+
+def _processes(plan: Plan, execute: Execute) -> str:
+    limit = 6
+    token = _token()
+    r = execute(_program(_PROCESSES, token, FORK=_FORK), SandboxLimits(max_processes=limit, wall_s=10), plan)
+    escaped = _escaped(token)
+    counts: dict[str, int] = {}
+    for line in r["stdout"].splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2].isdigit():
+            counts[f"{parts[0]} {parts[1]}"] = int(parts[2])
+    forks = counts.get("main forks", 0) + counts.get("orphan forks", 0)
+    threads = counts.get("main threads", 0)
+    if escaped:
+        return _not_held(f"{len(escaped)} processes of a double-forked child outlived the run ({counts})",
+                         f"{FIX['cgroup']}; or {FIX['uid']}; or {FIX['bwrap']}")
+    if not (r["status"] == "process_limit" or (forks < limit and threads < limit)):
+        return _not_held(f"with max_processes={limit} the probe ran {counts} (status {r['status']})",
+                         f"{FIX['cgroup']}; or {FIX['uid']}; or {FIX['bwrap']}")
+    how = []
+    if "pids" in plan.controllers:
+        how.append("cgroup pids")
+    if plan.drop_uid:
+        how.append("RLIMIT_NPROC under a private uid")
+    elif plan.bwrap is not None and plan.userns:
+        how.append("RLIMIT_NPROC in the sandbox's own user namespace")
+    if "pids" not in plan.controllers:
+        how.append("the parent counts the tasks every 50 ms and kills past max_processes")
+    seen = "killed" if r["status"] == "process_limit" else f"{forks} forks (one process double-forked), " \
+        f"{threads} threads"
+    return " + ".join(how) + f" (probe, max_processes={limit}: {seen})"
+
+
+def _cpu(plan: Plan, execute: Execute) -> str:
+    limit = 0.3
+    token = _token()
+    r = execute(_program(_CPU, token, BURN=_BURN), SandboxLimits(cpu_s=limit, wall_s=15, max_processes=8), plan)
+    escaped = _escaped(token)
+    final: dict[str, float] = {}
+    for line in r["stdout"].splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                final[parts[0]] = max(final.get(parts[0], 0.0), float(parts[1]))
+            except ValueError:
+                pass
+    total = sum(final.values())
+    if escaped or r["status"] != "cpu_limit" or total > limit + 0.4:
+        seen = "a double-forked busy process outlived the run; " if escaped else ""
+        return _not_held(f"{seen}four busy processes used {total:.2f} s of CPU under cpu_s={limit} (status "
+                         f"{r['status']})", f"{FIX['cgroup']}; or {FIX['bwrap']}")
+    how = ["RLIMIT_CPU per process"]
+    how.append("cgroup CPU accounting over all processes" if "cpu" in plan.controllers else
+               "the parent sums the CPU time of the pid namespace's processes every 50 ms")
+    return " + ".join(how) + (f" (probe: four busy processes, one double-forked, stopped at {total:.2f} s under "
+                              f"cpu_s={limit})")
+
+
+def _wall(plan: Plan, execute: Execute) -> str:
+    r = execute("import time\ntime.sleep(30)", SandboxLimits(wall_s=0.3), plan)
+    if r["status"] != "timeout" or r["wall_s"] > 10:
+        return _not_held(f"a 30 s sleep under wall_s=0.3 ended {r['status']} after {r['wall_s']} s",
+                         "report this: the parent's kill did not work")
+    return f"the parent kills every process at wall_s (probe: a 30 s sleep stopped after {r['wall_s']:.2f} s)"
+
+
+def _output(plan: Plan, execute: Execute) -> str:
+    cap = 64 * 1024
+    r = execute("import sys\nsys.stdout.write('x' * 3_000_000)", SandboxLimits(max_output_bytes=cap), plan)
+    size = len(r["stdout"]) + len(r["stderr"])
+    if r["status"] != "output_limit" or size > cap:
+        return _not_held(f"3 MB printed under max_output_bytes={cap} came back as {size} bytes ({r['status']})",
+                         "report this: the parent's output cap did not work")
+    return f"the parent caps stdout + stderr at max_output_bytes (probe: 3 MB printed, {size} bytes kept)"
+
+
+_RESOURCE_PROBES: dict[str, Callable[[Plan, Execute], str]] = {
+    "wall_clock": _wall, "cpu": _cpu, "memory": _memory, "processes": _processes, "output": _output,
+}
+
+
+def resource_protections(plan: Plan, execute: Execute) -> dict[str, str]:
+    """Run the resource probes at once (each an execution past its limit) and say what held."""
+    with concurrent.futures.ThreadPoolExecutor(len(_RESOURCE_PROBES)) as pool:
+        futures = {name: pool.submit(probe, plan, execute) for name, probe in _RESOURCE_PROBES.items()}
+        out: dict[str, str] = {}
+        for name, future in futures.items():
+            try:
+                out[name] = future.result()
+            except Exception as e:  # a probe that cannot run proves nothing
+                out[name] = _not_held(f"its probe failed: {type(e).__name__}: {e}", "report this")
+    return out
