@@ -64,6 +64,9 @@ class GRPOConfig(BaseModel):
     eps_clip_high: Optional[float] = Field(None, gt=0, description="[--eps-clip-high]; None = eps_clip")
     per_token_loss: bool = Field(False, description="[--calculate-per-token-loss]")
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward pass (gradients accumulate)")
+    tf32: bool = Field(False, description="allow TF32 matmuls in the update (CUDA only; generation stays full "
+                       "fp32, so the recorded log-probs do not change; the trainer's own log-probs then differ "
+                       "from them by TF32 rounding, ~1e-3)")
     concurrency: int = Field(1, ge=1, description="rollouts in flight at once; 1 = one after another "
                              "(deterministic under the engine's seed), more lets a batching engine batch them")
     train_data: TrainDataSettings = Field(default_factory=TrainDataSettings,
@@ -210,8 +213,10 @@ class GRPOTrainer:
         batch = token_batch(data)
         if batch["trained_tokens"] == 0:
             return {**_empty_stats(), "trained_tokens": 0}
+        tf32 = torch.backends.cuda.matmul.allow_tf32
         with self.engine._lock:
             model.train()
+            torch.backends.cuda.matmul.allow_tf32 = cfg.tf32 or tf32
             try:
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = []
@@ -224,6 +229,7 @@ class GRPOTrainer:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad if cfg.clip_grad > 0 else float("inf"))
                 self.optimizer.step()
             finally:
+                torch.backends.cuda.matmul.allow_tf32 = tf32
                 model.eval()
         return _merge(parts, batch["trained_tokens"], float(grad_norm))
 

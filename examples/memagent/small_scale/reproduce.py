@@ -31,7 +31,10 @@ def _engine(ckpt: Path, device: str, seed: int) -> Any:
 
     from agentgraphs.engines.hf import HFEngine
 
-    return HFEngine.from_dir(ckpt, device=device, dtype=torch.float32, seed=seed, batching=True)
+    # full fp32 (no TF32) for generation: the recorded log-probs are what the audit's re-score computes
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return HFEngine.from_dir(ckpt, device=device, dtype=torch.float32, seed=seed, batching=True, max_batch=512,
+                             max_prefill_tokens=65536 if device == "cuda" else 8192)
 
 
 def _save(engine: Any, out: Path, cfg: P.ReproConfig, stage: dict[str, Any]) -> None:
@@ -115,7 +118,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
             optimizer.step()
             model.eval()
         point: dict[str, Any] = {"step": step, "loss": round(loss_sum, 4), "s": round(time.perf_counter() - started, 1)}
-        if step % args.eval_every == 0:
+        if step >= args.eval_from and step % args.eval_every == 0:
             results = P.evaluate(engine, probe, cfg)
             point["probe_strict"] = round(P.pooled(results, cfg.train_lengths), 2)
             point["probe_sub_em"] = round(P.pooled(results, cfg.train_lengths, "sub_em"), 2)
@@ -150,7 +153,7 @@ def stage_rl(args: argparse.Namespace) -> None:
     audits: list[dict[str, Any]] = []
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
                         max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
-                        micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples)
+                        micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples, tf32=args.tf32)
 
     def rows_for(step: int) -> list[dict[str, Any]]:
         split = f"rl-{step}"  # the same documents for the run and its control
@@ -240,13 +243,14 @@ def main() -> None:
     w = sub.add_parser("warmstart", help="2. supervised steps on oracle rollouts, stopped early")
     w.add_argument("--init", required=True)
     w.add_argument("--out", required=True)
-    w.add_argument("--demos", type=int, default=2048, help="oracle rollouts (documents) to train on")
+    w.add_argument("--demos", type=int, default=1024, help="oracle rollouts (documents) to train on")
     w.add_argument("--batch", type=int, default=128, help="training sequences per step")
     w.add_argument("--micro-batch", type=int, default=64)
     w.add_argument("--lr", type=float, default=1e-3)
     w.add_argument("--warmup", type=int, default=20)
     w.add_argument("--max-steps", type=int, default=600)
-    w.add_argument("--eval-every", type=int, default=25)
+    w.add_argument("--eval-every", type=int, default=5)
+    w.add_argument("--eval-from", type=int, default=25, help="first step at which the probe is evaluated")
     w.add_argument("--probe-per-length", type=int, default=16, help="held-out probe documents per training length")
     w.add_argument("--stop-at", type=float, default=30.0, help="stop once probe strict sub_em (%%) reaches this")
     w.add_argument("--device", default=dev)
@@ -255,10 +259,11 @@ def main() -> None:
     r = sub.add_parser("rl", help="3. GRPO with the seed's reward, final answer masked, reward divided")
     r.add_argument("--init", required=True)
     r.add_argument("--out", required=True)
-    r.add_argument("--steps", type=int, default=40)
-    r.add_argument("--prompts", type=int, default=16, help="documents per step")
+    r.add_argument("--steps", type=int, default=16)
+    r.add_argument("--prompts", type=int, default=24, help="documents per step")
     r.add_argument("--samples", type=int, default=8, help="rollouts per document (a GRPO group)")
-    r.add_argument("--lr", type=float, default=1e-4)
+    r.add_argument("--lr", type=float, default=3e-4)
+    r.add_argument("--tf32", action="store_true", help="TF32 matmuls in the update (generation stays fp32)")
     r.add_argument("--micro-batch", type=int, default=64)
     r.add_argument("--permute", action="store_true", help="the control: rewards permuted within each group")
     r.add_argument("--no-audit", action="store_true", help="skip the per-step `check` audit (never in a reported run)")
