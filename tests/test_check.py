@@ -182,3 +182,29 @@ def test_failed_rollout_with_turns_passes_and_its_outputs_show_untrained(tiny_en
     line = html.split('id="ag-rollouts">', 1)[1].split("</script>", 1)[0]
     turn = json.loads(line)["turns"][0]
     assert turn["seq"] is None and turn["or"] == [[4, len(turn["o"])]]  # generated, not trained
+
+
+def test_prefetched_scorer_gives_the_plain_scorers_report(sampled_run: Path, tiny_model_dir: Path,
+                                                           clean_report: CheckReport) -> None:
+    """Re-scores computed ahead in padded batches equal one plain forward per sequence; an unannounced call
+    falls back to the plain forward."""
+    from transformers import AutoModelForCausalLM
+
+    from agentgraphs.viewer.check import model_scorer, prefetched_scorer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    jobs = []
+    for rec in read_run(sampled_run):
+        (temperature,) = {float(t["temperature"]) for t in rec.turns}  # the run samples at one temperature
+        for seq in rec.sequences:
+            start = len(seq["tokens"]) - seq["response_length"]
+            positions = [start + j for j, m in enumerate(seq["loss_mask"]) if m]
+            jobs.append((seq["tokens"], positions, [temperature] * len(positions)))
+    scorer = prefetched_scorer(model, jobs[1:], max_tokens=300)  # several padded batches; job 0 is not announced
+    plain = model_scorer(model)
+    for tokens, positions, temps in jobs:
+        assert scorer(tokens, positions, temps) == pytest.approx(plain(tokens, positions, temps), abs=1e-5)
+    report = check_run(sampled_run, scorer=scorer)
+    assert report.ok and report.rescored_tokens == clean_report.rescored_tokens
+    for node, drift in report.nodes.items():
+        assert drift["max_abs_delta"] == pytest.approx(clean_report.nodes[node]["max_abs_delta"], abs=1e-5)

@@ -122,7 +122,7 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path) -> None:
         "--intermediate-size", "64", "--chunk-tokens", "128", "--memory-tokens", "24", "--final-tokens", "16",
         "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths", "150", "--eval-per-length", "2")
     run("warmstart", "--init", str(w / "model"), "--out", str(w / "warm"), "--demos", "4", "--batch", "8",
-        "--max-steps", "2", "--eval-every", "2", "--probe-per-length", "1", "--device", "cpu")
+        "--max-steps", "2", "--eval-every", "2", "--eval-from", "1", "--probe-per-length", "1", "--device", "cpu")
     stage = json.loads((w / "warm" / "stage.json").read_text())
     assert stage["stop"]["step"] == 2 and "probe_strict" in stage["curve"][-1]
     run("rl", "--init", str(w / "warm"), "--out", str(w / "rl"), "--steps", "1", "--prompts", "2", "--samples", "2",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .hf import GREEDY_BELOW, GenerationRequest, sample_rows
@@ -76,7 +76,6 @@ class BatchStats:
     prefills: int = 0  # prefill forwards
     prefill_rows: int = 0
     scores: int = 0  # scoring jobs
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def _kv_of(cache: Any) -> list[tuple["torch.Tensor", "torch.Tensor"]]:

@@ -8,7 +8,7 @@ set -u
 out=${1:?usage: run_gpu.sh OUT_DIR [WORK_DIR]}; w=${2:-/tmp/repro}
 here=$(cd "$(dirname "$0")" && pwd); mkdir -p "$out" "$w"
 R="python3 $here/reproduce.py"
-: "${EVAL_PER_LENGTH:=64}" "${DEMOS:=1024}" "${WS_MAX_STEPS:=150}" "${WS_EVAL_EVERY:=5}" "${WS_EVAL_FROM:=25}"
+: "${EVAL_PER_LENGTH:=64}" "${DEMOS:=1024}" "${WS_MAX_STEPS:=150}" "${WS_EVAL_EVERY:=10}" "${WS_EVAL_FROM:=25}"
 : "${WS_STOP_AT:=30}" "${PROBE:=16}" "${RL_STEPS:=16}" "${RL_PROMPTS:=24}" "${RL_SAMPLES:=8}" "${RL_LR:=3e-4}"
 : "${RL_MINUTES:=0}" "${PACK:=$out.tgz}"
 pack() { tar czf "$PACK.tmp" -C "$out" . && mv "$PACK.tmp" "$PACK"; }
@@ -24,7 +24,7 @@ cp "$w/warm/stage.json" "$out/warmstart_stage.json" 2>/dev/null; tail -3 "$out/w
 $R eval --ckpt "$w/warm" --name "warm start" --out "$out/eval_warmstart.json" > "$out/eval_warmstart.log" 2>&1 &
 stamp rl
 if [ -n "${DEADLINE:-}" ]; then  # an epoch second by which everything must be done: RL gets what is left
-  RL_MINUTES=$(awk -v d="$DEADLINE" -v n="$(date +%s)" -v r="${RESERVE:-110}" 'BEGIN{m=(d-n-r)/60; if(m<1)m=1; printf "%.2f", m}')
+  RL_MINUTES=$(awk -v d="$DEADLINE" -v n="$(date +%s)" -v r="${RESERVE:-180}" 'BEGIN{m=(d-n-r)/60; if(m<1)m=1; printf "%.2f", m}')
   stamp "RL time budget $RL_MINUTES min"
 fi
 rl=(--steps "$RL_STEPS" --prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --max-minutes "$RL_MINUTES" --tf32)
