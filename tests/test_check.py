@@ -381,3 +381,27 @@ def test_a_prefix_break_in_a_later_turn_is_reported_there(sampled_run: Path, tmp
     assert not any(b["node"] == "solve" for b in report.breaches), report.to_text()
     # the answer's trained tokens are still its own: re-scored as "answer", not as tokens of no engine call
     assert set(report.nodes) == {"solve", "answer"} and report.unscored_tokens == 0
+def test_prefetched_scorer_gives_the_plain_scorers_report(sampled_run: Path, tiny_model_dir: Path,
+                                                           clean_report: CheckReport) -> None:
+    """Re-scores computed ahead in padded batches equal one plain forward per sequence; an unannounced call
+    falls back to the plain forward."""
+    from transformers import AutoModelForCausalLM
+
+    from agentgraphs.viewer.check import model_scorer, prefetched_scorer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    jobs = []
+    for rec in read_run(sampled_run):
+        (temperature,) = {float(t["temperature"]) for t in rec.turns}  # the run samples at one temperature
+        for seq in rec.sequences:
+            start = len(seq["tokens"]) - seq["response_length"]
+            positions = [start + j for j, m in enumerate(seq["loss_mask"]) if m]
+            jobs.append((seq["tokens"], positions, [temperature] * len(positions)))
+    scorer = prefetched_scorer(model, jobs[1:], max_tokens=300)  # several padded batches; job 0 is not announced
+    plain = model_scorer(model)
+    for tokens, positions, temps in jobs:
+        assert scorer(tokens, positions, temps) == pytest.approx(plain(tokens, positions, temps), abs=1e-5)
+    report = check_run(sampled_run, scorer=scorer)
+    assert report.ok and report.rescored_tokens == clean_report.rescored_tokens
+    for node, drift in report.nodes.items():
+        assert drift["max_abs_delta"] == pytest.approx(clean_report.nodes[node]["max_abs_delta"], abs=1e-5)

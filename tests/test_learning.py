@@ -314,3 +314,32 @@ def test_cuda_step0_mismatch_and_one_update(dtype: str) -> None:
     bound = 1e-4 if dtype == "float32" else 0.5  # measured on an H200: 2.3e-5 and 0.11 (bench/README.md)
     assert step0["logp_diff_max"] < bound and math.isfinite(step0["loss"])
 
+
+
+def test_concurrent_collection_audits_every_rollout_before_the_update() -> None:
+    """`concurrency` runs a step's rollouts together (a batching engine batches them), samples stay in
+    (row, draw) order; the audit sees every rollout and its Sample first, and raising stops the update."""
+    from agentgraphs.engines.hf import HFEngine
+    from agentgraphs.records import SEQUENCE_KEYS
+
+    base = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=0, device="cpu")
+    engine = HFEngine(base.model, base.tokenizer, device="cpu", batching=True, seed=0)
+    seen: list[tuple[int, list[int]]] = []
+
+    def audit(rollouts: Any, samples: Any) -> None:
+        for rollout, sample in zip(rollouts, samples):  # each Sample carries its own rollout's sequences
+            assert sample.train_metadata["turns"] == [{k: seq[k] for k in SEQUENCE_KEYS} for seq in rollout.sequences]
+        seen.append((len(rollouts), [s.group_index for s in samples]))
+        if len(seen) == 2:
+            raise RuntimeError("audit: stop")
+
+    spec = learning_spec(target_ids(engine.model, seed=0), "share")
+    trainer = GRPOTrainer(spec, engine, learning_rows(3), GRPOConfig(n_samples_per_prompt=2, lr=2e-2, concurrency=6),
+                          options={"max_new_tokens": 3}, audit=audit)
+    trainer.step()
+    assert seen == [(6, [0, 0, 1, 1, 2, 2])]
+    assert engine._batcher.stats.max_rows >= 2  # the six rollouts ran as one batch
+    before = [p.detach().clone() for p in engine.model.parameters()]
+    with pytest.raises(RuntimeError, match="audit: stop"):
+        trainer.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, engine.model.parameters()))  # nothing trained

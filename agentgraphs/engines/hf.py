@@ -8,9 +8,16 @@ SGLang's /generate contract. It follows SGLang's conventions where they shape a 
 - finish checks run in SGLang's order: max_new_tokens ("length") first, then stop/eos token ids
   (skipped entirely when ignore_eos, stop_token_ids included), then stop strings.
 
-Each request keeps its own KV cache and its own seeded generator, and every model step runs in a worker
-thread behind one lock. Requests therefore interleave token by token (a long one never starves a short
-one), the event loop never blocks, and a request's result does not depend on what runs beside it.
+Two ways to run concurrent requests, both with a seeded generator per request:
+- one at a time (the default on CPU, `batching=False`): each request keeps its own KV cache and every
+  model step runs in a worker thread behind one lock. Requests interleave token by token (a long one never
+  starves a short one), the event loop never blocks, and a request's result is bit-identical whatever runs
+  beside it: the mode for exact CPU tests.
+- continuous batching (the default on CUDA, `batching=True`; `agentgraphs.engines.batching`): one driver
+  thread runs the decode steps of every request in flight as ONE forward over a left-padded batch KV cache;
+  requests join (prefilled together) and leave (finished, cancelled) between steps. Each token's log-prob
+  still comes from the very forward that sampled it; results agree with the one-at-a-time mode up to float
+  rounding (a batched kernel sums in another order), not bit for bit.
 """
 
 from __future__ import annotations
@@ -72,9 +79,60 @@ def sample_token(
     return token, float(logprobs[token])
 
 
+def sample_rows(
+    logits: "torch.Tensor", params: list[SamplingParams], generators: list[Any]
+) -> tuple["torch.Tensor", list[int], list[float]]:
+    """`sample_token` for every row of a [rows, vocab] logits batch: (ids on the device, ids, log-probs).
+
+    Row i follows `params[i]` and draws from `generators[i]` with the same rules as `sample_token` (the
+    greedy rule, log_softmax(logits / T) in float32 before filtering, SGLang's top-k/top-p/min-p filter on
+    sorted probabilities); the softmax, sort and filter run once for all rows, the draw once per row.
+
+    >>> import torch
+    >>> sample_rows(torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]), [SamplingParams(temperature=0)] * 2, [None] * 2)[1]
+    [1, 0]
+    """
+    import torch
+
+    logits = logits.float()
+    rows, vocab = logits.shape
+    device = logits.device
+    greedy = [p.temperature < GREEDY_BELOW or p.top_k == 1 for p in params]
+    temps = torch.tensor([1.0 if p.temperature < GREEDY_BELOW else p.temperature for p in params],
+                         dtype=torch.float32, device=device)
+    logprobs = torch.log_softmax(logits / temps.unsqueeze(1), dim=-1)
+    tokens = torch.argmax(logits, dim=-1)  # the greedy rows' answer; sampled rows are overwritten below
+    drawn = [i for i in range(rows) if not greedy[i]]
+    if drawn:
+        filtered = [i for i in drawn if params[i].top_k > 0 or params[i].top_p < 1.0 or params[i].min_p > 0.0]
+        plain = [i for i in drawn if i not in filtered]
+        picks: dict[int, Any] = {}
+        if plain:
+            probs = logprobs[plain].exp()
+            for j, i in enumerate(plain):
+                picks[i] = torch.multinomial(probs[j], 1, generator=generators[i])
+        if filtered:
+            sorted_probs, order = logprobs[filtered].exp().sort(dim=-1, descending=True)
+            ranks = torch.arange(vocab, device=device).unsqueeze(0)
+            top_k = torch.tensor([params[i].top_k if params[i].top_k > 0 else vocab for i in filtered], device=device)
+            top_p = torch.tensor([params[i].top_p for i in filtered], dtype=torch.float32, device=device)
+            min_p = torch.tensor([params[i].min_p for i in filtered], dtype=torch.float32, device=device)
+            sorted_probs = sorted_probs.masked_fill(ranks >= top_k.unsqueeze(1), 0.0)
+            cumulative = sorted_probs.cumsum(dim=-1)
+            sorted_probs = sorted_probs.masked_fill((cumulative - sorted_probs) > top_p.unsqueeze(1), 0.0)
+            sorted_probs = sorted_probs.masked_fill(sorted_probs < sorted_probs[:, :1] * min_p.unsqueeze(1), 0.0)
+            for j, i in enumerate(filtered):
+                picks[i] = order[j][torch.multinomial(sorted_probs[j], 1, generator=generators[i])]
+        index = torch.tensor(drawn, device=device)
+        tokens = tokens.index_put((index,), torch.cat([picks[i] for i in drawn]))
+    chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    return tokens, tokens.tolist(), chosen.tolist()
+
+
 @dataclass
-class _Request:
-    """One generation in flight: its cache, RNG and outputs. Touched only under the engine lock."""
+class GenerationRequest:
+    """One generation in flight: its cache, RNG and outputs. Touched only under the engine lock
+    (`cancelled` excepted: the caller sets it, the batch driver reads it between steps)."""
 
     prompt_ids: list[int]
     params: SamplingParams
@@ -86,6 +144,7 @@ class _Request:
     logprobs: list[float] = field(default_factory=list)
     finish: FinishReason | None = None
     matched: int | str | None = None
+    cancelled: bool = False
 
 
 class HFEngine:
@@ -96,6 +155,10 @@ class HFEngine:
     >>> out = asyncio.run(engine.generate([151644, 77091, 198], SamplingParams(max_new_tokens=3)))
     >>> len(out.token_ids), out.finish_reason
     (3, 'length')
+
+    `batching` picks how concurrent requests run (default: batched on CUDA, one at a time elsewhere; see
+    the module docstring); `max_batch` caps the rows of one batched decode step and `max_prefill_tokens`
+    the padded prompt tokens prefilled together in one step (more requests wait for the next step).
     """
 
     def __init__(
@@ -106,6 +169,9 @@ class HFEngine:
         device: str | None = None,
         dtype: "str | torch.dtype | None" = None,
         seed: int | None = None,
+        batching: bool | None = None,
+        max_batch: int = 256,
+        max_prefill_tokens: int = 16384,
     ) -> None:
         import torch
 
@@ -135,6 +201,13 @@ class HFEngine:
         self.eos_token_ids = self._eos_ids()
         self._lock = threading.Lock()
         self._seeds = random.Random(seed)
+        # continuous batching by default on CUDA; one request at a time (bit-exact) elsewhere
+        self.batching = self.device.type == "cuda" if batching is None else bool(batching)
+        self._batcher: Any = None
+        if self.batching:
+            from .batching import DecodeBatcher
+
+            self._batcher = DecodeBatcher(self, max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
 
     @classmethod
     def from_dir(cls, path: str | os.PathLike[str], **kwargs: Any) -> "HFEngine":
@@ -165,9 +238,11 @@ class HFEngine:
             raise InputError("sampling_params.stop", "stop strings need text, and this engine has no tokenizer",
                              "pass tokenizer= to HFEngine or use stop_token_ids")
         started = time.perf_counter()
-        request = self._new_request(prompt_ids, params)
+        request = self.new_request(prompt_ids, params)
         if params.max_new_tokens == 0:
             request.finish = "length"
+        elif self._batcher is not None:
+            await self._batcher.run(request)
         else:
             await asyncio.to_thread(self._locked, self._prefill, request)
         while request.finish is None:
@@ -185,13 +260,13 @@ class HFEngine:
             meta=meta,
         )
 
-    def _new_request(self, prompt_ids: list[int], params: SamplingParams) -> _Request:
+    def new_request(self, prompt_ids: list[int], params: SamplingParams) -> GenerationRequest:
         import torch
 
         seed = params.sampling_seed if params.sampling_seed is not None else self._seeds.getrandbits(63)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         stop_ids = frozenset() if params.ignore_eos else frozenset(params.stop_token_ids) | self.eos_token_ids
-        return _Request(list(prompt_ids), params, generator, stop_ids)
+        return GenerationRequest(list(prompt_ids), params, generator, stop_ids)
 
     def _locked(self, fn: Any, *args: Any) -> Any:
         import torch
@@ -209,22 +284,23 @@ class HFEngine:
                          **{self._cache_arg: cache})
         return out.logits[0].float(), out.get(self._cache_arg)
 
-    def _prefill(self, request: _Request) -> None:
+    def _prefill(self, request: GenerationRequest) -> None:
         logits, request.cache = self._forward(request.prompt_ids, None, 1)
         request.logits = logits[-1]
 
-    def _step(self, request: _Request) -> None:
+    def _step(self, request: GenerationRequest) -> None:
         token, logprob = sample_token(request.logits, request.params, request.generator)
         request.output_ids.append(token)
         request.logprobs.append(logprob)
-        request.finish, request.matched = self._finish(request)
+        request.finish, request.matched = self.finish_of(request)
         if request.finish is None:
             logits, request.cache = self._forward([token], request.cache, 1)
             request.logits = logits[-1]
         else:
             request.cache = request.logits = None  # free the KV cache as soon as we are done
 
-    def _finish(self, request: _Request) -> tuple[FinishReason | None, int | str | None]:
+    def finish_of(self, request: GenerationRequest) -> tuple[FinishReason | None, int | str | None]:
+        """Whether `request` is done after its newest token: (finish reason or None, matched stop)."""
         params, last = request.params, request.output_ids[-1]
         if len(request.output_ids) >= params.max_new_tokens:
             return "length", None  # SGLang checks length first, even if the last token is a stop id
@@ -270,7 +346,12 @@ class HFEngine:
     async def score_async(
         self, prompt_ids: list[int], output_ids: list[int], temperature: float = 1.0
     ) -> list[float]:
-        """`score` in a worker thread, for callers on the event loop (scripted policies)."""
+        """`score` for callers on the event loop (scripted policies): in a worker thread, or, when batching,
+        teacher-forced together with the other scores waiting for the same step."""
+        if self._batcher is not None and output_ids:
+            self._check_ids(prompt_ids, "prompt_ids", allow_empty=False)
+            self._check_ids(output_ids, "output_ids", allow_empty=True)
+            return await self._batcher.score(list(prompt_ids), list(output_ids), temperature)
         return await asyncio.to_thread(self.score, prompt_ids, output_ids, temperature)
 
     # -------------------------------------------------------------------------------------- helpers

@@ -164,11 +164,13 @@ def make_needle_example(
     seed: int | str,
     needle_position: float | int = 0.5,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    pool: FillerPool | None = None,
 ) -> MemAgentRow:
     """One needle-in-filler question over a document of about ``n_tokens`` tokens.
 
     ``needle_position`` is a float in [0, 1] (relative depth) or an int chunk index, in which case the
-    needle lands in the middle of that ``chunk_size``-token chunk. Deterministic in ``seed``.
+    needle lands in the middle of that ``chunk_size``-token chunk. Deterministic in ``seed``. Pass the
+    ``pool`` of ``build_filler_pool(tokenizer)`` when making many examples (it is measured once).
 
     >>> class Words:
     ...     def encode(self, text, add_special_tokens=False): return text.split()
@@ -178,7 +180,8 @@ def make_needle_example(
     >>> row["question"].startswith("What is the secret code of ")
     True
     """
-    return _example_from_pool(build_filler_pool(tokenizer), tokenizer, n_tokens, seed, needle_position, chunk_size)
+    pool = pool if pool is not None else build_filler_pool(tokenizer)
+    return _example_from_pool(pool, tokenizer, n_tokens, seed, needle_position, chunk_size)
 
 
 def make_dataset(
