@@ -328,7 +328,8 @@ def test_concurrent_collection_audits_every_rollout_before_the_update() -> None:
 
     def audit(rollouts: Any, samples: Any) -> None:
         for rollout, sample in zip(rollouts, samples):  # each Sample carries its own rollout's sequences
-            assert sample.train_metadata["turns"] == [{k: seq[k] for k in SEQUENCE_KEYS} for seq in rollout.sequences]
+            assert sample.train_metadata["turns"] == [{**{k: seq[k] for k in SEQUENCE_KEYS}, "sampling": seq["sampling"]}
+                                                      for seq in rollout.sequences]
         seen.append((len(rollouts), [s.group_index for s in samples]))
         if len(seen) == 2:
             raise RuntimeError("audit: stop")

@@ -30,7 +30,7 @@ from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
 from agentgraphs.memagent import SPEC
 from agentgraphs.memagent.synthetic import FillerPool, build_filler_pool, make_needle_example
-from agentgraphs.records import sample_fields, trace_record
+from agentgraphs.records import SEQUENCE_KEYS, sample_fields, trace_record
 from agentgraphs.rollout import Rollout, rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample
@@ -252,7 +252,8 @@ def audit_step(model: Any, rollouts: Sequence[Rollout], samples: Sequence[Any], 
         with JsonlWriter(run_dir) as write:
             for rollout, sample in zip(rollouts, samples):
                 record = {"index": sample.index, "group_index": sample.group_index, "status": sample.status.value,
-                          "reward": sample.reward, "train_metadata": sample.train_metadata}
+                          "reward": sample.reward, "train_metadata": sample.train_metadata,
+                          **{k: getattr(sample, k) for k in SEQUENCE_KEYS}}  # what slime trains without convert
                 write(record, trace_record(rollout, sample.index))
                 for seq in sample.train_metadata["turns"]:
                     start = len(seq["tokens"]) - seq["response_length"]
