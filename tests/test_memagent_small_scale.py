@@ -63,6 +63,19 @@ def test_oracle_rollouts_are_training_rows(engine: Any, rows: list[dict[str, Any
         assert lps == pytest.approx(engine.score(tokens[:-n], tokens[-n:], 1.0), abs=1e-4)
 
 
+def test_a_shorter_secret_code_is_read_and_answered_by_the_oracle(engine: Any) -> None:
+    """`value_digits` makes the task easier for a model trained from scratch: the answer is that many digits,
+    and the oracle carries exactly that value from the section through the memory into the box."""
+    cfg = CFG.model_copy(update={"value_digits": 2})
+    rows = P.needle_rows(engine.tokenizer, [200, 330], "two-digit", cfg)
+    assert all(len(r["label"][0]) == 2 and r["label"][0].isdigit() for r in rows)
+    assert all(f"is {r['label'][0]}." in r["metadata"]["context"] for r in rows)
+    data = P.oracle_data(engine, rows[:1], cfg)
+    tok = engine.tokenizer
+    last = data["tokens"][-1][-data["response_lengths"][-1]:]
+    assert tok.decode(last) == f"\\boxed{{{rows[0]['label'][0]}}}<|im_end|>"
+
+
 def test_the_audit_passes_real_rollouts_and_stops_a_tampered_one(engine: Any, rows: list[dict[str, Any]]) -> None:
     import asyncio
 

@@ -55,6 +55,7 @@ class ReproConfig(BaseModel):
     chunk_tokens: int = Field(512, description="document tokens per memory update")
     memory_tokens: int = Field(32, description="cap of a memory update (the needle sentence is ~17 tokens)")
     final_tokens: int = Field(24, description="cap of the final answer (\\boxed{7 digits} is ~11 tokens)")
+    value_digits: int = Field(7, ge=1, le=18, description="digits of the needle's secret code (the answer)")
     train_min_tokens: int = 1000
     train_max_tokens: int = 4000
     eval_lengths: list[int] = Field(default_factory=lambda: [1000, 2000, 4000, 8000, 16000, 32000])
@@ -94,7 +95,7 @@ def sampling(cfg: ReproConfig, temperature: float, top_p: float = 1.0) -> Sampli
 
 # ---------------------------------------------------------------------------------------------- data
 
-NEEDLE = re.compile(r"The secret code of [A-Z][a-z]+ [A-Z][a-z]+ is \d{7}\.")
+NEEDLE = re.compile(r"The secret code of [A-Z][a-z]+ [A-Z][a-z]+ is (\d+)\.")
 
 
 def needle_rows(tokenizer: Any, lengths: Sequence[int], split: str, cfg: ReproConfig,
@@ -110,7 +111,7 @@ def needle_rows(tokenizer: Any, lengths: Sequence[int], split: str, cfg: ReproCo
         for attempt in range(20):  # redraw the rare document whose needle a chunk boundary would cut
             at = rng.randrange(math.ceil(n / cfg.chunk_tokens))
             row = make_needle_example(tokenizer, n, seed=f"{cfg.seed}-{split}-{i}-{attempt}", needle_position=at,
-                                      chunk_size=cfg.chunk_tokens, pool=pool)
+                                      chunk_size=cfg.chunk_tokens, pool=pool, value_digits=cfg.value_digits)
             if needle_in_one_chunk(tokenizer, row["document"], cfg.chunk_tokens):
                 break
         else:
@@ -164,8 +165,8 @@ def oracle_reply(call: ScriptCall) -> str:
     text = call.prompt_text
     memory = _between(text, "<memory>\n", "\n</memory>")
     if "<section>\n" not in text:  # the final prompt
-        value = re.search(r"\d{7}", memory)
-        return f"\\boxed{{{value.group() if value else 'unknown'}}}"
+        value = NEEDLE.search(memory)
+        return f"\\boxed{{{value.group(1) if value else 'unknown'}}}"
     if NEEDLE.search(memory):
         return memory
     found = NEEDLE.search(_between(text, "<section>\n", "\n</section>"))

@@ -62,7 +62,7 @@ def stage_model(args: argparse.Namespace) -> None:
                         intermediate_size=args.intermediate_size, chunk_tokens=args.chunk_tokens,
                         memory_tokens=args.memory_tokens, final_tokens=args.final_tokens,
                         train_min_tokens=args.train_min_tokens, train_max_tokens=args.train_max_tokens,
-                        eval_per_length=args.eval_per_length, seed=args.seed,
+                        eval_per_length=args.eval_per_length, seed=args.seed, value_digits=args.value_digits,
                         eval_lengths=[int(x) for x in args.eval_lengths.split(",")])
     out = Path(args.out)
     build_tiny_model(out, seed=cfg.seed, hidden_size=cfg.hidden_size, num_layers=cfg.layers, num_heads=cfg.heads,
@@ -238,6 +238,7 @@ def main() -> None:
     m.add_argument("--eval-lengths", default="1000,2000,4000,8000,16000,32000")
     m.add_argument("--eval-per-length", type=int, default=64)
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--value-digits", type=int, default=7, help="digits of the needle's secret code (the answer)")
     m.set_defaults(run=stage_model)
 
     w = sub.add_parser("warmstart", help="2. supervised steps on oracle rollouts, stopped early")

@@ -15,7 +15,7 @@ pack() { tar czf "$PACK.tmp" -C "$out" . && mv "$PACK.tmp" "$PACK"; }
 stamp() { echo "[$(date +%T)] $*"; }
 
 stamp model
-$R model --out "$w/model" --eval-per-length "$EVAL_PER_LENGTH" > "$out/model.log" 2>&1 || { cat "$out/model.log"; exit 1; }
+$R model --out "$w/model" --eval-per-length "$EVAL_PER_LENGTH" --value-digits "${VALUE_DIGITS:-7}" > "$out/model.log" 2>&1 || { cat "$out/model.log"; exit 1; }
 $R eval --ckpt "$w/model" --name "untrained" --out "$out/eval_untrained.json" > "$out/eval_untrained.log" 2>&1 &
 stamp warmstart
 $R warmstart --init "$w/model" --out "$w/warm" --demos "$DEMOS" --max-steps "$WS_MAX_STEPS" \
