@@ -35,8 +35,9 @@ from pydantic import Field
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from agentgraphs.answers import boxed_match
+from agentgraphs.context import AgentContext
 from agentgraphs.errors import InputError
-from agentgraphs.node import AgentContext, TraceState, call_llm
+from agentgraphs.node import TraceState, call_llm
 from agentgraphs.spec import AgentSpec, MethodOptions, RewardInput, RolloutInput
 
 # Prompts are data.

@@ -75,13 +75,22 @@ def _planted(sampled_run: Path, tmp_path: Path, edit: Callable[[dict[str, Any], 
 
 
 def _edit_traces(run: Path, out: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
-    """A copy of `run` whose every Turn in traces.jsonl is edited by `edit(turn)`."""
+    """A copy of `run` whose every Turn in traces.jsonl is edited by `edit(turn)`, and the samples' sequences
+    say the sampling of their edited turns: both files agree, as a recorder that got a turn's sampling wrong
+    writes them (the sequence's `sampling` is built from its turns)."""
+    from agentgraphs.trace import build_sequences
+
     shutil.copytree(run, out)
     lines = [json.loads(raw) for raw in (out / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
-    for trace in lines:
+    samples = [json.loads(raw) for raw in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    for trace, sample in zip(lines, samples):
         for turn in trace["turns"]:
             edit(turn)
+        recorded = sample["train_metadata"]
+        for seq, rebuilt in zip(recorded["turns"], build_sequences(trace["turns"], recorded["layout"])):
+            seq["sampling"] = rebuilt["sampling"]
     (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in lines), encoding="utf-8")
+    (out / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
     return out
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from agentgraphs.context import AgentContext
 from agentgraphs.engine import SamplingParams
 from agentgraphs.hf_engine import HFEngine
-from agentgraphs.node import AgentContext
 from agentgraphs.rollout import rollout_input, run_rollout, sample_fields
 from agentgraphs.sglang_engine import SGLangEngine
 from agentgraphs.testing.scripted import ScriptedPolicy

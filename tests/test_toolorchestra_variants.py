@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentgraphs.context import AgentContext
 from agentgraphs.engines.hf import HFEngine
 from agentgraphs.errors import ConfigError
-from agentgraphs.node import AgentContext
 from agentgraphs.records import sample_fields
 from agentgraphs.rollout import Rollout, rollout_input, run_rollout
 from agentgraphs.spec import RewardInput

@@ -29,8 +29,8 @@ from pydantic import Field, model_validator
 from typing_extensions import NotRequired, TypedDict
 
 from ..answers import last_boxed
-from ..errors import ConfigError, EngineError, RetrievalError
 from ..context import AgentContext, context_of
+from ..errors import ConfigError, EngineError, RetrievalError
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions
 from .coderun import extract_code, run_python
@@ -148,9 +148,6 @@ class ToolOrchestraOptions(MethodOptions):
 def expert_names(experts: Mapping[str, list[str]]) -> list[str]:
     """Every expert engine the options name, once, in order."""
     return list(dict.fromkeys(m for models in experts.values() for m in models))
-
-
-DEFAULT_OPTIONS: dict[str, Any] = ToolOrchestraOptions().model_dump()
 
 
 class Step(TypedDict):

@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..rows import question_input, question_of
+from ..rows import question_input
 from ..spec import AgentSpec, RolloutInput
 from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .reward import metrics, reward, reward_shaping
-
-
-problem_of = question_of  # the problem text, as every method reads a question
 
 
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
