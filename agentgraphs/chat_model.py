@@ -2,7 +2,7 @@
 
     from langgraph.prebuilt import create_react_agent
     agent = create_react_agent(TracedChatModel(), [calculator, lookup])
-    SPEC = AgentSpec.from_messages_graph(agent, reward=my_reward, name="react")
+    SPEC = messages_graph_spec(agent, reward=my_reward, name="react")
 
 `TracedChatModel` takes its engine, tokenizer and sampling from the run's AgentContext (LangGraph's
 runtime context), so one compiled graph serves `langgraph dev`, `agentgraphs run` and

@@ -159,7 +159,11 @@ def extends(turn: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
     """
     prompt, head, out = turn["prompt_ids"], base["prompt_ids"], base["output_ids"]
     a, b = len(head), len(out)
-    return len(prompt) >= a + b and list(prompt[:a]) == list(head) and list(prompt[a:a + b]) == list(out)
+    return len(prompt) >= a + b and _ids(prompt[:a]) == _ids(head) and _ids(prompt[a:a + b]) == _ids(out)
+
+
+def _ids(ids: Sequence[int]) -> list[int]:
+    return ids if isinstance(ids, list) else list(ids)  # a list compares with a list only
 
 
 def conversation_tail(turns: Sequence[Mapping[str, Any]], conversation: str, end: int | None = None) -> int | None:

@@ -60,7 +60,8 @@ from agentgraphs.memagent.prompts import (  # noqa: E402
 from agentgraphs.context import AgentContext, Limits  # noqa: E402
 from agentgraphs.memagent.spec import SPEC  # noqa: E402
 from agentgraphs.memagent.synthetic import make_dataset  # noqa: E402
-from agentgraphs.rollout import rollout_input, run_rollout, sample_fields  # noqa: E402
+from agentgraphs.records import sample_fields  # noqa: E402
+from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
 from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, SGLangEngine  # noqa: E402
 
 NAME = "overhead"

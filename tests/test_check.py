@@ -390,3 +390,19 @@ def test_a_prefix_break_in_a_later_turn_is_reported_there(sampled_run: Path, tmp
     assert not any(b["node"] == "solve" for b in report.breaches), report.to_text()
     # the answer's trained tokens are still its own: re-scored as "answer", not as tokens of no engine call
     assert set(report.nodes) == {"solve", "answer"} and report.unscored_tokens == 0
+
+
+def test_a_sequence_whose_sampling_is_not_its_turns_is_a_breach(sampled_run: Path, tmp_path: Path) -> None:
+    """traces.jsonl says the turns of rollout 1 were sampled at T=1.0, samples.jsonl that its sequence was
+    trained at 0.7: caught without any model, by the checker every rollout runs."""
+    out = tmp_path / "resampled"
+    shutil.copytree(sampled_run, out)
+    traces = [json.loads(raw) for raw in (out / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
+    for turn in traces[0]["turns"]:
+        assert turn["temperature"] == 0.7
+        turn["temperature"] = 1.0
+    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces), encoding="utf-8")
+    report = check_run(out)
+    assert [(b["kind"], b["line"], b["sequence"], b["node"]) for b in report.breaches] == \
+        [("sampling", 1, 0, "solve")], report.to_text()
+    assert "0.7" in report.breaches[0]["detail"] and "1.0" in report.breaches[0]["detail"]

@@ -45,7 +45,8 @@ from agentgraphs.context import AgentContext
 from agentgraphs.engines.hf import HFEngine
 from agentgraphs.errors import ConfigError
 from agentgraphs.records import sample_fields
-from agentgraphs.rollout import Rollout, rollout_input, run_rollout
+from agentgraphs.records import Rollout
+from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample

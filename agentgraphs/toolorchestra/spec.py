@@ -15,10 +15,6 @@ def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, An
     return {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
 
 
-def answer(state: Mapping[str, Any]) -> str:
-    return str(state.get("answer", ""))
-
-
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     """The rollout's facts: for the cost-aware reward's features, its masking, and for reading a run."""
     steps = state.get("steps") or []
@@ -54,7 +50,6 @@ SPEC = AgentSpec(
     name="toolorchestra",
     build_graph=build_graph,
     make_input=make_input,
-    answer=answer,
     reward=reward,
     eval_metrics=metrics,
     summarize=summarize,

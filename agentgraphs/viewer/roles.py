@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..trace import Turn
-
 PROMPT, TRAINED, GLUE, OBS, UNTRAINED = 0, 1, 2, 3, 4
 ROLE_NAMES = ("prompt", "trained", "glue", "obs", "untrained")
 _SENTINEL = "\u2063ag-viewer-content\u2063"
