@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
+from typing import Any, Literal, Mapping, Sequence, TypedDict
 
 from .engines.base import MAX_LOGPROB, Completion, SamplingParams
 from .errors import TraceError
@@ -298,16 +297,21 @@ class SequenceBreach(TypedDict):
     message: str
 
 
-@dataclass
 class SequenceAudit:
     """One training sequence as checked (`audit_sequence`): the turns it carries, where each engine call's
-    output sits in it, and every breach found."""
+    output sits in it (`spans`, and `produced` by position), and every breach found."""
 
-    members: list[int]  # indices of the turns whose outputs this sequence carries
-    start: int  # where the response starts (len(tokens) - response_length)
-    loss_mask: Sequence[int] = field(default_factory=list, repr=False)
-    spans: list[tuple[int, int, int]] = field(default_factory=list)  # (turn, a, b): output at tokens[a:b]
-    breaches: list[SequenceBreach] = field(default_factory=list)
+    def __init__(self, members: Sequence[int], start: int, loss_mask: Sequence[int] = (), response: int = 0) -> None:
+        self.members = members  # indices of the turns whose outputs this sequence carries
+        self.start = start  # where the response starts (len(tokens) - response_length)
+        self.spans: list[tuple[int, int, int]] = []  # (turn, a, b): the turn's output is at tokens[a:b]
+        self.breaches: list[SequenceBreach] = []
+        self._mask = loss_mask
+        self._response = response  # response positions checked (fewer when the lengths disagree)
+
+    def add(self, kind: BreachKind, message: str, *, turn: int | None = None, node: str | None = None,
+            position: int | None = None) -> None:
+        self.breaches.append(SequenceBreach(kind=kind, position=position, turn=turn, node=node, message=message))
 
     @functools.cached_property
     def produced(self) -> dict[int, tuple[int, int]]:
@@ -322,7 +326,7 @@ class SequenceAudit:
     @functools.cached_property
     def trained(self) -> list[int]:
         """Absolute positions with loss mask 1."""
-        return [self.start + r for r, m in enumerate(self.loss_mask) if m]
+        return [self.start + r for r in range(self._response) if self._mask[r]]
 
 
 def turn_problem(turn: Mapping[str, Any]) -> str | None:
@@ -374,31 +378,25 @@ def audit_sequence(seq: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], m
     >>> [(b["kind"], b["position"], b["node"]) for b in audit_sequence(bad, turns).breaches]
     [('lost_mask', 3, 'solve')]
     """
-    tokens = seq.get("tokens") or []
-    tokens = tokens if isinstance(tokens, list) else list(tokens)
+    tokens = _ids(seq.get("tokens") or [])
     n = int(seq.get("response_length") or 0)
     mask, lps = seq.get("loss_mask") or [], seq.get("rollout_log_probs") or []
-    members = list(seq.get("turn_indices") or []) if members is None else list(members)
+    members = (seq.get("turn_indices") or []) if members is None else members
     start = len(tokens) - n
-    audit = SequenceAudit(members=members, start=start)
-
-    def breach(kind: BreachKind, message: str, *, turn: int | None = None, position: int | None = None) -> None:
-        node = str(turns[turn].get("node", "")) if turn is not None else None
-        audit.breaches.append(SequenceBreach(kind=kind, position=position, turn=turn, node=node, message=message))
-
     if not 0 < n < len(tokens):
-        breach("length", f"response_length {n} must be in 1..{len(tokens) - 1} (len(tokens) {len(tokens)}): slime "
-                         "needs a non-empty prompt and a non-empty response")
+        audit = SequenceAudit(members, start)
+        audit.add("length", f"response_length {n} must be in 1..{len(tokens) - 1} (len(tokens) {len(tokens)}): "
+                            "slime needs a non-empty prompt and a non-empty response")
         return audit
-    if len(mask) != n or len(lps) != n:
-        breach("length", f"response_length {n} but {len(mask)} loss-mask entries and {len(lps)} log-probs")
-        n = min(n, len(mask), len(lps))
-    audit.loss_mask = mask[:n]
-    _audit_sampling(seq, turns, members, breach)
+    whole = len(mask) == n and len(lps) == n
+    audit = SequenceAudit(members, start, mask, n if whole else min(n, len(mask), len(lps)))
+    if not whole:
+        audit.add("length", f"response_length {n} but {len(mask)} loss-mask entries and {len(lps)} log-probs")
+    _audit_sampling(seq, turns, members, audit)
     for t in members:
-        _claim(t, turns[t], tokens, start, failed, audit.spans, breach)
-    if not _positions_hold(tokens, start, n, mask, lps, turns, audit.spans, failed):
-        _audit_positions(tokens, start, n, mask, lps, turns, audit.produced, failed, breach)
+        _claim(t, turns[t], tokens, start, failed, audit)
+    if not (whole and _positions_hold(tokens, start, n, mask, lps, turns, audit.spans, failed)):
+        _audit_positions(tokens, start, audit._response, mask, lps, turns, audit, failed)
     return audit
 
 
@@ -418,11 +416,12 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
         raise TraceError(breaches[0]["message"])
 
 
-BreachFn = Callable[..., None]  # breach(kind, message, *, turn=None, position=None)
+def _node(turns: Sequence[Mapping[str, Any]], turn: int | None) -> str | None:
+    return str(turns[turn].get("node", "")) if turn is not None else None
 
 
 def _audit_sampling(seq: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], members: Sequence[int],
-                    breach: BreachFn) -> None:
+                    audit: SequenceAudit) -> None:
     first: tuple[int, dict[str, Any]] | None = None
     for i in members:
         if not turns[i]["trainable"]:
@@ -431,13 +430,14 @@ def _audit_sampling(seq: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], 
         if first is None:
             first = (i, sampling)
         elif sampling != first[1]:
-            breach("sampling", f"one training sequence mixes samplings: turn {first[0]} "
-                               f"({turns[first[0]]['node']!r}) {first[1]} and turn {i} ({turns[i]['node']!r}) "
-                               f"{sampling}", turn=i)
+            audit.add("sampling", f"one training sequence mixes samplings: turn {first[0]} "
+                                  f"({turns[first[0]]['node']!r}) {first[1]} and turn {i} ({turns[i]['node']!r}) "
+                                  f"{sampling}", turn=i, node=_node(turns, i))
     trained = first[1] if first else None
     if "sampling" in seq and seq["sampling"] != trained:
-        breach("sampling", f"sequence says it was sampled with {seq['sampling']}, its trained turns with {trained}",
-               turn=first[0] if first else None)
+        t = first[0] if first else None
+        audit.add("sampling", f"sequence says it was sampled with {seq['sampling']}, its trained turns with "
+                              f"{trained}", turn=t, node=_node(turns, t))
 
 
 def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -453,103 +453,108 @@ def output_in_place(turn: Mapping[str, Any], tokens: Sequence[int], start: int) 
     """Whether `turn`'s (non-empty) output ids sit in `tokens` right after its prompt length, in the response
     part (from `start`): where the turn trains when the sequence carries it."""
     a, o = len(turn["prompt_ids"]), turn["output_ids"]
-    return bool(o) and a >= start and a + len(o) <= len(tokens) and list(tokens[a:a + len(o)]) == list(o)
+    return bool(o) and a >= start and a + len(o) <= len(tokens) and _ids(tokens[a:a + len(o)]) == _ids(o)
 
 
-def _claim(t: int, turn: Mapping[str, Any], tokens: list[int], start: int, failed: bool,
-           spans: list[tuple[int, int, int]], breach: BreachFn) -> None:
+def _claim(t: int, turn: Mapping[str, Any], tokens: list[int], start: int, failed: bool, audit: SequenceAudit) -> None:
     """Check one member's record and prompt, and record where its output sits in the sequence."""
     problem = turn_problem(turn)
     if problem is not None:
-        breach("turn", f"turn {t} ({turn['node']!r}): {problem}", turn=t)
+        audit.add("turn", f"turn {t} ({turn['node']!r}): {problem}", turn=t, node=str(turn["node"]))
     p, o = turn["prompt_ids"], turn["output_ids"]
     a = len(p)
-    if tokens[:a] != list(p):
+    if tokens[:a] != _ids(p):
         k = first_difference(tokens, p)
         got = tokens[k] if k < len(tokens) else "end of sequence"
         want = p[k] if k < len(p) else "end of prompt"
-        breach("prompt", f"the sequence is not the prompt this turn's engine saw: token {got} where the "
-                         f"engine saw {want} (prompt of {a} tokens, sequence of {len(tokens)})", turn=t, position=k)
+        audit.add("prompt", f"the sequence is not the prompt this turn's engine saw: token {got} where the engine "
+                            f"saw {want} (prompt of {a} tokens, sequence of {len(tokens)})", turn=t,
+                  node=str(turn["node"]), position=k)
         if not output_in_place(turn, tokens, start):
             return  # its output is not where it would be either: those positions are nobody's
-    b = min(a + len(o), len(tokens))
-    spans.append((t, a, b))
+    audit.spans.append((t, a, min(a + len(o), len(tokens))))
     if not turn["trainable"] or not o or failed:
         return
     if a < start:
-        breach("lost_mask", f"the turn's output starts at position {a}, inside the prompt part "
-                            f"(the response starts at {start}): it is never trained", turn=t, position=a)
+        audit.add("lost_mask", f"the turn's output starts at position {a}, inside the prompt part (the response "
+                               f"starts at {start}): it is never trained", turn=t, node=str(turn["node"]), position=a)
     if a + len(o) > len(tokens):
-        breach("lost_mask", f"the turn's output runs to position {a + len(o)}, past the end of the sequence "
-                            f"({len(tokens)} tokens): its last {a + len(o) - len(tokens)} tokens are never trained",
-               turn=t, position=None)
+        audit.add("lost_mask", f"the turn's output runs to position {a + len(o)}, past the end of the sequence "
+                               f"({len(tokens)} tokens): its last {a + len(o) - len(tokens)} tokens are never "
+                               "trained", turn=t, node=str(turn["node"]))
 
 
 def _positions_hold(tokens: list[int], start: int, n: int, mask: Sequence[int], lps: Sequence[float],
                     turns: Sequence[Mapping[str, Any]], spans: list[tuple[int, int, int]], failed: bool) -> bool:
     """Whether every response position is exactly as the members' outputs say (list comparisons only)."""
     want_mask, want_lps = [0] * n, [0.0] * n
-    end = -1
-    for t, a, b in sorted(spans, key=lambda s: s[1]):
-        if a < end or a < start or b > start + n:
+    end = start
+    for t, a, b in spans if all(spans[i][1] <= spans[i + 1][1] for i in range(len(spans) - 1)) else sorted(
+            spans, key=lambda s: s[1]):
+        if a < end or b > start + n:
             return False  # overlapping outputs, or one outside the response: let the walk say where
         end = b
         turn = turns[t]
         if failed or not turn["trainable"]:
             continue
         out = turn["output_ids"]
-        if b - a != len(out) or tokens[a:b] != list(out):
+        if b - a != len(out) or tokens[a:b] != _ids(out):
             return False
         want_mask[a - start:b - start] = [1] * (b - a)
         want_lps[a - start:b - start] = turn["output_logprobs"]
-    return list(mask[:n]) == want_mask and list(lps[:n]) == want_lps
+    return _ids(mask) == want_mask and _ids(lps) == want_lps
 
 
 def _audit_positions(tokens: list[int], start: int, n: int, mask: Sequence[int], lps: Sequence[float],
-                     turns: Sequence[Mapping[str, Any]], produced: Mapping[int, tuple[int, int]], failed: bool,
-                     breach: BreachFn) -> None:
+                     turns: Sequence[Mapping[str, Any]], audit: SequenceAudit, failed: bool) -> None:
     """Walk the response position by position: every breach, where it is."""
+    produced = audit.produced
     untraced: list[int] = []
     for k in range(start, start + n):
         r = k - start
         owner = produced.get(k)
+        t = owner[0] if owner else None
         if mask[r]:
             if failed:
-                breach("failed_trains", "a FAILED rollout trains this position (invariant 4)",
-                       turn=owner[0] if owner else None, position=k)
+                audit.add("failed_trains", "a FAILED rollout trains this position (invariant 4)", turn=t,
+                          node=_node(turns, t), position=k)
             if owner is None:
                 untraced.append(k)
                 continue
-            t, j = owner
-            turn = turns[t]
+            j = owner[1]
+            turn = turns[owner[0]]
             if not turn["trainable"]:
-                breach("untraced_token", "trained token comes from a turn recorded as not trainable", turn=t, position=k)
+                audit.add("untraced_token", "trained token comes from a turn recorded as not trainable", turn=t,
+                          node=_node(turns, t), position=k)
             if tokens[k] != turn["output_ids"][j]:
-                breach("token_mismatch", f"trained token {tokens[k]} but the engine returned {turn['output_ids'][j]} "
-                                         f"here (output offset {j}): a re-tokenised or edited span", turn=t, position=k)
+                audit.add("token_mismatch", f"trained token {tokens[k]} but the engine returned "
+                                            f"{turn['output_ids'][j]} here (output offset {j}): a re-tokenised or "
+                                            "edited span", turn=t, node=_node(turns, t), position=k)
             elif lps[r] != turn["output_logprobs"][j]:
-                breach("logprob_mismatch", f"trained log-prob {lps[r]!r} but the engine returned "
-                                           f"{turn['output_logprobs'][j]!r} (delta "
-                                           f"{lps[r] - turn['output_logprobs'][j]:.3g})", turn=t, position=k)
+                audit.add("logprob_mismatch", f"trained log-prob {lps[r]!r} but the engine returned "
+                                              f"{turn['output_logprobs'][j]!r} (delta "
+                                              f"{lps[r] - turn['output_logprobs'][j]:.3g})", turn=t,
+                          node=_node(turns, t), position=k)
             continue
         if lps[r] != 0.0:
-            breach("masked_logprob", f"masked position carries log-prob {lps[r]!r} (must be 0.0)",
-                   turn=owner[0] if owner else None, position=k)
+            audit.add("masked_logprob", f"masked position carries log-prob {lps[r]!r} (must be 0.0)", turn=t,
+                      node=_node(turns, t), position=k)
         if owner is not None and not failed and turns[owner[0]]["trainable"]:
-            t, j = owner
-            if tokens[k] == turns[t]["output_ids"][j]:
-                breach("lost_mask", "the engine produced this token for a trainable turn but it is masked",
-                       turn=t, position=k)
+            j = owner[1]
+            engine_token = turns[owner[0]]["output_ids"][j]
+            if tokens[k] == engine_token:
+                audit.add("lost_mask", "the engine produced this token for a trainable turn but it is masked",
+                          turn=t, node=_node(turns, t), position=k)
             else:
-                breach("token_mismatch", f"masked token {tokens[k]} where the engine returned "
-                                         f"{turns[t]['output_ids'][j]} for a trainable turn (output offset {j})",
-                       turn=t, position=k)
+                audit.add("token_mismatch", f"masked token {tokens[k]} where the engine returned {engine_token} "
+                                            f"for a trainable turn (output offset {j})", turn=t,
+                          node=_node(turns, t), position=k)
     for first, last in _runs(untraced):
         what = f"trained token {tokens[first]}" if first == last else f"{last - first + 1} trained tokens (to {last})"
         before = next((produced[k][0] for k in range(first - 1, start - 1, -1) if k in produced), None)
         where = f" (after the output of turn {before})" if before is not None else ""
-        breach("untraced_token", f"{what}{where} produced by no engine call: glue, an observation, or a "
-                                 "re-tokenised span", turn=before, position=first)
+        audit.add("untraced_token", f"{what}{where} produced by no engine call: glue, an observation, or a "
+                                    "re-tokenised span", turn=before, node=_node(turns, before), position=first)
 
 
 def _runs(positions: list[int]) -> list[tuple[int, int]]:
