@@ -22,7 +22,7 @@ from typing import Any, Generator, Iterator, Sequence
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from .trace import Turn
+from .trace import Turn, conversation_tail, extends
 
 ENTRIES_TABLE = "agentgraphs_entries"
 MARKER = "__agentgraphs__"
@@ -153,13 +153,6 @@ def _unpack_floats(data: bytes) -> list[float]:
     if _SWAP:
         arr.byteswap()
     return arr.tolist()
-
-
-def _extends(turn: Turn, base: Turn) -> bool:
-    """`turn`'s prompt starts with `base`'s prompt + output (an append-only continuation)."""
-    prompt, bp, bo = turn["prompt_ids"], base["prompt_ids"], base["output_ids"]
-    a, b = len(bp), len(bo)
-    return len(prompt) >= a + b and prompt[:a] == bp and prompt[a:a + b] == bo
 
 
 def _marker(kind: str, ref: bytes, n: int) -> dict[str, Any]:
@@ -303,14 +296,14 @@ class Codec:
         conv = turn["conversation"]
         if not conv:
             return None, None
-        earlier = next((turns[j] for j in range(at - 1, -1, -1) if turns[j]["conversation"] == conv), None)
-        candidates = [earlier] if earlier is not None else []
+        earlier = conversation_tail(turns, conv, at)
+        candidates = [turns[earlier]] if earlier is not None else []
         tail = self._tails.get(((*scope, conv)))
         if tail is not None:
             candidates.append(tail)
         for cand in candidates:
             hit = self._stored.get(id(cand))
-            if hit is not None and hit[0] is cand and _extends(turn, cand) and self._ensure(rows, hit[1]):
+            if hit is not None and hit[0] is cand and extends(turn, cand) and self._ensure(rows, hit[1]):
                 return cand, hit[1]
         return None, None
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 from .errors import InputError
 from .context import AgentContext, derive_seed
 from .records import sample_fields, scalar, trace_record
-from .rollout import Rollout, rollout_input, run_rollout
+from .records import Rollout
+from .rollout import rollout_input, run_rollout
 from .spec import AgentSpec, RolloutInput
 
 if TYPE_CHECKING:

@@ -40,7 +40,8 @@ from .replay import (
     thread_options,
     thread_record,
 )
-from .rollout import Rollout, rollout_from_state
+from .records import Rollout
+from .rollout import rollout_from_state
 from .spec import AgentSpec, MethodOptions, RolloutInput, load_spec
 from .trace import Turn
 

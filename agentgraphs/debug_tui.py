@@ -21,7 +21,7 @@ from rich.text import Text
 from .debug import DebugSession
 from .errors import AgentGraphsError
 from .replay import CheckpointInfo
-from .trace import Turn
+from .trace import Turn, extended_turn
 
 __all__ = ["HELP", "render_turn", "render_value", "repl"]
 
@@ -59,24 +59,10 @@ def _add_tokens(out: Text, tokenizer: Any, ids: Sequence[int], role: str) -> Non
         out.append(_token_text(tokenizer, int(token_id)), style=styles[i % 2])
 
 
-def _prompt_split(turn: Turn, previous: Turn | None) -> tuple[int, str]:
-    """How many prompt ids are the conversation so far, and the role of the rest (glue or fresh prompt)."""
-    if previous is not None:
-        before = list(previous["prompt_ids"]) + list(previous["output_ids"])
-        if list(turn["prompt_ids"][: len(before)]) == before:
-            return len(before), "glue"
-    return 0, "prompt"
-
-
-def previous_turn(turns: Sequence[Turn], index: int) -> Turn | None:
-    """The turn that `turns[index]` continues (the last earlier turn of its conversation), if any."""
-    conv = turns[index]["conversation"]
-    if not conv:
-        return None
-    for turn in reversed(turns[:index]):
-        if turn["conversation"] == conv:
-            return turn
-    return None
+def _base(turns: Sequence[Turn], index: int) -> Turn | None:
+    """The turn `turns[index]` extends (`agentgraphs.trace.extended_turn`), if any."""
+    base = extended_turn(turns, index)
+    return turns[base] if base is not None else None
 
 
 def _add_span(out: Text, tokenizer: Any, ids: Sequence[int], role: str, limit: int | None) -> None:
@@ -92,9 +78,12 @@ def _add_span(out: Text, tokenizer: Any, ids: Sequence[int], role: str, limit: i
     _add_tokens(out, tokenizer, ids[-tail:], role)
 
 
-def render_turn(turn: Turn, tokenizer: Any, previous: Turn | None = None, *, index: int | None = None,
+def render_turn(turn: Turn, tokenizer: Any, base: Turn | None = None, *, index: int | None = None,
                 max_output_tokens: int | None = None) -> Text:
     """A Turn's tokens coloured by role, with a header line (node, sizes, finish reason, log-probs).
+
+    `base` is the turn this one extends (`agentgraphs.trace.extended_turn`): its prompt + output are collapsed and the rest of
+    the prompt is glue; without one the whole prompt is a fresh prompt.
 
     A long fresh prompt is shown by its start and end; `max_output_tokens` does the same for the output.
     A helper engine's text-only turn (no ids) shows its text as masked output.
@@ -107,7 +96,8 @@ def render_turn(turn: Turn, tokenizer: Any, previous: Turn | None = None, *, ind
     turn 0  solve  [trained]  3 prompt + 2 output tokens  finish=stop  mean log-prob -1.000  engine e
     <1><2><3><5><6>
     """
-    known, role = _prompt_split(turn, previous)
+    known = len(base["prompt_ids"]) + len(base["output_ids"]) if base is not None else 0
+    role = "glue" if base is not None else "prompt"
     out_role = "trained" if turn["trainable"] else "masked"
     lps = list(turn["output_logprobs"])
     mean = f"{sum(lps) / len(lps):.3f}" if lps else "n/a"
@@ -191,7 +181,7 @@ def _print_update(console: Console, session: DebugSession, node: str, update: Ma
     for turn in new:
         turns_before.append(turn)
         i = len(turns_before) - 1
-        console.print(render_turn(turn, session.context.tokenizer, previous_turn(turns_before, i), index=i,
+        console.print(render_turn(turn, session.context.tokenizer, _base(turns_before, i), index=i,
                                   max_output_tokens=_STEP_OUTPUT_TOKENS))
 
 
@@ -265,7 +255,7 @@ async def _show_turn(console: Console, session: DebugSession, args: list[str]) -
         return
     i %= len(turns)
     tok = session.context.tokenizer
-    console.print(render_turn(turns[i], tok, previous_turn(turns, i), index=i))
+    console.print(render_turn(turns[i], tok, _base(turns, i), index=i))
     if len(args) > 1 and args[1] == "lp":
         console.print(render_logprobs(turns[i], tok))
 

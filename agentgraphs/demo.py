@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rows, run_rows
+from .context import AgentContext
 from .engines import SamplingParams
-from .node import AgentContext
 
 DEMO_OPTIONS: dict[str, Any] = {
     "chunk_tokens": 1000,

@@ -35,7 +35,8 @@ from .checkpoint import CompactAsyncSqliteSaver, compact_async_sqlite_saver
 from .context import AgentContext
 from .engines import Engine, SamplingParams
 from .errors import CheckpointError, ConfigError
-from .rollout import Rollout, rollout_input, run_rollout
+from .records import Rollout
+from .rollout import rollout_input, run_rollout
 from .spec import AgentSpec, MethodOptions, RolloutInput, load_spec
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDi
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 
 from .context import AgentContext
-from .errors import ConfigError
+from .errors import ConfigError, validation_message
 from .trace import Layout, Turn
 
 RewardSplit = Literal["broadcast", "divide"]
@@ -145,15 +145,17 @@ def options_model(name: str, defaults: Mapping[str, Any]) -> type[MethodOptions]
 
 def options_error(agent: str, exc: ValidationError) -> ConfigError:
     """One line per bad option: its name, what is wrong, the value given, and what the option is."""
-    model = exc.title
-    lines = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "options"
-        if err["type"] == "extra_forbidden":
-            lines.append(f"unknown option {key!r}")
-        else:
-            lines.append(f"option {key}: {err['msg'].lower()} (got {err.get('input')!r:.80})")
-    return ConfigError(f"agent {agent!r} ({model}): " + "; ".join(lines))
+    return ConfigError(f"agent {agent!r} ({exc.title}): " + validation_message(
+        exc, label=lambda key: f"option {key or 'options'}", unknown=lambda key: f"unknown option {key or 'options'!r}"))
+
+
+def state_answer(state: Mapping[str, Any]) -> str:
+    """The final answer most graphs keep: the state's `answer` key, as text ("" when absent).
+
+    >>> state_answer({"answer": "42"}), state_answer({})
+    ('42', '')
+    """
+    return str(state.get("answer", ""))
 
 
 RewardFn = Callable[[RewardInput, AgentContext | None], Union[RewardValue, Awaitable[RewardValue]]]
@@ -169,6 +171,7 @@ class AgentSpec:
     - `build_graph(options)` returns a compiled graph (context schema AgentContext) for resolved options;
     - `make_input(row, options)` maps a RolloutInput to the graph's input state (raise InputError on bad rows);
     - `answer(final_state)` extracts the final answer text (stored in sample metadata, fed to reward);
+      default `state_answer`: the state's `answer` key;
     - `reward(RewardInput, ctx)` scores it (sync or async; ctx is None when no engines are at hand);
     - `layout`: `per_turn` (each trainable turn its own sequence) or `concat` (merge where exact);
     - `reward_split`: `broadcast` the trajectory's reward to every sequence, or `divide` it among them;
@@ -180,21 +183,21 @@ class AgentSpec:
     - `reward_shaping(options, trace_summary)`: a named group shaping the converter applies with the
       group in view (`agentgraphs.shaping`, e.g. ToolOrchestra's "cost_aware"), or None.
     - `turns_of(state)`: where the graph keeps its Turns (default `state["turns"]`; messages graphs keep
-      them in their AIMessages, see `AgentSpec.from_messages_graph`).
+      them in their AIMessages, see `agentgraphs.chat_model.messages_graph_spec`).
     - `headline_metric`: the `eval_metrics` key a run summary leads with (one a random model cannot score
       on), and `metric_notes`: a caveat per metric, printed with the summary (e.g. a seed's quirk).
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
-    ...                  answer=lambda s: "", reward=lambda r, c: 0.0)
-    >>> spec.layout
-    'per_turn'
+    ...                  reward=lambda r, c: 0.0)
+    >>> spec.layout, spec.answer({"answer": 42})
+    ('per_turn', '42')
     """
 
     name: str
     build_graph: Callable[[Any], Any]  # (resolved MethodOptions) -> compiled graph
     make_input: Callable[[RolloutInput, Any], dict[str, Any]]  # (row, resolved MethodOptions) -> graph input
-    answer: Callable[[Mapping[str, Any]], str]
     reward: RewardFn
+    answer: Callable[[Mapping[str, Any]], str] = state_answer
     layout: Layout = "per_turn"
     reward_split: RewardSplit = "broadcast"
     eval_metrics: MetricsFn | None = None
@@ -217,18 +220,6 @@ class AgentSpec:
         if not (isinstance(self.options, type) and issubclass(self.options, MethodOptions)):
             raise ConfigError(f"AgentSpec {self.name!r}: options must be a MethodOptions subclass or a dict of "
                               f"defaults, got {self.options!r:.80}")
-
-    @classmethod
-    def from_messages_graph(cls, graph: Any, *, reward: RewardFn, **fields: Any) -> "AgentSpec":
-        """A spec for a LangGraph agent with a `messages` state using `agentgraphs.chat_model.TracedChatModel`
-        (e.g. `create_react_agent`); see `agentgraphs.chat_model.messages_graph_spec`.
-
-        >>> AgentSpec.from_messages_graph(lambda o: None, reward=lambda r, c: 0.0, name="echo").layout
-        'concat'
-        """
-        from .chat_model import messages_graph_spec
-
-        return messages_graph_spec(graph, reward=reward, **fields)
 
     def collect_turns(self, state: Mapping[str, Any]) -> list[Turn]:
         """The Turns of a (final or partial) graph state, in call order."""

@@ -39,10 +39,10 @@ import _common  # noqa: E402
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver  # noqa: E402
 
 from agentgraphs.checkpoint import CompactAsyncSqliteSaver  # noqa: E402
+from agentgraphs.context import AgentContext, Limits  # noqa: E402
 from agentgraphs.engines import SamplingParams  # noqa: E402
 from agentgraphs.memagent.graph import MemAgentOptions, build_graph as memagent_graph  # noqa: E402
 from agentgraphs.memagent.synthetic import make_needle_example  # noqa: E402
-from agentgraphs.node import AgentContext, Limits  # noqa: E402
 from agentgraphs.testing.agents import looping_chat_graph  # noqa: E402
 from agentgraphs.testing.fake_engines import FixedLatencyEngine  # noqa: E402
 

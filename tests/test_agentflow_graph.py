@@ -15,8 +15,8 @@ import pytest
 
 from agentgraphs.agentflow import SPEC, Tool, build_graph
 from agentgraphs.agentflow.prompts import NO_TOOL_COMMAND, NO_TOOL_RESULT
+from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
-from agentgraphs.node import AgentContext
 from agentgraphs.records import sample_fields
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from agentgraphs.agentflow import SPEC, boxed_exact_check, math_verify_reward, parse_judge_verdict, seed_prediction
 from agentgraphs.agentflow.prompts import JUDGE_TEMPLATE
+from agentgraphs.context import AgentContext
 from agentgraphs.math_equivalence import amath_verify_check, math_verify_check, math_verify_pool
-from agentgraphs.node import AgentContext
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from agentgraphs.agentflow import SOURCES, SPEC, VARIANTS, AgentFlowOptions
+from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
 from agentgraphs.errors import ConfigError
-from agentgraphs.node import AgentContext
 from agentgraphs.records import sample_fields
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy

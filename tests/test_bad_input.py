@@ -24,9 +24,9 @@ import pytest
 
 import rl_bridge
 from agentgraphs.batch import read_rows, run_rows
+from agentgraphs.context import AgentContext
 from agentgraphs.errors import ConfigError, InputError
 from agentgraphs.memagent import SPEC as MEMAGENT
-from agentgraphs.node import AgentContext
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer

@@ -12,7 +12,8 @@ from typing import Any, Iterator, Mapping
 from langgraph.graph import END, START, StateGraph
 
 from agentgraphs.batch import ParsedRow, run_rows
-from agentgraphs.node import AgentContext, TraceState
+from agentgraphs.context import AgentContext
+from agentgraphs.node import TraceState
 from agentgraphs.spec import AgentSpec, RolloutInput
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 

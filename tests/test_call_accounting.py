@@ -19,7 +19,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Send
 
 import rl_bridge
-from agentgraphs.chat_model import TracedChatModel
+from agentgraphs.chat_model import TracedChatModel, messages_graph_spec
 from agentgraphs.cli import run_command
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines.sglang import SGLangEngine
@@ -67,10 +67,10 @@ def _map_reduce(keep_messages: bool) -> Any:
     return g.compile(name="map_reduce")
 
 
-MAP_REDUCE = AgentSpec.from_messages_graph(_map_reduce(False), reward=lambda rin, ctx: 0.0, name="map_reduce",
-                                           requires_label=False)
-MAP_REDUCE_KEPT = AgentSpec.from_messages_graph(_map_reduce(True), reward=lambda rin, ctx: 0.0,
-                                                name="map_reduce_kept", requires_label=False)
+MAP_REDUCE = messages_graph_spec(_map_reduce(False), reward=lambda rin, ctx: 0.0, name="map_reduce",
+                                 requires_label=False)
+MAP_REDUCE_KEPT = messages_graph_spec(_map_reduce(True), reward=lambda rin, ctx: 0.0,
+                                      name="map_reduce_kept", requires_label=False)
 
 
 class SummaryState(MessagesState):
@@ -103,8 +103,8 @@ def _summarise_and_remove() -> Any:
     return g.compile(name="summarise_and_remove")
 
 
-SUMMARISE = AgentSpec.from_messages_graph(_summarise_and_remove(), reward=lambda rin, ctx: 0.0,
-                                          name="summarise_and_remove", requires_label=False)
+SUMMARISE = messages_graph_spec(_summarise_and_remove(), reward=lambda rin, ctx: 0.0,
+                                name="summarise_and_remove", requires_label=False)
 
 
 class ForgetState(TraceState):

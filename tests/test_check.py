@@ -75,13 +75,22 @@ def _planted(sampled_run: Path, tmp_path: Path, edit: Callable[[dict[str, Any], 
 
 
 def _edit_traces(run: Path, out: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
-    """A copy of `run` whose every Turn in traces.jsonl is edited by `edit(turn)`."""
+    """A copy of `run` whose every Turn in traces.jsonl is edited by `edit(turn)`, and the samples' sequences
+    say the sampling of their edited turns: both files agree, as a recorder that got a turn's sampling wrong
+    writes them (the sequence's `sampling` is built from its turns)."""
+    from agentgraphs.trace import build_sequences
+
     shutil.copytree(run, out)
     lines = [json.loads(raw) for raw in (out / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
-    for trace in lines:
+    samples = [json.loads(raw) for raw in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    for trace, sample in zip(lines, samples):
         for turn in trace["turns"]:
             edit(turn)
+        recorded = sample["train_metadata"]
+        for seq, rebuilt in zip(recorded["turns"], build_sequences(trace["turns"], recorded["layout"])):
+            seq["sampling"] = rebuilt["sampling"]
     (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in lines), encoding="utf-8")
+    (out / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
     return out
 
 
@@ -381,6 +390,8 @@ def test_a_prefix_break_in_a_later_turn_is_reported_there(sampled_run: Path, tmp
     assert not any(b["node"] == "solve" for b in report.breaches), report.to_text()
     # the answer's trained tokens are still its own: re-scored as "answer", not as tokens of no engine call
     assert set(report.nodes) == {"solve", "answer"} and report.unscored_tokens == 0
+
+
 def test_prefetched_scorer_gives_the_plain_scorers_report(sampled_run: Path, tiny_model_dir: Path,
                                                            clean_report: CheckReport) -> None:
     """Re-scores computed ahead in padded batches equal one plain forward per sequence; an unannounced call
@@ -405,3 +416,19 @@ def test_prefetched_scorer_gives_the_plain_scorers_report(sampled_run: Path, tin
     assert report.ok and report.rescored_tokens == clean_report.rescored_tokens
     for node, drift in report.nodes.items():
         assert drift["max_abs_delta"] == pytest.approx(clean_report.nodes[node]["max_abs_delta"], abs=1e-5)
+
+
+def test_a_sequence_whose_sampling_is_not_its_turns_is_a_breach(sampled_run: Path, tmp_path: Path) -> None:
+    """traces.jsonl says the turns of rollout 1 were sampled at T=1.0, samples.jsonl that its sequence was
+    trained at 0.7: caught without any model, by the checker every rollout runs."""
+    out = tmp_path / "resampled"
+    shutil.copytree(sampled_run, out)
+    traces = [json.loads(raw) for raw in (out / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
+    for turn in traces[0]["turns"]:
+        assert turn["temperature"] == 0.7
+        turn["temperature"] = 1.0
+    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces), encoding="utf-8")
+    report = check_run(out)
+    assert [(b["kind"], b["line"], b["sequence"], b["node"]) for b in report.breaches] == \
+        [("sampling", 1, 0, "solve")], report.to_text()
+    assert "0.7" in report.breaches[0]["detail"] and "1.0" in report.breaches[0]["detail"]

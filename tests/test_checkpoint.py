@@ -24,8 +24,9 @@ from agentgraphs.checkpoint import (
     compact_async_sqlite_saver,
     compact_sqlite_saver,
 )
+from agentgraphs.context import AgentContext
 from agentgraphs.engines import Completion, SamplingParams
-from agentgraphs.node import AgentContext, TraceState
+from agentgraphs.node import TraceState
 from agentgraphs.testing.agents import looping_chat_graph
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.trace import make_turn

@@ -32,10 +32,10 @@ def test_cuda_logprobs_match_teacher_forcing(cuda_engine: Any, temperature: floa
 
 
 def test_memagent_rollout_on_cuda(cuda_engine: Any) -> None:
+    from agentgraphs.context import AgentContext
     from agentgraphs.engines import SamplingParams
     from agentgraphs.memagent import SPEC
     from agentgraphs.memagent.synthetic import make_needle_example
-    from agentgraphs.node import AgentContext
     from agentgraphs.rollout import rollout_input, run_rollout
     from agentgraphs.trace import check_trace
 

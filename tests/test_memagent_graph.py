@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
+from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
 from agentgraphs.memagent import SPEC, build_graph, chunk_spans
 from agentgraphs.memagent.graph import chunk_ids
 from agentgraphs.memagent.synthetic import make_needle_example
-from agentgraphs.node import AgentContext
-from agentgraphs.rollout import rollout_input, run_rollout, sample_fields
+from agentgraphs.records import sample_fields
+from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.trace import check_trace
 

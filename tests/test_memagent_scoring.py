@@ -7,14 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentgraphs.memagent.prompts import (
-    FINAL_TEMPLATE,
     INITIAL_MEMORY,
-    MEMORY_UPDATE_TEMPLATE,
     final_prompt,
     memory_from_response,
     memory_update_prompt,
-    memory_update_prompt_parts,
-    split_template,
 )
 from agentgraphs.memagent.reward import (
     em,
@@ -52,16 +48,6 @@ def test_prompts_render_the_original_text_exactly() -> None:
 
 def test_prompt_values_with_braces_are_not_reinterpreted() -> None:
     assert "<section>\n{x} {memory}\n</section>" in memory_update_prompt("{a}", "{b}", "{x} {memory}")
-
-
-def test_split_template_halves_rebuild_the_prompt() -> None:
-    before, after = split_template(MEMORY_UPDATE_TEMPLATE)
-    assert before.format(prompt="Q?", memory="M") + "C" + after.format() == ORIGINAL_UPDATE
-    b, a = memory_update_prompt_parts("Q?", "M")
-    assert b + "C" + a == ORIGINAL_UPDATE
-    assert a == "\n</section>\n\nUpdated memory:\n"
-    with pytest.raises(ValueError):
-        split_template(FINAL_TEMPLATE)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import rl_bridge
 from agentgraphs.cli import run_command
 from agentgraphs.errors import ConfigError
 from agentgraphs.records import sample_fields
-from agentgraphs.rollout import Rollout
+from agentgraphs.records import Rollout
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.agents import TWO_TURN, TWO_TURN_PER_TURN
 from agentgraphs.testing.slime_sample import Sample, SampleV03

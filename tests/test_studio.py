@@ -60,7 +60,7 @@ def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> 
 
 
 def test_no_context_uses_the_embedded_default(monkeypatch, tiny_model_dir: Path) -> None:
-    from agentgraphs.node import AgentContext, context_of
+    from agentgraphs.context import AgentContext, context_of
 
     monkeypatch.setenv("AGENTGRAPHS_ENGINE", f"hf:{tiny_model_dir}")
     ctx = context_of(None)

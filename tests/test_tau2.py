@@ -13,9 +13,10 @@ import pytest
 
 pytest.importorskip("tau2", reason="needs the tau2 extra: pip install 'agentgraphs[tau2]'")
 
+from agentgraphs.context import AgentContext  # noqa: E402
 from agentgraphs.errors import ConfigError, InputError  # noqa: E402
-from agentgraphs.node import AgentContext  # noqa: E402
-from agentgraphs.rollout import Rollout, rollout_input, run_rollout  # noqa: E402
+from agentgraphs.records import Rollout  # noqa: E402
+from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
 from agentgraphs.spec import load_spec  # noqa: E402
 from agentgraphs.testing.scripted import ScriptedPolicy  # noqa: E402
 from agentgraphs.toolorchestra import tau2_bench as bench  # noqa: E402

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from agentgraphs.engine import SamplingParams
-from agentgraphs.hf_engine import HFEngine
-from agentgraphs.node import AgentContext
-from agentgraphs.rollout import rollout_input, run_rollout, sample_fields
-from agentgraphs.sglang_engine import SGLangEngine
+from agentgraphs.context import AgentContext
+from agentgraphs.engines.base import SamplingParams
+from agentgraphs.engines.hf import HFEngine
+from agentgraphs.engines.sglang import SGLangEngine
+from agentgraphs.records import sample_fields
+from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.tiny_model import ensure_tiny_model
 from agentgraphs.toolorchestra import SPEC, build_graph

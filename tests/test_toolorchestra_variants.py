@@ -41,11 +41,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentgraphs.context import AgentContext
 from agentgraphs.engines.hf import HFEngine
 from agentgraphs.errors import ConfigError
-from agentgraphs.node import AgentContext
 from agentgraphs.records import sample_fields
-from agentgraphs.rollout import Rollout, rollout_input, run_rollout
+from agentgraphs.records import Rollout
+from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample

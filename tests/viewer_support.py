@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from langgraph.graph import END, START, StateGraph
 
 from agentgraphs.answers import boxed_match
-from agentgraphs.node import AgentContext, TraceState, call_llm
+from agentgraphs.context import AgentContext
+from agentgraphs.node import TraceState, call_llm
 from agentgraphs.spec import AgentSpec, RewardInput, RolloutInput
 
 TOOL_RESULT = "calculator: 6 * 7 = 42"

@@ -22,9 +22,9 @@ from langgraph.runtime import Runtime
 from pydantic import Field, field_validator, model_validator
 from typing_extensions import NotRequired
 
+from ..context import AgentContext, context_of
 from ..errors import AgentGraphsError, ConfigError
-from ..context import AgentContext
-from ..node import RolloutAborted, TraceState, call_llm, context_of
+from ..node import RolloutAborted, TraceState, call_llm
 from ..sandbox import SandboxLimits
 from ..spec import MethodOptions
 from ..trace import Turn

@@ -25,10 +25,6 @@ def make_input(row: RolloutInput, options: AgentFlowOptions) -> dict[str, Any]:
     return {"question": question_input(row), "turns": []}
 
 
-def answer(state: Mapping[str, Any]) -> str:
-    return str(state.get("answer", ""))
-
-
 def _options(rin: RewardInput) -> AgentFlowOptions:
     return AgentFlowOptions.model_validate(rin["options"] or {})
 
@@ -90,7 +86,6 @@ SPEC = AgentSpec(
     name="agentflow",
     build_graph=build_graph,
     make_input=make_input,
-    answer=answer,
     reward=reward,
     eval_metrics=metrics,
     summarize=summarize,

@@ -5,13 +5,12 @@
 5000
 """
 
-from .graph import DEFAULT_OPTIONS, MemAgentOptions, MemAgentState, build_graph, chunk_spans
+from .graph import MemAgentOptions, MemAgentState, build_graph, chunk_spans
 from .prompts import FINAL_TEMPLATE, INITIAL_MEMORY, MEMORY_UPDATE_TEMPLATE
 from .reward import eval_metrics, memagent_reward
 from .spec import SPEC, answers_of, make_input, question_of
 
 __all__ = [
-    "DEFAULT_OPTIONS",
     "FINAL_TEMPLATE",
     "INITIAL_MEMORY",
     "MEMORY_UPDATE_TEMPLATE",

@@ -21,10 +21,6 @@ def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
     return {"question": question, "document": document, "turns": []}
 
 
-def answer(state: Mapping[str, Any]) -> str:
-    return str(state.get("answer", ""))
-
-
 def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     return memagent_reward(rin["answer"], answers_of(rin["label"]))
 
@@ -52,7 +48,6 @@ SPEC = AgentSpec(
     name="memagent",
     build_graph=build_graph,
     make_input=make_input,
-    answer=answer,
     reward=reward,
     eval_metrics=metrics,
     summarize=summarize,

@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..context import AgentContext
 from ..engines import SamplingParams
 from ..records import sample_fields, scalar
-from ..rollout import Rollout, rollout_input, run_rollout
+from ..records import Rollout
+from ..rollout import rollout_input, run_rollout
 from ..spec import AgentSpec, MethodOptions
 from ..train_data import TrainDataSettings, to_train_data
 from .slime_sample import Sample

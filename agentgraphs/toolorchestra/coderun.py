@@ -9,15 +9,12 @@ crashed rollout.
 
 from __future__ import annotations
 
-import re
-
 from typing_extensions import TypedDict
 
+from ..codeblocks import python_blocks
 from ..sandbox import SandboxError, SandboxLimits, explain, run_python_async
 
 __all__ = ["CodeResult", "run_python", "extract_code"]
-
-_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 
 class CodeResult(TypedDict):
@@ -27,12 +24,12 @@ class CodeResult(TypedDict):
 
 
 def extract_code(text: str) -> str:
-    """The last ```python block of a reply (the whole reply when it has no fence).
+    """The last ```python (or untagged) block of a reply, stripped (the whole reply when it has no fence).
 
     >>> extract_code("Here:\\n```python\\nprint(1 + 1)\\n```")
-    'print(1 + 1)\\n'
+    'print(1 + 1)'
     """
-    blocks = _FENCE.findall(text)
+    blocks = python_blocks(text, untagged=True)
     return blocks[-1] if blocks else text
 
 

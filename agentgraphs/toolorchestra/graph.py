@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal, Optional, Union
@@ -29,8 +28,8 @@ from pydantic import Field, model_validator
 from typing_extensions import NotRequired, TypedDict
 
 from ..answers import last_boxed
+from ..context import AgentContext, LoopCache, context_of
 from ..errors import ConfigError, EngineError, RetrievalError
-from ..context import AgentContext, context_of
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions
 from .coderun import extract_code, run_python
@@ -148,9 +147,6 @@ class ToolOrchestraOptions(MethodOptions):
 def expert_names(experts: Mapping[str, list[str]]) -> list[str]:
     """Every expert engine the options name, once, in order."""
     return list(dict.fromkeys(m for models in experts.values() for m in models))
-
-
-DEFAULT_OPTIONS: dict[str, Any] = ToolOrchestraOptions().model_dump()
 
 
 class Step(TypedDict):
@@ -331,7 +327,7 @@ async def route(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts:
 
 
 # one client per event loop and settings (httpx clients are loop-bound); dropped with their loop
-_CLIENTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, float, int], Any]] = weakref.WeakKeyDictionary()
+_CLIENTS: LoopCache[tuple[str, float, int], Any] = LoopCache()
 
 
 def retrieval_client(ctx: AgentContext, opts: ToolOrchestraOptions) -> Any:
@@ -342,14 +338,9 @@ def retrieval_client(ctx: AgentContext, opts: ToolOrchestraOptions) -> Any:
         return given
     from ..retrieval.client import RetrievalClient
 
-    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
     key = (opts.retrieval_url, opts.retrieval_timeout_s, opts.retrieval_retries)
-    client = clients.get(key)
-    if client is None:
-        client = RetrievalClient(opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
-                                 retries=opts.retrieval_retries)
-        clients[key] = client
-    return client
+    return _CLIENTS.get(key, lambda: RetrievalClient(opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
+                                                     retries=opts.retrieval_retries), asyncio.get_running_loop())
 
 
 def build_graph(options: ToolOrchestraOptions | None = None, *, checkpointer: Any = None) -> Any:

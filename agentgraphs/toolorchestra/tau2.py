@@ -28,9 +28,9 @@ from ..context import AgentContext
 from ..errors import ConfigError, InputError
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from . import tau2_bench as bench
-from .tau2_graph import DEFAULT_OPTIONS, Tau2Options, Tau2State, build_graph
+from .tau2_graph import Tau2Options, Tau2State, build_graph
 
-__all__ = ["DEFAULT_OPTIONS", "SPEC", "Tau2Options", "Tau2State", "answer", "build_graph", "make_input", "reward",
+__all__ = ["SPEC", "Tau2Options", "Tau2State", "answer", "build_graph", "make_input", "reward",
            "task_rows"]
 
 

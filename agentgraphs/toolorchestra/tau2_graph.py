@@ -31,11 +31,12 @@ from pydantic import Field, field_validator
 from typing_extensions import NotRequired
 
 from ..chat import Message
+from ..context import AgentContext, context_of
 from ..errors import ConfigError
-from ..node import AgentContext, TraceState, call_llm, context_of
+from ..node import TraceState, call_llm
 from ..spec import MethodOptions
-from ..toolcalls import ParseResult, ToolCall, parse_tool_calls
-from ..trace import Turn
+from ..toolcalls import ParseResult, ToolCall, parse_tool_calls, split_reasoning
+from ..trace import Turn, conversation_tail
 from . import tau2_bench as bench
 from .tau2_prompts import (
     EXPERT_SYSTEM,
@@ -73,7 +74,6 @@ class Tau2Options(MethodOptions):
         return value
 
 
-DEFAULT_OPTIONS: dict[str, Any] = Tau2Options().model_dump()
 
 ORCHESTRATOR = "orchestrator"
 USER = "user_simulator"
@@ -111,7 +111,7 @@ def experts_of(ctx: AgentContext, opts: Tau2Options) -> list[str]:
 
 
 def _has_turn(state: Mapping[str, Any], conversation: str) -> bool:
-    return any(t["conversation"] == conversation for t in state.get("turns") or [])
+    return conversation_tail(state.get("turns") or [], conversation) is not None
 
 
 def _task(state: Mapping[str, Any]) -> Any:
@@ -291,7 +291,8 @@ async def _ask_expert(state: Mapping[str, Any], runtime: Any, arguments: Mapping
     ]
     out = await call_llm(state, runtime, node="expert", engine=str(arguments["expert"]), messages=prompt,
                          max_new_tokens=opts.expert_max_new_tokens)
-    text = out.text.rsplit("</think>", 1)[-1].strip()
+    answer = split_reasoning(out.text)[1]
+    text = (out.text if answer is None else answer).strip()
     return text, out.turn
 
 

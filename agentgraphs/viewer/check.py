@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, TypedDict
 
 from ..errors import ConfigError
-from ..trace import Turn
-from .audit import Breach, SequenceAudit, audit_record
+from ..trace import SequenceAudit, Turn
+from .audit import Breach, audit_record
 from .run_data import RunRecord, check_run_dir, read_run
 
 GREEDY_BELOW = 1e-6  # the engines' convention: below this temperature log-probs are unscaled
