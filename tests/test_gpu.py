@@ -83,5 +83,5 @@ def test_batched_cuda_requests_match_teacher_forcing(tiny_model_dir: Path) -> No
         lps = torch.log_softmax(logits[len(prompt) - 1: -1] / scale, dim=-1)
         forced = lps.gather(1, torch.tensor(out.token_ids, device="cuda").unsqueeze(1)).squeeze(1).tolist()
         assert max(abs(a - b) for a, b in zip(forced, out.logprobs)) <= 1e-4
-    stats = engine._batcher.stats
+    stats = engine.batcher.stats
     assert stats.max_rows >= 16 and stats.steps < sum(len(o.token_ids) for o in outs)

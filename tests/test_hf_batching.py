@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from agentgraphs.engines import Completion, SamplingParams
-from agentgraphs.engines.hf import GREEDY_BELOW, HFEngine, sample_rows, sample_token
+from agentgraphs.engines.hf import HFEngine
+from agentgraphs.engines.sampling import GREEDY_BELOW, sample_rows, sample_token
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def assert_matches(model: Any, prompt: list[int], out: Completion, temperature: 
 
 
 def test_default_is_one_at_a_time_on_cpu(tiny_engine: HFEngine, batched: HFEngine) -> None:
-    assert tiny_engine.batching is False and tiny_engine._batcher is None
+    assert tiny_engine.batching is False and tiny_engine.batcher is None
     assert batched.batching is True
 
 
@@ -80,7 +81,7 @@ async def test_concurrent_mixed_requests_match_teacher_forcing(batched: HFEngine
                 SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=20, sampling_seed=2),
                 SamplingParams(temperature=1.3, top_k=20, max_new_tokens=1, sampling_seed=3),
                 SamplingParams(temperature=0.5, min_p=0.05, max_new_tokens=16, ignore_eos=True, sampling_seed=4)]
-    before = batched._batcher.stats.steps
+    before = batched.batcher.stats.steps
     outs = await asyncio.gather(*(batched.generate(p, s) for p, s in zip(ps, settings)))
     for prompt, params, out in zip(ps, settings, outs):
         assert out.finish_reason in ("length", "stop")
@@ -90,10 +91,10 @@ async def test_concurrent_mixed_requests_match_teacher_forcing(batched: HFEngine
             assert out.token_ids[-1] in batched.eos_token_ids and len(out.token_ids) <= params.max_new_tokens
         assert out.text == batched.decode(out.token_ids)
         assert_matches(reference, prompt, out, params.temperature)
-    steps = batched._batcher.stats.steps - before
+    steps = batched.batcher.stats.steps - before
     # batched: fewer decode forwards than tokens generated (each forward served several requests)
     assert steps < sum(len(o.token_ids) for o in outs)
-    assert batched._batcher.stats.max_rows >= 2
+    assert batched.batcher.stats.max_rows >= 2
 
 
 async def test_stop_token_id_and_stop_string_end_their_request(batched: HFEngine, reference: Any) -> None:
@@ -119,7 +120,7 @@ async def test_stop_token_id_and_stop_string_end_their_request(batched: HFEngine
 async def test_requests_join_and_leave_between_steps(batched: HFEngine, reference: Any) -> None:
     """A long request is in flight when others join; they leave first; all stay exact."""
     ps = prompts(batched)
-    stats = batched._batcher.stats
+    stats = batched.batcher.stats
     long_params = SamplingParams(temperature=1.0, max_new_tokens=40, ignore_eos=True, sampling_seed=7)
     long_task = asyncio.create_task(batched.generate(ps[0], long_params))
     start = stats.steps
@@ -156,7 +157,7 @@ async def test_cancelled_request_leaves_the_batch(batched: HFEngine, reference: 
     endless.cancel()
     with pytest.raises(asyncio.CancelledError):
         await endless
-    while batched._batcher.in_flight:  # dropped before the next step; then the driver goes idle
+    while batched.batcher.in_flight:  # dropped before the next step; then the driver goes idle
         await asyncio.sleep(0.005)
     after = await batched.generate(ps[3], SamplingParams(temperature=0.9, max_new_tokens=6, sampling_seed=3))
     assert_matches(reference, ps[3], after, 0.9)
@@ -170,7 +171,7 @@ async def test_a_failing_step_reaches_every_waiter_and_the_engine_recovers(
     def broken(tokens: Any) -> None:
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(engine._batcher, "_decode", broken)
+    monkeypatch.setattr(engine.batcher, "_decode", broken)
     results = await asyncio.gather(*(engine.generate(p, SamplingParams(max_new_tokens=4)) for p in ps[:3]),
                                    return_exceptions=True)
     assert all(isinstance(r, RuntimeError) and "simulated" in str(r) for r in results)

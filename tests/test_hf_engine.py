@@ -9,7 +9,8 @@ import torch
 
 from agentgraphs.engines import Completion, Engine, SamplingParams
 from agentgraphs.errors import InputError
-from agentgraphs.engines.hf import HFEngine, sample_token
+from agentgraphs.engines.hf import HFEngine
+from agentgraphs.engines.sampling import sample_token
 
 
 @pytest.fixture(scope="module")

@@ -339,7 +339,7 @@ def test_concurrent_collection_audits_every_rollout_before_the_update() -> None:
                           options={"max_new_tokens": 3}, audit=audit)
     trainer.step()
     assert seen == [(6, [0, 0, 1, 1, 2, 2])]
-    assert engine._batcher.stats.max_rows >= 2  # the six rollouts ran as one batch
+    assert engine.batcher.stats.max_rows >= 2  # the six rollouts ran as one batch
     before = [p.detach().clone() for p in engine.model.parameters()]
     with pytest.raises(RuntimeError, match="audit: stop"):
         trainer.step()

@@ -23,14 +23,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .hf import GREEDY_BELOW, GenerationRequest, sample_rows
+from .sampling import GREEDY_BELOW, GenerationRequest, sample_rows
 
 if TYPE_CHECKING:
     import torch
 
-    from .hf import HFEngine
+
+class BatchHost(Protocol):
+    """What the driver needs of its engine (HFEngine): the model, its device and step lock, the finish rule."""
+
+    model: Any
+    device: Any
+    model_lock: threading.Lock
+
+    def finish_of(self, request: GenerationRequest) -> tuple[Any, int | str | None]: ...
 
 
 @dataclass
@@ -101,11 +109,11 @@ class DecodeBatcher:
     ...     return await asyncio.gather(engine.generate([151644, 872], params), engine.generate([151644], params))
     >>> [len(c.token_ids) for c in asyncio.run(two())]
     [4, 4]
-    >>> engine._batcher.stats.max_rows
+    >>> engine.batcher.stats.max_rows
     2
     """
 
-    def __init__(self, engine: "HFEngine", *, max_batch: int = 256, max_prefill_tokens: int = 16384) -> None:
+    def __init__(self, engine: BatchHost, *, max_batch: int = 256, max_prefill_tokens: int = 16384) -> None:
         if max_batch < 1 or max_prefill_tokens < 1:
             raise ValueError(f"max_batch ({max_batch}) and max_prefill_tokens ({max_prefill_tokens}) must be >= 1")
         self.engine = engine
@@ -173,7 +181,7 @@ class DecodeBatcher:
                     return
                 scores, self._scores = self._scores, []
             try:
-                with self.engine._lock, torch.inference_mode():
+                with self.engine.model_lock, torch.inference_mode():
                     self._run_scores(scores)
                     self._step()
             except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it, then the batch resets

@@ -35,8 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..context import AgentContext
 from ..engines import SamplingParams
-from ..records import sample_fields, scalar
-from ..records import Rollout
+from ..records import Rollout, sample_fields, scalar
 from ..rollout import rollout_input, run_rollout
 from ..spec import AgentSpec, MethodOptions
 from ..train_data import TrainDataSettings, to_train_data
@@ -128,7 +127,7 @@ class GRPOTrainer:
         for i, row in enumerate(self.rows):
             if "prompt" not in row:
                 raise ValueError(f"rows[{i}] has no 'prompt' (keys: {sorted(row)}): rows are {{prompt, label, metadata}}")
-        if not hasattr(engine, "model") or not hasattr(engine, "_lock"):
+        if not hasattr(engine, "model") or not hasattr(engine, "model_lock"):
             raise TypeError(f"GRPOTrainer trains an HFEngine's model in process; got {type(engine).__name__}")
         self.options = spec.resolve_options(options)
         self.corrupt = corrupt
@@ -215,7 +214,7 @@ class GRPOTrainer:
         if batch["trained_tokens"] == 0:
             return {**_empty_stats(), "trained_tokens": 0}
         tf32 = torch.backends.cuda.matmul.allow_tf32
-        with self.engine._lock:
+        with self.engine.model_lock:
             model.train()
             torch.backends.cuda.matmul.allow_tf32 = cfg.tf32 or tf32
             try:

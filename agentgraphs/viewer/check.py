@@ -23,14 +23,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable, Sequence, TypedDict
 
+from ..engines.sampling import GREEDY_BELOW  # below it log-probs are greedy, unscaled
 from ..errors import ConfigError
 from ..trace import SequenceAudit, Turn
 from .audit import Breach, audit_record
 from .run_data import RunRecord, check_run_dir, read_run
 
-GREEDY_BELOW = 1e-6  # the engines' convention: below this temperature log-probs are unscaled
 
 
 class NodeDrift(TypedDict):

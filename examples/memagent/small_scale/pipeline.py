@@ -30,8 +30,7 @@ from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
 from agentgraphs.memagent import SPEC
 from agentgraphs.memagent.synthetic import FillerPool, build_filler_pool, make_needle_example
-from agentgraphs.records import SEQUENCE_KEYS, sample_fields, trace_record
-from agentgraphs.records import Rollout
+from agentgraphs.records import SEQUENCE_KEYS, Rollout, sample_fields, trace_record
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample

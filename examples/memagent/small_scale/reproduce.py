@@ -104,7 +104,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
             group["lr"] = args.lr * min(1.0, step / args.warmup)
         pick = [trained[int(i)] for i in torch.randint(len(trained), (args.batch,), generator=rng)]
         total = sum(sum(data["loss_masks"][r]) for r in pick)
-        with engine._lock:
+        with engine.model_lock:
             model.train()
             optimizer.zero_grad(set_to_none=True)
             loss_sum = 0.0
@@ -183,7 +183,7 @@ def stage_rl(args: argparse.Namespace) -> None:
              f"train {s['train_s']:.1f}s" + (f" audit max|d| {audits[-1]['max_abs_delta']:.1e}" if audits else ""))
     _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "permuted": args.permute, "steps": len(curve),
                              "seconds": round(time.perf_counter() - started, 1), "curve": curve,
-                             "batch_stats": vars(engine._batcher.stats) if engine._batcher else None})
+                             "batch_stats": vars(engine.batcher.stats) if engine.batcher else None})
 
 
 # ---------------------------------------------------------------------------------------------- 4. eval
