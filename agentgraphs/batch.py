@@ -21,7 +21,7 @@ from .rollout import Rollout, rollout_input, run_rollout
 from .spec import AgentSpec, RolloutInput
 
 if TYPE_CHECKING:
-    from .replay import RunCheckpoints
+    from .checkpoints.replay import RunCheckpoints
 
 
 @dataclass(frozen=True)

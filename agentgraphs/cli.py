@@ -173,7 +173,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
 
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls;
     `engines` are helper engines by name (AgentContext.engines: a judge, AgentFlow's "helper"...).
-    `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.replay).
+    `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.checkpoints.replay).
     `seed`: reproducible sampling (`agentgraphs.batch.run_rows`); samples.jsonl holds no wall-clock value,
     so a seeded run on an in-process engine writes it byte for byte the same (timings are in traces.jsonl
     and summary.json; with `checkpoints`, samples name their checkpoint thread, new per run).
@@ -224,7 +224,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
             if checkpoints is None:
                 return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
                                       on_result=sink, seed=seed)
-            from .replay import RunCheckpoints, new_thread_id, open_checkpoints
+            from .checkpoints.replay import RunCheckpoints, new_thread_id, open_checkpoints
 
             async with open_checkpoints(checkpoints) as saver:
                 store = RunCheckpoints(saver, agent, sampling, engine, run_id=new_thread_id(spec.name),

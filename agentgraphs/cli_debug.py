@@ -1,6 +1,6 @@
 """The debugging commands of the `agentgraphs` CLI: view, check, draw, debug, replay, fork, history.
 
-A thin face over `agentgraphs.viewer`, `agentgraphs.draw`, `agentgraphs.debug` and `agentgraphs.replay`,
+A thin face over `agentgraphs.viewer`, `agentgraphs.draw`, `agentgraphs.checkpoints.debugger` and `agentgraphs.checkpoints.replay`,
 registered on the one Typer app of `agentgraphs.cli` (which imports this module).
 """
 
@@ -60,8 +60,8 @@ def debug(
     metadata_key: str = typer.Option("metadata"),
 ) -> None:
     """Step through a run node by node: see each update and each Turn's tokens, edit, fork, resume."""
-    from .debug import DebugSession
-    from .debug_tui import repl
+    from .checkpoints.debugger import DebugSession
+    from .checkpoints.tui import repl
 
     out = Console(highlight=False)
     try:
@@ -153,7 +153,7 @@ def replay_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
 ) -> None:
     """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
-    from .replay import replay
+    from .checkpoints.replay import replay
 
     try:
         result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=_engine_arg(engine),
@@ -177,7 +177,7 @@ def fork_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
 ) -> None:
     """Edit the state at a checkpoint and run the new branch to its end."""
-    from .replay import fork
+    from .checkpoints.replay import fork
 
     try:
         if not set_:
@@ -199,7 +199,7 @@ def history_cmd(
     """List the threads of a checkpoints database, or one thread's checkpoints."""
     from rich.table import Table
 
-    from .replay import history, threads
+    from .checkpoints.replay import history, threads
 
     out = Console()
     try:
@@ -208,7 +208,7 @@ def history_cmd(
             for info in threads(db):
                 table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
         else:
-            from .debug_tui import history_table
+            from .checkpoints.tui import history_table
 
             table = history_table(history(db, thread, agent=agent))
         out.print(table)

@@ -263,11 +263,11 @@ class AgentSpec:
     def graph(self, options: MethodOptions | Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
         """The compiled graph for these options, built once per process.
 
-        With a `checkpointer` (e.g. `agentgraphs.checkpoint.CompactAsyncSqliteSaver`) the graph is compiled
+        With a `checkpointer` (e.g. `agentgraphs.checkpoints.savers.CompactAsyncSqliteSaver`) the graph is compiled
         with it, fresh on every call (a saver belongs to one open database): through `build_graph(options,
         checkpointer=...)` when the spec's build_graph takes that keyword, else as a copy of the cached graph.
 
-        >>> from agentgraphs.checkpoint import compact_sqlite_saver
+        >>> from agentgraphs.checkpoints.savers import compact_sqlite_saver
         >>> from agentgraphs.memagent import SPEC
         >>> with compact_sqlite_saver(":memory:") as saver:
         ...     SPEC.graph({"max_chunks": 2}, checkpointer=saver).checkpointer is saver

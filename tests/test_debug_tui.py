@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentgraphs.replay import history
+from agentgraphs.checkpoints.replay import history
 from agentgraphs.testing.agents import TWO_TURN
 from agentgraphs.trace import check_trace
 
@@ -96,8 +96,8 @@ def test_step_inspect_edit_fork_continue_quit_and_resume(tmp_path: Path, tiny_mo
     # both branches' traces satisfy the invariants (the check turn continues the solve turn append-only)
     import asyncio
 
-    from agentgraphs.checkpoint import compact_async_sqlite_saver
-    from agentgraphs.replay import thread_config
+    from agentgraphs.checkpoints.savers import compact_async_sqlite_saver
+    from agentgraphs.checkpoints.replay import thread_config
 
     async def states() -> list[dict[str, Any]]:
         async with compact_async_sqlite_saver(str(tmp_path / "dbg.sqlite")) as saver:

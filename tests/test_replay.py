@@ -13,12 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from agentgraphs.batch import read_rows, run_rows
-from agentgraphs.checkpoint import CompactAsyncSqliteSaver
+from agentgraphs.checkpoints.savers import CompactAsyncSqliteSaver
 from agentgraphs.cli import app
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines import SamplingParams
 from agentgraphs.errors import CheckpointError, ConfigError
-from agentgraphs.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
+from agentgraphs.checkpoints.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
 from agentgraphs.testing.agents import TWO_TURN
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.trace import check_trace
@@ -171,7 +171,7 @@ def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path
 
 
 def test_spec_graph_compiles_with_a_checkpointer_whatever_build_graph_takes() -> None:
-    from agentgraphs.checkpoint import compact_sqlite_saver
+    from agentgraphs.checkpoints.savers import compact_sqlite_saver
     from agentgraphs.memagent import SPEC
 
     with compact_sqlite_saver(":memory:") as saver:
@@ -184,7 +184,7 @@ def test_spec_graph_compiles_with_a_checkpointer_whatever_build_graph_takes() ->
 
 def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_path: Path, tiny_engine: Any) -> None:
     """A `create_react_agent` graph keeps its Turns in AIMessages: the debugger finds them through the spec."""
-    from agentgraphs.debug import DebugSession
+    from agentgraphs.checkpoints.debugger import DebugSession
     from agentgraphs.spec import load_spec
 
     spec = load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "react_agent.py") + ":SPEC")
@@ -211,7 +211,7 @@ def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_pat
 
 def test_a_thread_record_brings_back_helper_engines_and_the_evaluation_flag(tiny_model_dir: Path,
                                                                             tiny_engine: Any) -> None:
-    from agentgraphs.replay import context_for, thread_record
+    from agentgraphs.checkpoints.replay import context_for, thread_record
 
     record = thread_record("t", AGENT, TWO_TURN.resolve_options(None), {"prompt": "q", "label": None,
                            "metadata": {}, "index": 0}, SAMPLING, tiny_engine,

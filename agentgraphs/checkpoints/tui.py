@@ -18,10 +18,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .debug import DebugSession
-from .errors import AgentGraphsError
+from .debugger import DebugSession
+from ..errors import AgentGraphsError
 from .replay import CheckpointInfo
-from .trace import Turn
+from ..trace import Turn
 
 __all__ = ["HELP", "render_turn", "render_value", "repl"]
 
