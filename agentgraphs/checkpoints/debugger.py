@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping
 
-from .savers import CompactAsyncSqliteSaver
 from ..context import AgentContext
 from ..engines import Engine, SamplingParams
 from ..errors import CheckpointError, ConfigError
+from ..rollout import Rollout, rollout_from_state
+from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from ..trace import Turn
 from .replay import (
     CheckpointInfo,
     ThreadRecord,
@@ -40,9 +42,7 @@ from .replay import (
     thread_options,
     thread_record,
 )
-from ..rollout import Rollout, rollout_from_state
-from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
-from ..trace import Turn
+from .savers import CompactAsyncSqliteSaver
 
 __all__ = ["DebugSession", "StepResult"]
 

@@ -31,12 +31,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, TypedDict
 
-from .savers import CompactAsyncSqliteSaver, compact_async_sqlite_saver
 from ..context import AgentContext
 from ..engines import Engine, SamplingParams
 from ..errors import CheckpointError, ConfigError
 from ..rollout import Rollout, rollout_input, run_rollout
 from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from .savers import CompactAsyncSqliteSaver, compact_async_sqlite_saver
 
 __all__ = [
     "THREADS_TABLE",

@@ -18,10 +18,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .debugger import DebugSession
 from ..errors import AgentGraphsError
-from .replay import CheckpointInfo
 from ..trace import Turn
+from .debugger import DebugSession
+from .replay import CheckpointInfo
 
 __all__ = ["HELP", "render_turn", "render_value", "repl"]
 

@@ -15,7 +15,7 @@ a step is one message or one batch of tool results, as tau^2 counts them) or `ma
   as an error, it is not sent to tau^2, and the agent sees the error as a tool response and goes on.
 - Tool results, user messages and expert answers are masked observations in the orchestrator's
   conversation. The user simulator and the experts are helper engines (never trained).
-- The conversation is kept as tau^2 message dicts (state["messages"]); tau^2 scores it (tau2.py).
+- The conversation is kept as tau^2 message dicts (state["messages"]); tau^2 scores it (tau2/reward.py).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from langgraph.runtime import Runtime
 from pydantic import Field, field_validator
 from typing_extensions import NotRequired
 
-from ..chat import Message
-from ..errors import ConfigError
-from ..node import AgentContext, TraceState, call_llm, context_of
-from ..spec import MethodOptions
-from ..toolcalls import ParseResult, ToolCall, parse_tool_calls
-from ..trace import Turn
-from . import tau2_bench as bench
-from .tau2_prompts import (
+from ...chat import Message
+from ...errors import ConfigError
+from ...node import AgentContext, TraceState, call_llm, context_of
+from ...spec import MethodOptions
+from ...toolcalls import ParseResult, ToolCall, parse_tool_calls
+from ...trace import Turn
+from . import bench
+from .prompts import (
     EXPERT_SYSTEM,
     EXPERT_TOOL,
     EXPERT_USER,
@@ -267,7 +267,7 @@ async def environment(state: Tau2State, runtime: Runtime[AgentContext], opts: Ta
 
 
 async def finish(state: Tau2State, runtime: Runtime[AgentContext], opts: Tau2Options) -> dict[str, Any]:
-    """Close the episode: the record tau^2 scores (see tau2_bench.evaluate_episode)."""
+    """Close the episode: the record tau^2 scores (see bench.evaluate_episode)."""
     ctx = context_of(runtime)
     bench.sessions_of(ctx.tools).close(state.get("episode", ""))
     ended = time.time()
