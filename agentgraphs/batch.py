@@ -88,9 +88,10 @@ class ParsedRow:
     group: int | None = None  # the row's position: all n samples of a row form one GRPO group
 
 
-def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1,
-              limit: int | None = None) -> Iterator[ParsedRow]:
-    """Parse a slime-style JSONL file lazily; each row repeated `n_samples` times (a GRPO group)."""
+def read_rollout_inputs(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1,
+                        limit: int | None = None) -> Iterator[ParsedRow]:
+    """The rollout inputs of a slime-style JSONL file, parsed lazily; each row repeated `n_samples` times
+    (a GRPO group). A row that cannot be read is a ParsedRow with its `error` (naming the line and field)."""
     with open(path, "rb") as fh:
         count = 0
         for line_no, raw in enumerate(fh, start=1):
@@ -98,7 +99,7 @@ def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1
                 continue
             if limit is not None and count >= limit:
                 return
-            parsed = _parse_row(raw, line_no, keys)
+            parsed = parse_row(raw, line_no, keys)
             for k in range(n_samples):
                 if parsed.inp is None:
                     yield parsed
@@ -108,7 +109,8 @@ def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1
             count += 1
 
 
-def _parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
+def parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
+    """One JSONL line as a rollout input, or a ParsedRow whose `error` names the line and the field."""
     try:
         text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")  # an editor's BOM is not data
     except UnicodeDecodeError as exc:

@@ -178,7 +178,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
     so a seeded run on an in-process engine writes it byte for byte the same (timings are in traces.jsonl
     and summary.json; with `checkpoints`, samples name their checkpoint thread, new per run).
     """
-    from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rows, run_rows
+    from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rollout_inputs, run_rows
     from .engines import make_engine
     from .node import AgentContext
     from .spec import load_spec
@@ -218,7 +218,7 @@ def run_command(agent: str, data: Path, engine: "str | Engine", out: Path, *, to
             if bar is not None and task is not None:
                 bar.update(task, advance=1, status=sample["status"])
 
-        rows = read_rows(data, row_keys, n_samples=n_samples, limit=limit)
+        rows = read_rollout_inputs(data, row_keys, n_samples=n_samples, limit=limit)
 
         async def go() -> Any:
             if checkpoints is None:

@@ -85,7 +85,7 @@ def debug(
 
 def _debug_row(value: str, line: int, keys: tuple[str, str, str]) -> Any:
     """--input: a file (.json: one row; .jsonl: row `line`) or inline JSON; a bare string is the prompt."""
-    from .batch import RowKeys, _parse_row
+    from .batch import RowKeys, parse_row
     from .rollout import rollout_input
 
     path = Path(value)
@@ -105,7 +105,7 @@ def _debug_row(value: str, line: int, keys: tuple[str, str, str]) -> Any:
         if not isinstance(parsed, dict):
             return rollout_input(parsed, None, {}, 0)
         raw = json.dumps(parsed).encode("utf-8")
-    row = _parse_row(raw, line, RowKeys(*keys))  # the rules of `run`'s rows, the same messages
+    row = parse_row(raw, line, RowKeys(*keys))  # the rules of `run`'s rows, the same messages
     if row.inp is None:
         raise ConfigError(f"--input: {row.error}")
     return {**row.inp, "index": 0}

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rows, run_rows
+from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rollout_inputs, run_rows
 from .engines import SamplingParams
 from .node import AgentContext
 
@@ -64,7 +64,7 @@ def run_demo(out_dir: str | Path, *, model_dir: str | Path | None = None, seed: 
             if on_result is not None:
                 on_result(sample, trace)
 
-        rows = read_rows(data, RowKeys(), n_samples=n_samples)
+        rows = read_rollout_inputs(data, RowKeys(), n_samples=n_samples)
         summary = asyncio.run(run_rows(SPEC, rows, make_context, options=DEMO_OPTIONS, concurrency=4,
                                        on_result=sink, seed=seed))
     result = {"agent": SPEC.name, "engine": engine.name, "data": str(data), "seed": seed,

@@ -36,7 +36,7 @@ class RolloutInput(TypedDict):
 class RewardInput(TypedDict):
     """What a reward function sees, the same on every path (`run_rollout`, `agentgraphs run`, slime's rm).
 
-    `prompt` is the input row's prompt (a judge needs the question: `agentgraphs.rows.question_of`);
+    `prompt` is the input row's prompt (a judge needs the question: `agentgraphs.row_fields.question_of`);
     `metadata` is the input row's own metadata (never the fields agentgraphs adds); `trace_summary` counts
     the rollout's calls and tokens (`agentgraphs.records.trace_summary`); `options` are the resolved
     method options as a dict. Built in one place: `agentgraphs.records.reward_input`.

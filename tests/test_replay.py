@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentgraphs.batch import read_rows, run_rows
+from agentgraphs.batch import read_rollout_inputs, run_rows
 from agentgraphs.checkpoints.savers import CompactAsyncSqliteSaver
 from agentgraphs.cli import app
 from agentgraphs.context import AgentContext, Limits
@@ -56,7 +56,7 @@ def test_a_failed_rollout_is_opened_and_replayed(rows_file: Path, tmp_path: Path
         async with open_checkpoints(db) as saver:
             assert isinstance(saver, CompactAsyncSqliteSaver)
             store = RunCheckpoints(saver, AGENT, SAMPLING, "hf:tiny")
-            await run_rows(TWO_TURN, read_rows(rows_file), tight_context, checkpoints=store,
+            await run_rows(TWO_TURN, read_rollout_inputs(rows_file), tight_context, checkpoints=store,
                            on_result=lambda s, t: (samples.append(s), traces.append(t)))
 
     asyncio.run(go())

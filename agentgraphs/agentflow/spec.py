@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from ..context import AgentContext
 from ..math_equivalence import amath_verify_check
-from ..rows import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
+from ..row_fields import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from .graph import AgentFlowOptions, build_graph
 from .reward import boxed_exact_check, judge_reward

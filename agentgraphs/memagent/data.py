@@ -19,7 +19,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from ..data import load_located_rows
+from ..dataset_io import load_located_rows
 from ..errors import InputError
 
 __all__ = [
@@ -164,7 +164,7 @@ def row_from_hotpotqa(obj: Any, where: str = "row") -> MemAgentRow:
 
 def _iter_objects(path: StrPath) -> Iterator[tuple[Any, str]]:
     """(object, location) pairs from a JSONL file, a JSON list, a parquet file or a dataset directory:
-    read by the shared loader, `agentgraphs.data`."""
+    read by the shared loader, `agentgraphs.dataset_io`."""
     yield from load_located_rows(path)
 
 

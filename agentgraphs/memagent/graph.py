@@ -18,7 +18,7 @@ from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from ..node import AgentContext, TraceState, call_llm, context_of
 from ..spec import MethodOptions
-from ..tokenize import encode_text
+from ..long_text import encode_text
 from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt
 
 CHUNK_PLACEHOLDER = "\u2063<<agentgraphs:chunk>>\u2063"

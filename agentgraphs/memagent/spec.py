@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from ..context import AgentContext
 from ..errors import InputError
-from ..rows import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
+from ..row_fields import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
 from ..spec import AgentSpec, RewardInput, RolloutInput
 from .graph import MemAgentOptions, build_graph
 from .reward import eval_metrics, memagent_reward

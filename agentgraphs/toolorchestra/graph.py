@@ -33,7 +33,7 @@ from ..errors import ConfigError, EngineError, RetrievalError
 from ..context import AgentContext, context_of
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions
-from .coderun import extract_code, run_python
+from .coderun import extract_code, run_expert_code
 from .notes import Note, render_context
 from .parsing import parse_choice
 from .prompts import ANSWER_EXPERT, CODE_EXPERT, ORCHESTRATOR_USER, SEARCH_EXPERT, tool_schemas
@@ -293,7 +293,7 @@ async def enhance_reasoning(state: ToolOrchestraState, runtime: Runtime[AgentCon
     text, update, tokens, error = await _expert(state, runtime, opts, "code_expert", prompt)
     if text is not None:
         code = extract_code(text).strip()
-        result = await run_python(code, opts.code_timeout_s)
+        result = await run_expert_code(code, opts.code_timeout_s)
         status = "output" if result["ok"] else ("timed out" if result["timed_out"] else "failed")
         notes.append(Note(kind="code", text=f"```python\n{code}\n```\n{status}:\n{result['output'].rstrip()}"))
     else:

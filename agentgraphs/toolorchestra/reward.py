@@ -23,7 +23,7 @@ from typing import Any
 from ..answers import em, normalize_answer
 from ..context import AgentContext
 from ..node import call_llm
-from ..rows import answers_of, question_of
+from ..row_fields import answers_of, question_of
 from ..spec import RewardInput
 from .graph import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..rows import question_input, question_of
+from ..row_fields import question_input, question_of
 from ..spec import AgentSpec, RolloutInput
 from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .reward import metrics, reward, reward_shaping

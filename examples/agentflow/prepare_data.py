@@ -8,7 +8,7 @@
     # evaluation: AIME 2024 (30 problems)
     python examples/agentflow/prepare_data.py --source HuggingFaceH4/aime_2024 --out data/agentflow/aime24.jsonl
 
-Sources are read by `agentgraphs.data.load_rows` (`--split`, `--revision`, `--config`, `--data-files`;
+Sources are read by `agentgraphs.dataset_io.load_rows` (`--split`, `--revision`, `--config`, `--data-files`;
 ids and directories need `pip install 'agentgraphs[data]'`). A row's question is the first of `problem`,
 `Problem`, `question`, `prompt` (a string or chat messages: the last user message), with DAPO's answer-format
 wrapper ("Solve the following math problem step by step ... Answer: $Answer ...") removed, because
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentgraphs.data import load_located_rows
+from agentgraphs.dataset_io import load_located_rows
 from agentgraphs.errors import AgentGraphsError, InputError
 
 QUESTION_KEYS = ("problem", "Problem", "question", "prompt")

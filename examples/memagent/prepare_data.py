@@ -16,7 +16,7 @@
     python examples/memagent/prepare_data.py --synthetic 7K,14K,28K --tokenizer /root/Qwen2.5-7B-Instruct \
         --per-length 16 --out-dir data/memagent/synthetic
 
-Sources are read by `agentgraphs.data.load_rows` (`--split`, `--revision`, `--config`, `--data-files`
+Sources are read by `agentgraphs.dataset_io.load_rows` (`--split`, `--revision`, `--config`, `--data-files`
 select inside a directory or Hub dataset; ids and directories need `pip install 'agentgraphs[data]'`).
 Every output row is `{"input": question, "label": [answers], "metadata": {"context": document, "length",
 "id"}}`, which `agentgraph: memagent` reads with `--input-key input --label-key label --metadata-key metadata`.
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from agentgraphs.data import load_located_rows
+from agentgraphs.dataset_io import load_located_rows
 from agentgraphs.errors import AgentGraphsError, ConfigError
 from agentgraphs.memagent.data import MemAgentRow, row_from_hotpotqa, row_from_ruler, to_slime_row, write_jsonl
 
@@ -86,7 +86,7 @@ def ruler_label(path: Path, lengths: Iterable[int | None] = ()) -> str:
 
 
 class Selection(TypedDict, total=False):
-    """Where to read inside a source: `agentgraphs.data.load_rows`' keyword arguments."""
+    """Where to read inside a source: `agentgraphs.dataset_io.load_rows`' keyword arguments."""
 
     split: str
     revision: str | None
@@ -187,7 +187,7 @@ def make_synthetic(lengths: Sequence[int], tokenizer_dir: str, out_dir: Path, *,
                    seed: int) -> dict[str, Path]:
     """Needle-in-filler questions sized with the policy's tokenizer -> out_dir/synthetic_{length}.jsonl."""
     from agentgraphs.memagent.synthetic import make_dataset
-    from agentgraphs.tokenizers import load_tokenizer
+    from agentgraphs.tokenizer_loading import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentgraphs.data import load_located_rows
+from agentgraphs.dataset_io import load_located_rows
 from agentgraphs.errors import InputError
 from agentgraphs.retrieval.corpus import write_passages
 from agentgraphs.retrieval.synthetic import synthetic_corpus
@@ -54,7 +54,7 @@ def qa_row(obj: Any, where: str, source: str) -> dict[str, Any]:
 
 
 def read_qa(source: str, split: str = "train") -> Iterator[dict[str, Any]]:
-    """Rows of a QA source (file, dataset directory or Hugging Face id) through `agentgraphs.data`."""
+    """Rows of a QA source (file, dataset directory or Hugging Face id) through `agentgraphs.dataset_io`."""
     name = Path(source).stem if Path(source).suffix else source.rstrip("/").rsplit("/", 1)[-1]
     for obj, where in load_located_rows(source, split=split):
         yield qa_row(obj, where, name)
@@ -86,7 +86,7 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--qa", nargs="*", default=[], help="FlashRAG-style QA sources: JSONL/JSON/parquet files, "
-                   "dataset directories or Hugging Face ids (agentgraphs.data.load_rows)")
+                   "dataset directories or Hugging Face ids (agentgraphs.dataset_io.load_rows)")
     p.add_argument("--split", default="train", help="split of a dataset directory or Hub id")
     p.add_argument("--out", type=Path, help="slime rows (JSONL) from --qa")
     p.add_argument("--limit", type=int, default=None, help="at most this many rows")
