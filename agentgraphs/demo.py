@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rollout_inputs, run_rows
+from .batch import JsonlWriter, lead_with_headline, run_rows
 from .engines import SamplingParams
 from .node import AgentContext
+from .rollout_inputs import RowKeys, read_rollout_inputs
 
 DEMO_OPTIONS: dict[str, Any] = {
     "chunk_tokens": 1000,

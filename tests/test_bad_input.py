@@ -23,11 +23,12 @@ from typing import Any
 import pytest
 
 import rl_bridge
-from agentgraphs.batch import read_rollout_inputs, run_rows
+from agentgraphs.batch import run_rows
 from agentgraphs.errors import ConfigError, InputError
 from agentgraphs.memagent import SPEC as MEMAGENT
 from agentgraphs.node import AgentContext
 from agentgraphs.rollout import rollout_input, run_rollout
+from agentgraphs.rollout_inputs import read_rollout_inputs
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentgraphs.batch import read_rollout_inputs, run_rows
+from agentgraphs.batch import run_rows
+from agentgraphs.checkpoints.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
 from agentgraphs.checkpoints.savers import CompactAsyncSqliteSaver
 from agentgraphs.cli import app
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines import SamplingParams
 from agentgraphs.errors import CheckpointError, ConfigError
-from agentgraphs.checkpoints.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
+from agentgraphs.rollout_inputs import read_rollout_inputs
 from agentgraphs.testing.agents import TWO_TURN
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.trace import check_trace
@@ -144,14 +145,14 @@ def test_fork_with_an_edited_state_on_another_engine(rows_file: Path, tmp_path: 
 
 
 def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path: Path, tiny_engine: Any) -> None:
-    from agentgraphs.cli import run_command
+    from agentgraphs.batch import run_file
     from agentgraphs.memagent.data import to_slime_row, write_jsonl
     from agentgraphs.memagent.synthetic import make_needle_example
 
     write_jsonl([to_slime_row(make_needle_example(tiny_engine.tokenizer, 1500, seed=0))], tmp_path / "rows.jsonl")
     db, out = tmp_path / "ck.sqlite", tmp_path / "out"
-    run_command("memagent", tmp_path / "rows.jsonl", tiny_engine, out, checkpoints=db, temperature=0.0,
-                max_new_tokens=8, options={"chunk_tokens": 500, "memory_max_new_tokens": 8, "final_max_new_tokens": 8})
+    run_file("memagent", tmp_path / "rows.jsonl", tiny_engine, out, checkpoints=db, temperature=0.0,
+             max_new_tokens=8, options={"chunk_tokens": 500, "memory_max_new_tokens": 8, "final_max_new_tokens": 8})
     [sample] = _samples(out)
     trace = json.loads((out / "traces.jsonl").read_text())
     thread = sample["metadata"]["checkpoint_thread"]

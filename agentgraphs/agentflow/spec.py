@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from ..context import AgentContext
 from ..math_equivalence import amath_verify_check
 from ..row_fields import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
-from ..spec import AgentSpec, RewardInput, RolloutInput
+from ..spec import AgentSpec, RewardInput, RolloutInput, register
 from .graph import AgentFlowOptions, build_graph
 from .reward import boxed_exact_check, judge_reward
 
@@ -99,3 +99,4 @@ SPEC = AgentSpec(
     options=AgentFlowOptions,
     description="AgentFlow: planner -> executor -> verifier with tools (python_coder in a sandbox); Flow-GRPO",
 )
+register(SPEC)  # `load_spec("agentflow")`, langgraph.json

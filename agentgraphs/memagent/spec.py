@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from ..context import AgentContext
 from ..errors import InputError
 from ..row_fields import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
-from ..spec import AgentSpec, RewardInput, RolloutInput
+from ..spec import AgentSpec, RewardInput, RolloutInput, register
 from .graph import MemAgentOptions, build_graph
 from .reward import eval_metrics, memagent_reward
 
@@ -68,3 +68,4 @@ SPEC = AgentSpec(
         "answered": "share of responses with a non-empty answer",
     },
 )
+register(SPEC)  # `load_spec("memagent")`, langgraph.json

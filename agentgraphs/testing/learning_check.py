@@ -91,8 +91,8 @@ def _builtin(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, Any
 
 
 def _user_agent(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, Any]], dict[str, Any]]:
-    from ..batch import RowKeys, read_rollout_inputs
     from ..engines import make_engine
+    from ..rollout_inputs import RowKeys, read_rollout_inputs
     from ..spec import load_spec
 
     if not settings.engine or not settings.engine.startswith("hf:"):

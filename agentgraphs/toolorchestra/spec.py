@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..row_fields import question_input, question_of
-from ..spec import AgentSpec, RolloutInput
+from ..spec import AgentSpec, RolloutInput, register
 from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .reward import metrics, reward, reward_shaping
-
 
 problem_of = question_of  # the problem text, as every method reads a question
 
@@ -67,3 +66,4 @@ SPEC = AgentSpec(
     options=ToolOrchestraOptions,
     description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
 )
+register(SPEC)  # `load_spec("toolorchestra")`, langgraph.json

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ...errors import InputError
-from ...spec import AgentSpec, RolloutInput
+from ...spec import AgentSpec, RolloutInput, register
 from . import bench
 from .graph import Tau2Options, build_graph
 from .reward import reward
@@ -74,3 +74,4 @@ SPEC = AgentSpec(
     description="ToolOrchestra on tau^2-bench: the orchestrator is the agent (domain tools + call_expert), "
                 "a helper engine simulates the user, tau^2 scores the conversation",
 )
+register(SPEC)  # `load_spec("toolorchestra-tau2")`, langgraph.json

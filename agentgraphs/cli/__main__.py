@@ -1,0 +1,5 @@
+"""`python -m agentgraphs.cli`: the `agentgraphs` command line."""
+
+from . import main
+
+main()
