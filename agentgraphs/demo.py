@@ -26,7 +26,8 @@ DEMO_OPTIONS: dict[str, Any] = {
 
 def write_demo_data(path: Path, tokenizer: Any, *, lengths: tuple[int, ...] = (2000, 4000), per_length: int = 2,
                     seed: int = 0) -> int:
-    from .memagent.data import to_slime_row, write_jsonl
+    from .dataset_io import write_jsonl
+    from .memagent.data import to_slime_row
     from .memagent.synthetic import make_dataset
 
     rows = make_dataset(tokenizer, lengths, per_length=per_length, seed=seed)

@@ -18,7 +18,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentgraphs.batch import run_file
-from agentgraphs.memagent.data import to_slime_row, write_jsonl
+from agentgraphs.dataset_io import write_jsonl
+from agentgraphs.memagent.data import to_slime_row
 from agentgraphs.memagent.synthetic import make_needle_example
 
 TEMPERATURE = 0.7

@@ -146,7 +146,8 @@ def test_fork_with_an_edited_state_on_another_engine(rows_file: Path, tmp_path: 
 
 def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path: Path, tiny_engine: Any) -> None:
     from agentgraphs.batch import run_file
-    from agentgraphs.memagent.data import to_slime_row, write_jsonl
+    from agentgraphs.dataset_io import write_jsonl
+    from agentgraphs.memagent.data import to_slime_row
     from agentgraphs.memagent.synthetic import make_needle_example
 
     write_jsonl([to_slime_row(make_needle_example(tiny_engine.tokenizer, 1500, seed=0))], tmp_path / "rows.jsonl")

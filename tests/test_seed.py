@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from agentgraphs.batch import run_file
 from agentgraphs.cli import app
-from agentgraphs.memagent.data import to_slime_row, write_jsonl
+from agentgraphs.dataset_io import write_jsonl
+from agentgraphs.memagent.data import to_slime_row
 from agentgraphs.memagent.synthetic import make_needle_example
 
 ROOT = Path(__file__).resolve().parents[1]
