@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from .context import AgentContext
 from .errors import ConfigError
@@ -297,6 +297,33 @@ def _takes_checkpointer(fn: Callable[..., Any]) -> bool:
         return False
     return any(p.kind is p.VAR_KEYWORD or (p.name == "checkpointer" and p.kind is not p.POSITIONAL_ONLY)
                for p in params)
+
+
+def judge_option(default: str | None) -> Any:
+    """The `judge` option, one name and meaning in every method with an LLM judge: the name of an engine in
+    `AgentContext.engines` that the reward asks, when the context has an engine of that name (a run without
+    one scores by the method's rule alone); null: never a judge. `judge_engine` reads it at reward time.
+
+    >>> class Opts(MethodOptions):
+    ...     judge: str | None = judge_option("judge")
+    >>> Opts().judge, Opts(judge=None).judge
+    ('judge', None)
+    """
+    return Field(default, description="engine name (in AgentContext.engines) of the reward's LLM judge, asked "
+                 "when the context has an engine of that name; null: no judge")
+
+
+def judge_engine(ctx: AgentContext | None, name: str | None) -> str | None:
+    """The engine the reward asks as its judge: `name` when the context has an engine of that name, else None.
+
+    >>> judge_engine(AgentContext(policy="sglang:http://127.0.0.1:30000", engines={"judge": "openai:http://127.0.0.1:1#m"}), "judge")
+    'judge'
+    >>> judge_engine(None, "judge") is None
+    True
+    """
+    if ctx is None or not name or name not in ctx.engines:
+        return None
+    return name
 
 
 # The registry of short names (`load_spec("memagent")`). A method registers its spec where it is defined

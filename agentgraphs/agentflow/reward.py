@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from ..answers import last_boxed_group, normalize_final_answer
-from ..engines import SamplingParams
+from ..context import AgentContext
 from ..math_equivalence import AnswerCheck, math_verify_check
+from ..node import call_llm
 from .prompts import JUDGE_TEMPLATE
 
 __all__ = ["AnswerCheck", "boxed_exact_check", "boxed_exact_reward", "seed_prediction", "math_verify_reward",
@@ -140,16 +140,12 @@ def parse_judge_verdict(text: str) -> bool:
     return bool(words) and words[-1].lower() == "true"
 
 
-async def judge_reward(ctx: Any, engine_name: str, question: str, response: str, gold: str,
+async def judge_reward(ctx: AgentContext, engine_name: str, question: str, response: str, gold: str,
                        max_new_tokens: int = 1024) -> float:
-    """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine)."""
+    """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked
+    greedily through `call_llm` (the rollout's call budget and accounting; never trained)."""
     prompt = JUDGE_TEMPLATE.format(question=question, response=response, ground_truth=gold)
-    messages = [{"role": "user", "content": prompt}]
-    engine = ctx.engine(engine_name)
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-    if hasattr(engine, "generate"):
-        ids = ctx.template(engine_name).render(messages)
-        completion = await engine.generate(ids, params)
-    else:
-        completion = await engine.chat(messages, params)
-    return 1.0 if parse_judge_verdict(completion.text) else 0.0
+    out = await call_llm({}, ctx, node="judge", engine=engine_name, trainable=False,
+                         messages=[{"role": "user", "content": prompt}], temperature=0.0,
+                         max_new_tokens=max_new_tokens)
+    return 1.0 if parse_judge_verdict(out.text) else 0.0

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from ..context import AgentContext
 from ..math_equivalence import amath_verify_check
 from ..row_fields import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
-from ..spec import AgentSpec, RewardInput, RolloutInput, register
+from ..spec import AgentSpec, RewardInput, RolloutInput, judge_engine, register
 from .graph import AgentFlowOptions, build_graph
 from .reward import boxed_exact_check, judge_reward
 
@@ -34,12 +34,14 @@ def _options(rin: RewardInput) -> AgentFlowOptions:
 
 
 async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOptions, golds: list[str]) -> float | None:
-    """The judge's 1.0 / 0.0 over the golds, or None when the context has no `judge_engine` engine."""
-    if ctx is None or opts.judge_engine not in ctx.engines:
+    """The judge's 1.0 / 0.0 over the golds, or None when there is no judge (`judge_engine`: the option
+    names none, or the context has no engine of that name)."""
+    judge = judge_engine(ctx, opts.judge)
+    if ctx is None or judge is None:
         return None
     question = question_of(rin["prompt"])
     for gold in golds:
-        if await judge_reward(ctx, opts.judge_engine, question, rin["answer"], gold) == 1.0:
+        if await judge_reward(ctx, judge, question, rin["answer"], gold) == 1.0:
             return 1.0
     return 0.0
 

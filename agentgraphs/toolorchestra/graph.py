@@ -32,7 +32,7 @@ from ..answers import last_boxed
 from ..errors import ConfigError, EngineError, RetrievalError
 from ..context import AgentContext, context_of
 from ..node import TraceState, call_llm
-from ..spec import MethodOptions
+from ..spec import MethodOptions, judge_option
 from .coderun import extract_code, run_expert_code
 from .notes import Note, render_context
 from .parsing import parse_choice
@@ -78,8 +78,8 @@ class ToolOrchestraOptions(MethodOptions):
         description="tool -> the expert engines (names in AgentContext.engines) the orchestrator may pick")
     max_turns: int = Field(12, ge=1, description="orchestrator turns per episode in training (seed 12, "
                            "original 30)")
-    eval_max_turns: int = Field(12, ge=1, description="orchestrator turns per episode in evaluation (seed 12, "
-                                "original 50)")
+    eval_max_turns: Optional[int] = Field(12, ge=1, description="orchestrator turns per episode in evaluation "
+                                          "(seed 12, original 50; null: no cap)")
     invalid_call: Literal["end", "continue"] = Field(
         "end", description="a format-invalid orchestrator turn ends the episode unanswered (seed) or becomes "
         "an earlier-attempt note and the loop goes on (original)")
@@ -94,8 +94,7 @@ class ToolOrchestraOptions(MethodOptions):
     correctness: Literal["contains", "exact"] = Field(
         "contains", description="contains (seed): normalised equality, or the gold inside the answer unless "
         "the gold has <= 3 words and the answer over 10x as many; exact (original): SQuAD exact match")
-    judge: Optional[str] = Field(None, description="engine name of an LLM judge asked when the rule says "
-                                 "wrong; null: the rule only")
+    judge: Optional[str] = judge_option(None)  # asked when the `correctness` rule says wrong
     prices: dict[str, Price] = Field(default_factory=dict, description="expert -> USD per million tokens, "
                                      "one price or [input, output] (missing: 1.0), for the cost feature")
     cost_counts_orchestrator: bool = Field(
@@ -178,7 +177,8 @@ class ToolOrchestraState(TraceState):
     stopped: NotRequired[str]  # why the episode ended without an answer (a format-invalid call, seed variant)
 
 
-def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int:
+def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int | None:
+    """The turn cap of this run (None: no cap)."""
     return opts.eval_max_turns if evaluation else opts.max_turns
 
 
@@ -326,7 +326,8 @@ async def route(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts:
         return END
     if state.get("pending") in TOOLS:
         return str(state["pending"])
-    turns_left = len(state.get("steps") or []) < max_turns(opts, context_of(runtime).evaluation)
+    cap = max_turns(opts, context_of(runtime).evaluation)
+    turns_left = cap is None or len(state.get("steps") or []) < cap
     return "orchestrator" if turns_left else END
 
 

@@ -53,7 +53,7 @@ class Tau2Options(MethodOptions):
 
     max_steps: int = Field(40, ge=1, description="training step cap (ToolOrchestra); a step is one message or "
                            "one batch of tool results, as tau^2 counts them")
-    eval_max_steps: int = Field(200, ge=1, description="evaluation step cap (ToolOrchestra)")
+    eval_max_steps: Optional[int] = Field(200, ge=1, description="evaluation step cap (ToolOrchestra); null: no cap")
     max_errors: int = Field(10, ge=1, description="tool errors + format-invalid turns that end the episode "
                             "(tau^2's default)")
     experts: Optional[list[str]] = Field(None, description="engine names call_expert may name; null: every "
@@ -131,7 +131,7 @@ def _next(ctx: AgentContext, opts: Tau2Options, state: Mapping[str, Any], update
     errors = update.get("errors", state.get("errors", 0))
     if errors >= opts.max_errors:
         return {**update, "route": "end", "termination": "too_many_errors"}
-    if steps >= cap:
+    if cap is not None and steps >= cap:
         return {**update, "route": "end", "termination": "max_steps"}
     return update
 
