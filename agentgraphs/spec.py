@@ -316,10 +316,10 @@ def judge_option(default: str | None) -> Any:
 def judge_engine(ctx: AgentContext | None, name: str | None) -> str | None:
     """The engine the reward asks as its judge: `name` when the context has an engine of that name, else None.
 
-    >>> judge_engine(AgentContext(policy="sglang:http://127.0.0.1:30000", engines={"judge": "openai:http://127.0.0.1:1#m"}), "judge")
-    'judge'
-    >>> judge_engine(None, "judge") is None
-    True
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
+    ...                    engines={"judge": "openai:http://127.0.0.1:8001/v1#judge-model"})
+    >>> judge_engine(ctx, "judge"), judge_engine(ctx, "grader"), judge_engine(ctx, None), judge_engine(None, "judge")
+    ('judge', None, None, None)
     """
     if ctx is None or not name or name not in ctx.engines:
         return None
