@@ -10,9 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from ..batch import sampling_from_flags
 from ..errors import AgentGraphsError, ConfigError
-from ..rollout_inputs import read_input_row
 from .common import console, engine_arg, fail, parse_helpers, parse_options, tokenizer_arg
 
 app = typer.Typer()
@@ -39,8 +37,10 @@ def debug(
     metadata_key: str = typer.Option("metadata"),
 ) -> None:
     """Step through a run node by node: see each update and each Turn's tokens, edit, fork, resume."""
+    from ..batch import sampling_from_flags
     from ..checkpoints.debugger import DebugSession
     from ..checkpoints.tui import repl
+    from ..rollout_inputs import read_input_row
 
     out = Console(highlight=False)
     try:

@@ -10,7 +10,6 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress, TaskID
 
-from ..batch import run_file
 from ..errors import AgentGraphsError
 from .common import console, fail, parse_helpers, parse_options, progress_bar
 
@@ -45,6 +44,8 @@ def run(
         "row and the call (hf: engines give byte-identical samples.jsonl run after run, at any concurrency)"),
 ) -> None:
     """Run an agent over a dataset and write slime samples and traces."""
+    from ..batch import run_file
+
     try:
         with _Bar() as bar:
             summary = run_file(agent, data, engine, out, tokenizer=tokenizer, options=parse_options(option),
