@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import AgentGraphsError
-from .common import console
+from .common import console, fail
 
 app = typer.Typer()
 
@@ -26,8 +26,7 @@ def view(
     try:
         path = write_report(run_dir, out, tokenizer=tokenizer)
     except (AgentGraphsError, OSError) as exc:
-        console.print("[red]error:[/red]", escape(str(exc)))
-        raise typer.Exit(2) from None
+        raise fail(exc) from None
     console.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in any browser, offline")
 
 
