@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from .errors import TemplateError
-from .tokenize import Tokenizer, encode_text
+from .long_text import Tokenizer, encode_text
 
 Message = Mapping[str, Any]
 

@@ -255,7 +255,7 @@ def shared_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     """One tokenizer per model directory in this process (the bridge, the CLI and contexts share it)."""
     tok = _SHARED_TOKENIZERS.get(path)
     if tok is None:
-        from .tokenizers import load_tokenizer  # checks a local path before transformers sees it
+        from .tokenizer_loading import load_tokenizer  # checks a local path before transformers sees it
 
         tok = load_tokenizer(path, trust_remote_code=trust_remote_code)
         _SHARED_TOKENIZERS[path] = tok

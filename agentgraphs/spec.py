@@ -9,16 +9,19 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from .context import AgentContext
 from .errors import ConfigError, validation_message
 from .trace import Layout, Turn
+
+logger = logging.getLogger(__name__)
 
 RewardSplit = Literal["broadcast", "divide"]
 RewardValue = Union[float, dict[str, Any]]
@@ -36,7 +39,7 @@ class RolloutInput(TypedDict):
 class RewardInput(TypedDict):
     """What a reward function sees, the same on every path (`run_rollout`, `agentgraphs run`, slime's rm).
 
-    `prompt` is the input row's prompt (a judge needs the question: `agentgraphs.rows.question_of`);
+    `prompt` is the input row's prompt (a judge needs the question: `agentgraphs.row_fields.question_of`);
     `metadata` is the input row's own metadata (never the fields agentgraphs adds); `trace_summary` counts
     the rollout's calls and tokens (`agentgraphs.records.trace_summary`); `options` are the resolved
     method options as a dict. Built in one place: `agentgraphs.records.reward_input`.
@@ -254,11 +257,11 @@ class AgentSpec:
     def graph(self, options: MethodOptions | Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
         """The compiled graph for these options, built once per process.
 
-        With a `checkpointer` (e.g. `agentgraphs.checkpoint.CompactAsyncSqliteSaver`) the graph is compiled
+        With a `checkpointer` (e.g. `agentgraphs.checkpoints.savers.CompactAsyncSqliteSaver`) the graph is compiled
         with it, fresh on every call (a saver belongs to one open database): through `build_graph(options,
         checkpointer=...)` when the spec's build_graph takes that keyword, else as a copy of the cached graph.
 
-        >>> from agentgraphs.checkpoint import compact_sqlite_saver
+        >>> from agentgraphs.checkpoints.savers import compact_sqlite_saver
         >>> from agentgraphs.memagent import SPEC
         >>> with compact_sqlite_saver(":memory:") as saver:
         ...     SPEC.graph({"max_chunks": 2}, checkpointer=saver).checkpointer is saver
@@ -287,20 +290,97 @@ def _takes_checkpointer(fn: Callable[..., Any]) -> bool:
                for p in params)
 
 
-_REGISTRY: dict[str, str] = {
-    "memagent": "agentgraphs.memagent:SPEC",
-    "toolorchestra": "agentgraphs.toolorchestra:SPEC",
-    "agentflow": "agentgraphs.agentflow:SPEC",
-    "toolorchestra-tau2": "agentgraphs.toolorchestra.tau2:SPEC",
-}
+def judge_option(default: str | None) -> Any:
+    """The `judge` option, one name and meaning in every method with an LLM judge: the name of an engine in
+    `AgentContext.engines` that the reward asks, when the context has an engine of that name (a run without
+    one scores by the method's rule alone); null: never a judge. `judge_engine` reads it at reward time.
+
+    >>> class Opts(MethodOptions):
+    ...     judge: str | None = judge_option("judge")
+    >>> Opts().judge, Opts(judge=None).judge
+    ('judge', None)
+    """
+    return Field(default, description="engine name (in AgentContext.engines) of the reward's LLM judge, asked "
+                 "when the context has an engine of that name; null: no judge")
 
 
-def register(name: str, target: str) -> None:
-    """Register a short name for `load_spec` (target is 'package.module:attr')."""
-    _REGISTRY[name] = target
+def judge_engine(ctx: AgentContext | None, name: str | None) -> str | None:
+    """The engine the reward asks as its judge: `name` when the context has an engine of that name, else None.
+
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
+    ...                    engines={"judge": "openai:http://127.0.0.1:8001/v1#judge-model"})
+    >>> judge_engine(ctx, "judge"), judge_engine(ctx, "grader"), judge_engine(ctx, None), judge_engine(None, "judge")
+    ('judge', None, None, None)
+    """
+    if ctx is None or not name or name not in ctx.engines:
+        return None
+    return name
+
+
+# The registry of short names (`load_spec("memagent")`). A method registers its spec where it is defined
+# (`SPEC = register(AgentSpec(...))` in its spec module); the built-in method packages below are imported on
+# the first lookup, and installed packages add theirs through the entry-point group `agentgraphs.methods`
+# (`[project.entry-points."agentgraphs.methods"] my_agent = "my_pkg.agent:SPEC"`), loaded when first asked for.
+BUILTIN_METHODS = ("agentgraphs.memagent", "agentgraphs.agentflow", "agentgraphs.toolorchestra",
+                   "agentgraphs.toolorchestra.tau2")
+ENTRY_POINT_GROUP = "agentgraphs.methods"
+_REGISTRY: dict[str, "AgentSpec | str"] = {}  # a registered spec, or an entry point's 'package.module:attr'
+_discovered = False
+
+
+def register(spec: AgentSpec) -> AgentSpec:
+    """Register `spec` under its name for `load_spec` and `langgraph.json`; returns it, so a method's spec
+    module writes `SPEC = register(AgentSpec(name=..., ...))`. A second, different spec under a taken name is
+    a ConfigError (the same spec module imported again replaces its own).
+
+    >>> from agentgraphs.memagent import SPEC
+    >>> register(SPEC) is SPEC is load_spec("memagent")
+    True
+    """
+    if not isinstance(spec, AgentSpec):
+        raise ConfigError(f"register: expected an AgentSpec, got {type(spec).__name__}")
+    taken = _REGISTRY.get(spec.name)
+    if isinstance(taken, AgentSpec) and taken is not spec and _origin(taken) != _origin(spec):
+        raise ConfigError(f"agent name {spec.name!r} is already registered (by {_origin(taken)}); give the "
+                          f"spec from {_origin(spec)} another name")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _origin(spec: AgentSpec) -> str:
+    """Where a spec is defined: its build_graph's module and name (the same after a module is re-imported)."""
+    fn = spec.build_graph
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+
+
+def _discover(name: str | None = None) -> None:
+    """Import the built-in method packages (each registers its specs) and read the installed entry points;
+    with a `name`, stop as soon as it is registered."""
+    global _discovered
+    if _discovered:
+        return
+    for package in BUILTIN_METHODS:
+        importlib.import_module(package)
+        if name is not None and name in _REGISTRY:
+            return
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in _REGISTRY:
+            logger.warning("entry point %s = %r of group %s ignored: the name is taken by a registered agent",
+                           point.name, point.value, ENTRY_POINT_GROUP)
+            continue
+        _REGISTRY[point.name] = point.value
+    _discovered = True
 
 
 def registered_names() -> list[str]:
+    """Every registered agent name: the built-in methods, specs registered so far, installed entry points.
+
+    >>> {"memagent", "agentflow", "toolorchestra", "toolorchestra-tau2"} <= set(registered_names())
+    True
+    """
+    _discover()
     return sorted(_REGISTRY)
 
 
@@ -334,7 +414,11 @@ def load_spec(name_or_path: str) -> AgentSpec:
     """
     if not name_or_path:
         raise ConfigError("no agent given: set `agentgraph` (a registered name or 'pkg.module:attr')")
+    if name_or_path not in _REGISTRY and ":" not in name_or_path:
+        _discover(name_or_path)
     target = _REGISTRY.get(name_or_path, name_or_path)
+    if isinstance(target, AgentSpec):
+        return target
     if ":" not in target:
         raise ConfigError(
             f"unknown agent {name_or_path!r}: use one of {registered_names()} or a 'package.module:attr' path"

@@ -69,10 +69,10 @@ def run(args: Any) -> dict[str, Any]:
     for engine in (serial, batched):  # warm-up: kernels, allocator
         asyncio.run(serve(engine, prompts[:2], 4, 0))
     serial_s, serial_outs = asyncio.run(serve(serial, prompts, args.new_tokens, 1))
-    before = (batched._batcher.stats.steps, batched._batcher.stats.decode_rows)
+    before = (batched.batcher.stats.steps, batched.batcher.stats.decode_rows)
     batched_s, batched_outs = asyncio.run(serve(batched, prompts, args.new_tokens, 1))
-    steps = batched._batcher.stats.steps - before[0]
-    rows = batched._batcher.stats.decode_rows - before[1]
+    steps = batched.batcher.stats.steps - before[0]
+    rows = batched.batcher.stats.decode_rows - before[1]
     tokens = sum(len(o.token_ids) for o in batched_outs)
     assert tokens == sum(len(o.token_ids) for o in serial_outs) == args.requests * args.new_tokens
     worst = 0.0

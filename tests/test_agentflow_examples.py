@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from agentgraphs.agentflow import SPEC
-from agentgraphs.cli import run_command
+from agentgraphs.batch import run_file
 
 ROOT = Path(__file__).resolve().parent.parent
 prepare_data = importlib.import_module("examples.agentflow.prepare_data")
@@ -48,8 +48,8 @@ def test_cli_run_agentflow_with_a_helper_engine_and_the_aime_table(tmp_path: Pat
     data.write_text("".join(json.dumps({"input": f"What is {i}+{i}?", "label": str(2 * i),
                                         "metadata": {"question": f"What is {i}+{i}?"}}) + "\n" for i in range(2)))
     out = tmp_path / "run"
-    summary = run_command("agentflow", data, f"hf:{tiny_model_dir}", out, engines={"helper": f"hf:{tiny_model_dir}"},
-                          options={"max_steps": 1}, n_samples=2, max_new_tokens=8, evaluation=True)
+    summary = run_file("agentflow", data, f"hf:{tiny_model_dir}", out, engines={"helper": f"hf:{tiny_model_dir}"},
+                       options={"max_steps": 1}, n_samples=2, max_new_tokens=8, evaluation=True)
     assert summary["results"] == 4
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     traces = [json.loads(x) for x in (out / "traces.jsonl").read_text().splitlines()]

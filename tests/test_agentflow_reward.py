@@ -187,10 +187,10 @@ def test_judge_path_with_a_scripted_judge(tiny_engine: Any) -> None:
     assert len(prompts) == 2
     expected = JUDGE_TEMPLATE.format(question=meta["question"], response="0.5", ground_truth="\\frac{1}{2}")
     assert expected.strip() in prompts[0]  # the judge read the original's prompt, filled in
-    # a judge engine under another name is picked by the judge_engine option
+    # a judge engine under another name is picked by the judge option
     ctx2 = AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer,
                         engines={"grader": ScriptedPolicy(tiny_engine, judge, name="grader")})
-    assert asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", meta, variant="original", judge_engine="grader"), ctx2)) == 1.0
+    assert asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", meta, variant="original", judge="grader"), ctx2)) == 1.0
     # without that engine, math-verify decides (and agrees here)
     assert asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", meta, variant="original"), ctx2)) == 1.0
 

@@ -19,8 +19,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Send
 
 import rl_bridge
+from agentgraphs.batch import run_file
 from agentgraphs.chat_model import TracedChatModel, messages_graph_spec
-from agentgraphs.cli import run_command
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines.sglang import SGLangEngine
 from agentgraphs.node import TraceState, call_llm
@@ -149,8 +149,8 @@ def test_map_reduce_storing_content_is_counted_and_named(server: Any, tiny_model
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": "Write about animals."}) + "\n")
     with caplog.at_level(logging.WARNING, logger="agentgraphs.rollout"):
-        summary = run_command("tests.test_call_accounting:MAP_REDUCE", data, f"sglang:{server.url}", tmp_path / "out",
-                              tokenizer=str(tiny_model_dir), max_new_tokens=16)
+        summary = run_file("tests.test_call_accounting:MAP_REDUCE", data, f"sglang:{server.url}", tmp_path / "out",
+                           tokenizer=str(tiny_model_dir), max_new_tokens=16)
     assert server.stats.generate_requests == 4  # the server answered four calls
     (sample,) = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     meta = sample["metadata"]

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import pytest
 from typer.testing import CliRunner
 
-from agentgraphs.cli import app, run_command
+from agentgraphs.batch import run_file
+from agentgraphs.cli import app
 from agentgraphs.viewer import CheckReport, check_run
 from agentgraphs.viewer.run_data import read_run
 
@@ -34,8 +35,8 @@ def sampled_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     data = out / "data.jsonl"
     data.write_text("".join(json.dumps({"input": q, "label": "42"}) + "\n"
                             for q in ("What is 6*7?", "Compute six times seven.", "6 x 7 = ?")), encoding="utf-8")
-    run_command("tests.viewer_support:TOOL_AGENT", data, engine, out, concurrency=1, temperature=0.7,
-                max_new_tokens=12)
+    run_file("tests.viewer_support:TOOL_AGENT", data, engine, out, concurrency=1, temperature=0.7,
+             max_new_tokens=12)
     return out
 
 
@@ -217,7 +218,7 @@ def test_failed_rollout_with_turns_passes_and_its_outputs_show_untrained(tiny_en
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"input": "What is 6*7?", "label": "42"}) + "\n", encoding="utf-8")
     out = tmp_path / "failed"
-    run_command("agentgraphs.testing.agents:FAILING", data, tiny_engine, out, max_new_tokens=4)
+    run_file("agentgraphs.testing.agents:FAILING", data, tiny_engine, out, max_new_tokens=4)
     rec = next(iter(read_run(out)))
     assert rec.sample["status"] == "failed" and len(rec.turns) == 1  # the solve turn, then the node raised
     report = check_run(out, tiny_model_dir)
@@ -289,7 +290,7 @@ def test_each_turn_is_rescored_at_its_own_temperature(tiny_model_dir: Path, tmp_
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"input": "What is 6*7?", "label": "42"}) + "\n", encoding="utf-8")
     run = tmp_path / "two-t"
-    run_command("tests.viewer_support:TWO_TEMPERATURE_AGENT", data, engine, run, max_new_tokens=12)
+    run_file("tests.viewer_support:TWO_TEMPERATURE_AGENT", data, engine, run, max_new_tokens=12)
     rec = next(iter(read_run(run)))
     assert [t["temperature"] for t in rec.turns] == [SOLVE_T, ANSWER_T]
     report = check_run(run, tiny_model_dir)

@@ -1,4 +1,4 @@
-"""agentgraphs.checkpoint: compact SQLite savers round-trip Turns exactly and grow linearly.
+"""agentgraphs.checkpoints.savers: compact SQLite savers round-trip Turns exactly and grow linearly.
 
 A conversation graph loops one LLM node (call_llm with conversation="main") N times against an
 in-process engine; runs with the compact savers must give back exactly what LangGraph's own savers
@@ -18,7 +18,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 
-from agentgraphs.checkpoint import (
+from agentgraphs.checkpoints.savers import (
     ENTRIES_TABLE,
     CompactAsyncSqliteSaver,
     compact_async_sqlite_saver,

@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentgraphs.cli import app, parse_options
+from agentgraphs.dataset_io import write_jsonl
 from agentgraphs.errors import ConfigError
-from agentgraphs.memagent.data import to_slime_row, write_jsonl
+from agentgraphs.memagent.data import to_slime_row
 from agentgraphs.memagent.synthetic import make_needle_example
 
 runner = CliRunner()

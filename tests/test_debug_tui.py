@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentgraphs.replay import history
+from agentgraphs.checkpoints.replay import history
 from agentgraphs.testing.agents import TWO_TURN
 from agentgraphs.trace import check_trace
 
@@ -96,8 +96,8 @@ def test_step_inspect_edit_fork_continue_quit_and_resume(tmp_path: Path, tiny_mo
     # both branches' traces satisfy the invariants (the check turn continues the solve turn append-only)
     import asyncio
 
-    from agentgraphs.checkpoint import compact_async_sqlite_saver
-    from agentgraphs.replay import thread_config
+    from agentgraphs.checkpoints.replay import thread_config
+    from agentgraphs.checkpoints.savers import compact_async_sqlite_saver
 
     async def states() -> list[dict[str, Any]]:
         async with compact_async_sqlite_saver(str(tmp_path / "dbg.sqlite")) as saver:
@@ -110,18 +110,18 @@ def test_step_inspect_edit_fork_continue_quit_and_resume(tmp_path: Path, tiny_mo
 
 
 def test_the_input_row_from_a_file_inline_json_or_a_bare_prompt(tmp_path: Path) -> None:
-    from agentgraphs.cli_debug import _debug_row
     from agentgraphs.errors import ConfigError
+    from agentgraphs.rollout_inputs import read_input_row
 
     keys = ("input", "label", "metadata")
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"input": "a", "label": "1"}\n\n{"q": "b", "label": "2", "metadata": {"k": 1}}\n')
-    assert _debug_row(str(rows), 2, ("q", "label", "metadata")) == {
+    assert read_input_row(str(rows), 2, ("q", "label", "metadata")) == {
         "prompt": "b", "label": "2", "metadata": {"k": 1}, "index": 0}
-    assert _debug_row('{"input": "c"}', 1, keys)["prompt"] == "c"
-    assert _debug_row("What is 2+2?", 1, keys) == {"prompt": "What is 2+2?", "label": None, "metadata": {},
+    assert read_input_row('{"input": "c"}', 1, keys)["prompt"] == "c"
+    assert read_input_row("What is 2+2?", 1, keys) == {"prompt": "What is 2+2?", "label": None, "metadata": {},
                                                    "index": 0}
     with pytest.raises(ConfigError, match="--line 3: .* has 2 rows"):
-        _debug_row(str(rows), 3, keys)
+        read_input_row(str(rows), 3, keys)
     with pytest.raises(ConfigError, match="missing field 'input'"):
-        _debug_row(str(rows), 2, keys)
+        read_input_row(str(rows), 2, keys)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentgraphs.dataset_io import write_jsonl
 from agentgraphs.errors import InputError
 from agentgraphs.memagent.data import (
     read_hotpotqa,
@@ -16,7 +17,6 @@ from agentgraphs.memagent.data import (
     row_from_hotpotqa,
     row_from_ruler,
     to_slime_row,
-    write_jsonl,
 )
 from agentgraphs.memagent.synthetic import make_dataset, make_needle_example
 

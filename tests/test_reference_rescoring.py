@@ -17,8 +17,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentgraphs.cli import run_command
-from agentgraphs.memagent.data import to_slime_row, write_jsonl
+from agentgraphs.batch import run_file
+from agentgraphs.dataset_io import write_jsonl
+from agentgraphs.memagent.data import to_slime_row
 from agentgraphs.memagent.synthetic import make_needle_example
 
 TEMPERATURE = 0.7
@@ -50,8 +51,8 @@ def run_dir(tiny_model_dir: Path, qwen25: Any, tmp_path_factory: pytest.TempPath
     with open(root / "rows.jsonl", "a", encoding="utf-8") as fh:  # a FAILED sample: its mask is all 0
         fh.write('{"input": "Q?", "label": ["a"], "metadata": {}}\n')
     options = {"chunk_tokens": 200, "memory_max_new_tokens": 12, "final_max_new_tokens": 12}
-    run_command("memagent", root / "rows.jsonl", f"hf:{tiny_model_dir}", root / "out", options=options,
-                n_samples=2, concurrency=4, temperature=TEMPERATURE, max_new_tokens=16)
+    run_file("memagent", root / "rows.jsonl", f"hf:{tiny_model_dir}", root / "out", options=options,
+             n_samples=2, concurrency=4, temperature=TEMPERATURE, max_new_tokens=16)
     return root / "out"
 
 

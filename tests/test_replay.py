@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentgraphs.batch import read_rows, run_rows
-from agentgraphs.checkpoint import CompactAsyncSqliteSaver
+from agentgraphs.batch import run_rows
+from agentgraphs.checkpoints.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
+from agentgraphs.checkpoints.savers import CompactAsyncSqliteSaver
 from agentgraphs.cli import app
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines import SamplingParams
 from agentgraphs.errors import CheckpointError, ConfigError
-from agentgraphs.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
+from agentgraphs.rollout_inputs import read_rollout_inputs
 from agentgraphs.testing.agents import TWO_TURN
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.trace import check_trace
@@ -56,7 +57,7 @@ def test_a_failed_rollout_is_opened_and_replayed(rows_file: Path, tmp_path: Path
         async with open_checkpoints(db) as saver:
             assert isinstance(saver, CompactAsyncSqliteSaver)
             store = RunCheckpoints(saver, AGENT, SAMPLING, "hf:tiny")
-            await run_rows(TWO_TURN, read_rows(rows_file), tight_context, checkpoints=store,
+            await run_rows(TWO_TURN, read_rollout_inputs(rows_file), tight_context, checkpoints=store,
                            on_result=lambda s, t: (samples.append(s), traces.append(t)))
 
     asyncio.run(go())
@@ -144,14 +145,15 @@ def test_fork_with_an_edited_state_on_another_engine(rows_file: Path, tmp_path: 
 
 
 def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path: Path, tiny_engine: Any) -> None:
-    from agentgraphs.cli import run_command
-    from agentgraphs.memagent.data import to_slime_row, write_jsonl
+    from agentgraphs.batch import run_file
+    from agentgraphs.dataset_io import write_jsonl
+    from agentgraphs.memagent.data import to_slime_row
     from agentgraphs.memagent.synthetic import make_needle_example
 
     write_jsonl([to_slime_row(make_needle_example(tiny_engine.tokenizer, 1500, seed=0))], tmp_path / "rows.jsonl")
     db, out = tmp_path / "ck.sqlite", tmp_path / "out"
-    run_command("memagent", tmp_path / "rows.jsonl", tiny_engine, out, checkpoints=db, temperature=0.0,
-                max_new_tokens=8, options={"chunk_tokens": 500, "memory_max_new_tokens": 8, "final_max_new_tokens": 8})
+    run_file("memagent", tmp_path / "rows.jsonl", tiny_engine, out, checkpoints=db, temperature=0.0,
+             max_new_tokens=8, options={"chunk_tokens": 500, "memory_max_new_tokens": 8, "final_max_new_tokens": 8})
     [sample] = _samples(out)
     trace = json.loads((out / "traces.jsonl").read_text())
     thread = sample["metadata"]["checkpoint_thread"]
@@ -171,7 +173,7 @@ def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path
 
 
 def test_spec_graph_compiles_with_a_checkpointer_whatever_build_graph_takes() -> None:
-    from agentgraphs.checkpoint import compact_sqlite_saver
+    from agentgraphs.checkpoints.savers import compact_sqlite_saver
     from agentgraphs.memagent import SPEC
 
     with compact_sqlite_saver(":memory:") as saver:
@@ -184,7 +186,7 @@ def test_spec_graph_compiles_with_a_checkpointer_whatever_build_graph_takes() ->
 
 def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_path: Path, tiny_engine: Any) -> None:
     """A `create_react_agent` graph keeps its Turns in AIMessages: the debugger finds them through the spec."""
-    from agentgraphs.debug import DebugSession
+    from agentgraphs.checkpoints.debugger import DebugSession
     from agentgraphs.spec import load_spec
 
     spec = load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "react_agent.py") + ":SPEC")
@@ -211,7 +213,7 @@ def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_pat
 
 def test_a_thread_record_brings_back_helper_engines_and_the_evaluation_flag(tiny_model_dir: Path,
                                                                             tiny_engine: Any) -> None:
-    from agentgraphs.replay import context_for, thread_record
+    from agentgraphs.checkpoints.replay import context_for, thread_record
 
     record = thread_record("t", AGENT, TWO_TURN.resolve_options(None), {"prompt": "q", "label": None,
                            "metadata": {}, "index": 0}, SAMPLING, tiny_engine,

@@ -838,7 +838,7 @@ def test_a_refusal_is_a_clear_tool_error(monkeypatch):
     tools = pytest.importorskip("agentgraphs.agentflow.tools")
     monkeypatch.setenv(DISABLE_ENV, "bwrap,seccomp,cgroups,uid")
     capabilities()
-    result = asyncio.run(coderun.run_python("print(6 * 7)"))
+    result = asyncio.run(coderun.run_expert_code("print(6 * 7)"))
     assert result["ok"] is False and "refuses to run" in result["output"] and "network" in result["output"]
 
     class Runtime:

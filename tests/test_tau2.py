@@ -19,7 +19,7 @@ from agentgraphs.records import Rollout  # noqa: E402
 from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
 from agentgraphs.spec import load_spec  # noqa: E402
 from agentgraphs.testing.scripted import ScriptedPolicy  # noqa: E402
-from agentgraphs.toolorchestra import tau2_bench as bench  # noqa: E402
+from agentgraphs.toolorchestra.tau2 import bench  # noqa: E402
 from agentgraphs.toolorchestra.tau2 import make_input, task_rows  # noqa: E402
 from agentgraphs.trace import check_trace  # noqa: E402
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from agentgraphs.cli import app
 from agentgraphs.context import shared_tokenizer
 from agentgraphs.errors import ConfigError
-from agentgraphs.tokenizers import load_tokenizer
+from agentgraphs.tokenizer_loading import load_tokenizer
 
 runner = CliRunner()
 

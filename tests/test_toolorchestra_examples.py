@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentgraphs.cli import run_command
+from agentgraphs.batch import run_file
 from agentgraphs.engines import make_engine
 from agentgraphs.errors import InputError
 from agentgraphs.retrieval import build_index, load_index
@@ -85,8 +85,8 @@ def test_agentgraphs_run_toolorchestra_with_helpers(tmp_path: Path, agentgraphs_
     experts = {"search-expert": f"hf:{model}", "code-expert": f"hf:{model}", "answer-expert": f"hf:{model}"}
     for variant, turns in (("original", 2), ("seed", 1)):
         out = tmp_path / variant
-        summary = run_command("toolorchestra", data, f"hf:{model}", out, engines=experts, max_new_tokens=6,
-                              options={"variant": variant, "max_turns": 2, "retrieval_url": "http://127.0.0.1:9"})
+        summary = run_file("toolorchestra", data, f"hf:{model}", out, engines=experts, max_new_tokens=6,
+                           options={"variant": variant, "max_turns": 2, "retrieval_url": "http://127.0.0.1:9"})
         assert summary["by_status"] == {"truncated": 1} and summary["options"]["variant"] == variant
         sample = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
         assert sample["reward"] == 0.0 and sample["metadata"]["num_sequences"] == turns

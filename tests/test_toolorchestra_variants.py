@@ -250,9 +250,9 @@ def test_seed_cost_counts_the_orchestrators_tokens_and_calls_per_expert(scorer: 
 
 def test_agentgraphs_run_writes_samples_the_converter_shapes_by_the_variant(scorer: HFEngine, tmp_path: Path
                                                                            ) -> None:
-    """`agentgraphs run` (run_command) with two rollouts of one row: one answers, one makes a format-invalid
+    """`agentgraphs run` (run_file) with two rollouts of one row: one answers, one makes a format-invalid
     call. The samples it writes carry the variant's rules; converting them gives the seed's rows."""
-    from agentgraphs.cli import run_command
+    from agentgraphs.batch import run_file
 
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": "Who wrote the letter?", "label": ["Ilse Marrow"]}) + "\n")
@@ -262,8 +262,8 @@ def test_agentgraphs_run_writes_samples_the_converter_shapes_by_the_variant(scor
         helpers = {"answer-expert": ScriptedPolicy(scorer, ["It was \\boxed{Ilse Marrow}."] * 2),
                    "search-expert": ScriptedPolicy(scorer, []), "big-expert": ScriptedPolicy(scorer, [])}
         out = tmp_path / variant
-        run_command("toolorchestra", data, policy, out, engines=helpers, n_samples=2, concurrency=1,
-                    options={"variant": variant, "experts": EXPERTS, "retrieval_url": "http://127.0.0.1:9"})
+        run_file("toolorchestra", data, policy, out, engines=helpers, n_samples=2, concurrency=1,
+                 options={"variant": variant, "experts": EXPERTS, "retrieval_url": "http://127.0.0.1:9"})
         records = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
         samples = [Sample(group_index=r["group_index"], index=i, reward=r["reward"], status=Sample.Status(r["status"]),
                           metadata=r["metadata"], train_metadata=r["train_metadata"]) for i, r in enumerate(records)]

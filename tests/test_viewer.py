@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentgraphs.cli import app, run_command
+from agentgraphs.batch import run_file
+from agentgraphs.cli import app
 from agentgraphs.testing.browser import HeadlessChromium, find_chromium
 from agentgraphs.testing.runs import synthetic_records
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
@@ -47,8 +48,8 @@ def tool_run(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Path
     rows = [{"input": "What is 6*7?", "label": "42"}, {"input": "What is 6 times 7?", "label": "41"},
             {"input": "Take a long look: 6*7?", "label": "42"}]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n", encoding="utf-8")
-    run_command("tests.viewer_support:TOOL_AGENT", data, ScriptedPolicy(tiny_engine, _script), out,
-                concurrency=1, max_new_tokens=16)
+    run_file("tests.viewer_support:TOOL_AGENT", data, ScriptedPolicy(tiny_engine, _script), out,
+             concurrency=1, max_new_tokens=16)
     return out
 
 
@@ -218,8 +219,8 @@ def memagent_run(tiny_engine: Any, qwen25: Any, tmp_path_factory: pytest.TempPat
     data = out / "data.jsonl"
     data.write_text(json.dumps({"input": "What is the capital of France?", "label": ["Paris"],
                                 "metadata": {"context": document}}) + "\n", encoding="utf-8")
-    run_command("memagent", data, ScriptedPolicy(tiny_engine, _memagent_script), out, max_new_tokens=16,
-                options={"chunk_tokens": -(-size // 4), "memory_max_new_tokens": 16, "final_max_new_tokens": 16})
+    run_file("memagent", data, ScriptedPolicy(tiny_engine, _memagent_script), out, max_new_tokens=16,
+             options={"chunk_tokens": -(-size // 4), "memory_max_new_tokens": 16, "final_max_new_tokens": 16})
     return out
 
 
@@ -268,8 +269,8 @@ def critique_run(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     out = tmp_path_factory.mktemp("critique-run")
     data = out / "data.jsonl"
     data.write_text(json.dumps({"input": "What is 6*7?", "label": "42"}) + "\n", encoding="utf-8")
-    run_command("tests.viewer_support:CRITIQUE_AGENT", data, ScriptedPolicy(tiny_engine, _critique_script), out,
-                max_new_tokens=16)
+    run_file("tests.viewer_support:CRITIQUE_AGENT", data, ScriptedPolicy(tiny_engine, _critique_script), out,
+             max_new_tokens=16)
     return out
 
 

@@ -19,7 +19,7 @@ from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 from ..context import AgentContext, context_of
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions
-from ..tokenize import encode_text
+from ..long_text import encode_text
 from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt
 
 CHUNK_PLACEHOLDER = "\u2063<<agentgraphs:chunk>>\u2063"

@@ -17,7 +17,7 @@ tau^2-bench: the orchestrator is the agent, scored by tau^2's own evaluator.
 
 from .graph import TOOLS, ToolOrchestraOptions, ToolOrchestraState, build_graph
 from .parsing import Choice, parse_choice
-from ..rows import answers_of
+from ..row_fields import answers_of
 from .reward import features
 from .spec import SPEC, make_input
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..rows import question_input
-from ..spec import AgentSpec, RolloutInput
+from ..row_fields import question_input
+from ..spec import AgentSpec, RolloutInput, register
 from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .reward import metrics, reward, reward_shaping
 
@@ -59,3 +59,4 @@ SPEC = AgentSpec(
     options=ToolOrchestraOptions,
     description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
 )
+register(SPEC)  # `load_spec("toolorchestra")`, langgraph.json

@@ -1,4 +1,4 @@
-"""The encoding behind agentgraphs.checkpoint: bulky checkpoint values out to content-addressed entries,
+"""The encoding behind agentgraphs.checkpoints.savers: bulky checkpoint values out to content-addressed entries,
 and back. No I/O here: encoding returns the rows to write; decoding is a generator that yields `Fetch`
 requests and receives the rows, so the sync and the async saver share every line of it.
 
@@ -22,7 +22,7 @@ from typing import Any, Generator, Iterator, Sequence
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from .trace import Turn, conversation_tail, extends
+from ..trace import Turn, conversation_tail, extends
 
 ENTRIES_TABLE = "agentgraphs_entries"
 MARKER = "__agentgraphs__"

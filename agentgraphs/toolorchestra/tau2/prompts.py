@@ -2,7 +2,7 @@
 
 The orchestrator's system prompt is tau^2's agent prompt (its instructions + the domain policy),
 with one paragraph added when experts are available; the user simulator's is tau^2's (global
-guidelines + the task's scenario, see tau2_bench.user_system_prompt).
+guidelines + the task's scenario, see bench.user_system_prompt).
 """
 
 from __future__ import annotations

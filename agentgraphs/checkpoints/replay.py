@@ -1,12 +1,12 @@
 """Threads of a checkpoints database: list them, list a thread's checkpoints, replay or fork from any of them.
 
-A checkpoints database is a compact SQLite file (`agentgraphs.checkpoint`) written by `agentgraphs run
+A checkpoints database is a compact SQLite file (`agentgraphs.checkpoints.savers`) written by `agentgraphs run
 --checkpoints FILE`, `agentgraphs debug`, or your own graph compiled with `spec.graph(options,
 checkpointer=saver)`. Next to LangGraph's tables it keeps one row per thread in `agentgraphs_threads`: the
 agent, its resolved options, the input row (for the reward's label and metadata), the sampling settings and
 the engine. Replaying needs nothing else but an engine, since the context is not checkpointed:
 
-    from agentgraphs.replay import fork, history, replay, threads
+    from agentgraphs.checkpoints.replay import fork, history, replay, threads
     threads("runs.sqlite")                                    # [{'thread_id': 'run-...-0', ...}, ...]
     history("runs.sqlite", "run-...-0")                        # its checkpoints, oldest first
     result = replay("runs.sqlite", "run-...-0", 2, engine="hf:tiny")        # re-run from checkpoint 2
@@ -31,13 +31,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, TypedDict
 
-from .checkpoint import CompactAsyncSqliteSaver, compact_async_sqlite_saver
-from .context import AgentContext
-from .engines import Engine, SamplingParams
-from .errors import CheckpointError, ConfigError
-from .records import Rollout
-from .rollout import rollout_input, run_rollout
-from .spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from ..context import AgentContext
+from ..engines import Engine, SamplingParams
+from ..errors import CheckpointError, ConfigError
+from ..records import Rollout
+from ..rollout import rollout_input, run_rollout
+from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from .savers import CompactAsyncSqliteSaver, compact_async_sqlite_saver
 
 __all__ = [
     "THREADS_TABLE",
@@ -366,7 +366,7 @@ def context_for(engine: str | Engine | None, record: ThreadRecord | None, *, tok
                 evaluation: bool | None = None) -> AgentContext:
     """A context to replay with: `engine` (else the record's), and the record's sampling, helper engines and
     evaluation flag unless given."""
-    from .engines import make_engine
+    from ..engines import make_engine
 
     stored: Mapping[str, Any] = record or {}
     name = engine if engine is not None else stored.get("engine")

@@ -1,8 +1,4 @@
-"""The debugging commands of the `agentgraphs` CLI: view, check, draw, debug, replay, fork, history.
-
-A thin face over `agentgraphs.viewer`, `agentgraphs.draw`, `agentgraphs.debug` and `agentgraphs.replay`,
-registered on the one Typer app of `agentgraphs.cli` (which imports this module).
-"""
+"""`agentgraphs debug`, `history`, `replay` and `fork`: a thin face over `agentgraphs.checkpoints`."""
 
 from __future__ import annotations
 
@@ -13,30 +9,11 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
-from .cli import _fail, _sampling, _tokenizer, app, console, parse_helpers, parse_options
-from .errors import AgentGraphsError, ConfigError
+from ..errors import AgentGraphsError, ConfigError
+from .common import console, engine_arg, fail, parse_helpers, parse_options, tokenizer_arg
 
-
-@app.command()
-def draw(
-    agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
-    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="FILE.mmd, .dot, .svg or .png (svg/png: Graphviz "
-                                       "`dot`, offline); default: Mermaid on stdout"),
-) -> None:
-    """Draw an agent's graph: Mermaid text, or SVG/PNG rendered offline with Graphviz."""
-    from .draw import draw as draw_graph
-
-    try:
-        data = draw_graph(agent, out, options=parse_options(option))
-    except (AgentGraphsError, ValueError, OSError) as exc:
-        raise _fail(exc) from None
-    if out is None:
-        typer.echo(data, nl=False)
-    else:
-        console.print(f"graph written to {out}")
+app = typer.Typer()
 
 
 @app.command()
@@ -60,55 +37,30 @@ def debug(
     metadata_key: str = typer.Option("metadata"),
 ) -> None:
     """Step through a run node by node: see each update and each Turn's tokens, edit, fork, resume."""
-    from .debug import DebugSession
-    from .debug_tui import repl
+    from ..batch import sampling_from_flags
+    from ..checkpoints.debugger import DebugSession
+    from ..checkpoints.tui import repl
+    from ..rollout_inputs import read_input_row
 
     out = Console(highlight=False)
     try:
-        row = _debug_row(input_, line, (input_key, label_key, metadata_key)) if input_ is not None else None
+        row = (read_input_row(input_, line, (input_key, label_key, metadata_key))
+               if input_ is not None else None)
         sampling = None
         if temperature is not None or max_new_tokens is not None or row is not None:
-            sampling = _sampling(temperature=1.0 if temperature is None else temperature,
-                                 max_new_tokens=1024 if max_new_tokens is None else max_new_tokens)
+            sampling = sampling_from_flags(temperature=1.0 if temperature is None else temperature,
+                                           max_new_tokens=1024 if max_new_tokens is None else max_new_tokens)
 
         async def session() -> None:
-            async with DebugSession.open(agent, db, thread_id=thread, row=row, engine=_engine_arg(engine),
+            async with DebugSession.open(agent, db, thread_id=thread, row=row, engine=engine_arg(engine),
                                          options=parse_options(option) or None, sampling=sampling,
-                                         tokenizer=_tokenizer_arg(tokenizer),
+                                         tokenizer=tokenizer_arg(tokenizer),
                                          engines=parse_helpers(helper) or None) as s:
                 await repl(s, out)
 
         asyncio.run(session())
     except (AgentGraphsError, ValueError, OSError) as exc:
-        raise _fail(exc) from None
-
-
-def _debug_row(value: str, line: int, keys: tuple[str, str, str]) -> Any:
-    """--input: a file (.json: one row; .jsonl: row `line`) or inline JSON; a bare string is the prompt."""
-    from .batch import RowKeys, _parse_row
-    from .rollout import rollout_input
-
-    path = Path(value)
-    if len(value) < 4096 and path.is_file():
-        lines = [raw for raw in path.read_bytes().splitlines() if raw.strip()]
-        if path.suffix == ".jsonl":
-            if line > len(lines):
-                raise ConfigError(f"--line {line}: {path} has {len(lines)} rows")
-            raw = lines[line - 1]
-        else:
-            raw = path.read_bytes()
-    else:
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value  # plain text: the prompt
-        if not isinstance(parsed, dict):
-            return rollout_input(parsed, None, {}, 0)
-        raw = json.dumps(parsed).encode("utf-8")
-    row = _parse_row(raw, line, RowKeys(*keys))  # the rules of `run`'s rows, the same messages
-    if row.inp is None:
-        raise ConfigError(f"--input: {row.error}")
-    return {**row.inp, "index": 0}
+        raise fail(exc) from None
 
 
 def _checkpoint_arg(value: Optional[str]) -> "str | int | None":
@@ -120,8 +72,8 @@ def _checkpoint_arg(value: Optional[str]) -> "str | int | None":
 
 def _write_replay(result: Any, out: Optional[Path]) -> dict[str, Any]:
     """Print (and with --out write as a run directory) the rollout of a replay or fork."""
-    from .batch import JsonlWriter
-    from .records import sample_fields, trace_record
+    from ..batch import JsonlWriter
+    from ..records import sample_fields, trace_record
 
     rollout = result.rollout
     summary = {"thread": result.thread_id, "from_checkpoint": result.from_checkpoint,
@@ -153,14 +105,14 @@ def replay_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
 ) -> None:
     """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
-    from .replay import replay
+    from ..checkpoints.replay import replay
 
     try:
-        result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=_engine_arg(engine),
-                        tokenizer=_tokenizer_arg(tokenizer), engines=parse_helpers(helper) or None)
+        result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=engine_arg(engine),
+                        tokenizer=tokenizer_arg(tokenizer), engines=parse_helpers(helper) or None)
         console.print_json(json.dumps(_write_replay(result, out)))
     except (AgentGraphsError, ValueError, OSError) as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
 
 
 @app.command("fork")
@@ -177,17 +129,17 @@ def fork_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
 ) -> None:
     """Edit the state at a checkpoint and run the new branch to its end."""
-    from .replay import fork
+    from ..checkpoints.replay import fork
 
     try:
         if not set_:
             raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
         result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_), as_node=as_node, agent=agent,
-                      engine=_engine_arg(engine), tokenizer=_tokenizer_arg(tokenizer),
+                      engine=engine_arg(engine), tokenizer=tokenizer_arg(tokenizer),
                       engines=parse_helpers(helper) or None)
         console.print_json(json.dumps(_write_replay(result, out)))
     except (AgentGraphsError, ValueError, OSError) as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
 
 
 @app.command("history")
@@ -199,7 +151,7 @@ def history_cmd(
     """List the threads of a checkpoints database, or one thread's checkpoints."""
     from rich.table import Table
 
-    from .replay import history, threads
+    from ..checkpoints.replay import history, threads
 
     out = Console()
     try:
@@ -208,72 +160,9 @@ def history_cmd(
             for info in threads(db):
                 table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
         else:
-            from .debug_tui import history_table
+            from ..checkpoints.tui import history_table
 
             table = history_table(history(db, thread, agent=agent))
         out.print(table)
     except (AgentGraphsError, ValueError, OSError) as exc:
-        raise _fail(exc) from None
-
-
-def _engine_arg(engine: Optional[str]) -> Any:
-    """--engine as an Engine, or None for the thread's stored engine."""
-    if engine is None:
-        return None
-    from .engines import make_engine
-
-    try:
-        return make_engine(engine)
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"--engine: {exc}") from exc
-
-
-def _tokenizer_arg(path: Optional[str]) -> Any:
-    return _tokenizer(None, path) if path else None
-
-
-@app.command()
-def view(
-    run_dir: Path = typer.Argument(..., help="a run directory written by `agentgraphs run` or `demo`"),
-    out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default RUN_DIR/report.html)"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "--model", help="tokenizer dir (default: the hf: engine in summary.json)"),
-) -> None:
-    """Write a self-contained HTML report of a run: rollouts, graph paths, every token and its role in training."""
-    from .viewer import write_report
-
-    try:
-        path = write_report(run_dir, out, tokenizer=tokenizer)
-    except (AgentGraphsError, OSError) as exc:
-        console.print("[red]error:[/red]", escape(str(exc)))
-        raise typer.Exit(2) from None
-    console.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in any browser, offline")
-
-
-@app.command()
-def check(
-    run_dir: Path = typer.Argument(..., help="a run directory written by `agentgraphs run` or `demo`"),
-    model: str = typer.Option(..., "--model", help="HF model directory (or hf:DIR / hf:ALIAS) to re-score with"),
-    device: str = typer.Option("cpu", help="cpu or cuda"),
-    threshold: float = typer.Option(1e-3, help="|delta log-prob| above which a re-scored trained token fails"),
-    dtype: str = typer.Option("float32", help="model dtype: float32, bfloat16 or float16"),
-    allow_drift: bool = typer.Option(False, "--allow-drift", help="report tokens over the threshold without "
-                                     "failing (exit 1 then only on an invariant breach)"),
-    as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
-) -> None:
-    """The exactness audit: check every invariant and re-score every trained token; exit 1 on a breach or on
-    any trained token over the threshold (unless --allow-drift), 2 on bad arguments or an empty run."""
-    from .engines.factory import resolve_model_dir
-    from .viewer import check_run
-    from .viewer.check import report_json
-
-    try:
-        model_dir = resolve_model_dir(model[3:]) if model.startswith("hf:") else model
-        report = check_run(run_dir, model_dir, device=device, threshold=threshold, dtype=dtype,
-                           allow_drift=allow_drift)
-    except (AgentGraphsError, OSError) as exc:
-        # one line, never wrapped: scripts grep it and a wrapped path reads as two
-        console.print("[red]error:[/red]", escape(" ".join(str(exc).split())), soft_wrap=True)
-        raise typer.Exit(2) from None
-    typer.echo(report_json(report) if as_json else report.to_text())
-    if not report.ok:
-        raise typer.Exit(1)
+        raise fail(exc) from None

@@ -22,13 +22,13 @@ Checkpoint and write blobs keep LangGraph's own format; a moved value leaves a s
 ({"__agentgraphs__": "turns" | "ids" | "text", "ref": key, "n": length}) that loading replaces with an
 identical value. Opt in by using these classes where you would use LangGraph's:
 
-    from agentgraphs.checkpoint import compact_async_sqlite_saver
+    from agentgraphs.checkpoints.savers import compact_async_sqlite_saver
     async with compact_async_sqlite_saver("runs.sqlite") as saver:
         graph = build_graph(checkpointer=saver)          # ainvoke / aget_state / aget_state_history
 
     with compact_sqlite_saver("runs.sqlite") as saver:   # the sync API (invoke / get_state)
 
-The encoding itself (no I/O, shared by both savers) is agentgraphs._checkpoint_codec.
+The encoding itself (no I/O, shared by both savers) is agentgraphs.checkpoints.codec.
 
 Limits: entries are shared between threads (content-addressed), so `delete_thread` leaves them in
 place; Turns are immutable records (do not edit a Turn in place once it is in state, nor one that was
@@ -47,7 +47,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from ._checkpoint_codec import (
+from .codec import (
     CREATE,
     ENTRIES_TABLE,
     INSERT,

@@ -5,7 +5,7 @@ stops before the first node; each `step()` runs the next superstep (one node, or
 parallel) and stops after it; `run_to_end()` continues without stopping. Every stop is a checkpoint of
 one thread in the database, so the session can `edit` the state (LangGraph's update_state), go back to
 any checkpoint (`goto`: the next step starts a new branch there), and be resumed later, in another
-process, with the same thread id. The terminal face is `agentgraphs debug` (agentgraphs.debug_tui).
+process, with the same thread id. The terminal face is `agentgraphs debug` (agentgraphs.checkpoints.tui).
 
     async with DebugSession.open("memagent", "debug.sqlite", row=row, engine="hf:tiny") as session:
         await session.step()                      # prepare
@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping
 
-from .checkpoint import CompactAsyncSqliteSaver
-from .context import AgentContext
-from .engines import Engine, SamplingParams
-from .errors import CheckpointError, ConfigError
+from ..context import AgentContext
+from ..engines import Engine, SamplingParams
+from ..errors import CheckpointError, ConfigError
+from ..records import Rollout
+from ..rollout import rollout_from_state
+from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from ..trace import Turn
 from .replay import (
     CheckpointInfo,
     ThreadRecord,
@@ -40,10 +43,7 @@ from .replay import (
     thread_options,
     thread_record,
 )
-from .records import Rollout
-from .rollout import rollout_from_state
-from .spec import AgentSpec, MethodOptions, RolloutInput, load_spec
-from .trace import Turn
+from .savers import CompactAsyncSqliteSaver
 
 __all__ = ["DebugSession", "StepResult"]
 

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 __all__ = [
     "DOMAINS",

@@ -1,7 +1,9 @@
-"""Dataset rows from where users keep them: a local file, a local dataset directory, or a Hugging Face id.
+"""Dataset rows from where users keep them (a local file, a local dataset directory, or a Hugging Face id),
+and the one writer of prepared rows (``write_jsonl``).
 
-Every method's data preparation reads its source through ``load_rows`` (or ``load_located_rows``, which
-also says where each row came from, for error messages), then maps the rows to its own format.
+Every method's data preparation (its ``data.py``) reads its source through ``load_rows`` (or
+``load_located_rows``, which also says where each row came from, for error messages), maps the rows to
+slime's format, and writes them with ``write_jsonl``.
 
 - a local file: ``.jsonl`` (streamed line by line), ``.json`` (one JSON list, or JSONL), ``.parquet``
   (streamed in batches; needs pyarrow, which the ``data`` extra brings);
@@ -26,14 +28,14 @@ used), each saying what to do.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError, InputError
 
-__all__ = ["Row", "SourceKind", "FILE_SUFFIXES", "source_kind", "load_rows", "load_located_rows"]
+__all__ = ["Row", "SourceKind", "FILE_SUFFIXES", "source_kind", "load_rows", "load_located_rows", "write_jsonl"]
 
 Row = dict[str, Any]
 SourceKind = Literal["file", "directory", "hub"]
@@ -120,6 +122,33 @@ def load_located_rows(source: str | PathLike[str], *, split: str = "train", revi
         dataset = _hub_dataset(str(source), split=split, revision=revision, config=config,
                                data_files=data_files, streaming=streaming, cache_dir=cache_dir)
     return _dataset_rows(dataset, f"{source}[{split}]")
+
+
+def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | PathLike[str]) -> int:
+    """Write rows as UTF-8 JSONL (one object per line, non-ASCII kept); returns the number written.
+
+    All or nothing: the rows go to ``PATH.partial``, which replaces ``path`` once the last row is written, so
+    a row that raises (a bad input row met while streaming) leaves no half-written file behind. The parent
+    directory is created.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "out", "rows.jsonl")
+    >>> write_jsonl([{"input": "Q?", "label": ["é"]}], path), open(path, encoding="utf-8").read()
+    (1, '{"input": "Q?", "label": ["é"]}\\n')
+    """
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    count = 0
+    try:
+        with partial.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+        partial.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
+    return count
 
 
 # ---------------------------------------------------------------------------------------------------------

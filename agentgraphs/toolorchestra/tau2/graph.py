@@ -15,7 +15,7 @@ a step is one message or one batch of tool results, as tau^2 counts them) or `ma
   as an error, it is not sent to tau^2, and the agent sees the error as a tool response and goes on.
 - Tool results, user messages and expert answers are masked observations in the orchestrator's
   conversation. The user simulator and the experts are helper engines (never trained).
-- The conversation is kept as tau^2 message dicts (state["messages"]); tau^2 scores it (tau2.py).
+- The conversation is kept as tau^2 message dicts (state["messages"]); tau^2 scores it (tau2/reward.py).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from langgraph.runtime import Runtime
 from pydantic import Field, field_validator
 from typing_extensions import NotRequired
 
-from ..chat import Message
-from ..context import AgentContext, context_of
-from ..errors import ConfigError
-from ..node import TraceState, call_llm
-from ..spec import MethodOptions
-from ..toolcalls import ParseResult, ToolCall, parse_tool_calls, split_reasoning
-from ..trace import Turn, conversation_tail
-from . import tau2_bench as bench
-from .tau2_prompts import (
+from ...chat import Message
+from ...context import AgentContext, context_of
+from ...errors import ConfigError
+from ...node import TraceState, call_llm
+from ...spec import MethodOptions
+from ...toolcalls import ParseResult, ToolCall, parse_tool_calls, split_reasoning
+from ...trace import Turn, conversation_tail
+from . import bench
+from .prompts import (
     EXPERT_SYSTEM,
     EXPERT_TOOL,
     EXPERT_USER,
@@ -54,7 +54,7 @@ class Tau2Options(MethodOptions):
 
     max_steps: int = Field(40, ge=1, description="training step cap (ToolOrchestra); a step is one message or "
                            "one batch of tool results, as tau^2 counts them")
-    eval_max_steps: int = Field(200, ge=1, description="evaluation step cap (ToolOrchestra)")
+    eval_max_steps: Optional[int] = Field(200, ge=1, description="evaluation step cap (ToolOrchestra); null: no cap")
     max_errors: int = Field(10, ge=1, description="tool errors + format-invalid turns that end the episode "
                             "(tau^2's default)")
     experts: Optional[list[str]] = Field(None, description="engine names call_expert may name; null: every "
@@ -131,7 +131,7 @@ def _next(ctx: AgentContext, opts: Tau2Options, state: Mapping[str, Any], update
     errors = update.get("errors", state.get("errors", 0))
     if errors >= opts.max_errors:
         return {**update, "route": "end", "termination": "too_many_errors"}
-    if steps >= cap:
+    if cap is not None and steps >= cap:
         return {**update, "route": "end", "termination": "max_steps"}
     return update
 
@@ -267,7 +267,7 @@ async def environment(state: Tau2State, runtime: Runtime[AgentContext], opts: Ta
 
 
 async def finish(state: Tau2State, runtime: Runtime[AgentContext], opts: Tau2Options) -> dict[str, Any]:
-    """Close the episode: the record tau^2 scores (see tau2_bench.evaluate_episode)."""
+    """Close the episode: the record tau^2 scores (see bench.evaluate_episode)."""
     ctx = context_of(runtime)
     bench.sessions_of(ctx.tools).close(state.get("episode", ""))
     ended = time.time()

@@ -18,10 +18,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .debug import DebugSession
-from .errors import AgentGraphsError
+from ..errors import AgentGraphsError
+from ..trace import Turn, extended_turn
+from .debugger import DebugSession
 from .replay import CheckpointInfo
-from .trace import Turn, extended_turn
 
 __all__ = ["HELP", "render_turn", "render_value", "repl"]
 
