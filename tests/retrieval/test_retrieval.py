@@ -25,7 +25,7 @@ from agentgraphs.retrieval.synthetic import planted_facts, synthetic_corpus
 
 pytest.importorskip("bm25s")
 pytest.importorskip("uvicorn")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:

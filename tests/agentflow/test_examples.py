@@ -12,7 +12,7 @@ import yaml
 from agentgraphs.agentflow import SPEC
 from agentgraphs.batch import run_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 prepare_data = importlib.import_module("examples.agentflow.prepare_data")
 evaluate = importlib.import_module("examples.agentflow.evaluate")
 

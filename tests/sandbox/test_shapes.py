@@ -1,4 +1,4 @@
-"""The sandbox's escape suite (tests/test_sandbox.py) on the other machine shapes this machine can take.
+"""The sandbox's escape suite (tests/sandbox/test_sandbox.py) on the other machine shapes this machine can take.
 
 The suite itself runs in this pytest process as whoever runs it (root in CI: shape "root + cgroups").
 Here it runs again in a subprocess:
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SUITE = "tests/test_sandbox.py"
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = "tests/sandbox/test_sandbox.py"
 NOBODY = "65534"
 UNPRIVILEGED_VENV = "/tmp/agentgraphs-unpriv-venv"  # built by scripts/bootstrap.sh test (as root)
 _TIMEOUT_S = 400

@@ -27,9 +27,9 @@ from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample
 from agentgraphs.trace import check_trace
 from rl_bridge.convert import convert
-from tests.test_agentflow_graph import helper_script, plan
+from tests.agentflow.test_graph import helper_script, plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EPS = 1e-6
 
 

@@ -19,7 +19,7 @@ from agentgraphs.spec import load_spec
 from agentgraphs.testing.tiny_model import ensure_tiny_model
 from rl_bridge.setup import BridgeSettings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "toolorchestra"
 prepare_data = importlib.import_module("examples.toolorchestra.prepare_data")
 

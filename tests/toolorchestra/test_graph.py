@@ -133,7 +133,7 @@ def test_search_then_code_then_answer_trains_only_orchestrator_turns(scorer: HFE
 def test_malformed_unknown_and_disallowed_turns_are_invalid_and_the_loop_goes_on(scorer: HFEngine,
                                                                                  retrieval_url: str) -> None:
     """The original variant (`invalid_call: continue`); the seed's ends at the first invalid turn
-    (tests/test_toolorchestra_variants.py)."""
+    (tests/toolorchestra/test_variants.py)."""
     rollout, policy, _ = run(
         scorer,
         ['<think>x</think>\n<tool_call>\n{"name": "search", "arguments": {"model": \n</tool_call>',  # bad JSON

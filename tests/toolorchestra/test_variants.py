@@ -55,7 +55,7 @@ from agentgraphs.toolorchestra import SPEC, ToolOrchestraOptions
 from agentgraphs.toolorchestra.reward import contains_match
 from rl_bridge.convert import convert
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPERTS = {"search": ["search-expert"], "answer": ["answer-expert", "big-expert"]}
 PRICES = {"search-expert": 1.0, "answer-expert": 1.0, "big-expert": 3.0}
 PREF0 = {"accuracy": 1.0, "cost": 1.0, "expert:big-expert": 0.5}

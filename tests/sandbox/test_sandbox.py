@@ -4,7 +4,7 @@ unlimited), parallel executions, cancellation, cleanup, and an honest report whe
 Each escape test names the protections it needs. Where `capabilities()` says they hold, the escape runs
 and must be contained; where one does not hold, `run_python` must refuse before any code starts, naming
 it (protections the test does not need are allowed to be missing, so that the others are still
-exercised). tests/test_sandbox_shapes.py re-runs this file as an unprivileged user and as root with
+exercised). tests/sandbox/test_shapes.py re-runs this file as an unprivileged user and as root with
 cgroups disabled; `AGENTGRAPHS_SANDBOX_EXPECT_ALL=1` (set there and here as root with bubblewrap) turns
 a refusal into a failure, so a regression cannot hide behind "refused".
 """

@@ -1,7 +1,7 @@
 """`agentgraphs check`: a clean sampled run passes; each planted fault is flagged with its node and position,
 and fails the check (exit 1) with a last line that says FAIL.
 
-The run is real: the tool agent (tests/viewer_support.py, concat layout) sampled from the tiny Qwen by
+The run is real: the tool agent (tests/viewer/support.py, concat layout) sampled from the tiny Qwen by
 HFEngine at temperature 0.7. The audit re-scores with plain transformers (AutoModelForCausalLM, teacher
 forcing): an independent reference for the log-probs HFEngine recorded token by token with its KV cache.
 Faults that keep every invariant (a different model, another temperature, samples and traces edited
@@ -35,7 +35,7 @@ def sampled_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     data = out / "data.jsonl"
     data.write_text("".join(json.dumps({"input": q, "label": "42"}) + "\n"
                             for q in ("What is 6*7?", "Compute six times seven.", "6 x 7 = ?")), encoding="utf-8")
-    run_file("tests.viewer_support:TOOL_AGENT", data, engine, out, concurrency=1, temperature=0.7,
+    run_file("tests.viewer.support:TOOL_AGENT", data, engine, out, concurrency=1, temperature=0.7,
              max_new_tokens=12)
     return out
 
@@ -284,13 +284,13 @@ def test_log_probs_recorded_at_another_temperature_fail(sampled_run: Path, tmp_p
 def test_each_turn_is_rescored_at_its_own_temperature(tiny_model_dir: Path, tmp_path: Path) -> None:
     from agentgraphs.engines.hf import HFEngine
 
-    from .viewer_support import ANSWER_T, SOLVE_T
+    from .support import ANSWER_T, SOLVE_T
 
     engine = HFEngine.from_dir(tiny_model_dir, device="cpu", seed=0)
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"input": "What is 6*7?", "label": "42"}) + "\n", encoding="utf-8")
     run = tmp_path / "two-t"
-    run_file("tests.viewer_support:TWO_TEMPERATURE_AGENT", data, engine, run, max_new_tokens=12)
+    run_file("tests.viewer.support:TWO_TEMPERATURE_AGENT", data, engine, run, max_new_tokens=12)
     rec = next(iter(read_run(run)))
     assert [t["temperature"] for t in rec.turns] == [SOLVE_T, ANSWER_T]
     report = check_run(run, tiny_model_dir)

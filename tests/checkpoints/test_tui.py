@@ -20,7 +20,7 @@ from agentgraphs.trace import check_trace
 
 pexpect = pytest.importorskip("pexpect", reason="pip install pexpect (the `test` extra)")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 AGENT = "agentgraphs.testing.agents:TWO_TURN"
 PROMPT = "debug> "
 GREEN = r"\x1b\[(?:[0-9;]*;)?(?:32|92)m"  # trained output tokens

@@ -1,6 +1,6 @@
 """`agentgraphs view`: the HTML report of a REAL run, checked in a real headless Chromium (CDP).
 
-The run: a user's own AgentSpec (tests/viewer_support.py: solve -> calculator -> answer, concat layout)
+The run: a user's own AgentSpec (tests/viewer/support.py: solve -> calculator -> answer, concat layout)
 on the tiny Qwen through a scripted policy (text chosen here, ids and log-probs from the real model),
 so one training sequence holds prompt, trained output, template glue, a tool observation and more output.
 The browser tests skip where no chromium binary exists (CI installs the Debian package `chromium`).
@@ -25,7 +25,7 @@ from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.viewer.report import write_report, write_report_records
 from agentgraphs.viewer.run_data import read_run
 
-from .viewer_support import TOOL_RESULT
+from .support import TOOL_RESULT
 
 READY = "document.body && document.body.dataset.ready === '1'"
 needs_chromium = pytest.mark.skipif(find_chromium() is None,
@@ -48,7 +48,7 @@ def tool_run(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Path
     rows = [{"input": "What is 6*7?", "label": "42"}, {"input": "What is 6 times 7?", "label": "41"},
             {"input": "Take a long look: 6*7?", "label": "42"}]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n", encoding="utf-8")
-    run_file("tests.viewer_support:TOOL_AGENT", data, ScriptedPolicy(tiny_engine, _script), out,
+    run_file("tests.viewer.support:TOOL_AGENT", data, ScriptedPolicy(tiny_engine, _script), out,
              concurrency=1, max_new_tokens=16)
     return out
 
@@ -269,7 +269,7 @@ def critique_run(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     out = tmp_path_factory.mktemp("critique-run")
     data = out / "data.jsonl"
     data.write_text(json.dumps({"input": "What is 6*7?", "label": "42"}) + "\n", encoding="utf-8")
-    run_file("tests.viewer_support:CRITIQUE_AGENT", data, ScriptedPolicy(tiny_engine, _critique_script), out,
+    run_file("tests.viewer.support:CRITIQUE_AGENT", data, ScriptedPolicy(tiny_engine, _critique_script), out,
              max_new_tokens=16)
     return out
 

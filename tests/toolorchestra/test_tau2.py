@@ -289,7 +289,7 @@ def test_the_evaluation_script_prints_pass_at_1(tmp_path, capsys):
     import sys
     from pathlib import Path
 
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
         sys.path.insert(0, root)
     script = importlib.import_module("examples.toolorchestra.evaluate_tau2")

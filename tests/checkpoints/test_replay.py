@@ -189,7 +189,7 @@ def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_pat
     from agentgraphs.checkpoints.debugger import DebugSession
     from agentgraphs.spec import load_spec
 
-    spec = load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "react_agent.py") + ":SPEC")
+    spec = load_spec(str(Path(__file__).resolve().parents[2] / "examples" / "react_agent.py") + ":SPEC")
     call = '<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris", "field": "population"}}\n</tool_call>'
     policy = ScriptedPolicy(tiny_engine, [call, "About 2.1 million, so \\boxed{2.1}."])
     ctx = AgentContext(policy=policy, tokenizer=policy.tokenizer, sampling=SamplingParams(max_new_tokens=64))

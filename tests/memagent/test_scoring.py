@@ -200,7 +200,7 @@ def test_f1_yes_no_rule() -> None:
 
 
 def test_eval_metrics_follow_the_seed_protocol() -> None:
-    # the box is scored, never the whole response: tests/test_ruler_protocol.py has every case
+    # the box is scored, never the whole response: tests/memagent/test_ruler_protocol.py has every case
     assert eval_metrics("Reasoning... \\boxed{The Cat}", ["cat"])["em"] == 1.0
     whole = eval_metrics("the cat sat", ["cat sat on mat"])
     assert whole["em"] == 0.0 and whole["f1"] == 0.0 and whole["answered"] == 0.0
