@@ -67,6 +67,9 @@ class GRPOConfig(BaseModel):
     tf32: bool = Field(False, description="allow TF32 matmuls in the update (CUDA only; generation stays full "
                        "fp32, so the recorded log-probs do not change; the trainer's own log-probs then differ "
                        "from them by TF32 rounding, ~1e-3)")
+    skip_flat_updates: bool = Field(False, description="no optimizer step when every trained row's advantage is 0 "
+                                    "(no group has reward variance): AdamW's momentum would otherwise keep moving "
+                                    "every weight by ~lr with no signal; slime steps anyway (off = slime)")
     concurrency: int = Field(1, ge=1, description="rollouts in flight at once; 1 = one after another "
                              "(deterministic under the engine's seed), more lets a batching engine batch them")
     train_data: TrainDataSettings = Field(default_factory=TrainDataSettings,
@@ -91,6 +94,7 @@ class StepStats(TypedDict):
     ratio_max: float
     ratio_std: float
     grad_norm: float
+    skipped: float  # 1.0 when skip_flat_updates left the weights as they were
     rollout_s: float
     train_s: float
 
@@ -213,6 +217,8 @@ class GRPOTrainer:
         batch = token_batch(data)
         if batch["trained_tokens"] == 0:
             return {**_empty_stats(), "trained_tokens": 0}
+        if cfg.skip_flat_updates and not any(a for a, m in zip(data["rewards"], data["loss_masks"]) if any(m)):
+            return {**_empty_stats(), "trained_tokens": batch["trained_tokens"], "skipped": 1.0}
         tf32 = torch.backends.cuda.matmul.allow_tf32
         with self.engine.model_lock:
             model.train()
@@ -231,7 +237,7 @@ class GRPOTrainer:
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = tf32
                 model.eval()
-        return _merge(parts, batch["trained_tokens"], float(grad_norm))
+        return {**_merge(parts, batch["trained_tokens"], float(grad_norm)), "skipped": 0.0}
 
 
 class TokenBatch(TypedDict):
@@ -336,7 +342,7 @@ def _merge(parts: list[dict[str, Any]], tokens: int, grad_norm: float) -> dict[s
 def _empty_stats() -> dict[str, float]:
     nan = float("nan")
     return {"loss": 0.0, "clipfrac": 0.0, "entropy": nan, "logp_diff_max": nan, "logp_diff_mean": nan,
-            "ratio_min": nan, "ratio_max": nan, "ratio_std": nan, "grad_norm": 0.0}
+            "ratio_min": nan, "ratio_max": nan, "ratio_std": nan, "grad_norm": 0.0, "skipped": 0.0}
 
 
 # ------------------------------------------------------------------------------------------ verdict

@@ -108,6 +108,19 @@ def test_the_audit_passes_real_rollouts_and_stops_a_tampered_one(engine: Any, ro
         P.audit_step(engine.model, rollouts, tampered, 1.0, log)
 
 
+def test_warm_start_learning_rate_warms_up_then_follows_its_schedule() -> None:
+    import argparse
+
+    import reproduce as R
+
+    args = argparse.Namespace(lr=1e-3, warmup=10, max_steps=100, max_minutes=0.0, schedule="constant")
+    assert [R._warmstart_lr(args, s, 0.0) for s in (1, 5, 10, 90)] == pytest.approx([1e-4, 5e-4, 1e-3, 1e-3])
+    args.schedule = "cosine"  # a cosine from 100 % to 10 % over the stage: 55 % half-way
+    assert [R._warmstart_lr(args, s, 0.0) for s in (10, 50, 100)] == pytest.approx([9.78e-4, 5.5e-4, 1e-4], rel=1e-3)
+    args.max_minutes = 2.0  # the time budget counts when it runs out first: half of it spent at step 10
+    assert R._warmstart_lr(args, 10, 60.0) == pytest.approx(5.5e-4)
+
+
 def test_evaluation_scores_as_the_seed_and_prints_its_table(engine: Any) -> None:
     rows = P.eval_rows(engine.tokenizer, CFG, [200], 2, "eval")
     results = P.evaluate(engine, rows, CFG)
@@ -121,8 +134,9 @@ def test_evaluation_scores_as_the_seed_and_prints_its_table(engine: Any) -> None
 
 
 @pytest.mark.slow
-def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """model -> warmstart -> rl -> eval -> table, each a process resuming from the previous checkpoint."""
+def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) -> None:
+    """model -> warmstart -> rl -> eval -> table, each a process resuming from the previous checkpoint; the
+    warm start's demonstrations rolled by two worker processes over two disjoint families of documents."""
     script = [sys.executable, str(HERE / "reproduce.py")]
 
     def run(*args: str) -> str:
@@ -134,14 +148,24 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path) -> None:
     run("model", "--out", str(w / "model"), "--hidden-size", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1",
         "--intermediate-size", "64", "--chunk-tokens", "128", "--memory-tokens", "24", "--final-tokens", "16",
         "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths", "150", "--eval-per-length", "2")
-    run("warmstart", "--init", str(w / "model"), "--out", str(w / "warm"), "--demos", "4", "--batch", "8",
-        "--max-steps", "2", "--eval-every", "2", "--eval-from", "1", "--probe-per-length", "1", "--device", "cpu")
+    run("warmstart", "--init", str(w / "model"), "--out", str(w / "warm"), "--demos", "5", "--batch", "8",
+        "--max-steps", "2", "--eval-every", "2", "--eval-from", "1", "--probe-per-length", "1", "--device", "cpu",
+        "--demo-workers", "2", "--schedule", "cosine")
     stage = json.loads((w / "warm" / "stage.json").read_text())
-    assert stage["stop"]["step"] == 2 and "probe_strict" in stage["curve"][-1]
+    assert stage["stop"]["step"] == 2 and "probe_strict" in stage["curve"][-1] and "probe_digits" in stage["curve"][-1]
+    cfg = P.ReproConfig.load(w / "model")
+    tok = engine.tokenizer  # the same Qwen2.5 vocabulary
+    docs = [r["metadata"]["context"] for k, n in ((0, 3), (1, 2))
+            for r in P.needle_rows(tok, P.random_lengths(cfg, n, f"demo-{k}"), f"demo-{k}", cfg)]
+    # one sequence per memory update and one for the answer, over the five documents of both workers
+    assert stage["sequences"] == sum(-(-len(tok.encode(d, add_special_tokens=False)) // cfg.chunk_tokens) + 1
+                                     for d in docs)
     run("rl", "--init", str(w / "warm"), "--out", str(w / "rl"), "--steps", "1", "--prompts", "2", "--samples", "2",
-        "--device", "cpu")
+        "--device", "cpu", "--skip-flat")
     curve = json.loads((w / "rl" / "stage.json").read_text())["curve"]
     assert curve[0]["audit"]["breaches"] == 0 and curve[0]["sequences"] > 0
+    # an untrained model never answers right: every group flat, so --skip-flat took no optimizer step
+    assert curve[0]["reward_std"] == 0.0 and curve[0]["skipped"] == 1.0
     run("eval", "--ckpt", str(w / "rl"), "--name", "RL", "--out", str(w / "eval.json"), "--device", "cpu")
     printed = run("table", str(w / "eval.json"))
     assert "| RL |" in printed and "strict sub_em" in printed

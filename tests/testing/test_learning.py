@@ -14,6 +14,7 @@ trajectory's turns, broadcast to each memory update's sequence; learns, and a pe
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -347,3 +348,22 @@ def test_concurrent_collection_audits_every_rollout_before_the_update() -> None:
     with pytest.raises(RuntimeError, match="audit: stop"):
         trainer.step()
     assert all(torch.equal(a, b) for a, b in zip(before, engine.model.parameters()))  # nothing trained
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_flat_batches_move_adamw_unless_skipped(skip: bool) -> None:
+    """A batch where every group has one reward gives every row advantage 0: slime still takes an AdamW step
+    (momentum from an earlier step keeps moving the weights); `skip_flat_updates` leaves them untouched."""
+    engine = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=0, device="cpu")
+    spec = learning_spec(target_ids(engine.model), "share")
+    trainer = GRPOTrainer(spec, engine, learning_rows(2), GRPOConfig(n_samples_per_prompt=4, lr=1e-2,
+                                                                     skip_flat_updates=skip),
+                          options={"max_new_tokens": 4})
+    trainer.step()  # a real step first: AdamW now has momentum
+    before = [p.detach().clone() for p in engine.model.parameters()]
+    data = to_train_data(asyncio.run(trainer.collect()), TrainDataSettings(n_samples_per_prompt=4))
+    data["rewards"] = [0.0] * len(data["rewards"])  # what a batch of zero-variance groups converts to
+    stats = trainer.update(data)
+    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(engine.model.parameters(), before))
+    assert stats["skipped"] == (1.0 if skip else 0.0)
+    assert (moved == 0.0) == skip, moved

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -74,6 +75,49 @@ def stage_model(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------- 2. warm start
 
+def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> float:
+    """Linear warm-up, then constant or a cosine down to 10 % over the stage (its step cap or its time budget,
+    whichever comes first)."""
+    lr = args.lr * min(1.0, step / args.warmup)
+    if args.schedule == "cosine":
+        done = step / args.max_steps
+        if args.max_minutes:
+            done = max(done, elapsed_s / (60 * args.max_minutes))
+        lr *= 0.1 + 0.45 * (1 + math.cos(math.pi * min(done, 1.0)))
+    return lr
+
+
+def _demo_part(init: str, device: str, split: str, n: int) -> dict[str, Any]:
+    """One worker's share of the demonstrations: `n` oracle rollouts of documents of family `split`."""
+    from agentgraphs.memagent.synthetic import build_filler_pool
+
+    cfg = P.ReproConfig.load(Path(init))
+    engine = _engine(Path(init), device, cfg.seed)
+    pool = build_filler_pool(engine.tokenizer)
+    rows = P.needle_rows(engine.tokenizer, P.random_lengths(cfg, n, split), split, cfg, pool)
+    return dict(P.oracle_data(engine, rows, cfg))
+
+
+def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """The oracle's training rows for `args.demos` documents. The oracle's text does not depend on the model
+    and supervised training reads only ids and masks, so `--demo-workers` processes (each with its own copy
+    of the initial model, on the same device) roll disjoint families of documents at once; 1 = in process."""
+    if args.demo_workers <= 1:
+        rows = P.needle_rows(engine.tokenizer, P.random_lengths(cfg, args.demos, args.demo_split), args.demo_split, cfg)
+        return dict(P.oracle_data(engine, rows, cfg))
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    shares = [args.demos // args.demo_workers + (k < args.demos % args.demo_workers) for k in range(args.demo_workers)]
+    with ProcessPoolExecutor(args.demo_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parts = list(pool.map(_demo_part, [str(init)] * len(shares), [args.device] * len(shares),
+                              [f"{args.demo_split}-{k}" for k in range(len(shares))], shares))
+    # the per-row lists, concatenated (counters and ids of one part's own rollouts mean nothing merged)
+    return {key: [x for part in parts for x in part[key]] for key in parts[0] if isinstance(parts[0][key], list)
+            and key not in ("rollout_ids", "group_ids")}
+
+
+
 def stage_warmstart(args: argparse.Namespace) -> None:
     import torch
 
@@ -86,11 +130,10 @@ def stage_warmstart(args: argparse.Namespace) -> None:
     engine = _engine(init, args.device, cfg.seed)
     pool = build_filler_pool(engine.tokenizer)
     started = time.perf_counter()
-    rows = P.needle_rows(engine.tokenizer, P.random_lengths(cfg, args.demos, "demo"), "demo", cfg, pool)
-    data = P.oracle_data(engine, rows, cfg)
+    data = _demos(engine, init, cfg, args)
     demo_s = time.perf_counter() - started
     trained = [r for r, m in enumerate(data["loss_masks"]) if any(m)]
-    _log(f"{len(rows)} oracle rollouts -> {len(data['tokens'])} training sequences "
+    _log(f"{args.demos} oracle rollouts -> {len(data['tokens'])} training sequences "
          f"({sum(map(sum, data['loss_masks']))} trained tokens) in {demo_s:.1f}s")
     probe = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.probe_per_length, "probe", pool)
     model = engine.model
@@ -100,8 +143,11 @@ def stage_warmstart(args: argparse.Namespace) -> None:
     curve: list[dict[str, Any]] = []
     stop: dict[str, Any] = {"reason": f"max_steps {args.max_steps} reached"}
     for step in range(1, args.max_steps + 1):
+        if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+            stop = {"reason": f"time budget of {args.max_minutes} min spent"}
+            break
         for group in optimizer.param_groups:
-            group["lr"] = args.lr * min(1.0, step / args.warmup)
+            group["lr"] = _warmstart_lr(args, step, time.perf_counter() - started)
         pick = [trained[int(i)] for i in torch.randint(len(trained), (args.batch,), generator=rng)]
         total = sum(sum(data["loss_masks"][r]) for r in pick)
         with engine.model_lock:
@@ -122,7 +168,9 @@ def stage_warmstart(args: argparse.Namespace) -> None:
             results = P.evaluate(engine, probe, cfg)
             point["probe_strict"] = round(P.pooled(results, cfg.train_lengths), 2)
             point["probe_sub_em"] = round(P.pooled(results, cfg.train_lengths, "sub_em"), 2)
-            _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%")
+            point["probe_digits"] = round(P.pooled(results, cfg.train_lengths, "digits"), 2)
+            _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
+                 f"digits right {point['probe_digits']:.1f}%")
             if point["probe_strict"] >= args.stop_at:
                 stop = {"reason": f"probe strict sub_em {point['probe_strict']:.1f}% >= {args.stop_at}% at step {step}"}
                 curve.append(point)
@@ -132,7 +180,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
         curve.append(point)
     stop.update(step=curve[-1]["step"], seconds=round(time.perf_counter() - started, 1))
     _log(f"stopped: {stop['reason']}")
-    _save(engine, out, cfg, {"stage": "warmstart", "args": _args(args), "demos": len(rows),
+    _save(engine, out, cfg, {"stage": "warmstart", "args": _args(args), "demos": args.demos,
                              "sequences": len(data["tokens"]), "demo_s": round(demo_s, 1), "stop": stop, "curve": curve})
 
 
@@ -153,7 +201,8 @@ def stage_rl(args: argparse.Namespace) -> None:
     audits: list[dict[str, Any]] = []
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
                         max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
-                        micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples, tf32=args.tf32)
+                        micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples, tf32=args.tf32,
+                        skip_flat_updates=args.skip_flat)
 
     def rows_for(step: int) -> list[dict[str, Any]]:
         split = f"rl-{step}"  # the same documents for the run and its control
@@ -174,7 +223,7 @@ def stage_rl(args: argparse.Namespace) -> None:
         trainer.rows = rows_for(step)
         s = trainer.step()
         point = {k: s[k] for k in ("step", "reward_mean", "reward_std", "sequences", "trained_tokens", "loss",
-                                   "clipfrac", "entropy", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm",
+                                   "clipfrac", "entropy", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm", "skipped",
                                    "rollout_s", "train_s")}
         point["audit"] = audits[-1] if audits else None
         curve.append(point)
@@ -254,6 +303,12 @@ def main() -> None:
     w.add_argument("--eval-from", type=int, default=25, help="first step at which the probe is evaluated")
     w.add_argument("--probe-per-length", type=int, default=16, help="held-out probe documents per training length")
     w.add_argument("--stop-at", type=float, default=30.0, help="stop once probe strict sub_em (%%) reaches this")
+    w.add_argument("--demo-workers", type=int, default=1, help="processes rolling the oracle's demonstrations")
+    w.add_argument("--demo-split", default="demo", help="family of demonstration documents (another name, other "
+                   "documents: a continued warm start trains on new ones)")
+    w.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                   help="learning rate after the warm-up: constant, or a cosine to 10 %% over the stage")
+    w.add_argument("--max-minutes", type=float, default=0.0, help="stop (and save) after this wall time (0: no cap)")
     w.add_argument("--device", default=dev)
     w.set_defaults(run=stage_warmstart)
 
@@ -263,7 +318,9 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=16)
     r.add_argument("--prompts", type=int, default=24, help="documents per step")
     r.add_argument("--samples", type=int, default=8, help="rollouts per document (a GRPO group)")
-    r.add_argument("--lr", type=float, default=3e-4)
+    r.add_argument("--lr", type=float, default=5e-5, help="AdamW learning rate (5e-4 wrecked run 2's policy)")
+    r.add_argument("--skip-flat", action="store_true",
+                   help="no optimizer step when every group has one reward (every advantage 0)")
     r.add_argument("--tf32", action="store_true", help="TF32 matmuls in the update (generation stays fp32)")
     r.add_argument("--micro-batch", type=int, default=64)
     r.add_argument("--permute", action="store_true", help="the control: rewards permuted within each group")

@@ -1,0 +1,77 @@
+#!/bin/bash
+# The whole reproduction on a GPU machine whose commands are cut after a few minutes (the device machine: 10
+# minutes a command). Each call does the next unfinished stages within BUDGET seconds and stops; call it again
+# (WORK_DIR must survive between calls) until it prints "all stages done". Checkpoints stay in WORK_DIR;
+# logs, stage files, evaluations and the table go to WORK_DIR/results, packed into OUT_DIR/results.tgz at the
+# end of every call.
+#   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
+#   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation)
+#   -> evaluations of RL and control -> the seed's table.
+# Usage: bash run_in_calls.sh OUT_DIR [WORK_DIR]   (sizes: the variables below)
+set -u
+out=${1:?usage: run_in_calls.sh OUT_DIR [WORK_DIR]}; w=${2:-/tmp/repro}
+here=$(cd "$(dirname "$0")" && pwd); r="$w/results"; mkdir -p "$out" "$r"
+export TQDM_DISABLE=1  # no progress bars in the logs
+R="python3 $here/reproduce.py"
+: "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=8}"
+: "${WS_LR:=1e-3}" "${WS_SCHEDULE:=constant}" "${WS_EVAL_EVERY:=150}" "${WS_EVAL_FROM:=150}" "${PROBE:=16}"
+: "${WS_STOP_AT:=30}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=24}" "${RL_SAMPLES:=8}" "${RL_LR:=5e-5}" "${RL_MIN_S:=240}"
+: "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
+t0=$(date +%s)
+left() { echo $((t0 + BUDGET - $(date +%s))); }
+stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
+pack() { tar czf "$out/results.tgz" -C "$r" . ; }
+in_band() { python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
+evaluate() {  # evaluate CKPT NAME FILE, in the background
+  [ -f "$r/eval_$3.json" ] || timeout "$(left)" $R eval --ckpt "$1" --name "$2" --out "$r/eval_$3.json" > "$r/eval_$3.log" 2>&1 &
+}
+stamp "call starts, budget ${BUDGET}s"
+
+if [ ! -f "$w/model/repro.json" ]; then
+  stamp model
+  $R model --out "$w/model" --eval-per-length "$EVAL_PER_LENGTH" --value-digits "$VALUE_DIGITS" $MODEL_ARGS > "$r/model.log" 2>&1 \
+    || { cat "$r/model.log"; exit 1; }
+fi
+evaluate "$w/model" "untrained" untrained
+
+# warm start: rounds of new documents, each from the last, until the probe reaches the stop or WS_ROUNDS ran
+k=1; while [ -f "$w/warm$k/stage.json" ]; do k=$((k + 1)); done; last=$((k - 1))
+if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS" ]; }; then
+  init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
+  minutes=$(awk -v s="$(left)" 'BEGIN{printf "%.2f", (s - 45) / 60}')
+  stamp "warm start round $k from $init, $minutes min"
+  timeout "$(left)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
+    --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
+    --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" $WS_ARGS \
+    > "$r/warmstart$k.log" 2>&1
+  cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
+  wait; pack; stamp "call ends after warm start round $k"; exit 0
+fi
+warm="$w/warm$last"
+
+if [ ! -f "$w/rl/stage.json" ] || [ ! -f "$w/rl_permuted/stage.json" ]; then
+  [ "$(left)" -lt "$RL_MIN_S" ] && { wait; pack; stamp "too little time left for RL: call again"; exit 0; }
+  reserve=0; [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S
+  minutes=$(awk -v s="$(left)" -v e="$reserve" 'BEGIN{printf "%.2f", (s - e - 50) / 60}')
+  stamp "RL and control from $warm, $minutes min each"
+  evaluate "$warm" "warm start" warmstart
+  rl=(--init "$warm" --prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps 1000 --max-minutes "$minutes"
+      --skip-flat --tf32 $RL_ARGS)
+  timeout "$(left)" $R rl --out "$w/rl" "${rl[@]}" > "$r/rl.log" 2>&1 & a=$!
+  timeout "$(left)" $R rl --out "$w/rl_permuted" --permute "${rl[@]}" > "$r/rl_permuted.log" 2>&1 & b=$!
+  wait $a $b
+  for d in rl rl_permuted; do cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"; done
+fi
+
+if [ "$(left)" -lt "$EVAL_S" ]; then wait; pack; stamp "evaluations next call"; exit 0; fi
+stamp evaluations
+evaluate "$warm" "warm start" warmstart
+evaluate "$w/rl" "RL" rl
+evaluate "$w/rl_permuted" "RL, permuted rewards (control)" rl_permuted
+wait
+for f in untrained warmstart rl rl_permuted; do tail -1 "$r/eval_$f.log" | tee -a "$r/calls.log"; done
+if [ -f "$r/eval_untrained.json" ] && [ -f "$r/eval_warmstart.json" ] && [ -f "$r/eval_rl.json" ] && [ -f "$r/eval_rl_permuted.json" ]; then
+  $R table "$r/eval_untrained.json" "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/table.md"
+  stamp "all stages done"
+fi
+pack
