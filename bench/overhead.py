@@ -231,37 +231,20 @@ def _stop_server(proc: subprocess.Popen[str]) -> dict[str, Any]:
         return {}
 
 
-_GROUPS = (("agentgraphs", "/agentgraphs/"), ("rl_bridge", "/rl_bridge/"), ("langgraph", "/langgraph/"),
-           ("langchain_core", "/langchain_core/"), ("httpx/httpcore", "/httpx/"), ("httpx/httpcore", "/httpcore/"),
-           ("tokenizer", "/transformers/"), ("tokenizer", "/tokenizers/"), ("tokenizer", "/jinja2/"),
-           ("asyncio", "/asyncio/"), ("json", "/json/"))
-
-
 def _profile_ours(url: str, tok: Any, rows: list[Any], chunk_tokens: int, calls: int) -> dict[str, Any]:
     """cProfile one run of ours; attribute self time (tottime) to packages. Main thread only."""
     prof = cProfile.Profile()
     prof.enable()
     asyncio.run(run_ours(url, tok, rows, chunk_tokens))
     prof.disable()
-    stats = pstats.Stats(prof)
-    by_group: dict[str, float] = {}
-    ours: list[tuple[float, str]] = []
-    for (filename, line, func), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        group = next((g for g, marker in _GROUPS if marker in filename), "builtins/other")
-        if filename == "~":  # C functions: attribute by name; waiting in epoll is idle, not CPU
-            group = ("idle (epoll wait)" if "select.epoll" in func
-                     else "tokenizer" if "tokenizers." in func else "builtins/other")
-        by_group[group] = by_group.get(group, 0.0) + tottime
-        if group == "agentgraphs":
-            ours.append((tottime, f"{Path(filename).name}:{line}({func})"))
-    idle = by_group.pop("idle (epoll wait)", 0.0)
+    by_group, ours, idle = _common.package_split(pstats.Stats(prof))
     total = sum(by_group.values())
     print(f"\nprofile of one run of ours (cProfile self time, main thread; profiler inflates Python code): "
           f"{total:.2f} s CPU ({idle:.2f} s idle in epoll excluded)")
     for group, t in sorted(by_group.items(), key=lambda kv: -kv[1]):
         print(f"  {group:16s} {t:7.3f} s  {1000 * t / calls:6.3f} ms/call")
     print("  hottest agentgraphs functions (self time):")
-    for t, name in sorted(ours, reverse=True)[:8]:
+    for t, name in ours[:8]:
         print(f"    {1000 * t / calls:6.3f} ms/call  {name}")
     return {g: round(1000 * t / calls, 4) for g, t in by_group.items()}
 
