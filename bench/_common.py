@@ -125,6 +125,36 @@ def package_split(stats: Any) -> tuple[dict[str, float], list[tuple[float, str]]
     return by_group, sorted(ours, reverse=True), idle
 
 
+class CollectorClock:
+    """Seconds the garbage collector ran in this process while started (gc.callbacks), and its longest pause."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.seconds = 0.0
+        self.longest = 0.0
+        self._since: float | None = None
+        self._on = False
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._since = time.perf_counter()
+        elif self._since is not None:
+            pause = time.perf_counter() - self._since
+            self._since = None
+            if self._on:
+                self.seconds += pause
+                self.longest = max(self.longest, pause)
+
+    def start(self) -> None:
+        self.seconds, self.longest, self._on = 0.0, 0.0, True
+
+    def stop(self) -> float:
+        self._on = False
+        return self.seconds
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
