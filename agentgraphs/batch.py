@@ -1,7 +1,8 @@
 """Run an AgentSpec over a JSONL file: bounded concurrency, input order kept, every row answered.
 
-The CLI's `agentgraphs run` is a thin face over `run_file`; tests call it directly.
-Rows use slime's default keys (`input`, `label`, `metadata`; configurable). A malformed row does
+The CLI's `agentgraphs run` is a thin face over `run_file` (engines from strings, outputs written to a run
+directory); `run_rows` is the loop itself, for rows from anywhere.
+Rows are read by `agentgraphs.rollout_inputs` (slime's default keys, configurable). A malformed row does
 not stop the run: it comes back as a FAILED sample whose reason names the line and the field.
 """
 
@@ -12,23 +13,19 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from .errors import InputError
 from .context import AgentContext, derive_seed
+from .engines import Engine, SamplingParams
+from .errors import ConfigError, InputError
 from .records import sample_fields, scalar, trace_record
-from .rollout import Rollout, rollout_input, run_rollout
-from .spec import AgentSpec, RolloutInput
+from .records import Rollout
+from .rollout import run_rollout
+from .rollout_inputs import ParsedRow, RowKeys, read_rollout_inputs
+from .spec import AgentSpec, load_spec
 
 if TYPE_CHECKING:
-    from .replay import RunCheckpoints
-
-
-@dataclass(frozen=True)
-class RowKeys:
-    input: str = "input"
-    label: str = "label"
-    metadata: str = "metadata"
+    from .checkpoints.replay import RunCheckpoints
 
 
 @dataclass
@@ -78,57 +75,6 @@ def lead_with_headline(spec: AgentSpec, summary: dict[str, Any]) -> dict[str, An
     notes = {k: v for k, v in spec.metric_notes.items() if k in metrics}
     return {"headline": {"metric": name, "mean": metrics[name]}, **summary, "metrics": ordered,
             **({"metric_notes": notes} if notes else {})}
-
-
-@dataclass(frozen=True)
-class ParsedRow:
-    line: int
-    inp: RolloutInput | None
-    error: str | None = None
-    group: int | None = None  # the row's position: all n samples of a row form one GRPO group
-
-
-def read_rows(path: str | Path, keys: RowKeys = RowKeys(), *, n_samples: int = 1,
-              limit: int | None = None) -> Iterator[ParsedRow]:
-    """Parse a slime-style JSONL file lazily; each row repeated `n_samples` times (a GRPO group)."""
-    with open(path, "rb") as fh:
-        count = 0
-        for line_no, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            if limit is not None and count >= limit:
-                return
-            parsed = _parse_row(raw, line_no, keys)
-            for k in range(n_samples):
-                if parsed.inp is None:
-                    yield parsed
-                else:
-                    inp = RolloutInput(**{**parsed.inp, "index": count * n_samples + k})  # type: ignore[typeddict-item]
-                    yield ParsedRow(line_no, inp, group=count)
-            count += 1
-
-
-def _parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
-    try:
-        text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")  # an editor's BOM is not data
-    except UnicodeDecodeError as exc:
-        return ParsedRow(line_no, None, f"line {line_no}: not valid UTF-8 at byte {exc.start}; re-encode the file as UTF-8")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return ParsedRow(line_no, None, f"line {line_no}: invalid JSON ({exc.msg} at column {exc.colno})")
-    except (ValueError, RecursionError) as exc:  # an over-long integer; nesting deeper than Python recurses
-        problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        return ParsedRow(line_no, None, f"line {line_no}: invalid JSON ({problem})")
-    if not isinstance(obj, dict):
-        return ParsedRow(line_no, None, f"line {line_no}: expected a JSON object, got {type(obj).__name__}")
-    if keys.input not in obj:
-        return ParsedRow(line_no, None, f"line {line_no}: missing field {keys.input!r} (the prompt); "
-                                        f"add it or pass --input-key")
-    metadata = obj.get(keys.metadata) or {}
-    if not isinstance(metadata, dict):
-        return ParsedRow(line_no, None, f"line {line_no}: field {keys.metadata!r} must be an object")
-    return ParsedRow(line_no, rollout_input(obj[keys.input], obj.get(keys.label), metadata, None))
 
 
 ResultSink = Callable[[dict[str, Any], dict[str, Any]], None]
@@ -283,3 +229,119 @@ class JsonlWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def sampling_from_flags(**flags: Any) -> SamplingParams:
+    """SamplingParams from command-line flags; a bad value is reported under its flag's name.
+
+    >>> sampling_from_flags(temperature=0.5).temperature
+    0.5
+    >>> sampling_from_flags(top_p=2.0)
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: --top-p 2.0: ...
+    """
+    for name, value in flags.items():
+        try:
+            SamplingParams(**{name: value})
+        except ValueError as exc:
+            raise ConfigError(f"--{name.replace('_', '-')} {value}: {exc}") from None
+    return SamplingParams(**flags)
+
+
+def tokenizer_for(engine: Any, path: str | None) -> Any:
+    """The tokenizer at `path` (`--tokenizer`), else the engine's own (an in-process engine has one; an
+    `sglang:` engine needs the path)."""
+    if path:
+        from .context import shared_tokenizer
+
+        try:
+            return shared_tokenizer(path)
+        except ConfigError as exc:  # already says what is wrong with the path and what to do
+            raise ConfigError(f"--tokenizer: {exc}") from exc
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from exc
+    tok = getattr(engine, "tokenizer", None)
+    if tok is None:
+        raise ConfigError("an sglang: engine needs --tokenizer DIR (the model's HF directory)")
+    return tok
+
+
+def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, tokenizer: str | None = None,
+             options: Mapping[str, Any] | None = None, concurrency: int = 8, n_samples: int = 1,
+             temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
+             evaluation: bool = False, limit: int | None = None,
+             keys: tuple[str, str, str] = ("input", "label", "metadata"),
+             engines: Mapping[str, "str | Engine"] | None = None, checkpoints: Path | None = None,
+             seed: int | None = None, on_start: Callable[[str, int], None] | None = None,
+             on_result: ResultSink | None = None) -> dict[str, Any]:
+    """What `agentgraphs run` does: run `agent` over the JSONL file `data`, write OUT/samples.jsonl,
+    OUT/traces.jsonl and OUT/summary.json, and return the summary.
+
+    `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls;
+    `engines` are helper engines by name (AgentContext.engines: a judge, AgentFlow's "helper"...).
+    `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.checkpoints.replay).
+    `seed`: reproducible sampling (`run_rows`); samples.jsonl holds no wall-clock value, so a seeded run on an
+    in-process engine writes it byte for byte the same (timings are in traces.jsonl and summary.json; with
+    `checkpoints`, samples name their checkpoint thread, new per run). Once everything is checked and loaded,
+    `on_start(agent name, number of samples to come)` is called; `on_result(sample, trace)` sees each result
+    in input order, after it is written. A bad agent, file, engine or flag value raises ConfigError naming it.
+    """
+    from .engines import make_engine
+
+    spec = load_spec(agent)
+    opts = spec.resolve_options(options)
+    if not data.is_file():
+        raise ConfigError(f"--data {data}: no such file")
+    sampling = sampling_from_flags(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    if isinstance(engine, str):
+        try:
+            eng = make_engine(engine)
+        except (ValueError, OSError) as exc:  # ConfigError is a ValueError; transformers raises OSError
+            raise ConfigError(f"--engine: {exc}") from exc
+    else:
+        eng = engine
+    tok = tokenizer_for(eng, tokenizer)
+    helpers: dict[str, Any] = {}
+    for name, helper in (engines or {}).items():
+        try:
+            helpers[name] = make_engine(helper) if isinstance(helper, str) else helper
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"--helper {name}={helper}: {exc}") from exc
+    with open(data, "rb") as fh:
+        total = sum(1 for line in fh if line.strip())
+    total = min(total, limit) if limit is not None else total
+
+    def make_context() -> AgentContext:
+        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation, engines=dict(helpers))
+
+    with JsonlWriter(out) as writer:
+        if on_start is not None:
+            on_start(spec.name, total * n_samples)
+
+        def sink(sample: dict[str, Any], trace: dict[str, Any]) -> None:
+            writer(sample, trace)
+            if on_result is not None:
+                on_result(sample, trace)
+
+        rows = read_rollout_inputs(data, RowKeys(*keys), n_samples=n_samples, limit=limit)
+
+        async def go() -> RunSummary:
+            if checkpoints is None:
+                return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
+                                      on_result=sink, seed=seed)
+            from .checkpoints.replay import RunCheckpoints, new_thread_id, open_checkpoints
+
+            async with open_checkpoints(checkpoints) as saver:
+                store = RunCheckpoints(saver, agent, sampling, engine, run_id=new_thread_id(spec.name),
+                                       engines=dict(engines or {}), evaluation=evaluation)
+                return await run_rows(spec, rows, make_context, options=opts, concurrency=concurrency,
+                                      on_result=sink, checkpoints=store, seed=seed)
+
+        summary = asyncio.run(go())
+    result = {"agent": spec.name, "engine": eng.name, **({"seed": seed} if seed is not None else {}),
+              "options": opts.model_dump(), **lead_with_headline(spec, summary.as_dict())}
+    if checkpoints is not None:
+        result["checkpoints"] = str(checkpoints)
+    (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result

@@ -23,7 +23,7 @@ import re
 from typing import Any, Iterator, Mapping, Sequence
 
 from .errors import TemplateError
-from .tokenize import Tokenizer, encode_text
+from .long_text import Tokenizer, encode_text
 
 Message = Mapping[str, Any]
 

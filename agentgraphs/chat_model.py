@@ -2,7 +2,7 @@
 
     from langgraph.prebuilt import create_react_agent
     agent = create_react_agent(TracedChatModel(), [calculator, lookup])
-    SPEC = AgentSpec.from_messages_graph(agent, reward=my_reward, name="react")
+    SPEC = messages_graph_spec(agent, reward=my_reward, name="react")
 
 `TracedChatModel` takes its engine, tokenizer and sampling from the run's AgentContext (LangGraph's
 runtime context), so one compiled graph serves `langgraph dev`, `agentgraphs run` and
@@ -54,20 +54,14 @@ from langchain_core.runnables import RunnableLambda, RunnableMap
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field, ValidationError
 
-from .calls import CallLedger, current_ledger, record_call
+from .calls import CallLedger, current_ledger
 from .chat import ChatTemplate, Conversation, Skeleton
 from .context import AgentContext, context_of
 from .errors import ConfigError, InputError
-from .node import RolloutAborted, call_params, check_call_budget
+from .node import recorded_call
 from .spec import AgentSpec, RewardFn, RolloutInput
-from .toolcalls import (
-    THINK_CLOSE,
-    THINK_OPEN,
-    TOOL_CALL_CLOSE,
-    TOOL_CALL_OPEN,
-    parse_tool_calls,
-)
-from .trace import Turn, make_turn, sampling_record
+from .toolcalls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, parse_tool_calls, split_reasoning
+from .trace import Turn
 
 __all__ = ["STRUCTURED_ERROR_KEY", "TURN_KEY", "StructuredParser", "TracedChatModel", "messages_graph_spec",
            "to_template_messages", "turns_from_messages"]
@@ -182,22 +176,18 @@ class TracedChatModel(BaseChatModel):
         overrides = {**self.sampling, **kwargs}
         if stop:
             overrides["stop"] = list(stop)
-        check_call_budget(ctx, len(turns_from_messages(messages)), ledger)
-        eng = ctx.engine(self.engine)
-        if not hasattr(eng, "generate"):
-            raise ConfigError(f"engine {eng.name!r} is a text engine; TracedChatModel needs a token engine "
-                              "(hf: / sglang:)")
+        plan: PromptPlan | None = None
+
+        def prompt(template: ChatTemplate) -> tuple[list[int], str]:
+            nonlocal plan
+            plan = plan_prompt(messages, template, tools)
+            return plan.ids, plan.conversation
+
+        _, turn = await recorded_call(ctx, node=node, engine=self.engine, prompt=prompt, trainable=self.trainable,
+                                      overrides=overrides, turns_seen=len(turns_from_messages(messages)),
+                                      source="chat_model", ledger=ledger)
+        assert plan is not None
         template = ctx.template(self.engine)
-        plan = plan_prompt(messages, template, tools)
-        prompt_ids, conversation = plan.ids, plan.conversation
-        params = call_params(ctx, overrides, node=node, prompt_ids=prompt_ids)
-        completion = await eng.generate(list(prompt_ids), params)
-        turn = make_turn(completion, node=node, prompt_ids=prompt_ids, conversation=conversation,
-                         trainable=self.trainable and self.engine in (None, "policy") and not ctx.evaluation,
-                         engine=eng.name, **sampling_record(params))
-        record_call(turn, "chat_model", ledger)
-        if completion.finish_reason == "abort":
-            raise RolloutAborted(turn)
         message = _ai_message(turn, template, tools, plan.digest, plan.skeleton)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -460,7 +450,8 @@ def _ai_message(turn: Turn, template: ChatTemplate, tools: Sequence[Mapping[str,
     if ids and ids[-1] == template.end_of_turn_id:
         ids = ids[:-1]
     visible = template.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    reasoning, answer = _split_reasoning(visible)
+    reasoning, answer = split_reasoning(visible)
+    answer = answer or ""  # an unclosed <think>: all reasoning, no answer
     tool_calls: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
     error: str | None = None
@@ -483,16 +474,6 @@ def _ai_message(turn: Turn, template: ChatTemplate, tools: Sequence[Mapping[str,
         ERROR_KEY: error, "finish_reason": turn["finish_reason"], "model_name": turn["engine"],
     }
     return message
-
-
-def _split_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning, answer): the text after the last </think> is the answer; an unclosed <think> has none."""
-    if THINK_CLOSE in text:
-        head, tail = text.rsplit(THINK_CLOSE, 1)
-        return head.split(THINK_OPEN, 1)[-1].strip(), tail
-    if THINK_OPEN in text:
-        return text.split(THINK_OPEN, 1)[1].strip(), ""
-    return None, text
 
 
 # -- structured output --------------------------------------------------------------------------------

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import threading
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
 
 from .chat import ChatTemplate
 from .engines import Engine, SamplingParams, make_engine
@@ -161,33 +163,99 @@ def context_of(runtime: Any) -> AgentContext:
     return ctx
 
 
-_SHARED_ENGINES: dict[tuple[str, Any], Engine] = {}
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class LoopCache(Generic[K, V]):
+    """Values shared per event loop and key: HTTP engines and clients belong to the loop that made them.
+
+    Keyed by the loop itself, not its id (a new loop may reuse a dead loop's id, and a client bound to the
+    dead loop must not be handed out again). An entry goes with its loop: a loop that is closed loses its
+    entries at the next use of the cache, one that is garbage-collected at once (weak keys). Values made
+    with no loop (`loop=None`) are kept for the process.
+
+    >>> cache: LoopCache[str, object] = LoopCache()
+    >>> async def client() -> object:
+    ...     return cache.get("url", object, running_loop())
+    >>> first = asyncio.run(client())
+    >>> asyncio.run(client()) is first  # another loop, another value
+    False
+    >>> cache.loops()  # both loops are closed: their entries went
+    []
+    """
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[K, V]] = weakref.WeakKeyDictionary()
+        self._no_loop: dict[K, V] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K, make: Callable[[], V], loop: asyncio.AbstractEventLoop | None) -> V:
+        """The value for `key` in `loop` (None: the process), made by `make()` on first use."""
+        with self._lock:
+            entries = self._entries(loop)
+            value = entries.get(key)
+        if value is None:
+            made = make()  # outside the lock: loading a model may take a while
+            with self._lock:
+                value = self._entries(loop).setdefault(key, made)
+        return value
+
+    def pop_loop(self, loop: asyncio.AbstractEventLoop | None) -> dict[K, V]:
+        """Forget `loop`'s entries and return them (to close what still can be closed in it)."""
+        with self._lock:
+            if loop is None:
+                entries, self._no_loop = self._no_loop, {}
+                return entries
+            return self._by_loop.pop(loop, {})
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_loop.clear()
+            self._no_loop.clear()
+
+    def loops(self) -> list[asyncio.AbstractEventLoop]:
+        """The loops that still hold entries (closed ones are dropped first)."""
+        with self._lock:
+            self._drop_closed()
+            return list(self._by_loop.keys())
+
+    def _entries(self, loop: asyncio.AbstractEventLoop | None) -> dict[K, V]:
+        self._drop_closed()
+        if loop is None:
+            return self._no_loop
+        entries = self._by_loop.get(loop)
+        if entries is None:
+            entries = self._by_loop[loop] = {}
+        return entries
+
+    def _drop_closed(self) -> None:
+        for loop in [lp for lp in self._by_loop.keys() if lp.is_closed()]:
+            del self._by_loop[loop]
+
+
+_SHARED_ENGINES: LoopCache[str, Engine] = LoopCache()
 _SHARED_TOKENIZERS: dict[str, Any] = {}
 
 
 def shared_engine(spec: str) -> Engine:
     """One engine per spec string (and event loop, for HTTP engines) in this process."""
-    loop: Any = None
-    if not spec.startswith("hf:"):
-        try:
-            # the loop itself, not its id: a new loop can reuse a dead loop's id, and an HTTP
-            # engine bound to the dead loop must not be handed out again
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-    key = (spec, loop)
-    engine = _SHARED_ENGINES.get(key)
-    if engine is None:
-        engine = make_engine(spec)
-        _SHARED_ENGINES[key] = engine
-    return engine
+    return _SHARED_ENGINES.get(spec, lambda: make_engine(spec), None if spec.startswith("hf:") else running_loop())
 
 
 def shared_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     """One tokenizer per model directory in this process (the bridge, the CLI and contexts share it)."""
     tok = _SHARED_TOKENIZERS.get(path)
     if tok is None:
-        from .tokenizers import load_tokenizer  # checks a local path before transformers sees it
+        from .tokenizer_loading import load_tokenizer  # checks a local path before transformers sees it
 
         tok = load_tokenizer(path, trust_remote_code=trust_remote_code)
         _SHARED_TOKENIZERS[path] = tok

@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .batch import JsonlWriter, RowKeys, lead_with_headline, read_rows, run_rows
+from .batch import JsonlWriter, lead_with_headline, run_rows
+from .context import AgentContext
 from .engines import SamplingParams
-from .node import AgentContext
+from .rollout_inputs import RowKeys, read_rollout_inputs
 
 DEMO_OPTIONS: dict[str, Any] = {
     "chunk_tokens": 1000,
@@ -25,7 +26,8 @@ DEMO_OPTIONS: dict[str, Any] = {
 
 def write_demo_data(path: Path, tokenizer: Any, *, lengths: tuple[int, ...] = (2000, 4000), per_length: int = 2,
                     seed: int = 0) -> int:
-    from .memagent.data import to_slime_row, write_jsonl
+    from .dataset_io import write_jsonl
+    from .memagent.data import to_slime_row
     from .memagent.synthetic import make_dataset
 
     rows = make_dataset(tokenizer, lengths, per_length=per_length, seed=seed)
@@ -64,7 +66,7 @@ def run_demo(out_dir: str | Path, *, model_dir: str | Path | None = None, seed: 
             if on_result is not None:
                 on_result(sample, trace)
 
-        rows = read_rows(data, RowKeys(), n_samples=n_samples)
+        rows = read_rollout_inputs(data, RowKeys(), n_samples=n_samples)
         summary = asyncio.run(run_rows(SPEC, rows, make_context, options=DEMO_OPTIONS, concurrency=4,
                                        on_result=sink, seed=seed))
     result = {"agent": SPEC.name, "engine": engine.name, "data": str(data), "seed": seed,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 
 class AgentGraphsError(Exception):
     """Base class of every error raised by agentgraphs."""
@@ -90,3 +92,29 @@ class RetrievalError(AgentGraphsError):
 
 class CheckpointError(AgentGraphsError, LookupError):
     """A thread or checkpoint that is not in the checkpoints database (the message lists what is)."""
+
+
+def validation_message(exc: Any, *, label: Callable[[str], str] = str,
+                       unknown: Callable[[str], str] | None = None) -> str:
+    """A pydantic ValidationError as one line: `label(field): message (got value)` per error, joined by "; "
+    (`field` is the error's dotted location, "" for the model itself); an unknown key (`extra="forbid"`) is
+    `unknown(field)` when given. Options, slime args and converter settings all report errors this way.
+
+    >>> from pydantic import BaseModel, ConfigDict
+    >>> class Settings(BaseModel):
+    ...     model_config = ConfigDict(extra="forbid")
+    ...     retries: int = 3
+    >>> try:
+    ...     Settings(retries=-1.5, retry=2)
+    ... except ValueError as exc:
+    ...     print(validation_message(exc, label=lambda key: f"args.{key}", unknown=lambda key: f"unknown {key!r}"))
+    args.retries: input should be a valid integer, got a number with a fractional part (got -1.5); unknown 'retry'
+    """
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        if unknown is not None and err["type"] == "extra_forbidden":
+            lines.append(unknown(key))
+        else:
+            lines.append(f"{label(key)}: {err['msg'].lower()} (got {err.get('input')!r:.80})")
+    return "; ".join(lines)

@@ -14,35 +14,28 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Annotated, Any, Mapping, Sequence
+from typing import Annotated, Any, Callable, Mapping, Sequence
 
 # typing_extensions' TypedDict understands NotRequired on Python 3.10 too (subclasses use it)
 from typing_extensions import TypedDict
 
-from .calls import CallLedger, current_ledger, record_call
+from .calls import CallLedger, Source, current_ledger, record_call
 from .chat import ChatTemplate, Conversation, Message
-from .context import AgentContext, Limits, context_of, shared_engine, shared_tokenizer
-from .engines import Completion, SamplingParams
+from .context import AgentContext, context_of
+from .engines import Completion, Engine, SamplingParams
 from .errors import ConfigError
-from .trace import Turn, make_turn, sampling_record
+from .trace import Turn, conversation_tail, make_turn, sampling_record
 
-# AgentContext and friends live in agentgraphs.context; imported here too because every graph module
-# (and user code written against earlier versions) takes them from the node helper.
 __all__ = [
-    "AgentContext",
     "LLMCallLimitExceeded",
     "LLMResult",
-    "Limits",
     "RolloutAborted",
     "TraceState",
     "call_llm",
     "call_params",
     "check_call_budget",
-    "context_of",
-    "last_turn_of",
     "next_prompt",
-    "shared_engine",
-    "shared_tokenizer",
+    "recorded_call",
 ]
 
 
@@ -81,13 +74,6 @@ class LLMCallLimitExceeded(Exception):
     """The graph made more LLM calls than Limits.max_llm_calls allows."""
 
 
-def last_turn_of(turns: Sequence[Turn], conversation: str) -> Turn | None:
-    for turn in reversed(turns):
-        if turn["conversation"] == conversation:
-            return turn
-    return None
-
-
 def next_prompt(
     turns: Sequence[Turn],
     template: ChatTemplate,
@@ -97,8 +83,10 @@ def next_prompt(
     tools: Sequence[Mapping[str, Any]] | None = None,
     splice: Mapping[str, Sequence[int]] | None = None,
 ) -> list[int]:
-    """The next prompt ids: a fresh render, or the named conversation extended append-only."""
-    previous = last_turn_of(turns, conversation) if conversation else None
+    """The next prompt ids: a fresh render, or the named conversation extended append-only (its last turn's
+    prompt + output ids + glue for `messages`: the turn the new one extends, `agentgraphs.trace.extended_turn`)."""
+    tail = conversation_tail(turns, conversation)
+    previous = turns[tail] if tail is not None else None
     if previous is None:
         return template.render(messages, tools=tools, splice=splice)
     if splice:
@@ -137,48 +125,88 @@ async def call_llm(
     """
     ctx = context_of(runtime)
     turns: Sequence[Turn] = state.get("turns") or []
-    check_call_budget(ctx, len(turns))
-    template = ctx.template(engine)
-    if prompt_ids is None and hasattr(ctx.engine(engine), "generate"):
-        prompt_ids = next_prompt(
-            turns, template, conversation=conversation, messages=messages, tools=tools, splice=splice
-        )
+
+    def prompt(template: ChatTemplate) -> tuple[Sequence[int], str]:
+        if prompt_ids is not None:
+            return prompt_ids, conversation
+        ids = next_prompt(turns, template, conversation=conversation, messages=messages, tools=tools, splice=splice)
+        return ids, conversation
+
+    def chat_messages(eng: Engine) -> Sequence[Message]:
+        # a helper model behind a text API: the whole conversation goes as messages; nothing is trained
+        if prompt_ids is not None or conversation:
+            raise ConfigError(
+                f"node {node!r}: engine {eng.name!r} takes chat messages, not token ids: pass the whole "
+                "conversation as messages= (no prompt_ids=, no conversation=), or give this role a token engine "
+                "(hf: / sglang:)")
+        if not messages:
+            raise ConfigError(f"node {node!r}: engine {eng.name!r} needs messages=")
+        return messages
+
+    completion, turn = await recorded_call(ctx, node=node, engine=engine, prompt=prompt, trainable=trainable,
+                                           overrides=sampling, turns_seen=len(turns), source="call_llm",
+                                           chat_messages=chat_messages)
+    if not hasattr(ctx.engine(engine), "generate"):  # a text engine's answer: its text as given
+        return LLMResult(text=completion.text, completion=completion, turn=turn)
+    return LLMResult(text=_visible_text(completion, ctx.template(engine)), completion=completion, turn=turn)
+
+
+PromptFn = Callable[[ChatTemplate], tuple[Sequence[int], str]]  # template -> (prompt ids, conversation)
+
+
+async def recorded_call(
+    ctx: AgentContext,
+    *,
+    node: str,
+    prompt: PromptFn,
+    engine: str | None = None,
+    trainable: bool = True,
+    overrides: Mapping[str, Any] | None = None,
+    turns_seen: int = 0,
+    source: Source = "call_llm",
+    ledger: CallLedger | None = None,
+    chat_messages: Callable[[Engine], Sequence[Message]] | None = None,
+) -> tuple[Completion, Turn]:
+    """One recorded engine call, the way `call_llm` and `TracedChatModel` both make it.
+
+    In order: the call budget (`check_call_budget`, counting `turns_seen` and the rollout's ledger); the
+    engine named `engine` (None: the policy); the prompt, `prompt(template) -> (prompt ids, conversation)`,
+    and the call with the context's sampling plus `overrides` (`call_params`); the Turn, trainable only when
+    asked for, made by the policy, with token ids, outside evaluation; its entry in the rollout's ledger
+    (`agentgraphs.calls`, as `source`); RolloutAborted when the engine aborted the generation. A text engine
+    (messages in, text out) is called with `chat_messages(engine)` when given, and refused otherwise.
+
+    >>> import asyncio
+    >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
+    >>> ctx = AgentContext(policy=f"hf:{ensure_tiny_model()}", sampling={"max_new_tokens": 3})
+    >>> completion, turn = asyncio.run(recorded_call(ctx, node="solve", prompt=lambda t: (t.render(
+    ...     [{"role": "user", "content": "Hi"}]), "")))
+    >>> turn["node"], turn["trainable"], len(turn["output_ids"]) <= 3
+    ('solve', True, True)
+    """
+    ledger = ledger if ledger is not None else current_ledger()
+    check_call_budget(ctx, turns_seen, ledger)
     eng = ctx.engine(engine)
-    if not hasattr(eng, "generate"):  # a text engine (OpenAI-compatible helper): messages in, text out
-        return await _call_text_engine(eng, node=node, messages=messages, conversation=conversation,
-                                       prompt_ids=prompt_ids, params=call_params(ctx, sampling))
-    params = call_params(ctx, sampling, node=node, prompt_ids=prompt_ids)
-    completion = await eng.generate(list(prompt_ids), params)
-    is_policy = engine in (None, "policy")
-    turn = make_turn(
-        completion,
-        node=node,
-        prompt_ids=prompt_ids,
-        trainable=trainable and is_policy and not ctx.evaluation,
-        engine=eng.name,
-        conversation=conversation,
-        **sampling_record(params),
-    )
-    record_call(turn, "call_llm")
+    tokens = hasattr(eng, "generate")
+    if tokens:
+        prompt_ids, conversation = prompt(ctx.template(engine))
+        params = call_params(ctx, overrides or {}, node=node, prompt_ids=prompt_ids)
+        completion = await eng.generate(list(prompt_ids), params)
+    elif chat_messages is not None:
+        messages = chat_messages(eng)
+        prompt_ids, conversation = [], ""
+        params = call_params(ctx, overrides or {})
+        completion = await eng.chat(list(messages), params)
+    else:
+        raise ConfigError(f"node {node!r}: engine {eng.name!r} is a text engine; this call needs a token engine "
+                          "(hf: / sglang:)")
+    turn = make_turn(completion, node=node, prompt_ids=prompt_ids, conversation=conversation, engine=eng.name,
+                     trainable=trainable and tokens and engine in (None, "policy") and not ctx.evaluation,
+                     **sampling_record(params))
+    record_call(turn, source, ledger)
     if completion.finish_reason == "abort":
         raise RolloutAborted(turn)
-    return LLMResult(text=_visible_text(completion, template), completion=completion, turn=turn)
-
-
-async def _call_text_engine(eng: Any, *, node: str, messages: Sequence[Message], conversation: str,
-                            prompt_ids: Sequence[int] | None, params: SamplingParams) -> LLMResult:
-    """A helper model behind a text API: the whole conversation goes as messages; nothing is trained."""
-    if prompt_ids is not None or conversation:
-        raise ConfigError(
-            f"node {node!r}: engine {eng.name!r} takes chat messages, not token ids: pass the whole conversation "
-            "as messages= (no prompt_ids=, no conversation=), or give this role a token engine (hf: / sglang:)")
-    if not messages:
-        raise ConfigError(f"node {node!r}: engine {eng.name!r} needs messages=")
-    completion = await eng.chat(list(messages), params)
-    turn = make_turn(completion, node=node, prompt_ids=[], trainable=False, engine=eng.name, conversation="",
-                     **sampling_record(params))
-    record_call(turn, "call_llm")
-    return LLMResult(text=completion.text, completion=completion, turn=turn)
+    return completion, turn
 
 
 def call_params(ctx: AgentContext, overrides: Mapping[str, Any], *, node: str = "",

@@ -1,6 +1,7 @@
-"""A finished rollout as records: slime Sample fields, list-mode siblings, trace lines, the RewardInput.
+"""A finished rollout (`Rollout`) as records: slime Sample fields, list-mode siblings, trace lines, the
+RewardInput.
 
-The one home of the shaping from a Rollout to what slime (through `rl_bridge`) and `agentgraphs run`
+The one home of the Rollout record and of the shaping from a Rollout to what slime (through `rl_bridge`) and `agentgraphs run`
 write: both call `sample_fields`, so a sample looks the same wherever it was made. Plain Python.
 
 >>> trace_summary([])["trained_tokens"]
@@ -10,13 +11,13 @@ write: both call `sample_fields`, so a sample looks the same wherever it was mad
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
 
+from .calls import DroppedCall
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue
 from .trace import TrainSequence, Turn
-
-if TYPE_CHECKING:
-    from .rollout import Rollout
 
 logger = logging.getLogger(__name__)
 _WARNED_TRAILING_ZERO: set[str] = set()
@@ -28,6 +29,50 @@ RESULT_METADATA_KEYS = frozenset({
     "num_sequences", "rollout_time_s", "metrics", "trace_summary", "options", "trajectory_id", "sequence_index",
 })
 SEQUENCE_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")
+
+Status = Literal["completed", "truncated", "aborted", "failed"]
+
+
+@dataclass
+class Rollout:
+    """The result of one input: status, turns, training sequences, and the reward and metrics (once).
+
+    FAILED rollouts train nothing: `agentgraphs.records.sample_fields` masks their sequences.
+    `llm_calls` counts every engine call the rollout's graph made through `call_llm` / `TracedChatModel`
+    (policy and helpers), `untrained_calls` the trainable ones whose Turn did not reach the final state
+    (`agentgraphs.calls`).
+    """
+
+    status: Status
+    reason: str
+    answer: str = ""
+    # bulky fields stay out of repr(): asyncio.run() reprs its result when it restores the SIGINT
+    # handler, and a 448K-token document made that a 15 MB string
+    turns: list[Turn] = field(default_factory=list, repr=False)
+    sequences: list[TrainSequence] = field(default_factory=list, repr=False)
+    reward: RewardValue | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    time_s: float = 0.0
+    error: str | None = None
+    final_state: dict[str, Any] | None = field(default=None, repr=False)
+    options: MethodOptions | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    reward_input: RewardInput | None = field(default=None, repr=False)
+    path: list[str] = field(default_factory=list, repr=False)  # every graph node that ran, in order
+    # per step of `path`: the request ids of the Turns its update added (None: not readable from the update)
+    path_rids: list[list[str] | None] = field(default_factory=list, repr=False)
+    llm_calls: int | None = None  # None: not counted (a state reached elsewhere): the Turns themselves
+    untrained_calls: list[DroppedCall] = field(default_factory=list)
+    masked_turns: list[dict[str, Any]] = field(default_factory=list)  # {turn, node, reason}: see untrain_turns
+    trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if self.llm_calls is None:
+            self.llm_calls = len(self.turns)
+
+    @property
+    def retries(self) -> int:
+        return sum(int(t.get("retries", 0)) for t in self.turns)
 
 
 def trace_summary(turns: Sequence[Turn]) -> dict[str, Any]:
@@ -92,16 +137,27 @@ def mask_out(seq: dict[str, Any]) -> None:
     seq["rollout_log_probs"] = [0.0] * n
 
 
+FAILED_FIELDS = ("status", "remove_sample", "loss_mask", "rollout_log_probs", "metadata")  # what fail_fields sets
+
+
 def fail_fields(fields: dict[str, Any], reason: str) -> None:
-    """Turn filled Sample fields into a FAILED trajectory: every sequence masked, removed, reason kept."""
+    """Turn filled Sample fields into a FAILED trajectory that trains nothing (invariant 4): status "failed",
+    removed, the top level and every training sequence masked (mask 0, log-prob 0.0), the reason in metadata.
+    `fields` needs `response_length` (and may have `train_metadata` and `metadata`); it sets FAILED_FIELDS.
+
+    >>> fields = {"response_length": 2, "train_metadata": {"turns": [{"response_length": 2}]}, "metadata": {}}
+    >>> fail_fields(fields, "judge down")
+    >>> fields["loss_mask"], fields["train_metadata"]["turns"][0]["loss_mask"], fields["metadata"]
+    ([0, 0], [0, 0], {'status_reason': 'judge down'})
+    """
+    n = int(fields.get("response_length") or 0)
     fields["status"] = "failed"
     fields["remove_sample"] = True
-    for seq in fields["train_metadata"]["turns"]:
+    fields["loss_mask"] = [0] * n
+    fields["rollout_log_probs"] = [0.0] * n
+    for seq in (fields.get("train_metadata") or {}).get("turns", []):
         mask_out(seq)
-    head = fields["train_metadata"]["turns"][0]
-    fields["loss_mask"] = list(head["loss_mask"])
-    fields["rollout_log_probs"] = list(head["rollout_log_probs"])
-    fields["metadata"]["status_reason"] = reason
+    fields["metadata"] = {**(fields.get("metadata") or {}), "status_reason": reason}
 
 
 def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict[str, Any]:
@@ -235,7 +291,10 @@ def trace_record(rollout: Rollout, index: int | None) -> dict[str, Any]:
 
 
 __all__ = [
+    "FAILED_FIELDS",
     "RESULT_METADATA_KEYS",
+    "Rollout",
+    "Status",
     "TrainSequence",
     "fail_fields",
     "mask_out",

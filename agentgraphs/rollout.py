@@ -12,63 +12,18 @@ import inspect
 import logging
 import time
 import traceback
-import uuid
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording_calls
 from .context import AgentContext
 from .errors import ConfigError, EngineError, InputError
 from .gc_tuning import rollouts_running
 from .node import LLMCallLimitExceeded, RolloutAborted
-from .records import reward_input, sample_fields, trace_record, trace_summary  # noqa: F401 (re-exported)
+from .records import Rollout, Status, reward_input, trace_summary
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
-from .trace import Layout, TrainSequence, Turn, build_sequences, check_sequence
+from .trace import Layout, Turn, build_sequences, check_sequence
 
-Status = Literal["completed", "truncated", "aborted", "failed"]
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Rollout:
-    """The result of one input: status, turns, training sequences, and the reward and metrics (once).
-
-    FAILED rollouts train nothing: `agentgraphs.records.sample_fields` masks their sequences.
-    `llm_calls` counts every engine call the rollout's graph made through `call_llm` / `TracedChatModel`
-    (policy and helpers), `untrained_calls` the trainable ones whose Turn did not reach the final state
-    (`agentgraphs.calls`).
-    """
-
-    status: Status
-    reason: str
-    answer: str = ""
-    # bulky fields stay out of repr(): asyncio.run() reprs its result when it restores the SIGINT
-    # handler, and a 448K-token document made that a 15 MB string
-    turns: list[Turn] = field(default_factory=list, repr=False)
-    sequences: list[TrainSequence] = field(default_factory=list, repr=False)
-    reward: RewardValue | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    time_s: float = 0.0
-    error: str | None = None
-    final_state: dict[str, Any] | None = field(default=None, repr=False)
-    options: MethodOptions | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
-    reward_input: RewardInput | None = field(default=None, repr=False)
-    path: list[str] = field(default_factory=list, repr=False)  # every graph node that ran, in order
-    # per step of `path`: the request ids of the Turns its update added (None: not readable from the update)
-    path_rids: list[list[str] | None] = field(default_factory=list, repr=False)
-    llm_calls: int | None = None  # None: not counted (a state reached elsewhere): the Turns themselves
-    untrained_calls: list[DroppedCall] = field(default_factory=list)
-    masked_turns: list[dict[str, Any]] = field(default_factory=list)  # {turn, node, reason}: see untrain_turns
-    trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def __post_init__(self) -> None:
-        if self.llm_calls is None:
-            self.llm_calls = len(self.turns)
-
-    @property
-    def retries(self) -> int:
-        return sum(int(t.get("retries", 0)) for t in self.turns)
 
 
 def rollout_input(prompt: Any, label: Any = None, metadata: Mapping[str, Any] | None = None,

@@ -9,17 +9,20 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from .context import AgentContext
-from .errors import ConfigError
+from .errors import ConfigError, validation_message
 from .trace import Layout, Turn
+
+logger = logging.getLogger(__name__)
 
 RewardSplit = Literal["broadcast", "divide"]
 RewardValue = Union[float, dict[str, Any]]
@@ -37,7 +40,7 @@ class RolloutInput(TypedDict):
 class RewardInput(TypedDict):
     """What a reward function sees, the same on every path (`run_rollout`, `agentgraphs run`, slime's rm).
 
-    `prompt` is the input row's prompt (a judge needs the question: `agentgraphs.rows.question_of`);
+    `prompt` is the input row's prompt (a judge needs the question: `agentgraphs.row_fields.question_of`);
     `metadata` is the input row's own metadata (never the fields agentgraphs adds); `trace_summary` counts
     the rollout's calls and tokens (`agentgraphs.records.trace_summary`); `options` are the resolved
     method options as a dict. Built in one place: `agentgraphs.records.reward_input`.
@@ -146,15 +149,17 @@ def options_model(name: str, defaults: Mapping[str, Any]) -> type[MethodOptions]
 
 def options_error(agent: str, exc: ValidationError) -> ConfigError:
     """One line per bad option: its name, what is wrong, the value given, and what the option is."""
-    model = exc.title
-    lines = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "options"
-        if err["type"] == "extra_forbidden":
-            lines.append(f"unknown option {key!r}")
-        else:
-            lines.append(f"option {key}: {err['msg'].lower()} (got {err.get('input')!r:.80})")
-    return ConfigError(f"agent {agent!r} ({model}): " + "; ".join(lines))
+    return ConfigError(f"agent {agent!r} ({exc.title}): " + validation_message(
+        exc, label=lambda key: f"option {key or 'options'}", unknown=lambda key: f"unknown option {key or 'options'!r}"))
+
+
+def state_answer(state: Mapping[str, Any]) -> str:
+    """The final answer most graphs keep: the state's `answer` key, as text ("" when absent).
+
+    >>> state_answer({"answer": "42"}), state_answer({})
+    ('42', '')
+    """
+    return str(state.get("answer", ""))
 
 
 RewardFn = Callable[[RewardInput, AgentContext | None], Union[RewardValue, Awaitable[RewardValue]]]
@@ -170,6 +175,7 @@ class AgentSpec:
     - `build_graph(options)` returns a compiled graph (context schema AgentContext) for resolved options;
     - `make_input(row, options)` maps a RolloutInput to the graph's input state (raise InputError on bad rows);
     - `answer(final_state)` extracts the final answer text (stored in sample metadata, fed to reward);
+      default `state_answer`: the state's `answer` key;
     - `reward(RewardInput, ctx)` scores it (sync or async; ctx is None when no engines are at hand);
     - `layout`: `per_turn` (each trainable turn its own sequence) or `concat` (merge where exact);
     - `reward_split`: `broadcast` the trajectory's reward to every sequence, or `divide` it among them;
@@ -181,21 +187,21 @@ class AgentSpec:
     - `reward_shaping(options, trace_summary)`: a named group shaping the converter applies with the
       group in view (`agentgraphs.shaping`, e.g. ToolOrchestra's "cost_aware"), or None.
     - `turns_of(state)`: where the graph keeps its Turns (default `state["turns"]`; messages graphs keep
-      them in their AIMessages, see `AgentSpec.from_messages_graph`).
+      them in their AIMessages, see `agentgraphs.chat_model.messages_graph_spec`).
     - `headline_metric`: the `eval_metrics` key a run summary leads with (one a random model cannot score
       on), and `metric_notes`: a caveat per metric, printed with the summary (e.g. a seed's quirk).
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
-    ...                  answer=lambda s: "", reward=lambda r, c: 0.0)
-    >>> spec.layout
-    'per_turn'
+    ...                  reward=lambda r, c: 0.0)
+    >>> spec.layout, spec.answer({"answer": 42})
+    ('per_turn', '42')
     """
 
     name: str
     build_graph: Callable[[Any], Any]  # (resolved MethodOptions) -> compiled graph
     make_input: Callable[[RolloutInput, Any], dict[str, Any]]  # (row, resolved MethodOptions) -> graph input
-    answer: Callable[[Mapping[str, Any]], str]
     reward: RewardFn
+    answer: Callable[[Mapping[str, Any]], str] = state_answer
     layout: Layout = "per_turn"
     reward_split: RewardSplit = "broadcast"
     eval_metrics: MetricsFn | None = None
@@ -221,18 +227,6 @@ class AgentSpec:
         if not (isinstance(self.options, type) and issubclass(self.options, MethodOptions)):
             raise ConfigError(f"AgentSpec {self.name!r}: options must be a MethodOptions subclass or a dict of "
                               f"defaults, got {self.options!r:.80}")
-
-    @classmethod
-    def from_messages_graph(cls, graph: Any, *, reward: RewardFn, **fields: Any) -> "AgentSpec":
-        """A spec for a LangGraph agent with a `messages` state using `agentgraphs.chat_model.TracedChatModel`
-        (e.g. `create_react_agent`); see `agentgraphs.chat_model.messages_graph_spec`.
-
-        >>> AgentSpec.from_messages_graph(lambda o: None, reward=lambda r, c: 0.0, name="echo").layout
-        'concat'
-        """
-        from .chat_model import messages_graph_spec
-
-        return messages_graph_spec(graph, reward=reward, **fields)
 
     def collect_turns(self, state: Mapping[str, Any]) -> list[Turn]:
         """The Turns of a (final or partial) graph state, in call order."""
@@ -267,12 +261,12 @@ class AgentSpec:
     def graph(self, options: MethodOptions | Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
         """The compiled graph for these options, built once per process.
 
-        With a `checkpointer` (e.g. `agentgraphs.checkpoint.CompactAsyncSqliteSaver`) the graph is compiled
-        with it (a saver belongs to one open database), once per saver and options (1,024 rollouts through one
-        saver compile once): through `build_graph(options, checkpointer=...)` when the spec's build_graph takes
-        that keyword, else as a copy of the cached graph.
+        With a `checkpointer` (e.g. `agentgraphs.checkpoints.savers.CompactAsyncSqliteSaver`) the graph is
+        compiled with it (a saver belongs to one open database), once per saver and options (1,024 rollouts
+        through one saver compile once): through `build_graph(options, checkpointer=...)` when the spec's
+        build_graph takes that keyword, else as a copy of the cached graph.
 
-        >>> from agentgraphs.checkpoint import compact_sqlite_saver
+        >>> from agentgraphs.checkpoints.savers import compact_sqlite_saver
         >>> from agentgraphs.memagent import SPEC
         >>> with compact_sqlite_saver(":memory:") as saver:
         ...     SPEC.graph({"max_chunks": 2}, checkpointer=saver).checkpointer is saver
@@ -310,20 +304,97 @@ def _takes_checkpointer(fn: Callable[..., Any]) -> bool:
                for p in params)
 
 
-_REGISTRY: dict[str, str] = {
-    "memagent": "agentgraphs.memagent:SPEC",
-    "toolorchestra": "agentgraphs.toolorchestra:SPEC",
-    "agentflow": "agentgraphs.agentflow:SPEC",
-    "toolorchestra-tau2": "agentgraphs.toolorchestra.tau2:SPEC",
-}
+def judge_option(default: str | None) -> Any:
+    """The `judge` option, one name and meaning in every method with an LLM judge: the name of an engine in
+    `AgentContext.engines` that the reward asks, when the context has an engine of that name (a run without
+    one scores by the method's rule alone); null: never a judge. `judge_engine` reads it at reward time.
+
+    >>> class Opts(MethodOptions):
+    ...     judge: str | None = judge_option("judge")
+    >>> Opts().judge, Opts(judge=None).judge
+    ('judge', None)
+    """
+    return Field(default, description="engine name (in AgentContext.engines) of the reward's LLM judge, asked "
+                 "when the context has an engine of that name; null: no judge")
 
 
-def register(name: str, target: str) -> None:
-    """Register a short name for `load_spec` (target is 'package.module:attr')."""
-    _REGISTRY[name] = target
+def judge_engine(ctx: AgentContext | None, name: str | None) -> str | None:
+    """The engine the reward asks as its judge: `name` when the context has an engine of that name, else None.
+
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
+    ...                    engines={"judge": "openai:http://127.0.0.1:8001/v1#judge-model"})
+    >>> judge_engine(ctx, "judge"), judge_engine(ctx, "grader"), judge_engine(ctx, None), judge_engine(None, "judge")
+    ('judge', None, None, None)
+    """
+    if ctx is None or not name or name not in ctx.engines:
+        return None
+    return name
+
+
+# The registry of short names (`load_spec("memagent")`). A method registers its spec where it is defined
+# (`SPEC = register(AgentSpec(...))` in its spec module); the built-in method packages below are imported on
+# the first lookup, and installed packages add theirs through the entry-point group `agentgraphs.methods`
+# (`[project.entry-points."agentgraphs.methods"] my_agent = "my_pkg.agent:SPEC"`), loaded when first asked for.
+BUILTIN_METHODS = ("agentgraphs.memagent", "agentgraphs.agentflow", "agentgraphs.toolorchestra",
+                   "agentgraphs.toolorchestra.tau2")
+ENTRY_POINT_GROUP = "agentgraphs.methods"
+_REGISTRY: dict[str, "AgentSpec | str"] = {}  # a registered spec, or an entry point's 'package.module:attr'
+_discovered = False
+
+
+def register(spec: AgentSpec) -> AgentSpec:
+    """Register `spec` under its name for `load_spec` and `langgraph.json`; returns it, so a method's spec
+    module writes `SPEC = register(AgentSpec(name=..., ...))`. A second, different spec under a taken name is
+    a ConfigError (the same spec module imported again replaces its own).
+
+    >>> from agentgraphs.memagent import SPEC
+    >>> register(SPEC) is SPEC is load_spec("memagent")
+    True
+    """
+    if not isinstance(spec, AgentSpec):
+        raise ConfigError(f"register: expected an AgentSpec, got {type(spec).__name__}")
+    taken = _REGISTRY.get(spec.name)
+    if isinstance(taken, AgentSpec) and taken is not spec and _origin(taken) != _origin(spec):
+        raise ConfigError(f"agent name {spec.name!r} is already registered (by {_origin(taken)}); give the "
+                          f"spec from {_origin(spec)} another name")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _origin(spec: AgentSpec) -> str:
+    """Where a spec is defined: its build_graph's module and name (the same after a module is re-imported)."""
+    fn = spec.build_graph
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+
+
+def _discover(name: str | None = None) -> None:
+    """Import the built-in method packages (each registers its specs) and read the installed entry points;
+    with a `name`, stop as soon as it is registered."""
+    global _discovered
+    if _discovered:
+        return
+    for package in BUILTIN_METHODS:
+        importlib.import_module(package)
+        if name is not None and name in _REGISTRY:
+            return
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in _REGISTRY:
+            logger.warning("entry point %s = %r of group %s ignored: the name is taken by a registered agent",
+                           point.name, point.value, ENTRY_POINT_GROUP)
+            continue
+        _REGISTRY[point.name] = point.value
+    _discovered = True
 
 
 def registered_names() -> list[str]:
+    """Every registered agent name: the built-in methods, specs registered so far, installed entry points.
+
+    >>> {"memagent", "agentflow", "toolorchestra", "toolorchestra-tau2"} <= set(registered_names())
+    True
+    """
+    _discover()
     return sorted(_REGISTRY)
 
 
@@ -357,7 +428,11 @@ def load_spec(name_or_path: str) -> AgentSpec:
     """
     if not name_or_path:
         raise ConfigError("no agent given: set `agentgraph` (a registered name or 'pkg.module:attr')")
+    if name_or_path not in _REGISTRY and ":" not in name_or_path:
+        _discover(name_or_path)
     target = _REGISTRY.get(name_or_path, name_or_path)
+    if isinstance(target, AgentSpec):
+        return target
     if ":" not in target:
         raise ConfigError(
             f"unknown agent {name_or_path!r}: use one of {registered_names()} or a 'package.module:attr' path"

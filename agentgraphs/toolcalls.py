@@ -30,7 +30,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-__all__ = ["TOOL_CALL_OPEN", "TOOL_CALL_CLOSE", "THINK_CLOSE", "ToolCall", "ParseResult", "parse_tool_calls"]
+__all__ = ["TOOL_CALL_OPEN", "TOOL_CALL_CLOSE", "THINK_OPEN", "THINK_CLOSE", "ToolCall", "ParseResult",
+           "parse_tool_calls", "split_reasoning"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -79,7 +80,7 @@ def parse_tool_calls(text: str, allowed: Collection[str] | None = None) -> Parse
     """
     if not isinstance(text, str):
         return ParseResult(ok=False, error=f"model output is a {type(text).__name__}, not text")
-    visible = _after_reasoning(text)
+    visible = split_reasoning(text)[1]
     if visible is None:
         return ParseResult(ok=False, error="no tool call (the <think> block never closes)")
     calls: list[ToolCall] = []
@@ -104,13 +105,21 @@ def parse_tool_calls(text: str, allowed: Collection[str] | None = None) -> Parse
     return ParseResult(ok=not errors, calls=calls, error=errors[0] if errors else None, content=content)
 
 
-def _after_reasoning(text: str) -> str | None:
-    """The text after the last </think>; None when a <think> opens and never closes."""
+def split_reasoning(text: str) -> tuple[str | None, str | None]:
+    """(reasoning, answer) of a reasoning model's text: the answer is the text after the LAST `</think>`
+    (the whole text when there is no think block); the reasoning is what precedes it, after `<think>`,
+    stripped (None without a think block). A `<think>` that never closes (a response cut by max_new_tokens)
+    has no answer: None.
+
+    >>> split_reasoning("<think>hm</think>\\n42"), split_reasoning("42"), split_reasoning("<think>cut")
+    (('hm', '\\n42'), (None, '42'), ('cut', None))
+    """
     if THINK_CLOSE in text:
-        return text.rsplit(THINK_CLOSE, 1)[1]
+        head, tail = text.rsplit(THINK_CLOSE, 1)
+        return head.split(THINK_OPEN, 1)[-1].strip(), tail
     if THINK_OPEN in text:
-        return None
-    return text
+        return text.split(THINK_OPEN, 1)[1].strip(), None
+    return None, text
 
 
 def _check_stray_close(segment: str, errors: list[str]) -> None:

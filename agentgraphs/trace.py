@@ -6,6 +6,7 @@ and the viewer all see exactly what the engine returned. This module is plain Py
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Literal, Mapping, Sequence, TypedDict
 
@@ -146,10 +147,56 @@ def make_turn(
     )
 
 
-def _is_prefix(prefix: Sequence[int], seq: Sequence[int]) -> bool:
-    return len(prefix) <= len(seq) and list(seq[: len(prefix)]) == list(prefix)
+# -- which turn extends which ----------------------------------------------------------------------------
+def extends(turn: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
+    """Whether `turn`'s prompt starts with `base`'s prompt + output ids: it continues `base` append-only.
+
+    >>> extends({"prompt_ids": [1, 2, 3, 9]}, {"prompt_ids": [1, 2], "output_ids": [3]})
+    True
+    >>> extends({"prompt_ids": [1, 2, 4]}, {"prompt_ids": [1, 2], "output_ids": [3]})
+    False
+    """
+    prompt, head, out = turn["prompt_ids"], base["prompt_ids"], base["output_ids"]
+    a, b = len(head), len(out)
+    return len(prompt) >= a + b and _ids(prompt[:a]) == _ids(head) and _ids(prompt[a:a + b]) == _ids(out)
 
 
+def _ids(ids: Sequence[int]) -> list[int]:
+    return ids if isinstance(ids, list) else list(ids)  # a list compares with a list only
+
+
+def conversation_tail(turns: Sequence[Mapping[str, Any]], conversation: str, end: int | None = None) -> int | None:
+    """The index of the last turn of `conversation` among `turns[:end]`; None when there is none or the
+    conversation is "" (a one-off prompt belongs to no conversation).
+
+    >>> conversation_tail([{"conversation": "a"}, {"conversation": "b"}, {"conversation": "a"}], "a", 2)
+    0
+    """
+    if not conversation:
+        return None
+    for j in range(len(turns) if end is None else end, 0, -1):
+        if turns[j - 1].get("conversation") == conversation:
+            return j - 1
+    return None
+
+
+def extended_turn(turns: Sequence[Mapping[str, Any]], index: int) -> int | None:
+    """The earlier turn `turns[index]` extends, or None (a fresh prompt): the last earlier turn of its
+    conversation, when this turn's prompt starts with that turn's prompt + output ids (`extends`). A prefix
+    break starts afresh. The one rule: `concat` sequences, the checkpoint codec's deltas, the viewer's
+    chains and the debugger's glue all come from it.
+
+    >>> a = {"conversation": "c", "prompt_ids": [1, 2], "output_ids": [3]}
+    >>> b = {"conversation": "c", "prompt_ids": [1, 2, 3, 4], "output_ids": [5]}
+    >>> extended_turn([a, b], 1), extended_turn([a, {**b, "prompt_ids": [1, 9]}], 1), extended_turn([a, b], 0)
+    (0, None, None)
+    """
+    turn = turns[index]
+    base = conversation_tail(turns, str(turn.get("conversation") or ""), index)
+    return base if base is not None and extends(turn, turns[base]) else None
+
+
+# -- training sequences ------------------------------------------------------------------------------------
 def per_turn_sequences(turns: Sequence[Turn]) -> list[TrainSequence]:
     """Each trainable turn is its own sequence: prompt masked, response = the output ids."""
     out: list[TrainSequence] = []
@@ -173,35 +220,32 @@ def per_turn_sequences(turns: Sequence[Turn]) -> list[TrainSequence]:
 def concat_sequences(turns: Sequence[Turn]) -> list[TrainSequence]:
     """Merge turns of one conversation into one sequence wherever invariant 3 allows it.
 
-    Turn k+1 joins the sequence of turn k only if its prompt starts with everything the sequence
-    holds so far (prompt + outputs + glue). Anything in between two outputs (template glue, tool
-    observations) is masked with log-prob 0.0. A prefix break starts a new sequence; so does a
-    trainable turn sampled differently (`turn_sampling`) from the trained turns of the sequence it would
-    extend: one sequence is trained at one temperature. Sequences with no trainable token are dropped.
+    A turn joins the sequence of the turn it extends (`extended_turn`). Anything in between two outputs
+    (template glue, tool observations) is masked with log-prob 0.0. A prefix break starts a new sequence;
+    so does a trainable turn sampled differently (`turn_sampling`) from the trained turns of the sequence
+    it would extend: one sequence is trained at one temperature. Sequences with no trainable token are
+    dropped.
     """
-    open_runs: dict[str, list[int]] = {}
+    run_of: dict[int, list[int]] = {}  # turn -> the run (list of turn indices) it is in
     runs: list[list[int]] = []
     trained_sampling: dict[int, dict[str, Any]] = {}  # run (by its first turn) -> its trained turns' sampling
     for i, turn in enumerate(turns):
-        key = turn["conversation"]
-        run = open_runs.get(key) if key else None
-        if run is not None:
-            last = turns[run[-1]]
-            mine = turn_sampling(turn) if turn["trainable"] else None
+        mine = turn_sampling(turn) if turn["trainable"] else None
+        base = extended_turn(turns, i)
+        if base is not None:
+            run = run_of[base]
             theirs = trained_sampling.get(run[0])
-            if (_is_prefix(list(last["prompt_ids"]) + list(last["output_ids"]), turn["prompt_ids"])
-                    and (mine is None or theirs is None or mine == theirs)):
+            if mine is None or theirs is None or mine == theirs:
                 run.append(i)
+                run_of[i] = run
                 if mine is not None:
                     trained_sampling[run[0]] = mine
                 continue
         run = [i]
         runs.append(run)
-        if turn["trainable"]:
-            trained_sampling[i] = turn_sampling(turn)
-        if key:
-            open_runs[key] = run
-    runs.sort(key=lambda r: r[0])
+        run_of[i] = run
+        if mine is not None:
+            trained_sampling[i] = mine
     out = [_merge_run(turns, run) for run in runs]
     return [s for s in out if any(s["loss_mask"])]
 
@@ -238,21 +282,127 @@ def build_sequences(turns: Sequence[Turn], layout: Layout) -> list[TrainSequence
     raise ValueError(f"layout must be 'per_turn' or 'concat', got {layout!r}")
 
 
-def check_turn(turn: Turn) -> None:
-    """Lengths agree and every log-prob is a finite non-positive number."""
+# -- the invariant checker ---------------------------------------------------------------------------------
+BreachKind = Literal["length", "turn", "sampling", "prompt", "untraced_token", "token_mismatch",
+                     "logprob_mismatch", "masked_logprob", "lost_mask", "failed_trains"]
+
+
+class SequenceBreach(TypedDict):
+    """One breach of invariants 1-4 in a training sequence: what, where (absolute token position), whose."""
+
+    kind: BreachKind
+    position: int | None
+    turn: int | None
+    node: str | None
+    message: str
+
+
+class SequenceAudit:
+    """One training sequence as checked (`audit_sequence`): the turns it carries, where each engine call's
+    output sits in it (`spans`, and `produced` by position), and every breach found."""
+
+    def __init__(self, members: Sequence[int], start: int, loss_mask: Sequence[int] = (), response: int = 0) -> None:
+        self.members = members  # indices of the turns whose outputs this sequence carries
+        self.start = start  # where the response starts (len(tokens) - response_length)
+        self.spans: list[tuple[int, int, int]] = []  # (turn, a, b): the turn's output is at tokens[a:b]
+        self.breaches: list[SequenceBreach] = []
+        self._mask = loss_mask
+        self._response = response  # response positions checked (fewer when the lengths disagree)
+
+    def add(self, kind: BreachKind, message: str, *, turn: int | None = None, node: str | None = None,
+            position: int | None = None) -> None:
+        self.breaches.append(SequenceBreach(kind=kind, position=position, turn=turn, node=node, message=message))
+
+    @functools.cached_property
+    def produced(self) -> dict[int, tuple[int, int]]:
+        """Absolute position -> (turn, output offset) of the engine call that produced it (a member turn
+        first: a later look-alike never takes a position over)."""
+        out: dict[int, tuple[int, int]] = {}
+        for t, a, b in self.spans:
+            for j in range(b - a):
+                out.setdefault(a + j, (t, j))
+        return out
+
+    @functools.cached_property
+    def trained(self) -> list[int]:
+        """Absolute positions with loss mask 1."""
+        return [self.start + r for r in range(self._response) if self._mask[r]]
+
+
+def turn_problem(turn: Mapping[str, Any]) -> str | None:
+    """What is wrong with a Turn record on its own (None: nothing): lengths, and log-probs that are not
+    finite non-positive numbers (up to MAX_LOGPROB's rounding slack).
+
+    >>> turn_problem({"output_ids": [1, 2], "output_logprobs": [-0.5]})
+    '2 output ids but 1 log-probs'
+    """
     n = len(turn["output_ids"])
-    if len(turn["output_logprobs"]) != n:
-        raise TraceError(f"turn {turn['node']!r}: {n} output ids but {len(turn['output_logprobs'])} log-probs")
     lps = turn["output_logprobs"]
-    if lps and all(map(math.isfinite, lps)) and max(lps) <= MAX_LOGPROB:
-        return  # the common case, checked in C; the loop below names the culprit
+    if len(lps) != n:
+        return f"{n} output ids but {len(lps)} log-probs"
+    if not lps or (all(map(math.isfinite, lps)) and max(lps) <= MAX_LOGPROB):
+        return None  # the common case, checked in C; the loop below names the culprit
     for lp in lps:
         if not (lp <= MAX_LOGPROB and lp == lp and lp != float("-inf")):
-            raise TraceError(f"turn {turn['node']!r}: log-prob {lp!r} is not a finite value <= {MAX_LOGPROB} (a log-prob)")
+            return f"log-prob {lp!r} is not a finite value <= {MAX_LOGPROB} (a log-prob)"
+    return None
+
+
+def check_turn(turn: Turn) -> None:
+    """Lengths agree and every log-prob is a finite non-positive number (TraceError otherwise)."""
+    problem = turn_problem(turn)
+    if problem is not None:
+        raise TraceError(f"turn {turn['node']!r}: {problem}")
+
+
+def audit_sequence(seq: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], members: Sequence[int] | None = None,
+                   *, failed: bool = False) -> SequenceAudit:
+    """Every breach of invariants 2 and 3 in one training sequence, with its place; the one checker of the
+    rollout (`check_sequence`), `agentgraphs check` and the viewer.
+
+    `members` are the turns the sequence carries (default: its `turn_indices`); `failed` says the rollout
+    FAILED, so nothing may be trained (invariant 4). Checked: the lengths (2); every member's record
+    (`turn_problem`), that the sequence starts with the prompt the member's engine saw and holds its output
+    ids right after it (3); each response position: trained exactly where a trainable member's output sits,
+    with exactly its token and log-prob, masked elsewhere with log-prob 0.0; and one sampling: the trained
+    members were generated with one `turn_sampling`, the one the sequence's `sampling` names (when it has
+    that key). A valid sequence is checked with list comparisons only; positions are walked one by one
+    where something differs, to say where.
+
+    >>> turns = [make_turn(Completion([5, 6], [-0.5, -1.5], "stop"), node="solve", prompt_ids=[1, 2],
+    ...                    trainable=True, temperature=1.0, engine="e")]
+    >>> [seq] = build_sequences(turns, "per_turn")
+    >>> audit_sequence(seq, turns).breaches
+    []
+    >>> bad = {**seq, "loss_mask": [1, 0], "rollout_log_probs": [-0.5, 0.0]}
+    >>> [(b["kind"], b["position"], b["node"]) for b in audit_sequence(bad, turns).breaches]
+    [('lost_mask', 3, 'solve')]
+    """
+    tokens = _ids(seq.get("tokens") or [])
+    n = int(seq.get("response_length") or 0)
+    mask, lps = seq.get("loss_mask") or [], seq.get("rollout_log_probs") or []
+    members = (seq.get("turn_indices") or []) if members is None else members
+    start = len(tokens) - n
+    if not 0 < n < len(tokens):
+        audit = SequenceAudit(members, start)
+        audit.add("length", f"response_length {n} must be in 1..{len(tokens) - 1} (len(tokens) {len(tokens)}): "
+                            "slime needs a non-empty prompt and a non-empty response")
+        return audit
+    whole = len(mask) == n and len(lps) == n
+    audit = SequenceAudit(members, start, mask, n if whole else min(n, len(mask), len(lps)))
+    if not whole:
+        audit.add("length", f"response_length {n} but {len(mask)} loss-mask entries and {len(lps)} log-probs")
+    _audit_sampling(seq, turns, members, audit)
+    for t in members:
+        _claim(t, turns[t], tokens, start, failed, audit)
+    if not (whole and _positions_hold(tokens, start, n, mask, lps, turns, audit.spans, failed)):
+        _audit_positions(tokens, start, audit._response, mask, lps, turns, audit, failed)
+    return audit
 
 
 def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
-    """Invariants 2 and 3 for one sequence, against the turns it claims to carry.
+    """Invariants 2 and 3 for one sequence, against the turns it claims to carry: TraceError naming the
+    first breach `audit_sequence` finds.
 
     2: len(tokens) = prompt_len + response_length; mask and log-probs have response_length entries;
        masked positions carry 0.0.
@@ -261,66 +411,161 @@ def check_sequence(seq: TrainSequence, turns: Sequence[Turn]) -> None:
     And one sampling: every trained turn of the sequence was generated with the same `turn_sampling`,
     the one the sequence's `sampling` names (when it has that key).
     """
-    n = seq["response_length"]
-    tokens = seq["tokens"]
-    if not 0 < n < len(tokens):
-        raise TraceError(f"response_length {n} must be in 1..{len(tokens) - 1}: slime needs a non-empty prompt "
-                         "and a non-empty response")
-    if len(seq["loss_mask"]) != n or len(seq["rollout_log_probs"]) != n:
-        raise TraceError(
-            f"response_length {n} but {len(seq['loss_mask'])} mask entries and "
-            f"{len(seq['rollout_log_probs'])} log-probs"
-        )
-    start = len(tokens) - n
-    mask, seq_lps = seq["loss_mask"], seq["rollout_log_probs"]
-    _check_one_sampling(seq, turns)
-    spans: list[tuple[int, int]] = []
-    for i in seq["turn_indices"]:
-        turn = turns[i]
-        check_turn(turn)
-        if not turn["trainable"]:
-            continue
-        a = len(turn["prompt_ids"])
-        b = a + len(turn["output_ids"])
-        if tokens[:a] != list(turn["prompt_ids"]):
-            raise TraceError(f"turn {i} ({turn['node']!r}): sequence prefix differs from the prompt it was generated from")
-        if tokens[a:b] != list(turn["output_ids"]):
-            raise TraceError(f"turn {i} ({turn['node']!r}): trained span differs from the engine's output ids")
-        if a < start:
-            raise TraceError(f"turn {i} ({turn['node']!r}): output starts inside the masked prompt")
-        s, e = a - start, b - start
-        spans.append((s, e))
-        if mask[s:e] == [1] * (e - s) and seq_lps[s:e] == list(turn["output_logprobs"]):
-            continue  # the common case, compared in C; the loop names the first bad position
-        for j, lp in enumerate(turn["output_logprobs"]):
-            k = s + j
-            if mask[k] != 1 or seq_lps[k] != lp:
-                raise TraceError(f"turn {i}: position {k} lost its mask or its exact log-prob")
-    cursor = 0
-    for s, e in sorted(spans) + [(n, n)]:  # outside the trained spans: mask 0 and log-prob 0.0
-        if s > cursor and (any(mask[cursor:s]) or any(seq_lps[cursor:s])):
-            for k in range(cursor, s):
-                if mask[k]:
-                    raise TraceError(f"position {k} is trained but no engine output produced it")
-                if seq_lps[k] != 0.0:
-                    raise TraceError(f"position {k} is masked but carries log-prob {seq_lps[k]}")
-        cursor = max(cursor, e)
+    breaches = audit_sequence(seq, turns).breaches
+    if breaches:
+        raise TraceError(breaches[0]["message"])
 
 
-def _check_one_sampling(seq: Mapping[str, Any], turns: Sequence[Turn]) -> None:
+def _node(turns: Sequence[Mapping[str, Any]], turn: int | None) -> str | None:
+    return str(turns[turn].get("node", "")) if turn is not None else None
+
+
+def _audit_sampling(seq: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], members: Sequence[int],
+                    audit: SequenceAudit) -> None:
     first: tuple[int, dict[str, Any]] | None = None
-    for i in seq["turn_indices"]:
+    for i in members:
         if not turns[i]["trainable"]:
             continue
         sampling = turn_sampling(turns[i])
         if first is None:
             first = (i, sampling)
         elif sampling != first[1]:
-            raise TraceError(f"one training sequence mixes samplings: turn {first[0]} ({turns[first[0]]['node']!r}) "
-                             f"{first[1]} and turn {i} ({turns[i]['node']!r}) {sampling}")
-    if "sampling" in seq and seq["sampling"] != (first[1] if first else None):
-        raise TraceError(f"sequence says it was sampled with {seq['sampling']}, its trained turns with "
-                         f"{first[1] if first else None}")
+            audit.add("sampling", f"one training sequence mixes samplings: turn {first[0]} "
+                                  f"({turns[first[0]]['node']!r}) {first[1]} and turn {i} ({turns[i]['node']!r}) "
+                                  f"{sampling}", turn=i, node=_node(turns, i))
+    trained = first[1] if first else None
+    if "sampling" in seq and seq["sampling"] != trained:
+        t = first[0] if first else None
+        audit.add("sampling", f"sequence says it was sampled with {seq['sampling']}, its trained turns with "
+                              f"{trained}", turn=t, node=_node(turns, t))
+
+
+def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """The first position where two id lists differ (the shorter one's length when one starts the other).
+
+    >>> first_difference([1, 2, 3], [1, 5]), first_difference([1, 2], [1, 2, 3])
+    (1, 2)
+    """
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def output_in_place(turn: Mapping[str, Any], tokens: Sequence[int], start: int) -> bool:
+    """Whether `turn`'s (non-empty) output ids sit in `tokens` right after its prompt length, in the response
+    part (from `start`): where the turn trains when the sequence carries it."""
+    a, o = len(turn["prompt_ids"]), turn["output_ids"]
+    return bool(o) and a >= start and a + len(o) <= len(tokens) and _ids(tokens[a:a + len(o)]) == _ids(o)
+
+
+def _claim(t: int, turn: Mapping[str, Any], tokens: list[int], start: int, failed: bool, audit: SequenceAudit) -> None:
+    """Check one member's record and prompt, and record where its output sits in the sequence."""
+    problem = turn_problem(turn)
+    if problem is not None:
+        audit.add("turn", f"turn {t} ({turn['node']!r}): {problem}", turn=t, node=str(turn["node"]))
+    p, o = turn["prompt_ids"], turn["output_ids"]
+    a = len(p)
+    if tokens[:a] != _ids(p):
+        k = first_difference(tokens, p)
+        got = tokens[k] if k < len(tokens) else "end of sequence"
+        want = p[k] if k < len(p) else "end of prompt"
+        audit.add("prompt", f"the sequence is not the prompt this turn's engine saw: token {got} where the engine "
+                            f"saw {want} (prompt of {a} tokens, sequence of {len(tokens)})", turn=t,
+                  node=str(turn["node"]), position=k)
+        if not output_in_place(turn, tokens, start):
+            return  # its output is not where it would be either: those positions are nobody's
+    audit.spans.append((t, a, min(a + len(o), len(tokens))))
+    if not turn["trainable"] or not o or failed:
+        return
+    if a < start:
+        audit.add("lost_mask", f"the turn's output starts at position {a}, inside the prompt part (the response "
+                               f"starts at {start}): it is never trained", turn=t, node=str(turn["node"]), position=a)
+    if a + len(o) > len(tokens):
+        audit.add("lost_mask", f"the turn's output runs to position {a + len(o)}, past the end of the sequence "
+                               f"({len(tokens)} tokens): its last {a + len(o) - len(tokens)} tokens are never "
+                               "trained", turn=t, node=str(turn["node"]))
+
+
+def _positions_hold(tokens: list[int], start: int, n: int, mask: Sequence[int], lps: Sequence[float],
+                    turns: Sequence[Mapping[str, Any]], spans: list[tuple[int, int, int]], failed: bool) -> bool:
+    """Whether every response position is exactly as the members' outputs say (list comparisons only)."""
+    want_mask, want_lps = [0] * n, [0.0] * n
+    end = start
+    for t, a, b in spans if all(spans[i][1] <= spans[i + 1][1] for i in range(len(spans) - 1)) else sorted(
+            spans, key=lambda s: s[1]):
+        if a < end or b > start + n:
+            return False  # overlapping outputs, or one outside the response: let the walk say where
+        end = b
+        turn = turns[t]
+        if failed or not turn["trainable"]:
+            continue
+        out = turn["output_ids"]
+        if b - a != len(out) or tokens[a:b] != _ids(out):
+            return False
+        want_mask[a - start:b - start] = [1] * (b - a)
+        want_lps[a - start:b - start] = turn["output_logprobs"]
+    return _ids(mask) == want_mask and _ids(lps) == want_lps
+
+
+def _audit_positions(tokens: list[int], start: int, n: int, mask: Sequence[int], lps: Sequence[float],
+                     turns: Sequence[Mapping[str, Any]], audit: SequenceAudit, failed: bool) -> None:
+    """Walk the response position by position: every breach, where it is."""
+    produced = audit.produced
+    untraced: list[int] = []
+    for k in range(start, start + n):
+        r = k - start
+        owner = produced.get(k)
+        t = owner[0] if owner else None
+        if mask[r]:
+            if failed:
+                audit.add("failed_trains", "a FAILED rollout trains this position (invariant 4)", turn=t,
+                          node=_node(turns, t), position=k)
+            if owner is None:
+                untraced.append(k)
+                continue
+            j = owner[1]
+            turn = turns[owner[0]]
+            if not turn["trainable"]:
+                audit.add("untraced_token", "trained token comes from a turn recorded as not trainable", turn=t,
+                          node=_node(turns, t), position=k)
+            if tokens[k] != turn["output_ids"][j]:
+                audit.add("token_mismatch", f"trained token {tokens[k]} but the engine returned "
+                                            f"{turn['output_ids'][j]} here (output offset {j}): a re-tokenised or "
+                                            "edited span", turn=t, node=_node(turns, t), position=k)
+            elif lps[r] != turn["output_logprobs"][j]:
+                audit.add("logprob_mismatch", f"trained log-prob {lps[r]!r} but the engine returned "
+                                              f"{turn['output_logprobs'][j]!r} (delta "
+                                              f"{lps[r] - turn['output_logprobs'][j]:.3g})", turn=t,
+                          node=_node(turns, t), position=k)
+            continue
+        if lps[r] != 0.0:
+            audit.add("masked_logprob", f"masked position carries log-prob {lps[r]!r} (must be 0.0)", turn=t,
+                      node=_node(turns, t), position=k)
+        if owner is not None and not failed and turns[owner[0]]["trainable"]:
+            j = owner[1]
+            engine_token = turns[owner[0]]["output_ids"][j]
+            if tokens[k] == engine_token:
+                audit.add("lost_mask", "the engine produced this token for a trainable turn but it is masked",
+                          turn=t, node=_node(turns, t), position=k)
+            else:
+                audit.add("token_mismatch", f"masked token {tokens[k]} where the engine returned {engine_token} "
+                                            f"for a trainable turn (output offset {j})", turn=t,
+                          node=_node(turns, t), position=k)
+    for first, last in _runs(untraced):
+        what = f"trained token {tokens[first]}" if first == last else f"{last - first + 1} trained tokens (to {last})"
+        before = next((produced[k][0] for k in range(first - 1, start - 1, -1) if k in produced), None)
+        where = f" (after the output of turn {before})" if before is not None else ""
+        audit.add("untraced_token", f"{what}{where} produced by no engine call: glue, an observation, or a "
+                                    "re-tokenised span", turn=before, node=_node(turns, before), position=first)
+
+
+def _runs(positions: list[int]) -> list[tuple[int, int]]:
+    """Consecutive positions as (first, last) pairs."""
+    out: list[tuple[int, int]] = []
+    for k in positions:
+        if out and out[-1][1] == k - 1:
+            out[-1] = (out[-1][0], k)
+        else:
+            out.append((k, k))
+    return out
 
 
 def check_trace(turns: Sequence[Turn], layout: Layout = "per_turn") -> list[TrainSequence]:

@@ -81,10 +81,12 @@ from __future__ import annotations
 import logging
 import re
 from itertools import chain
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
+from typing import Any, Iterable, Literal, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import validation_message
 
 __all__ = [
     "TrainDataSettings",
@@ -151,17 +153,8 @@ class TrainDataSettings(BaseModel):
         try:
             return cls(**values)
         except ValidationError as exc:
-            raise ValueError(settings_error(exc, prefix={"group_by": "agentgraph_group_by"})) from None
-
-
-def settings_error(exc: ValidationError, *, prefix: Mapping[str, str] | None = None) -> str:
-    """A pydantic error as one line per field: `field: message (got value)`."""
-    lines = []
-    for err in exc.errors():
-        name = ".".join(str(p) for p in err["loc"]) or "settings"
-        name = (prefix or {}).get(name, name)
-        lines.append(f"{name}: {err['msg']} (got {err.get('input')!r:.80})")
-    return "; ".join(lines)
+            args = {"group_by": "agentgraph_group_by"}  # the settings slime's YAML names otherwise
+            raise ValueError(validation_message(exc, label=lambda key: args.get(key, key or "settings"))) from None
 
 
 def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[str, Any]:

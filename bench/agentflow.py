@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 from agentgraphs.agentflow import SPEC  # noqa: E402
+from agentgraphs.context import AgentContext  # noqa: E402
 from agentgraphs.engines import Completion, SamplingParams  # noqa: E402
-from agentgraphs.node import AgentContext  # noqa: E402
 from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
 
 NAME = "agentflow"

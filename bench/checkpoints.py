@@ -38,11 +38,11 @@ import _common  # noqa: E402
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver  # noqa: E402
 
-from agentgraphs.checkpoint import CompactAsyncSqliteSaver  # noqa: E402
+from agentgraphs.checkpoints.savers import CompactAsyncSqliteSaver  # noqa: E402
+from agentgraphs.context import AgentContext, Limits  # noqa: E402
 from agentgraphs.engines import SamplingParams  # noqa: E402
 from agentgraphs.memagent.graph import MemAgentOptions, build_graph as memagent_graph  # noqa: E402
 from agentgraphs.memagent.synthetic import make_needle_example  # noqa: E402
-from agentgraphs.node import AgentContext, Limits  # noqa: E402
 from agentgraphs.testing.agents import looping_chat_graph  # noqa: E402
 from agentgraphs.testing.fake_engines import FixedLatencyEngine  # noqa: E402
 
@@ -147,7 +147,7 @@ def main() -> None:
     reply = tok.encode(REPLY, add_special_tokens=False)
     engine = FixedLatencyEngine(latency_s=0.0, script=(*reply, tok.eos_token_id), tokenizer=tok, logprob_step=0.0137)
     ctx = AgentContext(policy=engine, tokenizer=tok, sampling=SamplingParams(max_new_tokens=512))
-    print(f"{NAME}: {n}-turn runs, LangGraph AsyncSqliteSaver vs agentgraphs.checkpoint.CompactAsyncSqliteSaver;"
+    print(f"{NAME}: {n}-turn runs, LangGraph AsyncSqliteSaver vs agentgraphs.checkpoints.savers.CompactAsyncSqliteSaver;"
           f" outputs of {len(reply) + 1} tokens; machine: {_common.machine()['cores']} cores")
     print("  trace token bytes = 4 B x sum over turns of (len(prompt_ids) + len(output_ids)); "
           "target: compact database <= 4 x trace token bytes")

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 from agentgraphs.engines import Completion  # noqa: E402
-from agentgraphs.rollout import Rollout, sample_fields  # noqa: E402
+from agentgraphs.records import Rollout, sample_fields  # noqa: E402
 from agentgraphs.spec import AgentSpec  # noqa: E402
 from agentgraphs.testing.slime_sample import Sample  # noqa: E402
 from agentgraphs.trace import Turn, build_sequences, check_sequence, make_turn  # noqa: E402

@@ -107,11 +107,11 @@ class _TimedEngine:
 
 def child(n_tokens: int) -> dict[str, Any]:
     """One length, in its own process; prints a JSON line."""
-    from agentgraphs.tokenize import encode_text
+    from agentgraphs.context import AgentContext, Limits
+    from agentgraphs.long_text import encode_text
     from agentgraphs.engines import SamplingParams
     from agentgraphs.memagent.spec import SPEC
     from agentgraphs.memagent.synthetic import make_needle_example
-    from agentgraphs.node import AgentContext, Limits
     from agentgraphs.rollout import rollout_input, run_rollout
     from agentgraphs.testing.fake_engines import FixedLatencyEngine
 

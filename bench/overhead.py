@@ -60,10 +60,11 @@ from agentgraphs.engines import SamplingParams  # noqa: E402
 from agentgraphs.memagent.prompts import (  # noqa: E402
     INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt,
 )
+from agentgraphs.context import AgentContext, Limits  # noqa: E402
 from agentgraphs.memagent.spec import SPEC  # noqa: E402
 from agentgraphs.memagent.synthetic import make_dataset  # noqa: E402
-from agentgraphs.node import AgentContext, Limits  # noqa: E402
-from agentgraphs.rollout import rollout_input, run_rollout, sample_fields  # noqa: E402
+from agentgraphs.records import sample_fields  # noqa: E402
+from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
 from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, SGLangEngine  # noqa: E402
 from agentgraphs.gc_tuning import ROLLOUT_THRESHOLDS  # noqa: E402
 

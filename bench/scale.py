@@ -216,7 +216,7 @@ async def _timed(side: Any, n: int, saver: Any) -> tuple[list[dict[str, Any]], f
 async def _run_with_saver(side: Any, n: int, db: str | None) -> tuple[list[dict[str, Any]], float, float, float]:
     if db is None:
         return await _timed(side, n, None)
-    from agentgraphs.checkpoint import compact_async_sqlite_saver
+    from agentgraphs.checkpoints.savers import compact_async_sqlite_saver
 
     async with compact_async_sqlite_saver(db) as saver:
         return await _timed(side, n, saver)

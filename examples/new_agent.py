@@ -25,7 +25,7 @@ file instead: `agentgraph: /path/to/agentgraphs/examples/new_agent.py:SPEC`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from typing import Any
 
 from functools import partial
 
@@ -35,8 +35,9 @@ from pydantic import Field
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from agentgraphs.answers import boxed_match
+from agentgraphs.context import AgentContext
 from agentgraphs.errors import InputError
-from agentgraphs.node import AgentContext, TraceState, call_llm
+from agentgraphs.node import TraceState, call_llm
 from agentgraphs.spec import AgentSpec, MethodOptions, RewardInput, RolloutInput
 
 # Prompts are data.
@@ -108,10 +109,6 @@ def make_input(row: RolloutInput, options: SelfCheckOptions) -> dict[str, Any]:
     return {"question": prompt.strip(), "turns": []}
 
 
-def answer(state: Mapping[str, Any]) -> str:
-    return str(state.get("answer", ""))
-
-
 def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     return boxed_match(rin["answer"], rin["label"])
 
@@ -120,7 +117,6 @@ SPEC = AgentSpec(
     name="self_check",
     build_graph=build_graph,
     make_input=make_input,
-    answer=answer,
     reward=reward,
     layout="concat",  # one sequence per conversation: both turns, glue masked
     reward_split="broadcast",

@@ -32,9 +32,9 @@ from langgraph.warnings import LangGraphDeprecatedSinceV10
 from pydantic import Field
 
 from agentgraphs.answers import boxed_match
-from agentgraphs.chat_model import TracedChatModel
+from agentgraphs.chat_model import TracedChatModel, messages_graph_spec
 from agentgraphs.context import AgentContext
-from agentgraphs.spec import AgentSpec, MethodOptions, RewardInput
+from agentgraphs.spec import MethodOptions, RewardInput
 
 SYSTEM_PROMPT = ("You answer questions about cities. Use `lookup` for facts and `calculator` for arithmetic; "
                  "finish with the final answer in \\boxed{}.")
@@ -108,8 +108,8 @@ def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     return boxed_match(rin["answer"], rin["label"])
 
 
-SPEC = AgentSpec.from_messages_graph(build_graph, reward=reward, name="react_agent", options=ReactOptions,
-                                     description="create_react_agent with a calculator and a city lookup")
+SPEC = messages_graph_spec(build_graph, reward=reward, name="react_agent", options=ReactOptions,
+                           description="create_react_agent with a calculator and a city lookup")
 
 # For `langgraph dev` (langgraph.json): compiled without a checkpointer; the server brings persistence.
 graph = build_graph()

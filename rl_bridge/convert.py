@@ -12,24 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from agentgraphs.train_data import (
-    GROUP_BY,
-    MEAN_CENTERED_ESTIMATORS,
-    REWARD_SPLITS,
-    STD_NORMALIZED_ESTIMATORS,
-    TrainDataSettings,
-    normalize_by_group,
-    to_train_data,
-)
+from agentgraphs.train_data import TrainDataSettings, normalize_by_group, to_train_data
 
-__all__ = [
-    "GROUP_BY",
-    "MEAN_CENTERED_ESTIMATORS",
-    "REWARD_SPLITS",
-    "STD_NORMALIZED_ESTIMATORS",
-    "convert",
-    "normalize_by_group",
-]
+__all__ = ["convert", "normalize_by_group"]
 
 
 def convert(args: Any, samples: Sequence[Any]) -> dict[str, Any]:

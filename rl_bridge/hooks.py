@@ -20,7 +20,9 @@ from typing import Any, Sequence
 from agentgraphs.engines import SamplingParams
 from agentgraphs.errors import SamplingMismatchError
 from agentgraphs.records import (
-    mask_out,
+    FAILED_FIELDS,
+    Rollout,
+    fail_fields,
     scalar,
     reward_input_of_sample,
     sample_fields,
@@ -28,7 +30,7 @@ from agentgraphs.records import (
     sibling_fields,
     zero_reward,
 )
-from agentgraphs.rollout import Rollout, rollout_input, run_rollout, score, untrain_turns
+from agentgraphs.rollout import rollout_input, run_rollout, score, untrain_turns
 from agentgraphs.trace import SamplingMismatch, sampling_mismatches
 
 from .setup import get_setup
@@ -191,14 +193,10 @@ def _sibling_share(args: Any, sample: Any, value: Any) -> Any:
 
 def _fail_unscorable(sample: Any, reason: str) -> None:
     """A sample whose reward cannot be computed (no label, a judge that is down) trains nothing."""
-    sample.status = type(sample).Status("failed")
-    sample.remove_sample = True
-    n = int(sample.response_length or 0)
-    sample.loss_mask = [0] * n
-    sample.rollout_log_probs = [0.0] * n
-    for seq in (getattr(sample, "train_metadata", None) or {}).get("turns", []):
-        mask_out(seq)
-    sample.metadata = {**(getattr(sample, "metadata", None) or {}), "status_reason": reason}
+    fields = {name: getattr(sample, name, None) for name in ("response_length", "train_metadata", "metadata")}
+    fail_fields(fields, reason)
+    for name in FAILED_FIELDS:
+        setattr(sample, name, type(sample).Status(fields[name]) if name == "status" else fields[name])
 
 
 def eval_log(rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: dict[str, Any] | None) -> bool:

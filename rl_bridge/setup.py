@@ -35,9 +35,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentgraphs.context import AgentContext, Limits, shared_tokenizer
+from agentgraphs.context import AgentContext, Limits, LoopCache, running_loop, shared_tokenizer
 from agentgraphs.engines import Engine, SamplingParams, make_engine
-from agentgraphs.errors import ConfigError
+from agentgraphs.errors import ConfigError, validation_message
 from agentgraphs.spec import AgentSpec, MethodOptions, load_spec
 
 logger = logging.getLogger(__name__)
@@ -81,9 +81,7 @@ class BridgeSettings(BaseModel):
         try:
             return cls(**values)
         except ValidationError as exc:
-            raise ConfigError("; ".join(
-                f"args.{'.'.join(str(p) for p in err['loc'])}: {err['msg'].lower()} (got {err.get('input')!r:.80})"
-                for err in exc.errors())) from None
+            raise ConfigError(validation_message(exc, label=lambda key: f"args.{key}")) from None
 
 
 @dataclass
@@ -113,7 +111,7 @@ class BridgeSetup:
         )
 
 
-_SETUPS: dict[tuple[Any, ...], BridgeSetup] = {}
+_SETUPS: LoopCache[tuple[Any, ...], BridgeSetup] = LoopCache()  # per event loop: engines are loop-bound
 
 
 def agent_name(settings: BridgeSettings) -> str:
@@ -171,19 +169,9 @@ def get_setup(args: Any) -> BridgeSetup:
     if not hf_checkpoint:
         raise ConfigError("args.hf_checkpoint is not set: pass --hf-checkpoint (the tokenizer is read from it)")
     url = router_url(args)
-    try:
-        # the loop itself, not its id: a new loop may reuse a dead loop's id, and an engine bound
-        # to the dead loop must not be handed out again
-        loop: Any = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
     # every agentgraph_* setting is part of the key: changing one must not reuse a stale setup
-    key = (name, url, hf_checkpoint, loop, settings.model_dump_json())
-    setup = _SETUPS.get(key)
-    if setup is None:
-        setup = _build_setup(args, settings, name, url, str(hf_checkpoint))
-        _SETUPS[key] = setup
-    return setup
+    key = (name, url, hf_checkpoint, settings.model_dump_json())
+    return _SETUPS.get(key, lambda: _build_setup(args, settings, name, url, str(hf_checkpoint)), running_loop())
 
 
 def check_slime_args(args: Any, spec: AgentSpec, settings: BridgeSettings) -> None:
@@ -283,11 +271,9 @@ async def aclose_all() -> None:
     setups can be closed here; setups of other (finished) loops are forgotten without closing.
     Call it at the end of a process's rollouts (tests, scripts) so no connection outlives it.
     """
-    loop = asyncio.get_running_loop()
-    for key in list(_SETUPS):
-        setup = _SETUPS.pop(key)
-        if key[3] is not loop:
-            continue
+    mine = _SETUPS.pop_loop(asyncio.get_running_loop())
+    _SETUPS.clear()
+    for setup in mine.values():
         for engine in {id(e): e for e in (setup.policy, *setup.engines.values())}.values():
             close = getattr(engine, "aclose", None)
             if close is not None:

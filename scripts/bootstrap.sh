@@ -43,7 +43,7 @@ fi
 .venv/bin/python -c "import torch, agentgraphs, rl_bridge; print('agentgraphs', agentgraphs.__version__, 'torch', torch.__version__)"
 
 if [ "$extra" = "test" ] && [ "$(id -u)" = "0" ] && command -v setpriv >/dev/null 2>&1; then
-  # tests/test_sandbox_shapes.py re-runs the sandbox's escape suite as uid 65534, which cannot read a venv
+  # tests/sandbox/test_shapes.py re-runs the sandbox's escape suite as uid 65534, which cannot read a venv
   # under /root: it gets its own, world-readable, from the system python (pytest + pyseccomp only: the
   # sandbox is standalone). Bounded: 5 minutes at most, and kept when already complete.
   unpriv=/tmp/agentgraphs-unpriv-venv

@@ -23,11 +23,12 @@ from typing import Any
 import pytest
 
 import rl_bridge
-from agentgraphs.batch import read_rows, run_rows
-from agentgraphs.errors import ConfigError, InputError
+from agentgraphs.batch import run_rows
+from agentgraphs.context import AgentContext
+from agentgraphs.errors import ConfigError
 from agentgraphs.memagent import SPEC as MEMAGENT
-from agentgraphs.node import AgentContext
 from agentgraphs.rollout import rollout_input, run_rollout
+from agentgraphs.rollout_inputs import read_rollout_inputs
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
@@ -72,8 +73,8 @@ def data_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_read_rows_names_line_and_field(data_file: Path) -> None:
-    rows = list(read_rows(data_file))
+def test_read_rollout_inputs_names_line_and_field(data_file: Path) -> None:
+    rows = list(read_rollout_inputs(data_file))
     assert len(rows) == len(ROWS)
     for row, (_, words) in zip(rows, ROWS):
         if row.inp is None:
@@ -85,8 +86,8 @@ def test_read_rows_names_line_and_field(data_file: Path) -> None:
     assert rows[0].inp is not None and rows[0].inp["prompt"] == GOOD["input"]  # the BOM is gone
 
 
-def test_read_rows_repeats_bad_rows_per_sample(data_file: Path) -> None:
-    rows = list(read_rows(data_file, n_samples=3))
+def test_read_rollout_inputs_repeats_bad_rows_per_sample(data_file: Path) -> None:
+    rows = list(read_rollout_inputs(data_file, n_samples=3))
     assert len(rows) == 3 * len(ROWS)
     assert [r.line for r in rows[3:6]] == [2, 2, 2] and all(r.inp is None for r in rows[3:6])
 
@@ -95,7 +96,7 @@ def test_run_rows_answers_every_row(data_file: Path, tiny_model_dir: Path) -> No
     tok = load_tokenizer(str(tiny_model_dir))
     records: list[dict[str, Any]] = []
     summary = asyncio.run(run_rows(
-        MEMAGENT, read_rows(data_file, n_samples=2),
+        MEMAGENT, read_rollout_inputs(data_file, n_samples=2),
         lambda: AgentContext(policy=FixedLatencyEngine(latency_s=0.0), tokenizer=tok),
         options=OPTIONS, concurrency=4, on_result=lambda sample, trace: records.append(sample),
     ))

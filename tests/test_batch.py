@@ -11,8 +11,10 @@ from typing import Any, Iterator, Mapping
 
 from langgraph.graph import END, START, StateGraph
 
-from agentgraphs.batch import ParsedRow, run_rows
-from agentgraphs.node import AgentContext, TraceState
+from agentgraphs.batch import run_rows
+from agentgraphs.context import AgentContext
+from agentgraphs.node import TraceState
+from agentgraphs.rollout_inputs import ParsedRow
 from agentgraphs.spec import AgentSpec, RolloutInput
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-NAMES = ["overhead", "long_document", "checkpoints", "conversion", "retrieval", "chat_model", "sandbox", "agentflow", "scale",
-         "viewer", "learning"]
+NAMES = ["overhead", "long_document", "checkpoints", "conversion", "retrieval", "chat_model", "sandbox", "agentflow",
+         "viewer", "learning", "engine_batching", "scale"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -19,8 +19,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Send
 
 import rl_bridge
-from agentgraphs.chat_model import TracedChatModel
-from agentgraphs.cli import run_command
+from agentgraphs.batch import run_file
+from agentgraphs.chat_model import TracedChatModel, messages_graph_spec
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines.sglang import SGLangEngine
 from agentgraphs.node import TraceState, call_llm
@@ -67,10 +67,10 @@ def _map_reduce(keep_messages: bool) -> Any:
     return g.compile(name="map_reduce")
 
 
-MAP_REDUCE = AgentSpec.from_messages_graph(_map_reduce(False), reward=lambda rin, ctx: 0.0, name="map_reduce",
-                                           requires_label=False)
-MAP_REDUCE_KEPT = AgentSpec.from_messages_graph(_map_reduce(True), reward=lambda rin, ctx: 0.0,
-                                                name="map_reduce_kept", requires_label=False)
+MAP_REDUCE = messages_graph_spec(_map_reduce(False), reward=lambda rin, ctx: 0.0, name="map_reduce",
+                                 requires_label=False)
+MAP_REDUCE_KEPT = messages_graph_spec(_map_reduce(True), reward=lambda rin, ctx: 0.0,
+                                      name="map_reduce_kept", requires_label=False)
 
 
 class SummaryState(MessagesState):
@@ -103,8 +103,8 @@ def _summarise_and_remove() -> Any:
     return g.compile(name="summarise_and_remove")
 
 
-SUMMARISE = AgentSpec.from_messages_graph(_summarise_and_remove(), reward=lambda rin, ctx: 0.0,
-                                          name="summarise_and_remove", requires_label=False)
+SUMMARISE = messages_graph_spec(_summarise_and_remove(), reward=lambda rin, ctx: 0.0,
+                                name="summarise_and_remove", requires_label=False)
 
 
 class ForgetState(TraceState):
@@ -149,8 +149,8 @@ def test_map_reduce_storing_content_is_counted_and_named(server: Any, tiny_model
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": "Write about animals."}) + "\n")
     with caplog.at_level(logging.WARNING, logger="agentgraphs.rollout"):
-        summary = run_command("tests.test_call_accounting:MAP_REDUCE", data, f"sglang:{server.url}", tmp_path / "out",
-                              tokenizer=str(tiny_model_dir), max_new_tokens=16)
+        summary = run_file("tests.test_call_accounting:MAP_REDUCE", data, f"sglang:{server.url}", tmp_path / "out",
+                           tokenizer=str(tiny_model_dir), max_new_tokens=16)
     assert server.stats.generate_requests == 4  # the server answered four calls
     (sample,) = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     meta = sample["metadata"]

@@ -12,7 +12,7 @@ import asyncio
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import psutil
 import pytest

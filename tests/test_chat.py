@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -145,14 +144,14 @@ def _random_text(seed: int, n_chars: int) -> str:
 @pytest.mark.parametrize("seed", range(6))
 def test_encode_text_equals_tokenizer_encode_on_long_hostile_text(qwen25, seed: int) -> None:
     """encode_text cuts long texts into pieces for bounded memory: the ids must not change."""
-    from agentgraphs.tokenize import encode_text
+    from agentgraphs.long_text import encode_text
 
     text = _random_text(seed, 70_000)
     assert encode_text(qwen25, text) == qwen25.encode(text, add_special_tokens=False)
 
 
 def test_encode_text_equals_tokenizer_encode_on_qwen3(qwen3) -> None:
-    from agentgraphs.tokenize import encode_text
+    from agentgraphs.long_text import encode_text
 
     text = _random_text(99, 50_000) + "<think>\nx\n</think>"
     assert encode_text(qwen3, text) == qwen3.encode(text, add_special_tokens=False)

@@ -20,13 +20,13 @@ if str(ROOT) not in sys.path:  # slime loads examples from the repository root; 
     sys.path.insert(0, str(ROOT))
 
 import rl_bridge
+from agentgraphs.batch import run_file
 from agentgraphs.chat_model import (
     ERROR_KEY,
     TURN_KEY,
     TracedChatModel,
     turns_from_messages,
 )
-from agentgraphs.cli import run_command
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines.sglang import SGLangEngine
 from agentgraphs.rollout import rollout_input, run_rollout
@@ -274,8 +274,8 @@ def test_agentgraphs_run(tiny_engine: Any, tmp_path: Path) -> None:
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": QUESTION, "label": "4.2"}) + "\n" +
                     json.dumps({"input": "What is twice the population of Paris?", "label": "5"}) + "\n")
-    summary = run_command("examples.react_agent:SPEC", data, ScriptedPolicy(tiny_engine, react_script),
-                          tmp_path / "out", max_new_tokens=64, concurrency=2)
+    summary = run_file("examples.react_agent:SPEC", data, ScriptedPolicy(tiny_engine, react_script),
+                       tmp_path / "out", max_new_tokens=64, concurrency=2)
     rows = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     assert summary["by_status"] == {"completed": 2}
     assert sorted(r["reward"] for r in rows) == [0.0, 1.0]

@@ -1,4 +1,4 @@
-"""agentgraphs.data.load_rows reads local files, datasets' own dataset directories, and Hub ids.
+"""agentgraphs.dataset_io.load_rows reads local files, datasets' own dataset directories, and Hub ids.
 
 Directories are real `datasets` outputs (save_to_disk, and folders of jsonl/parquet files read by
 load_dataset(path)); nothing is downloaded. A Hub id is checked for what reaches `datasets.load_dataset`
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agentgraphs.data import load_located_rows, load_rows, source_kind
+from agentgraphs.dataset_io import load_located_rows, load_rows, source_kind
 from agentgraphs.errors import ConfigError, InputError
 
 datasets = pytest.importorskip("datasets")

@@ -31,7 +31,7 @@ CHECK = "Checking: 2 + 2 is 4. Final answer: \\boxed{4}."
 
 
 def _context(tiny_engine: Any, script: list[str]) -> tuple[Any, Any]:
-    from agentgraphs.node import AgentContext
+    from agentgraphs.context import AgentContext
     from agentgraphs.testing.scripted import ScriptedPolicy
 
     policy = ScriptedPolicy(tiny_engine, script)

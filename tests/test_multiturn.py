@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 
+from agentgraphs.context import AgentContext
 from agentgraphs.engines import Completion, SamplingParams
-from agentgraphs.node import AgentContext, TraceState, call_llm
+from agentgraphs.node import TraceState, call_llm
 from agentgraphs.engines.sglang import SGLangEngine
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.server import SGLangTestServer

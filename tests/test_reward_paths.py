@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import rl_bridge
-from agentgraphs.cli import run_command
+from agentgraphs.batch import run_file
 from agentgraphs.errors import ConfigError
 from agentgraphs.records import sample_fields
-from agentgraphs.rollout import Rollout
+from agentgraphs.records import Rollout
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.agents import TWO_TURN, TWO_TURN_PER_TURN
 from agentgraphs.testing.slime_sample import Sample, SampleV03
@@ -45,8 +45,8 @@ def test_reward_sees_the_same_input_through_run_and_through_slime(server: Any, t
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"input": "What is 6 * 7?", "label": "42", "metadata": {"source": "t"}}) + "\n")
     SEEN.clear()
-    summary = run_command(agent, rows, f"sglang:{server.url}", tmp_path / "out", tokenizer=str(tiny_model_dir),
-                          options=options, max_new_tokens=16)
+    summary = run_file(agent, rows, f"sglang:{server.url}", tmp_path / "out", tokenizer=str(tiny_model_dir),
+                       options=options, max_new_tokens=16)
     assert summary["results"] == 1 and len(SEEN) == 1  # scored once
     local = SEEN.pop()
 
@@ -131,9 +131,9 @@ def test_a_trained_sequence_ending_in_token_zero_is_reported(caplog: Any) -> Non
 
 def test_a_helper_engine_of_another_family_renders_with_its_own_tokenizer(server: Any, tiny_model_dir: Path,  # noqa: F811
                                                                         qwen3: Any) -> None:
+    from agentgraphs.engines import SamplingParams
     from agentgraphs.testing.tiny_model import ensure_tiny_model
     from rl_bridge.setup import get_setup
-    from agentgraphs.engines import SamplingParams
 
     qwen3_dir = str(ensure_tiny_model(template="qwen3"))
     args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN",

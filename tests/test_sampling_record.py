@@ -17,7 +17,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from transformers import AutoModelForCausalLM
 
 import rl_bridge
-from agentgraphs.chat_model import TracedChatModel, turns_from_messages
+from agentgraphs.chat_model import TracedChatModel, messages_graph_spec, turns_from_messages
 from agentgraphs.context import AgentContext
 from agentgraphs.engines.sglang import SGLangEngine
 from agentgraphs.errors import ConfigError, SamplingMismatchError, TraceError
@@ -55,8 +55,8 @@ def _bind_graph() -> Any:
     return g.compile(name="bind_temperature")
 
 
-BIND_SPEC = AgentSpec.from_messages_graph(_bind_graph(), reward=lambda rin, ctx: 0.0, name="bind_temperature",
-                                          requires_label=False)
+BIND_SPEC = messages_graph_spec(_bind_graph(), reward=lambda rin, ctx: 0.0, name="bind_temperature",
+                                requires_label=False)
 
 
 class CallState(TraceState):

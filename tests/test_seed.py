@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentgraphs.cli import app, run_command
-from agentgraphs.memagent.data import to_slime_row, write_jsonl
+from agentgraphs.batch import run_file
+from agentgraphs.cli import app
+from agentgraphs.dataset_io import write_jsonl
+from agentgraphs.memagent.data import to_slime_row
 from agentgraphs.memagent.synthetic import make_needle_example
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +55,8 @@ def test_run_seed_writes_byte_identical_samples(rows_file: Path, tmp_path: Path,
     assert len({s["metadata"]["trajectory_id"] for s in samples}) == 4
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["seed"] == 3
-    run_command("memagent", rows_file, tiny_engine, tmp_path / "c", seed=4, max_new_tokens=8, n_samples=2,
-                options={"chunk_tokens": 300, "final_max_new_tokens": 8, "memory_max_new_tokens": 8})
+    run_file("memagent", rows_file, tiny_engine, tmp_path / "c", seed=4, max_new_tokens=8, n_samples=2,
+             options={"chunk_tokens": 300, "final_max_new_tokens": 8, "memory_max_new_tokens": 8})
     other = [json.loads(line) for line in (tmp_path / "c" / "samples.jsonl").read_text().splitlines()]
     assert [s["tokens"] for s in other] != [s["tokens"] for s in samples]
 
@@ -62,8 +64,8 @@ def test_run_seed_writes_byte_identical_samples(rows_file: Path, tmp_path: Path,
 def test_seeded_runs_in_process_repeat(rows_file: Path, tmp_path: Path, tiny_engine: Any) -> None:
     options = {"chunk_tokens": 300, "final_max_new_tokens": 8, "memory_max_new_tokens": 8}
     for name, concurrency in (("x", 4), ("y", 1)):
-        run_command("memagent", rows_file, tiny_engine, tmp_path / name, seed=11, max_new_tokens=8, n_samples=2,
-                    options=options, concurrency=concurrency)
+        run_file("memagent", rows_file, tiny_engine, tmp_path / name, seed=11, max_new_tokens=8, n_samples=2,
+                 options=options, concurrency=concurrency)
     assert (tmp_path / "x" / "samples.jsonl").read_bytes() == (tmp_path / "y" / "samples.jsonl").read_bytes()
 
 

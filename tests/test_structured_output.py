@@ -1,6 +1,6 @@
 """`TracedChatModel.with_structured_output`: the schema is a tool the policy calls (or JSON it writes), parsed
 after the fact from the exact generated text; parse failures are reported, never repaired; the modes that
-need constrained decoding are refused. And `AgentSpec.from_messages_graph(..., turns_of=...)`."""
+need constrained decoding are refused. And `messages_graph_spec(..., turns_of=...)`."""
 
 from __future__ import annotations
 
@@ -15,11 +15,16 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from agentgraphs.chat_model import STRUCTURED_ERROR_KEY, TURN_KEY, TracedChatModel, turns_from_messages
+from agentgraphs.chat_model import (
+    STRUCTURED_ERROR_KEY,
+    TURN_KEY,
+    TracedChatModel,
+    messages_graph_spec,
+    turns_from_messages,
+)
 from agentgraphs.context import AgentContext
 from agentgraphs.errors import ConfigError
 from agentgraphs.rollout import rollout_input, run_rollout
-from agentgraphs.spec import AgentSpec
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.trace import check_trace
 
@@ -128,16 +133,16 @@ def _judge_graph(include_raw: bool) -> Any:
 
 
 async def test_in_a_graph_the_raw_message_trains_and_the_parsed_object_is_reported(tiny_engine: Any) -> None:
-    spec = AgentSpec.from_messages_graph(_judge_graph(True), reward=lambda rin, ctx: 0.0, name="judge",
-                                         requires_label=False)
+    spec = messages_graph_spec(_judge_graph(True), reward=lambda rin, ctx: 0.0, name="judge",
+                               requires_label=False)
     ctx, _ = _ctx(tiny_engine, [CALL])
     rollout = await run_rollout(spec, rollout_input("Is 2 + 2 = 4?"), ctx)
     assert rollout.status == "completed" and rollout.llm_calls == 1 and rollout.untrained_calls == []
     (seq,) = check_trace(rollout.turns, "concat")
     assert sum(seq["loss_mask"]) == len(rollout.turns[0]["output_ids"])
 
-    spec = AgentSpec.from_messages_graph(_judge_graph(False), reward=lambda rin, ctx: 0.0, name="judge_parsed",
-                                         requires_label=False)
+    spec = messages_graph_spec(_judge_graph(False), reward=lambda rin, ctx: 0.0, name="judge_parsed",
+                               requires_label=False)
     ctx, _ = _ctx(tiny_engine, [CALL])
     rollout = await run_rollout(spec, rollout_input("Is 2 + 2 = 4?"), ctx)
     assert rollout.status == "completed" and rollout.llm_calls == 1 and rollout.turns == []
@@ -170,16 +175,16 @@ async def test_from_messages_graph_takes_turns_of_and_layout(tiny_engine: Any) -
     def both(state: Any) -> list[Any]:
         return turns_from_messages([*state.get("drafts", []), *state["messages"]])
 
-    spec = AgentSpec.from_messages_graph(_drafts_graph(), reward=lambda rin, ctx: 0.0, name="drafts",
-                                         requires_label=False, turns_of=both, layout="per_turn")
+    spec = messages_graph_spec(_drafts_graph(), reward=lambda rin, ctx: 0.0, name="drafts",
+                               requires_label=False, turns_of=both, layout="per_turn")
     assert spec.layout == "per_turn"
     ctx, _ = _ctx(tiny_engine, ["first", "second"])
     rollout = await run_rollout(spec, rollout_input("Say something."), ctx)
     assert rollout.status == "completed" and rollout.untrained_calls == []
     assert [t["node"] for t in rollout.turns] == ["draft", "answer"] and len(rollout.sequences) == 2
     # the default collects `messages` only: the draft is then reported, not silently lost
-    default = AgentSpec.from_messages_graph(_drafts_graph(), reward=lambda rin, ctx: 0.0, name="drafts_default",
-                                            requires_label=False)
+    default = messages_graph_spec(_drafts_graph(), reward=lambda rin, ctx: 0.0, name="drafts_default",
+                                  requires_label=False)
     ctx, _ = _ctx(tiny_engine, ["first", "second"])
     rollout = await run_rollout(default, rollout_input("Say something."), ctx)
     assert [c["node"] for c in rollout.untrained_calls] == ["draft"]
@@ -195,8 +200,8 @@ def test_sync_structured_output_inside_a_sync_node_is_counted(tiny_engine: Any) 
     g.add_node("judge", judge)
     g.add_edge(START, "judge")
     g.add_edge("judge", END)
-    spec = AgentSpec.from_messages_graph(g.compile(name="sync_judge"), reward=lambda rin, ctx: 0.0,
-                                         name="sync_judge", requires_label=False)
+    spec = messages_graph_spec(g.compile(name="sync_judge"), reward=lambda rin, ctx: 0.0,
+                               name="sync_judge", requires_label=False)
     ctx, _ = _ctx(tiny_engine, [CALL])
     rollout = asyncio.run(run_rollout(spec, rollout_input("Is 2 + 2 = 4?"), ctx))
     assert rollout.status == "completed" and rollout.llm_calls == 1 and len(rollout.turns) == 1

@@ -1,5 +1,6 @@
 """The graphs listed in langgraph.json load the way `langgraph dev` loads them (by file path) and run
-with a plain-JSON context (LangGraph coerces a dict into AgentContext)."""
+with a plain-JSON context (LangGraph coerces a dict into AgentContext); the file is the one generated from
+the registry of agents."""
 
 from __future__ import annotations
 
@@ -21,16 +22,49 @@ def load_graph(entry: str):
     return getattr(module, attr)
 
 
+# the nodes of each built-in agent, as its method describes them (written here, not read from a graph)
+BUILTIN_NODES = {
+    "memagent": {"prepare", "memory_update", "final_answer"},
+    "agentflow": {"analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
+                  "final_output"},
+    "toolorchestra": {"orchestrator", "search", "enhance_reasoning", "answer"},
+    "toolorchestra-tau2": {"start", "user_simulator", "orchestrator", "environment", "finish"},
+}
+
+
+def _nodes(graph) -> set[str]:
+    return set(graph.get_graph().nodes) - {"__start__", "__end__"}
+
+
 def test_langgraph_json_serves_every_registered_agent() -> None:
     from agentgraphs.spec import load_spec, registered_names
 
     config = json.loads((ROOT / "langgraph.json").read_text())
-    assert {*registered_names(), "two_turn"} <= set(config["graphs"]), "add the new agent to langgraph.json"
+    assert set(BUILTIN_NODES) <= set(registered_names())
+    assert {*registered_names(), "two_turn"} <= set(config["graphs"]), "regenerate langgraph.json"
     for name in registered_names():
         assert config["graphs"][name] == f"./agentgraphs/studio.py:{name}"
         factory = load_graph(config["graphs"][name])  # a factory of the run's config, as langgraph dev calls it
         graph = factory({"configurable": {}})
-        assert graph.get_graph().nodes.keys() == load_spec(name).graph().get_graph().nodes.keys()
+        spec = load_spec(name)  # an agent registered by another package: its graph built afresh, not the cache
+        expected = BUILTIN_NODES.get(name) or _nodes(spec.build_graph(spec.default_options()))
+        assert _nodes(graph) == expected, name
+
+
+def test_langgraph_json_is_generated_from_the_registry(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentgraphs.cli import app
+    from agentgraphs.studio import langgraph_json
+
+    assert (ROOT / "langgraph.json").read_text() == langgraph_json(), \
+        "langgraph.json is stale: agentgraphs langgraph-json --out langgraph.json"
+    result = CliRunner().invoke(app, ["langgraph-json", "--out", str(tmp_path / "langgraph.json")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "langgraph.json").read_text() == langgraph_json()
+    graphs = json.loads(CliRunner().invoke(app, ["langgraph-json"]).output)["graphs"]
+    assert {**{name: f"./agentgraphs/studio.py:{name}" for name in BUILTIN_NODES},
+            "react_agent": "./examples/react_agent.py:graph"}.items() <= graphs.items()
 
 
 def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> None:
@@ -60,7 +94,7 @@ def test_langgraph_json_graphs_run_with_a_json_context(tiny_model_dir: Path) -> 
 
 
 def test_no_context_uses_the_embedded_default(monkeypatch, tiny_model_dir: Path) -> None:
-    from agentgraphs.node import AgentContext, context_of
+    from agentgraphs.context import AgentContext, context_of
 
     monkeypatch.setenv("AGENTGRAPHS_ENGINE", f"hf:{tiny_model_dir}")
     ctx = context_of(None)

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentgraphs.cli import app
+from agentgraphs.context import shared_tokenizer
 from agentgraphs.errors import ConfigError
-from agentgraphs.node import shared_tokenizer
-from agentgraphs.tokenizers import load_tokenizer
+from agentgraphs.tokenizer_loading import load_tokenizer
 
 runner = CliRunner()
 

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from agentgraphs.errors import TraceError
-from agentgraphs.trace import Turn, build_sequences, check_sequence, check_trace
+from agentgraphs.trace import Turn, audit_sequence, build_sequences, check_sequence, check_trace, extended_turn
 
 
 def turn(prompt: list[int], out: list[int], *, conv: str = "c", trainable: bool = True,
@@ -113,3 +113,51 @@ def test_empty_outputs_make_no_sequence_and_prompts_must_not_be_empty() -> None:
            "turn_indices": []}
     with pytest.raises(TraceError, match="non-empty prompt"):
         check_sequence(seq, [])  # type: ignore[arg-type]
+
+
+def test_extended_turn_is_the_last_turn_of_the_conversation_when_its_prompt_starts_with_it() -> None:
+    turns = conversation()
+    other = turn([1, 2, 3, 10, 11, 99, 70], [71], conv="x")  # the same ids, another conversation: a fresh prompt
+    once = turn([1, 2, 3, 10, 11, 99], [5], conv="")  # a one-off prompt extends nothing
+    broken = turn([1, 2, 3, 10, 11, 98], [6])  # "c" again, but the prefix breaks: starts afresh
+    after = turn([1, 2, 3, 10, 11, 98, 6, 7], [8])  # extends the broken one, the last turn of "c"
+    trace = [*turns, other, once, broken, after]
+    assert [extended_turn(trace, i) for i in range(len(trace))] == [None, 0, 1, None, None, None, 5]
+    assert [s["turn_indices"] for s in build_sequences(trace, "concat")] == [[0, 1, 2], [3], [4], [5, 6]]
+
+
+def _breaches(seq: dict, turns: list[Turn], **kw: object) -> list[tuple[str, int | None, int | None]]:
+    return [(b["kind"], b["position"], b["turn"]) for b in audit_sequence(seq, turns, **kw).breaches]  # type: ignore[arg-type]
+
+
+def test_audit_sequence_names_every_breach_and_its_position() -> None:
+    turns = conversation()
+    [seq] = build_sequences(turns, "concat")
+    assert _breaches(seq, turns) == []
+    # tokens: 1 2 3 | 10 11 99 50 51 12 99 60 13 14 99  (positions 3.. are the response)
+    bad = copy.deepcopy(seq)
+    bad["loss_mask"][3] = 1  # glue claimed as trained: no engine produced position 6
+    bad["rollout_log_probs"][0] += 1e-3  # position 3: not the engine's log-prob
+    bad["loss_mask"][9] = 0  # position 12 (turn 2's second token): generated for a trainable turn, masked
+    bad["rollout_log_probs"][9] = 0.0
+    bad["rollout_log_probs"][4] = -0.25  # position 7 (glue): masked, yet a log-prob
+    assert _breaches(bad, turns) == [("logprob_mismatch", 3, 0), ("masked_logprob", 7, None), ("lost_mask", 12, 2),
+                                     ("untraced_token", 6, 0)]  # runs of untraced tokens come last
+    with pytest.raises(TraceError, match="trained log-prob"):  # the rollout's check raises the first one
+        check_sequence(bad, turns)
+    failed = _breaches({**seq, "loss_mask": [0] * 11, "rollout_log_probs": [0.0] * 11}, turns, failed=True)
+    assert failed == []  # a FAILED rollout's all-zero sequence holds (invariant 4) ...
+    assert _breaches(seq, turns, failed=True)[0] == ("failed_trains", 3, 0)  # ... a trained one does not
+
+
+def test_audit_sequence_checks_the_prompt_and_the_sampling() -> None:
+    turns = conversation()
+    [seq] = build_sequences(turns, "concat")
+    moved = {**seq, "tokens": [1, 5, 3, *seq["tokens"][3:]]}  # not the prompt turn 0 saw, from position 1
+    assert [(k, p, t) for k, p, t in _breaches(moved, turns) if k == "prompt"] == [("prompt", 1, 0), ("prompt", 1, 1),
+                                                                                     ("prompt", 1, 2)]
+    hotter = {**seq, "sampling": {**seq["sampling"], "temperature": 0.7}}
+    assert _breaches(hotter, turns) == [("sampling", None, 0)]
+    mixed = copy.deepcopy(turns)
+    mixed[2]["temperature"] = 0.5
+    assert ("sampling", None, 2) in _breaches(seq, mixed)

@@ -19,7 +19,8 @@ from .parsing import (
 from .reward import (
     boxed_exact_check, boxed_exact_reward, judge_reward, math_verify_reward, parse_judge_verdict, seed_prediction,
 )
-from .spec import SPEC, answers_of, make_input, question_of
+from ..row_fields import answers_of, question_of
+from .spec import SPEC, make_input
 from .tools import BASE_GENERATOR, PYTHON_CODER, Tool, register_tool, registered_tools
 from .variants import SOURCES, VARIANTS
 

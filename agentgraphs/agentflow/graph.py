@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from functools import partial
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from pydantic import Field, field_validator, model_validator
 from typing_extensions import NotRequired
 
+from ..context import AgentContext, context_of
 from ..errors import AgentGraphsError, ConfigError
-from ..context import AgentContext
-from ..node import RolloutAborted, TraceState, call_llm, context_of
+from ..node import RolloutAborted, TraceState, call_llm
 from ..sandbox import SandboxLimits
-from ..spec import MethodOptions
+from ..spec import MethodOptions, judge_option
 from ..trace import Turn
 from .parsing import NextStep, extract_command, parse_answer_tags, parse_command, parse_next_step
 from .parsing import parse_verifier_conclusion
@@ -58,8 +59,10 @@ class AgentFlowOptions(MethodOptions):
     tools: tuple[str, ...] = Field(("base_generator", "python_coder"),
                                    description="registry keys of the tools the planner may pick")
     max_steps: int = Field(5, ge=1, le=50, description="planner turns per rollout (seed 5; original: training 3)")
-    eval_max_steps: Optional[int] = Field(None, ge=1, le=50, description="in evaluation (null: max_steps; "
-                                          "the original's inference: 10)")
+    eval_max_steps: Union[Annotated[int, Field(ge=1, le=50)], Literal["max_steps"], None] = Field(
+        "max_steps", description="planner turns in evaluation: a number, max_steps (the training cap, as the "
+        "seed evaluates) or null (no cap: STOP, max_time_s or the token budget ends the loop); the original's "
+        "inference: 10")
     max_time_s: float = Field(300.0, ge=0, description="no new step after this many seconds (original 300)")
     planner_token_budget: Optional[int] = Field(
         131072, ge=1, description="no new step once the planner's calls (prompt + output tokens) reach this "
@@ -79,7 +82,7 @@ class AgentFlowOptions(MethodOptions):
     verifier_engine: str = Field("helper", description="engine of verify")
     final_engine: str = Field("helper", description="engine of final_output")
     tool_engine: str = Field("helper", description="engine of the tools' own LLM calls")
-    judge_engine: str = Field("judge", description="the reward's LLM judge, if the context has this engine")
+    judge: Optional[str] = judge_option("judge")
     answer_check: Literal["boxed_exact", "math_verify"] = Field(
         "boxed_exact", description="boxed_exact (seed): the answer's last \\boxed{} (else a line rule), "
         "normalised, equal to a gold scores 1 before any judge; math_verify (original): the judge alone, "
@@ -158,10 +161,16 @@ def _tools(runtime: Any, opts: AgentFlowOptions) -> dict[str, Tool]:
     return resolve_tools(opts.tools, context_of(runtime).tools)
 
 
-def _max_steps(runtime: Any, opts: AgentFlowOptions) -> int:
-    if context_of(runtime).evaluation and opts.eval_max_steps is not None:
+def _max_steps(runtime: Any, opts: AgentFlowOptions) -> int | None:
+    """The step cap of this run (None: no cap)."""
+    if context_of(runtime).evaluation and opts.eval_max_steps != "max_steps":
         return opts.eval_max_steps
     return opts.max_steps
+
+
+def _at_max_steps(state: Mapping[str, Any], runtime: Any, opts: AgentFlowOptions) -> bool:
+    cap = _max_steps(runtime, opts)
+    return cap is not None and state.get("step", 0) >= cap
 
 
 async def analyze_query(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
@@ -301,7 +310,7 @@ async def route_after_plan(state: AgentFlowState) -> str:
 
 
 async def route_after_verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions) -> str:
-    if (state["conclusion"] == "STOP" or state["step"] >= _max_steps(runtime, opts) or _out_of_time(state, opts)
+    if (state["conclusion"] == "STOP" or _at_max_steps(state, runtime, opts) or _out_of_time(state, opts)
             or _over_token_budget(state, opts)):
         return "final_output"
     return "plan_next_step"
@@ -312,7 +321,7 @@ async def stop_reason(state: AgentFlowState, runtime: Runtime[AgentContext], opt
     """Why the loop ended (kept in state for the trace summary)."""
     if state.get("conclusion") == "STOP":
         reason = "verifier"
-    elif state.get("step", 0) >= _max_steps(runtime, opts):
+    elif _at_max_steps(state, runtime, opts):
         reason = "max_steps"
     elif _over_token_budget(state, opts):
         reason = "token_budget"

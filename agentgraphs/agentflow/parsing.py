@@ -27,6 +27,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal, TypedDict
 
+from ..codeblocks import python_blocks
+
 __all__ = [
     "NO_MATCHED_TOOL",
     "NextStep",
@@ -237,7 +239,6 @@ def _json_object(text: str) -> dict[str, Any] | None:
 # -- the executor's command ---------------------------------------------------------------------
 
 _GENERATED = "Generated Command:"
-_PY_FENCE = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _MAX_COMMAND_CHARS = 20_000
 
 
@@ -262,13 +263,12 @@ def extract_command(text: str) -> str:
     if not isinstance(text, str):
         return ""
     at = text.rfind(_GENERATED)
-    if at >= 0:
-        m = _PY_FENCE.search(text, at)
-        if m:
-            return m.group(1).strip()
-    blocks = _PY_FENCE.findall(text)
+    after = python_blocks(text[at:]) if at >= 0 else []
+    if after:
+        return after[0]
+    blocks = python_blocks(text)
     if blocks:
-        return max(blocks, key=lambda b: len(b.strip())).strip()
+        return max(blocks, key=len)
     return text.strip() if "tool.execute(" in text else ""
 
 

@@ -13,22 +13,30 @@
   from JSON, else from the last "true_false" / "True" / "False" it writes (anything else: 0.0).
 
 Every rule is a pure function of (answer, golds) that never raises on model text and always returns.
+`reward(RewardInput, ctx)` and `metrics(RewardInput)` are the spec's: the rule `answer_check` names, then
+the judge (the `judge` option).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from ..answers import last_boxed_group, normalize_final_answer
-from ..engines import SamplingParams
-from ..math_equivalence import AnswerCheck, math_verify_check
+from ..context import AgentContext
+from ..math_equivalence import AnswerCheck, amath_verify_check, math_verify_check
+from ..node import call_llm
+from ..row_fields import answers_of, question_of
+from ..spec import RewardInput, judge_engine
+from .graph import AgentFlowOptions
 from .prompts import JUDGE_TEMPLATE
 
 __all__ = ["AnswerCheck", "boxed_exact_check", "boxed_exact_reward", "seed_prediction", "math_verify_reward",
-           "judge_reward", "parse_judge_verdict"]
+           "judge_reward", "metrics", "parse_judge_verdict", "reward"]
+
+logger = logging.getLogger(__name__)
 
 _CUE = r"(?:answer|result|is|=)"
 # the seed's line rule. `[\s:]*` stands for the seed's `\s*[:\s]*` (the same strings, without the
@@ -140,16 +148,64 @@ def parse_judge_verdict(text: str) -> bool:
     return bool(words) and words[-1].lower() == "true"
 
 
-async def judge_reward(ctx: Any, engine_name: str, question: str, response: str, gold: str,
+async def judge_reward(ctx: AgentContext, engine_name: str, question: str, response: str, gold: str,
                        max_new_tokens: int = 1024) -> float:
-    """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine)."""
+    """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked
+    greedily through `call_llm` (the rollout's call budget and accounting; never trained)."""
     prompt = JUDGE_TEMPLATE.format(question=question, response=response, ground_truth=gold)
-    messages = [{"role": "user", "content": prompt}]
-    engine = ctx.engine(engine_name)
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-    if hasattr(engine, "generate"):
-        ids = ctx.template(engine_name).render(messages)
-        completion = await engine.generate(ids, params)
-    else:
-        completion = await engine.chat(messages, params)
-    return 1.0 if parse_judge_verdict(completion.text) else 0.0
+    out = await call_llm({}, ctx, node="judge", engine=engine_name, trainable=False,
+                         messages=[{"role": "user", "content": prompt}], temperature=0.0,
+                         max_new_tokens=max_new_tokens)
+    return 1.0 if parse_judge_verdict(out.text) else 0.0
+
+
+def _options(rin: RewardInput) -> AgentFlowOptions:
+    return AgentFlowOptions.model_validate(rin["options"] or {})
+
+
+async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOptions, golds: list[str]) -> float | None:
+    """The judge's 1.0 / 0.0 over the golds, or None when there is no judge (`judge_engine`: the option
+    names none, or the context has no engine of that name)."""
+    judge = judge_engine(ctx, opts.judge)
+    if ctx is None or judge is None:
+        return None
+    question = question_of(rin["prompt"])
+    for gold in golds:
+        if await judge_reward(ctx, judge, question, rin["answer"], gold) == 1.0:
+            return 1.0
+    return 0.0
+
+
+async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
+    """By `answer_check`: boxed_exact (seed) scores 1.0 on an exact boxed match, else asks the judge (0.0
+    without one); math_verify (original) asks the judge when the context has one, else math-verify, whose
+    timeouts and errors score 0.0 with the reason logged."""
+    golds = answers_of(rin["label"])
+    opts = _options(rin)
+    if opts.answer_check == "boxed_exact":
+        if boxed_exact_check(rin["answer"], golds)["score"] == 1.0:
+            return 1.0
+        judged = await _judged(rin, ctx, opts, golds)
+        return 0.0 if judged is None else judged
+    judged = await _judged(rin, ctx, opts, golds)
+    if judged is not None:
+        return judged
+    check = await amath_verify_check(rin["answer"], golds, timeout_s=opts.reward_timeout_s)
+    if check["reason"].startswith(("timeout", "error")):
+        logger.warning("AgentFlow reward 0.0: math-verify %s (answer %r)", check["reason"], rin["answer"][:200])
+    return check["score"]
+
+
+async def metrics(rin: RewardInput) -> dict[str, float]:
+    """The rule's own verdict, judge or not: {"boxed_exact": ...} or {"math_verify": ...} by `answer_check`."""
+    if rin["label"] is None:
+        return {}
+    try:
+        golds = answers_of(rin["label"])
+        opts = _options(rin)
+        if opts.answer_check == "boxed_exact":
+            return {"boxed_exact": boxed_exact_check(rin["answer"], golds)["score"]}
+        check = await amath_verify_check(rin["answer"], golds, timeout_s=opts.reward_timeout_s)
+        return {"math_verify": check["score"]}
+    except Exception:
+        return {}

@@ -18,11 +18,11 @@ True
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..codeblocks import python_blocks
 from ..errors import ConfigError
 from ..sandbox import SandboxError, SandboxLimits, explain, run_python_async
 from .prompts import PYTHON_CODER_TEMPLATE
@@ -133,7 +133,6 @@ BASE_GENERATOR = Tool(
 
 # -- python_coder ----------------------------------------------------------------------------------------
 
-_PY_BLOCK = re.compile(r"```python[ \t]*\n?(.*?)```", re.DOTALL)
 _OUTPUT_CHARS = 3500  # the original's printed-output cap (middle cut)
 
 
@@ -145,10 +144,8 @@ def extract_python_block(text: str) -> str | None:
     >>> extract_python_block("no code") is None
     True
     """
-    if not isinstance(text, str):
-        return None
-    m = _PY_BLOCK.search(text)
-    return m.group(1).strip() if m else None
+    blocks = python_blocks(text)
+    return blocks[0] if blocks else None
 
 
 def _middle_cut(text: str, limit: int) -> str:

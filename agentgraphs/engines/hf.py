@@ -8,9 +8,16 @@ SGLang's /generate contract. It follows SGLang's conventions where they shape a 
 - finish checks run in SGLang's order: max_new_tokens ("length") first, then stop/eos token ids
   (skipped entirely when ignore_eos, stop_token_ids included), then stop strings.
 
-Each request keeps its own KV cache and its own seeded generator, and every model step runs in a worker
-thread behind one lock. Requests therefore interleave token by token (a long one never starves a short
-one), the event loop never blocks, and a request's result does not depend on what runs beside it.
+Two ways to run concurrent requests, both with a seeded generator per request:
+- one at a time (the default on CPU, `batching=False`): each request keeps its own KV cache and every
+  model step runs in a worker thread behind one lock. Requests interleave token by token (a long one never
+  starves a short one), the event loop never blocks, and a request's result is bit-identical whatever runs
+  beside it: the mode for exact CPU tests.
+- continuous batching (the default on CUDA, `batching=True`; `agentgraphs.engines.batching`): one driver
+  thread runs the decode steps of every request in flight as ONE forward over a left-padded batch KV cache;
+  requests join (prefilled together) and leave (finished, cancelled) between steps. Each token's log-prob
+  still comes from the very forward that sampled it; results agree with the one-at-a-time mode up to float
+  rounding (a batched kernel sums in another order), not bit for bit.
 """
 
 from __future__ import annotations
@@ -22,70 +29,15 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .base import Completion, FinishReason, SamplingParams
+from .sampling import GREEDY_BELOW, GenerationRequest, sample_token
 from ..errors import InputError
 
 if TYPE_CHECKING:
     import torch
-
-
-# SGLang samples greedily (and reports unscaled log-probs) below this temperature
-GREEDY_BELOW = 1e-6
-
-
-def sample_token(
-    logits: "torch.Tensor", params: SamplingParams, generator: "torch.Generator | None" = None
-) -> tuple[int, float]:
-    """Pick the next token from one row of logits; return (token id, its log-prob).
-
-    >>> import torch
-    >>> sample_token(torch.tensor([0.0, 2.0, 1.0]), SamplingParams(temperature=0))[0]
-    1
-    """
-    import torch
-
-    logits = logits.float()
-    if params.temperature < GREEDY_BELOW or params.top_k == 1:
-        # SGLang turns temperature ~0 into top_k=1 at temperature 1, so the log-prob is unscaled.
-        temperature = 1.0 if params.temperature < GREEDY_BELOW else params.temperature
-        logprobs = torch.log_softmax(logits / temperature, dim=-1)
-        token = int(torch.argmax(logits))
-        return token, float(logprobs[token])
-    logprobs = torch.log_softmax(logits / params.temperature, dim=-1)
-    probs = logprobs.exp()
-    if params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0:
-        # The filter SGLang's torch fallback applies: on probabilities sorted high to low.
-        sorted_probs, order = probs.sort(descending=True)
-        if params.top_k > 0:
-            sorted_probs[params.top_k:] = 0.0
-        cumulative = sorted_probs.cumsum(dim=-1)
-        sorted_probs[(cumulative - sorted_probs) > params.top_p] = 0.0
-        if params.min_p > 0.0:
-            sorted_probs[sorted_probs < sorted_probs[0] * params.min_p] = 0.0
-        token = int(order[torch.multinomial(sorted_probs, 1, generator=generator)])
-    else:
-        token = int(torch.multinomial(probs, 1, generator=generator))
-    return token, float(logprobs[token])
-
-
-@dataclass
-class _Request:
-    """One generation in flight: its cache, RNG and outputs. Touched only under the engine lock."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    generator: Any
-    stop_ids: frozenset[int]
-    cache: Any = None
-    logits: Any = None
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: FinishReason | None = None
-    matched: int | str | None = None
 
 
 class HFEngine:
@@ -96,6 +48,10 @@ class HFEngine:
     >>> out = asyncio.run(engine.generate([151644, 77091, 198], SamplingParams(max_new_tokens=3)))
     >>> len(out.token_ids), out.finish_reason
     (3, 'length')
+
+    `batching` picks how concurrent requests run (default: batched on CUDA, one at a time elsewhere; see
+    the module docstring); `max_batch` caps the rows of one batched decode step and `max_prefill_tokens`
+    the padded prompt tokens prefilled together in one step (more requests wait for the next step).
     """
 
     def __init__(
@@ -106,6 +62,9 @@ class HFEngine:
         device: str | None = None,
         dtype: "str | torch.dtype | None" = None,
         seed: int | None = None,
+        batching: bool | None = None,
+        max_batch: int = 256,
+        max_prefill_tokens: int = 16384,
     ) -> None:
         import torch
 
@@ -133,8 +92,15 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.eos_token_ids = self._eos_ids()
-        self._lock = threading.Lock()
+        self.model_lock = threading.Lock()  # one model step at a time (the batch driver takes it too)
         self._seeds = random.Random(seed)
+        # continuous batching by default on CUDA; one request at a time (bit-exact) elsewhere
+        self.batching = self.device.type == "cuda" if batching is None else bool(batching)
+        self.batcher: Any = None  # the DecodeBatcher when batching (its `stats` count rows per forward)
+        if self.batching:
+            from .batching import DecodeBatcher
+
+            self.batcher = DecodeBatcher(self, max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
 
     @classmethod
     def from_dir(cls, path: str | os.PathLike[str], **kwargs: Any) -> "HFEngine":
@@ -165,9 +131,11 @@ class HFEngine:
             raise InputError("sampling_params.stop", "stop strings need text, and this engine has no tokenizer",
                              "pass tokenizer= to HFEngine or use stop_token_ids")
         started = time.perf_counter()
-        request = self._new_request(prompt_ids, params)
+        request = self.new_request(prompt_ids, params)
         if params.max_new_tokens == 0:
             request.finish = "length"
+        elif self.batcher is not None:
+            await self.batcher.run(request)
         else:
             await asyncio.to_thread(self._locked, self._prefill, request)
         while request.finish is None:
@@ -185,19 +153,19 @@ class HFEngine:
             meta=meta,
         )
 
-    def _new_request(self, prompt_ids: list[int], params: SamplingParams) -> _Request:
+    def new_request(self, prompt_ids: list[int], params: SamplingParams) -> GenerationRequest:
         import torch
 
         seed = params.sampling_seed if params.sampling_seed is not None else self._seeds.getrandbits(63)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         stop_ids = frozenset() if params.ignore_eos else frozenset(params.stop_token_ids) | self.eos_token_ids
-        return _Request(list(prompt_ids), params, generator, stop_ids)
+        return GenerationRequest(list(prompt_ids), params, generator, stop_ids)
 
     def _locked(self, fn: Any, *args: Any) -> Any:
         import torch
 
         # inference_mode is thread-local, so it is entered here, in the worker thread.
-        with self._lock, torch.inference_mode():
+        with self.model_lock, torch.inference_mode():
             return fn(*args)
 
     def _forward(self, ids: list[int], cache: Any, keep: int, use_cache: bool = True) -> tuple[Any, Any]:
@@ -209,22 +177,23 @@ class HFEngine:
                          **{self._cache_arg: cache})
         return out.logits[0].float(), out.get(self._cache_arg)
 
-    def _prefill(self, request: _Request) -> None:
+    def _prefill(self, request: GenerationRequest) -> None:
         logits, request.cache = self._forward(request.prompt_ids, None, 1)
         request.logits = logits[-1]
 
-    def _step(self, request: _Request) -> None:
+    def _step(self, request: GenerationRequest) -> None:
         token, logprob = sample_token(request.logits, request.params, request.generator)
         request.output_ids.append(token)
         request.logprobs.append(logprob)
-        request.finish, request.matched = self._finish(request)
+        request.finish, request.matched = self.finish_of(request)
         if request.finish is None:
             logits, request.cache = self._forward([token], request.cache, 1)
             request.logits = logits[-1]
         else:
             request.cache = request.logits = None  # free the KV cache as soon as we are done
 
-    def _finish(self, request: _Request) -> tuple[FinishReason | None, int | str | None]:
+    def finish_of(self, request: GenerationRequest) -> tuple[FinishReason | None, int | str | None]:
+        """Whether `request` is done after its newest token: (finish reason or None, matched stop)."""
         params, last = request.params, request.output_ids[-1]
         if len(request.output_ids) >= params.max_new_tokens:
             return "length", None  # SGLang checks length first, even if the last token is a stop id
@@ -258,7 +227,7 @@ class HFEngine:
         if not output_ids:
             return []
         scale = temperature if temperature >= GREEDY_BELOW else 1.0
-        with self._lock, torch.inference_mode():
+        with self.model_lock, torch.inference_mode():
             # The last len(output)+1 positions predict output[0..]; the very last predicts nothing.
             logits, _ = self._forward(
                 list(prompt_ids) + list(output_ids), None, len(output_ids) + 1, use_cache=False
@@ -270,7 +239,12 @@ class HFEngine:
     async def score_async(
         self, prompt_ids: list[int], output_ids: list[int], temperature: float = 1.0
     ) -> list[float]:
-        """`score` in a worker thread, for callers on the event loop (scripted policies)."""
+        """`score` for callers on the event loop (scripted policies): in a worker thread, or, when batching,
+        teacher-forced together with the other scores waiting for the same step."""
+        if self.batcher is not None and output_ids:
+            self._check_ids(prompt_ids, "prompt_ids", allow_empty=False)
+            self._check_ids(output_ids, "output_ids", allow_empty=True)
+            return await self.batcher.score(list(prompt_ids), list(output_ids), temperature)
         return await asyncio.to_thread(self.score, prompt_ids, output_ids, temperature)
 
     # -------------------------------------------------------------------------------------- helpers

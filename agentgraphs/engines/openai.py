@@ -14,7 +14,7 @@ import asyncio
 import os
 import random
 import time
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Sequence
 
 import httpx
 
@@ -24,15 +24,6 @@ from .base import Completion, FinishReason, SamplingParams
 DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=600.0)
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop",
                                      "content_filter": "stop", "function_call": "stop"}
-
-
-@runtime_checkable
-class ChatEngine(Protocol):
-    """An engine that takes chat messages and answers text (helper models only: nothing to train)."""
-
-    name: str
-
-    async def chat(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams) -> Completion: ...
 
 
 class OpenAIChatEngine:

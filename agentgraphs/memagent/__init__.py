@@ -5,13 +5,13 @@
 5000
 """
 
-from .graph import DEFAULT_OPTIONS, MemAgentOptions, MemAgentState, build_graph, chunk_spans
+from .graph import MemAgentOptions, MemAgentState, build_graph, chunk_spans
 from .prompts import FINAL_TEMPLATE, INITIAL_MEMORY, MEMORY_UPDATE_TEMPLATE
+from ..row_fields import answers_of, question_of
 from .reward import eval_metrics, memagent_reward
-from .spec import SPEC, answers_of, make_input, question_of
+from .spec import SPEC, make_input
 
 __all__ = [
-    "DEFAULT_OPTIONS",
     "FINAL_TEMPLATE",
     "INITIAL_MEMORY",
     "MEMORY_UPDATE_TEMPLATE",

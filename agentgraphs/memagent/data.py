@@ -1,4 +1,5 @@
-"""MemAgent datasets: RULER-HQA evaluation rows and HotpotQA training rows, normalised to ``MemAgentRow``.
+"""MemAgent datasets: RULER-HQA evaluation rows and HotpotQA training rows, normalised to ``MemAgentRow``,
+and slime rows from them (``to_slime_row``; written with ``agentgraphs.dataset_io.write_jsonl``).
 
 Two public formats are read:
 
@@ -13,13 +14,11 @@ JSONL files are read line by line (evaluation files reach gigabytes). A bad row 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from os import PathLike
-from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from ..data import load_located_rows
+from ..dataset_io import load_located_rows
 from ..errors import InputError
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "read_hotpotqa",
     "read_memagent_rows",
     "to_slime_row",
-    "write_jsonl",
 ]
 
 StrPath = str | PathLike[str]
@@ -162,14 +160,16 @@ def row_from_hotpotqa(obj: Any, where: str = "row") -> MemAgentRow:
     )
 
 
-def _iter_objects(path: StrPath) -> Iterator[tuple[Any, str]]:
-    """(object, location) pairs from a JSONL file, a JSON list, a parquet file or a dataset directory:
-    read by the shared loader, `agentgraphs.data`."""
-    yield from load_located_rows(path)
+def _iter_objects(path: StrPath, **selection: Any) -> Iterator[tuple[Any, str]]:
+    """(object, location) pairs from a JSONL file, a JSON list, a parquet file, a dataset directory or a Hub
+    id: read by the shared loader, `agentgraphs.dataset_io` (`selection`: its split, revision, config and
+    data_files)."""
+    yield from load_located_rows(path, **selection)
 
 
-def read_ruler_hqa(path: StrPath) -> Iterator[MemAgentRow]:
-    """Rows of a RULER-HQA file (JSONL, or a JSON list as in MemAgent's ``eval_{length}.json``).
+def read_ruler_hqa(path: StrPath, **selection: Any) -> Iterator[MemAgentRow]:
+    """Rows of a RULER-HQA file (JSONL, or a JSON list as in MemAgent's ``eval_{length}.json``), or of a
+    dataset directory or Hub id (`selection`: `agentgraphs.dataset_io.load_rows`' split, revision, ...).
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "eval.jsonl")
@@ -177,12 +177,13 @@ def read_ruler_hqa(path: StrPath) -> Iterator[MemAgentRow]:
     >>> [r["answers"] for r in read_ruler_hqa(p)]
     [['A']]
     """
-    for obj, where in _iter_objects(path):
+    for obj, where in _iter_objects(path, **selection):
         yield row_from_ruler(obj, where)
 
 
-def read_hotpotqa(path: StrPath) -> Iterator[MemAgentRow]:
-    """Rows of a HotpotQA training file in MemAgent's format (JSONL or a JSON list).
+def read_hotpotqa(path: StrPath, **selection: Any) -> Iterator[MemAgentRow]:
+    """Rows of a HotpotQA training file in MemAgent's format (JSONL or a JSON list), or of a dataset
+    directory or Hub id (`selection` as for `read_ruler_hqa`).
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "train.jsonl")
@@ -190,7 +191,7 @@ def read_hotpotqa(path: StrPath) -> Iterator[MemAgentRow]:
     >>> [r["question"] for r in read_hotpotqa(p)]
     ['Q']
     """
-    for obj, where in _iter_objects(path):
+    for obj, where in _iter_objects(path, **selection):
         yield row_from_hotpotqa(obj, where)
 
 
@@ -222,19 +223,3 @@ def to_slime_row(row: MemAgentRow) -> SlimeRow:
         label=list(row["answers"]),
         metadata={"context": row["document"], "length": row["length"], "id": row["id"]},
     )
-
-
-def write_jsonl(rows: Iterable[Mapping[str, Any]], path: StrPath) -> int:
-    """Write rows as UTF-8 JSONL (one object per line, non-ASCII kept); returns the number written.
-
-    >>> import tempfile, os
-    >>> write_jsonl([{"a": 1}, {"b": "é"}], os.path.join(tempfile.mkdtemp(), "out.jsonl"))
-    2
-    """
-    count = 0
-    with Path(path).open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False))
-            f.write("\n")
-            count += 1
-    return count

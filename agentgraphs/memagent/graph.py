@@ -16,9 +16,10 @@ from langgraph.runtime import Runtime
 from pydantic import Field
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
-from ..node import AgentContext, TraceState, call_llm, context_of
+from ..context import AgentContext, context_of
+from ..node import TraceState, call_llm
 from ..spec import MethodOptions
-from ..tokenize import encode_text
+from ..long_text import encode_text
 from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt
 
 CHUNK_PLACEHOLDER = "\u2063<<agentgraphs:chunk>>\u2063"
@@ -38,8 +39,6 @@ class MemAgentOptions(MethodOptions):
     reward_split: Literal["broadcast", "divide"] = Field(
         "broadcast", description="every sequence gets the reward (original) or reward / n (the seed)")
 
-
-DEFAULT_OPTIONS: dict[str, Any] = MemAgentOptions().model_dump()
 
 Span = list[int]  # [start, end) into doc_ids
 _INLINE_TOKENIZE_CHARS = 100_000  # ~20K tokens, a few ms: longer documents are tokenized off the event loop

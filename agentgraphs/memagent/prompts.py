@@ -4,30 +4,24 @@ The templates are ``str.format`` strings with the fields ``{prompt}``, ``{memory
 only) ``{chunk}``. Rendered, they are byte-for-byte the original text, including the space after
 ``<problem>`` and the ``\\boxed{}`` in the final prompt.
 
-Token-level chunks: the graph cuts the document into chunks of TOKEN IDS and must not decode and
-re-encode them. A caller therefore renders the text around the chunk, encodes the two pieces, and splices
-the chunk ids between them::
-
-    before, after = memory_update_prompt_parts(problem, memory)
-    ids = encode(before) + chunk_ids + encode(after)
-
-``encode(before) + chunk_ids + encode(after)`` may differ from ``encode(full_text)`` at the two seams (a BPE
-merge across ``"\\n"`` and the chunk's first token); that is intended: the chunk is exactly the document's
-ids, and the seams are deterministic.
+Token-level chunks: the graph cuts the document into chunks of TOKEN IDS and never decodes and re-encodes
+them. It renders the memory-update prompt with a placeholder as the chunk and lets the chat template splice
+the chunk's ids in its place (``call_llm(..., splice={placeholder: chunk_ids})``,
+`agentgraphs.chat.ChatTemplate.render`): the text around the chunk is encoded, the chunk is exactly the
+document's ids. The seams may differ from encoding the whole text at once (a BPE merge across ``"\\n"`` and
+the chunk's first token); that is intended, and deterministic.
 """
 
 from __future__ import annotations
+
+from ..toolcalls import split_reasoning
 
 __all__ = [
     "MEMORY_UPDATE_TEMPLATE",
     "FINAL_TEMPLATE",
     "INITIAL_MEMORY",
-    "CHUNK_FIELD",
-    "THINK_END",
     "memory_update_prompt",
-    "memory_update_prompt_parts",
     "final_prompt",
-    "split_template",
     "memory_from_response",
 ]
 
@@ -52,10 +46,6 @@ FINAL_TEMPLATE = (
 
 INITIAL_MEMORY = "No previous memory"
 
-CHUNK_FIELD = "{chunk}"
-THINK_END = "</think>"
-
-
 def memory_update_prompt(problem: str, memory: str, chunk_text: str) -> str:
     """Render the memory-update prompt (the user message, before any chat template).
 
@@ -78,40 +68,6 @@ def final_prompt(problem: str, memory: str) -> str:
     return FINAL_TEMPLATE.format(prompt=problem, memory=memory)
 
 
-def split_template(template: str, field: str = CHUNK_FIELD) -> tuple[str, str]:
-    """Split a format template at ``field`` into the format templates before and after it.
-
-    Both halves are still ``str.format`` templates (brace escapes kept), so a caller formats each half with
-    the remaining fields. Raises ValueError unless ``field`` occurs exactly once.
-
-    >>> before, after = split_template(MEMORY_UPDATE_TEMPLATE)
-    >>> after.format()
-    '\\n</section>\\n\\nUpdated memory:\\n'
-    >>> before.endswith("<section>\\n")
-    True
-    """
-    count = template.count(field)
-    if count != 1:
-        raise ValueError(f"template must contain {field!r} exactly once, found {count}")
-    before, after = template.split(field)
-    return before, after
-
-
-_UPDATE_BEFORE, _UPDATE_AFTER = split_template(MEMORY_UPDATE_TEMPLATE)
-
-
-def memory_update_prompt_parts(problem: str, memory: str) -> tuple[str, str]:
-    """The memory-update prompt's text before and after the chunk, for splicing chunk token ids.
-
-    ``before + chunk_text + after == memory_update_prompt(problem, memory, chunk_text)`` for every chunk.
-
-    >>> before, after = memory_update_prompt_parts("Who?", "m")
-    >>> before + "X" + after == memory_update_prompt("Who?", "m", "X")
-    True
-    """
-    return _UPDATE_BEFORE.format(prompt=problem, memory=memory), _UPDATE_AFTER.format()
-
-
 def memory_from_response(text: str) -> str:
     """The new memory taken from a memory-update response.
 
@@ -123,6 +79,5 @@ def memory_from_response(text: str) -> str:
     >>> memory_from_response("<think>hmm</think>\\n  Alice is 30.")
     'Alice is 30.'
     """
-    if THINK_END not in text:
-        return text
-    return text.rsplit(THINK_END, 1)[1].lstrip()
+    reasoning, answer = split_reasoning(text)
+    return answer.lstrip() if reasoning is not None and answer is not None else text

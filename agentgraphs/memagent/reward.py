@@ -1,4 +1,5 @@
-"""MemAgent's training reward and its RULER-HQA evaluation protocol (the seed's, quirks included).
+"""MemAgent's training reward and its RULER-HQA evaluation protocol (the seed's, quirks included);
+`reward(RewardInput, ctx)` and `metrics(RewardInput)` are the spec's.
 
 The generic answer tools live in ``agentgraphs.answers`` (re-exported here). Every function accepts
 arbitrary text and never raises: a response the parsers cannot read scores 0 (or, for ``sub_em``, see
@@ -22,6 +23,9 @@ from ..answers import (
     sub_em,
     token_f1,
 )
+from ..context import AgentContext
+from ..row_fields import answers_of
+from ..spec import RewardInput
 
 __all__ = [
     "RulerMetrics",
@@ -37,6 +41,8 @@ __all__ = [
     "ruler_answer",
     "ruler_metrics",
     "eval_metrics",
+    "metrics",
+    "reward",
     "REWARD_TAIL_CHARS",
 ]
 
@@ -135,3 +141,14 @@ def ruler_metrics(response: str, golds: Golds) -> RulerMetrics:
 
 # MemAgent's eval metrics (what `agentgraphs run` and examples/memagent/evaluate.py report).
 eval_metrics = ruler_metrics
+
+
+def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
+    return memagent_reward(rin["answer"], answers_of(rin["label"]))
+
+
+def metrics(rin: RewardInput) -> dict[str, float]:
+    golds = answers_of(rin["label"]) if rin["label"] is not None else []
+    if not golds:
+        return {}
+    return dict(eval_metrics(rin["answer"], golds))  # the reward itself is Rollout.reward (computed once)

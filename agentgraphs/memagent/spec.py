@@ -1,15 +1,14 @@
-"""MemAgent's AgentSpec: slime row -> graph input, reward, Multi-Conv sequences."""
+"""MemAgent's AgentSpec: slime row -> graph input, the reward (`reward.py`), Multi-Conv sequences."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..context import AgentContext
 from ..errors import InputError
-from ..rows import answers_of, question_input, question_of  # noqa: F401 (question_of re-exported)
-from ..spec import AgentSpec, RewardInput, RolloutInput
+from ..row_fields import question_input
+from ..spec import AgentSpec, RolloutInput, register
 from .graph import MemAgentOptions, build_graph
-from .reward import eval_metrics, memagent_reward
+from .reward import metrics, reward
 
 
 def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
@@ -21,12 +20,6 @@ def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
     return {"question": question, "document": document, "turns": []}
 
 
-def answer(state: Mapping[str, Any]) -> str:
-    return str(state.get("answer", ""))
-
-
-def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
-    return memagent_reward(rin["answer"], answers_of(rin["label"]))
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,18 +34,10 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def metrics(rin: RewardInput) -> dict[str, float]:
-    golds = answers_of(rin["label"]) if rin["label"] is not None else []
-    if not golds:
-        return {}
-    return dict(eval_metrics(rin["answer"], golds))  # the reward itself is Rollout.reward (computed once)
-
-
 SPEC = AgentSpec(
     name="memagent",
     build_graph=build_graph,
     make_input=make_input,
-    answer=answer,
     reward=reward,
     eval_metrics=metrics,
     summarize=summarize,
@@ -68,3 +53,4 @@ SPEC = AgentSpec(
         "answered": "share of responses with a non-empty answer",
     },
 )
+register(SPEC)  # `load_spec("memagent")`, langgraph.json

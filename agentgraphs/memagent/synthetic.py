@@ -1,7 +1,8 @@
 """Synthetic long-document QA (a needle in filler text) for tests and benchmarks.
 
 A document is filler sentences made from a small word list (no digits, no capitalised names) with one needle
-sentence, "The secret code of <name> is <value>.", at a chosen position. The value is a 7-digit number, so
+sentence, "The secret code of <name> is <value>.", at a chosen position. The value is a 7-digit number
+(``value_digits`` to change it), so
 the answer occurs in the document exactly once.
 
 Speed: the filler is drawn from a pool of sentences whose token counts are measured ONCE per tokenizer (one
@@ -138,10 +139,13 @@ def _example_from_pool(
     seed: int | str,
     needle_position: float | int,
     chunk_size: int,
+    value_digits: int = 7,
 ) -> MemAgentRow:
+    if not 1 <= value_digits <= 18:
+        raise ValueError(f"value_digits must be in 1..18, got {value_digits}")
     rng = random.Random(f"needle:{seed}")
     name = f"{rng.choice(_FIRST_NAMES)} {rng.choice(_LAST_NAMES)}"
-    value = str(rng.randrange(1_000_000, 10_000_000))
+    value = str(rng.randrange(10 ** (value_digits - 1), 10 ** value_digits))
     needle = f"The secret code of {name} is {value}."
     needle_tokens = _count(tokenizer, " " + needle)
     if n_tokens <= needle_tokens:
@@ -164,11 +168,17 @@ def make_needle_example(
     seed: int | str,
     needle_position: float | int = 0.5,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    pool: FillerPool | None = None,
+    value_digits: int = 7,
 ) -> MemAgentRow:
     """One needle-in-filler question over a document of about ``n_tokens`` tokens.
 
+    The secret code is a ``value_digits``-digit number (7 by default; fewer make an easier task for a model
+    trained from scratch).
+
     ``needle_position`` is a float in [0, 1] (relative depth) or an int chunk index, in which case the
-    needle lands in the middle of that ``chunk_size``-token chunk. Deterministic in ``seed``.
+    needle lands in the middle of that ``chunk_size``-token chunk. Deterministic in ``seed``. Pass the
+    ``pool`` of ``build_filler_pool(tokenizer)`` when making many examples (it is measured once).
 
     >>> class Words:
     ...     def encode(self, text, add_special_tokens=False): return text.split()
@@ -178,7 +188,8 @@ def make_needle_example(
     >>> row["question"].startswith("What is the secret code of ")
     True
     """
-    return _example_from_pool(build_filler_pool(tokenizer), tokenizer, n_tokens, seed, needle_position, chunk_size)
+    pool = pool if pool is not None else build_filler_pool(tokenizer)
+    return _example_from_pool(pool, tokenizer, n_tokens, seed, needle_position, chunk_size, value_digits)
 
 
 def make_dataset(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from typing_extensions import NotRequired, TypedDict
 
+from ..dataset_io import write_jsonl
 from ..errors import InputError
 
 __all__ = ["Passage", "parse_passage", "read_corpus", "write_passages", "passage_text"]
@@ -91,10 +92,8 @@ def _records(path: Path) -> Iterator[tuple[int, object]]:
 
 
 def write_passages(passages: Iterable[Passage], path: str | Path) -> None:
-    """Write passages as JSONL (the index keeps its own copy of the corpus)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for p in passages:
-            fh.write(json.dumps(p, ensure_ascii=False) + "\n")
+    """Write passages as JSONL (the index keeps its own copy of the corpus), all or nothing."""
+    write_jsonl(passages, path)
 
 
 def passage_text(p: Passage) -> str:

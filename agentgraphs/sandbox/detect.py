@@ -15,13 +15,13 @@ import os
 import threading
 from typing import Any, TypedDict
 
-from . import mechanisms, probes
-from .mechanisms import DISABLE_ENV, disabled_from_env
-from .plan import NOT_HELD, Plan
-from .types import ALLOW_MISSING_ENV, PROTECTIONS, SandboxError
+from .execution import execute_with_plan
+from .mechanisms import DISABLE_ENV, choose, describe, disabled_from_env, find
+from .plan import NOT_HELD, Plan, allowed_missing
+from .probes import isolation_probe, isolation_protections, resource_protections
+from .types import ALLOW_MISSING_ENV, PROTECTIONS
 
-__all__ = ["Plan", "Capabilities", "capabilities", "current_plan", "format_report", "PROTECTIONS", "DISABLE_ENV",
-           "allowed_missing"]
+__all__ = ["Plan", "Capabilities", "capabilities", "current_plan", "format_report", "PROTECTIONS", "DISABLE_ENV"]
 
 _lock = threading.Lock()
 
@@ -35,16 +35,6 @@ class Capabilities(TypedDict):
     mechanisms: dict[str, dict[str, Any]]
     protections: dict[str, str]
     held: list[str]
-
-
-def allowed_missing() -> frozenset[str]:
-    """The protections `AGENTGRAPHS_SANDBOX_ALLOW_MISSING` lets every execution of this process run without."""
-    names = frozenset(n.strip() for n in os.environ.get(ALLOW_MISSING_ENV, "").split(",") if n.strip())
-    unknown = sorted(names - set(PROTECTIONS))
-    if unknown:
-        raise SandboxError(f"{ALLOW_MISSING_ENV} names unknown protection(s) {unknown}. Fix: use a comma-separated "
-                           f"subset of {list(PROTECTIONS)}")
-    return names
 
 
 def current_plan() -> Plan:
@@ -69,17 +59,15 @@ def _shape(plan: Plan) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _detect(disabled: frozenset[str] = frozenset(), cgroup_env: str = "") -> Plan:
-    from .runner import execute_with_plan  # the probes run through the real pipeline
+    def execute(code: str, limits: Any, plan: Plan) -> Any:  # the probes run through the real pipeline
+        return execute_with_plan(code, limits, plan)
 
-    def execute(code: str, limits: Any, plan: Plan) -> Any:
-        return execute_with_plan(code, limits, plan, enforce=False)
-
-    found = mechanisms.find(disabled)
-    plan, facts, why = mechanisms.choose(found, lambda p: probes.isolation_probe(p, execute))
-    plan = dataclasses.replace(plan, mechanisms=mechanisms.describe(plan, found, facts, why))
+    found = find(disabled)
+    plan, facts, why = choose(found, lambda p: isolation_probe(p, execute))
+    plan = dataclasses.replace(plan, mechanisms=describe(plan, found, facts, why))
     if facts:
-        prot = probes.isolation_protections(plan, facts)
-        prot.update(probes.resource_protections(plan, execute))
+        prot = isolation_protections(plan, facts)
+        prot.update(resource_protections(plan, execute))
     else:
         reason = why.get("bwrap", "the probe could not run")
         prot = {name: f"{NOT_HELD}: no sandbox could start its probe ({reason})" for name in PROTECTIONS}

@@ -19,6 +19,7 @@ from typing import Any
 from .cgroups import CONTROLLERS, CgroupSetup, find_cgroups
 from .plan import Plan
 from .probes import FIX, Facts
+from .types import names_from_env
 
 __all__ = ["DISABLE_ENV", "KNOWN", "Found", "find", "choose", "describe", "disabled_from_env"]
 
@@ -27,14 +28,8 @@ KNOWN = ("bwrap", "seccomp", "cgroups", "uid")
 
 
 def disabled_from_env() -> frozenset[str]:
-    names = frozenset(n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip())
-    unknown = sorted(names - set(KNOWN))
-    if unknown:
-        from .types import SandboxError
-
-        raise SandboxError(f"{DISABLE_ENV} names unknown mechanism(s) {unknown}. Fix: use a comma-separated "
-                           f"subset of {list(KNOWN)}")
-    return names
+    """The mechanisms `AGENTGRAPHS_SANDBOX_DISABLE` turns off."""
+    return names_from_env(DISABLE_ENV, KNOWN, "mechanism")
 
 
 @dataclasses.dataclass

@@ -6,11 +6,16 @@ import dataclasses
 from typing import Any
 
 from .cgroups import CgroupSetup
-from .types import ALLOW_MISSING_ENV
+from .types import ALLOW_MISSING_ENV, PROTECTIONS, names_from_env
 
-__all__ = ["Plan", "NOT_HELD"]
+__all__ = ["Plan", "NOT_HELD", "allowed_missing"]
 
 NOT_HELD = "NOT HELD"
+
+
+def allowed_missing() -> frozenset[str]:
+    """The protections `AGENTGRAPHS_SANDBOX_ALLOW_MISSING` lets every execution of this process run without."""
+    return names_from_env(ALLOW_MISSING_ENV, PROTECTIONS, "protection")
 
 
 @dataclasses.dataclass(frozen=True)

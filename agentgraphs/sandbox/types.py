@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Literal, TypedDict
 
 __all__ = ["SandboxLimits", "ExecutionResult", "Status", "LimitHit", "SandboxError", "SandboxUnavailableError",
-           "PROTECTIONS", "ALLOW_MISSING_ENV"]
+           "PROTECTIONS", "ALLOW_MISSING_ENV", "names_from_env"]
 
 MiB = 1024 * 1024
 
@@ -34,6 +35,16 @@ class SandboxUnavailableError(SandboxError):
     def __init__(self, message: str, missing: list[str]) -> None:
         super().__init__(message)
         self.missing = missing
+
+
+def names_from_env(var: str, known: Sequence[str], what: str) -> frozenset[str]:
+    """The comma-separated names in the environment variable `var`; SandboxError naming any not in `known`."""
+    names = frozenset(n.strip() for n in os.environ.get(var, "").split(",") if n.strip())
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise SandboxError(f"{var} names unknown {what}(s) {unknown}. Fix: use a comma-separated subset of "
+                           f"{list(known)}")
+    return names
 
 
 @dataclasses.dataclass(frozen=True)

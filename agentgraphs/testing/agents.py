@@ -15,9 +15,10 @@ from typing import Any, Mapping
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
+from ..context import AgentContext
 from ..errors import InputError
 from ..answers import boxed_match
-from ..node import AgentContext, TraceState, call_llm
+from ..node import TraceState, call_llm
 from ..spec import AgentSpec, RewardInput, RolloutInput
 
 

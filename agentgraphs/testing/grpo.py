@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..context import AgentContext
 from ..engines import SamplingParams
-from ..records import sample_fields, scalar
+from ..records import Rollout, sample_fields, scalar
 from ..rollout import rollout_input, run_rollout
 from ..spec import AgentSpec, MethodOptions
 from ..train_data import TrainDataSettings, to_train_data
@@ -43,6 +43,8 @@ from .slime_sample import Sample
 
 TrainData = dict[str, Any]
 Corrupt = Callable[[TrainData, Sequence[Any]], TrainData]
+# Sees every rollout of a step and its Sample before anything is trained on them; raises to stop training.
+Audit = Callable[[Sequence[Rollout], Sequence[Any]], None]
 
 
 class GRPOConfig(BaseModel):
@@ -62,6 +64,11 @@ class GRPOConfig(BaseModel):
     eps_clip_high: Optional[float] = Field(None, gt=0, description="[--eps-clip-high]; None = eps_clip")
     per_token_loss: bool = Field(False, description="[--calculate-per-token-loss]")
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward pass (gradients accumulate)")
+    tf32: bool = Field(False, description="allow TF32 matmuls in the update (CUDA only; generation stays full "
+                       "fp32, so the recorded log-probs do not change; the trainer's own log-probs then differ "
+                       "from them by TF32 rounding, ~1e-3)")
+    concurrency: int = Field(1, ge=1, description="rollouts in flight at once; 1 = one after another "
+                             "(deterministic under the engine's seed), more lets a batching engine batch them")
     train_data: TrainDataSettings = Field(default_factory=TrainDataSettings,
                                           description="conversion settings; n_samples_per_prompt is set from above")
 
@@ -109,7 +116,8 @@ class GRPOTrainer:
     """
 
     def __init__(self, spec: AgentSpec, engine: Any, rows: Sequence[Mapping[str, Any]], config: GRPOConfig | None = None,
-                 *, options: Mapping[str, Any] | MethodOptions | None = None, corrupt: Corrupt | None = None) -> None:
+                 *, options: Mapping[str, Any] | MethodOptions | None = None, corrupt: Corrupt | None = None,
+                 audit: Audit | None = None) -> None:
         import torch
 
         self.spec, self.engine, self.config = spec, engine, config or GRPOConfig()
@@ -119,10 +127,12 @@ class GRPOTrainer:
         for i, row in enumerate(self.rows):
             if "prompt" not in row:
                 raise ValueError(f"rows[{i}] has no 'prompt' (keys: {sorted(row)}): rows are {{prompt, label, metadata}}")
-        if not hasattr(engine, "model") or not hasattr(engine, "_lock"):
+        if not hasattr(engine, "model") or not hasattr(engine, "model_lock"):
             raise TypeError(f"GRPOTrainer trains an HFEngine's model in process; got {type(engine).__name__}")
         self.options = spec.resolve_options(options)
         self.corrupt = corrupt
+        self.audit = audit
+        self.last_rollouts: list[Rollout] = []
         self.settings = self.config.train_data.model_copy(
             update={"n_samples_per_prompt": self.config.n_samples_per_prompt})
         self.optimizer = torch.optim.AdamW(
@@ -140,6 +150,8 @@ class GRPOTrainer:
         started = time.perf_counter()
         samples = asyncio.run(self.collect())
         rollout_s = time.perf_counter() - started
+        if self.audit is not None:
+            self.audit(self.last_rollouts, samples)
         data = to_train_data(samples, self.settings)
         if self.corrupt is not None:
             data = self.corrupt(data, samples)
@@ -166,18 +178,29 @@ class GRPOTrainer:
         return self.history
 
     async def collect(self) -> list[Any]:
-        """n rollouts per row, one after another (deterministic under the engine's seed), as Samples."""
+        """n rollouts per row as Samples, in (row, draw) order; `config.concurrency` of them in flight at once
+        (1: one after another, deterministic under the engine's seed). The rollouts stay in `last_rollouts`."""
+        jobs = [(group, row) for group, row in enumerate(self.rows) for _ in range(self.config.n_samples_per_prompt)]
+        gate = asyncio.Semaphore(self.config.concurrency)
+
+        async def one(group: int, row: Mapping[str, Any]) -> Rollout:
+            async with gate:
+                inp = rollout_input(row["prompt"], row.get("label"), row.get("metadata"), index=group)
+                return await run_rollout(self.spec, inp, self.context, options=self.options)
+
+        if self.config.concurrency == 1:
+            rollouts = [await one(group, row) for group, row in jobs]
+        else:
+            rollouts = list(await asyncio.gather(*(one(group, row) for group, row in jobs)))
         samples: list[Any] = []
-        for group, row in enumerate(self.rows):
-            inp = rollout_input(row["prompt"], row.get("label"), row.get("metadata"), index=group)
-            for _ in range(self.config.n_samples_per_prompt):
-                rollout = await run_rollout(self.spec, inp, self.context, options=self.options)
-                fields = sample_fields(rollout, self.spec)
-                if rollout.status == "aborted":
-                    raise RuntimeError(f"rollout aborted ({rollout.reason}): an HFEngine does not abort; check the agent")
-                fields["status"] = Sample.Status(fields["status"])
-                samples.append(Sample(group_index=group, index=len(samples), prompt=row["prompt"],
-                                      label=row.get("label"), **fields))
+        for (group, row), rollout in zip(jobs, rollouts):
+            if rollout.status == "aborted":
+                raise RuntimeError(f"rollout aborted ({rollout.reason}): an HFEngine does not abort; check the agent")
+            fields = sample_fields(rollout, self.spec)
+            fields["status"] = Sample.Status(fields["status"])
+            samples.append(Sample(group_index=group, index=len(samples), prompt=row["prompt"],
+                                  label=row.get("label"), **fields))
+        self.last_rollouts = rollouts
         return samples
 
     # ------------------------------------------------------------------------------------- the update
@@ -190,8 +213,10 @@ class GRPOTrainer:
         batch = token_batch(data)
         if batch["trained_tokens"] == 0:
             return {**_empty_stats(), "trained_tokens": 0}
-        with self.engine._lock:
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        with self.engine.model_lock:
             model.train()
+            torch.backends.cuda.matmul.allow_tf32 = cfg.tf32 or tf32
             try:
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = []
@@ -204,6 +229,7 @@ class GRPOTrainer:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad if cfg.clip_grad > 0 else float("inf"))
                 self.optimizer.step()
             finally:
+                torch.backends.cuda.matmul.allow_tf32 = tf32
                 model.eval()
         return _merge(parts, batch["trained_tokens"], float(grad_norm))
 
@@ -395,6 +421,6 @@ FAULTS: dict[str, Corrupt] = {
 }
 
 __all__ = [
-    "FAULTS", "GRPOConfig", "GRPOTrainer", "StepStats", "Verdict", "negate_advantages", "permute_within_groups",
+    "FAULTS", "Audit", "GRPOConfig", "GRPOTrainer", "StepStats", "Verdict", "negate_advantages", "permute_within_groups",
     "policy_loss", "shift_mask", "token_batch", "trained_logprobs", "verdict", "wrong_rollout",
 ]

@@ -91,8 +91,8 @@ def _builtin(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, Any
 
 
 def _user_agent(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, Any]], dict[str, Any]]:
-    from ..batch import RowKeys, read_rows
     from ..engines import make_engine
+    from ..rollout_inputs import RowKeys, read_rollout_inputs
     from ..spec import load_spec
 
     if not settings.engine or not settings.engine.startswith("hf:"):
@@ -103,7 +103,7 @@ def _user_agent(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, 
     spec = load_spec(settings.agent or "")
     engine = make_engine(settings.engine)
     rows: list[dict[str, Any]] = []
-    for parsed in read_rows(settings.data, RowKeys(), limit=settings.prompts):
+    for parsed in read_rollout_inputs(settings.data, RowKeys(), limit=settings.prompts):
         if parsed.inp is None:
             raise ConfigError(f"--data {settings.data}: {parsed.error}")
         rows.append({"prompt": parsed.inp["prompt"], "label": parsed.inp["label"], "metadata": parsed.inp["metadata"]})

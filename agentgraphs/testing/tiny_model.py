@@ -21,7 +21,7 @@ import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Template = Literal["qwen2.5", "qwen3"]
 
@@ -248,15 +248,51 @@ def _generation_config() -> dict[str, object]:
     }
 
 
-def _write_weights(out_dir: Path, config: dict[str, object], seed: int) -> None:
+DEFAULT_HIDDEN_SIZE = 64
+DEFAULT_NUM_LAYERS = 2
+DEFAULT_NUM_HEADS = 4
+DEFAULT_INTERMEDIATE_SIZE = 128
+DEFAULT_INIT_STD = 0.02
+
+
+def _seeded_model(config: dict[str, object], seed: int) -> Any:
     import torch
-    from safetensors.torch import save_file
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     # fork_rng: seeding must not disturb the caller's global RNG stream.
     with _WEIGHTS_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(Qwen2Config(**{k: v for k, v in config.items() if k != "torch_dtype"}))
+        return Qwen2ForCausalLM(Qwen2Config(**{k: v for k, v in config.items() if k != "torch_dtype"}))
+
+
+def new_model(
+    *,
+    seed: int = 0,
+    hidden_size: int = DEFAULT_HIDDEN_SIZE,
+    num_layers: int = DEFAULT_NUM_LAYERS,
+    num_heads: int = DEFAULT_NUM_HEADS,
+    num_kv_heads: int | None = None,
+    intermediate_size: int = DEFAULT_INTERMEDIATE_SIZE,
+    init_std: float = DEFAULT_INIT_STD,
+) -> Any:
+    """A freshly initialised Qwen2ForCausalLM in memory: the weights `build_tiny_model` writes for the same
+    seed and shape (the real Qwen2.5 vocabulary size, tied embeddings). Pair it with the tokenizer of
+    `ensure_tiny_model()`.
+
+    >>> new_model(hidden_size=32, num_layers=1).config.num_hidden_layers
+    1
+    """
+    kv_heads = kv_heads_for(num_heads) if num_kv_heads is None else num_kv_heads
+    check_size(hidden_size, num_layers, num_heads, kv_heads, intermediate_size, init_std)
+    config = _model_config(hidden_size, num_layers, num_heads, kv_heads, intermediate_size, float(init_std))
+    return _seeded_model({k: v for k, v in config.items() if k != "transformers_version"}, seed)
+
+
+def _write_weights(out_dir: Path, config: dict[str, object], seed: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    model = _seeded_model(config, seed)
     state = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
     state.pop("lm_head.weight", None)  # tied to the embedding, stored once as HF checkpoints do
     save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
@@ -264,13 +300,6 @@ def _write_weights(out_dir: Path, config: dict[str, object], seed: int) -> None:
 
 def _dump(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-DEFAULT_HIDDEN_SIZE = 64
-DEFAULT_NUM_LAYERS = 2
-DEFAULT_NUM_HEADS = 4
-DEFAULT_INTERMEDIATE_SIZE = 128
-DEFAULT_INIT_STD = 0.02
 
 
 def kv_heads_for(num_heads: int) -> int:

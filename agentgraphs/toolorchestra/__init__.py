@@ -15,11 +15,11 @@ tau^2-bench: the orchestrator is the agent, scored by tau^2's own evaluator.
 30
 """
 
-from .graph import DEFAULT_OPTIONS, TOOLS, ToolOrchestraOptions, ToolOrchestraState, build_graph
+from .graph import TOOLS, ToolOrchestraOptions, ToolOrchestraState, build_graph
 from .parsing import Choice, parse_choice
-from ..rows import answers_of
+from ..row_fields import answers_of
 from .reward import features
-from .spec import SPEC, make_input, problem_of
+from .spec import SPEC, make_input
 
-__all__ = ["Choice", "DEFAULT_OPTIONS", "SPEC", "TOOLS", "ToolOrchestraOptions", "ToolOrchestraState", "answers_of", "build_graph",
-           "features", "make_input", "parse_choice", "problem_of"]
+__all__ = ["Choice", "SPEC", "TOOLS", "ToolOrchestraOptions", "ToolOrchestraState", "answers_of", "build_graph",
+           "features", "make_input", "parse_choice"]

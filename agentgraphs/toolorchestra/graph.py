@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal, Optional, Union
@@ -29,11 +28,11 @@ from pydantic import Field, model_validator
 from typing_extensions import NotRequired, TypedDict
 
 from ..answers import last_boxed
+from ..context import AgentContext, LoopCache, context_of
 from ..errors import ConfigError, EngineError, RetrievalError
-from ..context import AgentContext, context_of
 from ..node import TraceState, call_llm
-from ..spec import MethodOptions
-from .coderun import extract_code, run_python
+from ..spec import MethodOptions, judge_option
+from .coderun import extract_code, run_expert_code
 from .notes import Note, render_context
 from .parsing import parse_choice
 from .prompts import ANSWER_EXPERT, CODE_EXPERT, ORCHESTRATOR_USER, SEARCH_EXPERT, tool_schemas
@@ -78,8 +77,8 @@ class ToolOrchestraOptions(MethodOptions):
         description="tool -> the expert engines (names in AgentContext.engines) the orchestrator may pick")
     max_turns: int = Field(12, ge=1, description="orchestrator turns per episode in training (seed 12, "
                            "original 30)")
-    eval_max_turns: int = Field(12, ge=1, description="orchestrator turns per episode in evaluation (seed 12, "
-                                "original 50)")
+    eval_max_turns: Optional[int] = Field(12, ge=1, description="orchestrator turns per episode in evaluation "
+                                          "(seed 12, original 50; null: no cap)")
     invalid_call: Literal["end", "continue"] = Field(
         "end", description="a format-invalid orchestrator turn ends the episode unanswered (seed) or becomes "
         "an earlier-attempt note and the loop goes on (original)")
@@ -94,8 +93,7 @@ class ToolOrchestraOptions(MethodOptions):
     correctness: Literal["contains", "exact"] = Field(
         "contains", description="contains (seed): normalised equality, or the gold inside the answer unless "
         "the gold has <= 3 words and the answer over 10x as many; exact (original): SQuAD exact match")
-    judge: Optional[str] = Field(None, description="engine name of an LLM judge asked when the rule says "
-                                 "wrong; null: the rule only")
+    judge: Optional[str] = judge_option(None)  # asked when the `correctness` rule says wrong
     prices: dict[str, Price] = Field(default_factory=dict, description="expert -> USD per million tokens, "
                                      "one price or [input, output] (missing: 1.0), for the cost feature")
     cost_counts_orchestrator: bool = Field(
@@ -150,9 +148,6 @@ def expert_names(experts: Mapping[str, list[str]]) -> list[str]:
     return list(dict.fromkeys(m for models in experts.values() for m in models))
 
 
-DEFAULT_OPTIONS: dict[str, Any] = ToolOrchestraOptions().model_dump()
-
-
 class Step(TypedDict):
     """One orchestrator turn: what it chose, its own tokens, and what the tool cost."""
 
@@ -178,7 +173,8 @@ class ToolOrchestraState(TraceState):
     stopped: NotRequired[str]  # why the episode ended without an answer (a format-invalid call, seed variant)
 
 
-def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int:
+def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int | None:
+    """The turn cap of this run (None: no cap)."""
     return opts.eval_max_turns if evaluation else opts.max_turns
 
 
@@ -293,7 +289,7 @@ async def enhance_reasoning(state: ToolOrchestraState, runtime: Runtime[AgentCon
     text, update, tokens, error = await _expert(state, runtime, opts, "code_expert", prompt)
     if text is not None:
         code = extract_code(text).strip()
-        result = await run_python(code, opts.code_timeout_s)
+        result = await run_expert_code(code, opts.code_timeout_s)
         status = "output" if result["ok"] else ("timed out" if result["timed_out"] else "failed")
         notes.append(Note(kind="code", text=f"```python\n{code}\n```\n{status}:\n{result['output'].rstrip()}"))
     else:
@@ -326,12 +322,13 @@ async def route(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts:
         return END
     if state.get("pending") in TOOLS:
         return str(state["pending"])
-    turns_left = len(state.get("steps") or []) < max_turns(opts, context_of(runtime).evaluation)
+    cap = max_turns(opts, context_of(runtime).evaluation)
+    turns_left = cap is None or len(state.get("steps") or []) < cap
     return "orchestrator" if turns_left else END
 
 
 # one client per event loop and settings (httpx clients are loop-bound); dropped with their loop
-_CLIENTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, float, int], Any]] = weakref.WeakKeyDictionary()
+_CLIENTS: LoopCache[tuple[str, float, int], Any] = LoopCache()
 
 
 def retrieval_client(ctx: AgentContext, opts: ToolOrchestraOptions) -> Any:
@@ -342,14 +339,9 @@ def retrieval_client(ctx: AgentContext, opts: ToolOrchestraOptions) -> Any:
         return given
     from ..retrieval.client import RetrievalClient
 
-    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
     key = (opts.retrieval_url, opts.retrieval_timeout_s, opts.retrieval_retries)
-    client = clients.get(key)
-    if client is None:
-        client = RetrievalClient(opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
-                                 retries=opts.retrieval_retries)
-        clients[key] = client
-    return client
+    return _CLIENTS.get(key, lambda: RetrievalClient(opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
+                                                     retries=opts.retrieval_retries), asyncio.get_running_loop())
 
 
 def build_graph(options: ToolOrchestraOptions | None = None, *, checkpointer: Any = None) -> Any:

@@ -1,6 +1,6 @@
 """ToolOrchestra's reward: correctness of the answer, and the cost features of the group shaping.
 
-Correctness (the `correctness` option), then the `judge` engine when the rule says wrong:
+Correctness (the `correctness` option), then the `judge` engine (when the context has it) when the rule says wrong:
     exact     (original) SQuAD exact match against any gold (`agentgraphs.answers.em`);
     contains  (seed)     both texts normalised (Unicode NFKD, lower-cased, stripped, every character that
                          is neither a word character nor whitespace replaced by a space, whitespace runs
@@ -23,8 +23,8 @@ from typing import Any
 from ..answers import em, normalize_answer
 from ..context import AgentContext
 from ..node import call_llm
-from ..rows import answers_of, question_of
-from ..spec import RewardInput
+from ..row_fields import answers_of, question_of
+from ..spec import RewardInput, judge_engine
 from .graph import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE
 
@@ -77,17 +77,17 @@ def correct(answer: str, golds: list[str], rule: str) -> bool:
 
 async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     """1.0 when the answer matches a gold by the `correctness` rule, else the judge's yes/no when the `judge`
-    option names an engine, else 0.0. No answer (turns used up, a format-invalid call) is 0.0."""
+    option names an engine the context has, else 0.0. No answer (turns used up, a format-invalid call) is 0.0."""
     golds = answers_of(rin["label"])
     if not rin["answer"].strip():
         return 0.0
     options = rin.get("options") or {}
     if correct(rin["answer"], golds, str(options.get("correctness", "exact"))):
         return 1.0
-    judge = options.get("judge")
-    if not judge or ctx is None:
+    judge = judge_engine(ctx, options.get("judge"))
+    if ctx is None or judge is None:
         return 0.0
-    return 1.0 if await _judge(ctx, str(judge), rin, golds) else 0.0
+    return 1.0 if await _judge(ctx, judge, rin, golds) else 0.0
 
 
 async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str]) -> bool:

@@ -5,21 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..rows import question_input, question_of
-from ..spec import AgentSpec, RolloutInput
+from ..row_fields import question_input
+from ..spec import AgentSpec, RolloutInput, register
 from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .reward import metrics, reward, reward_shaping
 
 
-problem_of = question_of  # the problem text, as every method reads a question
-
-
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
     return {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
-
-
-def answer(state: Mapping[str, Any]) -> str:
-    return str(state.get("answer", ""))
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,7 +50,6 @@ SPEC = AgentSpec(
     name="toolorchestra",
     build_graph=build_graph,
     make_input=make_input,
-    answer=answer,
     reward=reward,
     eval_metrics=metrics,
     summarize=summarize,
@@ -67,3 +59,4 @@ SPEC = AgentSpec(
     options=ToolOrchestraOptions,
     description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
 )
+register(SPEC)  # `load_spec("toolorchestra")`, langgraph.json

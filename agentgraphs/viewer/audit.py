@@ -17,14 +17,23 @@ itself is position by position against the turns' own ids and log-probs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict, Union
 
-from ..trace import TrainSequence, Turn, build_sequences
+from ..trace import (
+    BreachKind as SequenceBreachKind,
+    SequenceAudit,
+    TrainSequence,
+    Turn,
+    audit_sequence,
+    build_sequences,
+    conversation_tail,
+    first_difference,
+    output_in_place,
+)
 from .run_data import RunRecord
 
-BreachKind = Literal["length", "prompt", "untraced_token", "token_mismatch", "logprob_mismatch",
-                     "masked_logprob", "lost_mask", "failed_trains", "sequence_count", "top_level"]
+BreachKind = Union[SequenceBreachKind, Literal["sequence_count", "top_level"]]
 TOP_LEVEL_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")  # what slime trains by default
 
 
@@ -45,25 +54,20 @@ BreachFn = Callable[..., None]  # breach(sequence, kind, detail, *, turn=None, p
 
 
 @dataclass
-class SequenceAudit:
-    """One training sequence as audited: its turns, and which engine call produced each response position."""
-
-    members: list[int]  # indices of the turns whose outputs this sequence carries
-    start: int  # where the response starts (len(tokens) - response_length)
-    trained: list[int] = field(default_factory=list)  # absolute positions with loss mask 1
-    produced: dict[int, tuple[int, int]] = field(default_factory=dict)  # position -> (turn, output offset)
-
-
-@dataclass
 class RecordAudit:
-    """The audit of one rollout: per recorded training sequence, then every breach found."""
+    """The audit of one rollout: per recorded training sequence (`agentgraphs.trace.SequenceAudit`: its
+    turns, and which engine call produced each response position), then every breach found."""
 
     sequences: list[SequenceAudit]
     breaches: list[Breach]
 
 
 def audit_record(rec: RunRecord) -> RecordAudit:
-    """Check every invariant of one rollout (samples.jsonl line against traces.jsonl line); no model needed."""
+    """Check every invariant of one rollout (samples.jsonl line against traces.jsonl line); no model needed.
+
+    Each training sequence goes through the rollout's own checker (`agentgraphs.trace.audit_sequence`);
+    what only a written run can get wrong (the number of sequences, the top-level fields) is checked here.
+    """
     turns, seqs = rec.turns, rec.sequences
     layout = (rec.sample.get("train_metadata") or {}).get("layout") or "per_turn"
     status = str(rec.sample.get("status") or "")
@@ -90,8 +94,12 @@ def audit_record(rec: RunRecord) -> RecordAudit:
         breach(-1, "sequence_count", f"{len(seqs)} training sequences recorded but the trace's turns make "
                                      f"{len(expected)} ({layout} layout)"
                                      f"{_split_note(turns, expected) if layout == 'concat' else ''}")
-    audits = [_audit_sequence(s, seq, turns, members, status, breach)
-              for s, (seq, members) in enumerate(zip(seqs, _members(turns, seqs, expected, placeholder)))]
+    audits: list[SequenceAudit] = []
+    for s, (seq, members) in enumerate(zip(seqs, _members(turns, seqs, expected, placeholder))):
+        audit = audit_sequence(seq, turns, members, failed=status == "failed")
+        for b in audit.breaches:
+            breach(s, b["kind"], b["message"], turn=b["turn"], position=b["position"])
+        audits.append(audit)
     if seqs:
         _audit_top_level(rec.sample, seqs[0], audits[0], breach)
     return RecordAudit(audits, breaches)
@@ -101,11 +109,6 @@ def is_placeholder(seq: Mapping[str, Any]) -> bool:
     """The two-token, all-masked sequence a rollout with nothing to train carries (slime needs one)."""
     return (len(seq.get("tokens") or []) == 2 and seq.get("response_length") == 1
             and not any(seq.get("loss_mask") or []) and not any(seq.get("rollout_log_probs") or []))
-
-
-def _output_at_its_place(turn: Turn, tokens: Sequence[int], start: int) -> bool:
-    a, o = len(turn["prompt_ids"]), turn["output_ids"]
-    return bool(o) and a >= start and a + len(o) <= len(tokens) and list(tokens[a:a + len(o)]) == list(o)
 
 
 def _members(turns: Sequence[Turn], seqs: Sequence[Mapping[str, Any]], expected: Sequence[TrainSequence],
@@ -118,7 +121,7 @@ def _members(turns: Sequence[Turn], seqs: Sequence[Mapping[str, Any]], expected:
     for members, seq in zip(rebuilt, seqs):
         tokens = seq.get("tokens") or []
         start = len(tokens) - int(seq.get("response_length") or 0)
-        found = [i for i, turn in enumerate(turns) if i not in taken and _output_at_its_place(turn, tokens, start)]
+        found = [i for i, turn in enumerate(turns) if i not in taken and output_in_place(turn, tokens, start)]
         taken.update(found)
         out.append(members + found)
     return out
@@ -130,110 +133,16 @@ def _split_note(turns: Sequence[Turn], expected: Sequence[TrainSequence]) -> str
     for seq in expected:
         i = seq["turn_indices"][0]
         conv = turns[i]["conversation"]
-        prev = next((j for j in range(i - 1, -1, -1) if conv and turns[j]["conversation"] == conv), None)
+        prev = conversation_tail(turns, conv, i)
         if prev is None:
             continue
         head = list(turns[prev]["prompt_ids"]) + list(turns[prev]["output_ids"])
-        k = _first_difference(head, turns[i]["prompt_ids"])
+        k = first_difference(head, turns[i]["prompt_ids"])
         if k == len(head):
             continue
         notes.append(f"turn {i} ({turns[i]['node']!r}) does not extend turn {prev} ({turns[prev]['node']!r}) of "
                      f"conversation {conv!r}: its prompt differs at position {k}")
     return ": " + "; ".join(notes) if notes else ""
-
-
-def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def _audit_sequence(s: int, seq: Mapping[str, Any], turns: Sequence[Turn], members: list[int], status: str,
-                    breach: BreachFn) -> SequenceAudit:
-    tokens = [int(t) for t in seq.get("tokens") or []]
-    n = int(seq.get("response_length") or 0)
-    mask = list(seq.get("loss_mask") or [])
-    lps = [float(x) for x in seq.get("rollout_log_probs") or []]
-    start = len(tokens) - n
-    out = SequenceAudit(members=members, start=start)
-    if not 0 < n < len(tokens):
-        breach(s, "length", f"response_length {n} must be in 1..{len(tokens) - 1} (len(tokens) {len(tokens)})")
-        return out
-    if len(mask) != n or len(lps) != n:
-        breach(s, "length", f"response_length {n} but {len(mask)} loss-mask entries and {len(lps)} log-probs")
-        n = min(n, len(mask), len(lps))
-    out.trained = [start + r for r in range(n) if mask[r]]
-    produced = out.produced
-    for t in members:
-        _claim(s, t, turns[t], tokens, start, status, produced, breach)
-    untraced: list[int] = []
-    for k in range(start, start + n):
-        r = k - start
-        owner = produced.get(k)
-        if mask[r]:
-            if status == "failed":
-                breach(s, "failed_trains", "a FAILED rollout trains this position (invariant 4)",
-                       turn=owner[0] if owner else None, position=k)
-            if owner is None:
-                untraced.append(k)
-                continue
-            t, j = owner
-            turn = turns[t]
-            if not turn["trainable"]:
-                breach(s, "untraced_token", "trained token comes from a turn recorded as not trainable",
-                       turn=t, position=k)
-            if tokens[k] != turn["output_ids"][j]:
-                breach(s, "token_mismatch", f"trained token {tokens[k]} but the engine returned "
-                                            f"{turn['output_ids'][j]} here (output offset {j}): a re-tokenised or "
-                                            "edited span", turn=t, position=k)
-            elif lps[r] != turn["output_logprobs"][j]:
-                breach(s, "logprob_mismatch", f"trained log-prob {lps[r]!r} but the engine returned "
-                                              f"{turn['output_logprobs'][j]!r} (delta "
-                                              f"{lps[r] - turn['output_logprobs'][j]:.3g})", turn=t, position=k)
-        else:
-            if lps[r] != 0.0:
-                breach(s, "masked_logprob", f"masked position carries log-prob {lps[r]!r} (must be 0.0)",
-                       turn=owner[0] if owner else None, position=k)
-            if (owner is not None and status != "failed" and turns[owner[0]]["trainable"]
-                    and tokens[k] == turns[owner[0]]["output_ids"][owner[1]]):
-                breach(s, "lost_mask", "the engine produced this token for a trainable turn but it is masked",
-                       turn=owner[0], position=k)
-    for first, last in _runs(untraced):
-        what = f"trained token {tokens[first]}" if first == last else f"{last - first + 1} trained tokens (to {last})"
-        before = next((produced[k][0] for k in range(first - 1, start - 1, -1) if k in produced), None)
-        where = f" (after the output of turn {before})" if before is not None else ""
-        breach(s, "untraced_token", f"{what}{where} produced by no engine call: glue, an observation, or a "
-                                    "re-tokenised span", turn=before, position=first)
-    return out
-
-
-def _claim(s: int, t: int, turn: Turn, tokens: list[int], start: int, status: str,
-           produced: dict[int, tuple[int, int]], breach: BreachFn) -> None:
-    """Record which positions turn `t` produced in this sequence; a prompt it did not see is a breach."""
-    p, o = turn["prompt_ids"], turn["output_ids"]
-    a = len(p)
-    if tokens[:a] != list(p):
-        k = _first_difference(tokens, p)
-        got = tokens[k] if k < len(tokens) else "end of sequence"
-        want = p[k] if k < len(p) else "end of prompt"
-        breach(s, "prompt", f"the sequence is not the prompt this turn's engine saw: token {got} where the "
-                            f"engine saw {want} (prompt of {a} tokens, sequence of {len(tokens)})", turn=t, position=k)
-        if not _output_at_its_place(turn, tokens, start):
-            return  # its output is not where it would be either: those positions are nobody's
-    for j in range(len(o)):
-        produced.setdefault(a + j, (t, j))  # the trace's own members first: a look-alike never takes over
-    if a < start and turn["trainable"] and o and status != "failed":
-        breach(s, "lost_mask", f"the turn's output starts at position {a}, inside the prompt part "
-                               f"(the response starts at {start}): it is never trained", turn=t, position=a)
-
-
-def _runs(positions: list[int]) -> list[tuple[int, int]]:
-    """Consecutive positions as (first, last) pairs."""
-    out: list[tuple[int, int]] = []
-    for k in positions:
-        if out and out[-1][1] == k - 1:
-            out[-1] = (out[-1][0], k)
-        else:
-            out.append((k, k))
-    return out
 
 
 def _audit_top_level(sample: Mapping[str, Any], head: Mapping[str, Any], audit: SequenceAudit,
@@ -252,7 +161,7 @@ def _audit_top_level(sample: Mapping[str, Any], head: Mapping[str, Any], audit: 
                                    "slime would train another split of prompt and response")
             continue
         got_l, want_l = list(got or []), list(want or [])
-        k = _first_difference(got_l, want_l)
+        k = first_difference(got_l, want_l)
         position = k if key == "tokens" else audit.start + k
         owner = audit.produced.get(position)
         here = (f"{got_l[k]!r} where sequence 0 has {want_l[k]!r}" if k < min(len(got_l), len(want_l))

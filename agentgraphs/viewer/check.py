@@ -23,14 +23,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable, Sequence, TypedDict
 
+from ..engines.sampling import GREEDY_BELOW  # below it log-probs are greedy, unscaled
 from ..errors import ConfigError
-from ..trace import Turn
-from .audit import Breach, SequenceAudit, audit_record
+from ..trace import SequenceAudit, Turn
+from .audit import Breach, audit_record
 from .run_data import RunRecord, check_run_dir, read_run
 
-GREEDY_BELOW = 1e-6  # the engines' convention: below this temperature log-probs are unscaled
 
 
 class NodeDrift(TypedDict):
@@ -255,13 +255,23 @@ def transformers_scorer(model_dir: str | Path, *, device: str = "cpu", dtype: st
         raise ConfigError(f"--model {model_dir}: transformers cannot load a causal language model from it "
                           f"({type(exc).__name__}: {why}); pass the Hugging Face directory of the model the "
                           "run sampled with") from None
+    return model_scorer(model, chunk=chunk, name=f"--model {model_dir}")
+
+
+def model_scorer(model: Any, *, chunk: int = 2048, name: str = "the model") -> Scorer:
+    """A Scorer over a transformers causal LM already in memory (on its own device): one plain forward of
+    the whole sequence per call, logits only at the scored positions, log_softmax(logits / T) in float32.
+    A token id outside the model's vocabulary is a ConfigError (not the model the run sampled with)."""
+    import torch
+
+    device = next(model.parameters()).device
     vocab = int(model.get_input_embeddings().num_embeddings)
 
     def score(tokens: list[int], positions: list[int], temperatures: list[float]) -> list[float]:
         out: list[float] = []
         top = max(tokens, default=0)
         if top >= vocab or min(tokens, default=0) < 0:
-            raise ConfigError(f"--model {model_dir}: its vocabulary has {vocab} ids but the run holds token id "
+            raise ConfigError(f"{name}: its vocabulary has {vocab} ids but the run holds token id "
                               f"{top if top >= vocab else min(tokens)}: not the model (or tokenizer) the run "
                               "sampled with")
         ids = torch.tensor([tokens], device=device)
@@ -275,6 +285,58 @@ def transformers_scorer(model_dir: str | Path, *, device: str = "cpu", dtype: st
                 target = torch.tensor([tokens[p] for p in pos], device=device).unsqueeze(1)
                 out.extend(logprobs.gather(1, target).squeeze(1).tolist())
         return out
+
+    return score
+
+
+Job = tuple[list[int], list[int], list[float]]  # a Scorer call's arguments: tokens, positions, temperatures
+
+
+def prefetched_scorer(model: Any, jobs: Sequence[Job], *, max_tokens: int = 32768) -> Scorer:
+    """A Scorer whose answers to `jobs` are computed up front in padded batches (one forward per ~`max_tokens`
+    tokens instead of one per sequence); a call it was not given ahead is scored by `model_scorer`.
+
+    Same computation as `model_scorer` (teacher forcing, logits at position p - 1 for token p, float32
+    log_softmax(logits / T)), so a report does not depend on whether a job was prefetched.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    single = model_scorer(model)
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
+    head = model.get_output_embeddings()
+    answers: dict[tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]], list[float]] = {}
+    todo = [j for j in jobs if j[1]]
+    start = 0
+    while start < len(todo):
+        end, width = start, 0
+        while end < len(todo) and (end == start or max(width, len(todo[end][0])) * (end - start + 1) <= max_tokens):
+            width, end = max(width, len(todo[end][0])), end + 1
+        batch = todo[start:end]
+        ids = torch.zeros((len(batch), width), dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        rows, at, targets, temps = [], [], [], []
+        for i, (tokens, positions, temperatures) in enumerate(batch):
+            ids[i, : len(tokens)] = torch.tensor(tokens)
+            mask[i, : len(tokens)] = 1
+            rows += [i] * len(positions)
+            at += [p - 1 for p in positions]
+            targets += [tokens[p] for p in positions]
+            temps += list(temperatures)
+        with torch.inference_mode():
+            hidden = base(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+            logits = head(hidden[torch.tensor(rows, device=device), torch.tensor(at, device=device)]).float()
+            logprobs = torch.log_softmax(logits / torch.tensor(temps, device=device).unsqueeze(1), dim=-1)
+            values = logprobs.gather(1, torch.tensor(targets, device=device).unsqueeze(1)).squeeze(1).tolist()
+        k = 0
+        for tokens, positions, temperatures in batch:
+            answers[(tuple(tokens), tuple(positions), tuple(temperatures))] = values[k: k + len(positions)]
+            k += len(positions)
+        start = end
+
+    def score(tokens: list[int], positions: list[int], temperatures: list[float]) -> list[float]:
+        found = answers.get((tuple(tokens), tuple(positions), tuple(temperatures)))
+        return list(found) if found is not None else single(tokens, positions, temperatures)
 
     return score
 

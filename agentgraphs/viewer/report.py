@@ -13,9 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence, TypedDict
 
-from ..trace import Turn
+from ..trace import Turn, extended_turn
 from .audit import audit_record
-from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles, chain_base, sequence_roles,
+from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles, sequence_roles,
                     to_runs)
 from .run_data import RunRecord, check_run_dir, load_tokenizer, read_run, read_summary, tokenizer_dir
 
@@ -130,7 +130,7 @@ def rollout_payload(rec: RunRecord, position: int, decode: _Decoder, scaffold: G
             item["seq"] = owner[i]
             display.append((roles[:len(p)], roles[len(p):len(p) + len(o)]))
         else:
-            base = chain_base(turns, i)
+            base = extended_turn(turns, i)
             if base is None:
                 rest, prompt_roles = p, [PROMPT] * len(p)
             else:

@@ -10,14 +10,13 @@ in each sequence by `agentgraphs.viewer.audit`, the same audit `agentgraphs chec
   tokens) or an OBSERVATION (the content of a tool result or user message). The two are told apart by the
   chat template's own scaffolding (`GlueScaffold`), so this works for any template, not one method's.
 
-A Turn that is in no training sequence gets the same roles from its own conversation chain.
+A Turn that is in no training sequence gets the same roles from its own conversation chain (the turn it
+extends: `agentgraphs.trace.extended_turn`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
-
-from ..trace import Turn
 
 PROMPT, TRAINED, GLUE, OBS, UNTRAINED = 0, 1, 2, 3, 4
 ROLE_NAMES = ("prompt", "trained", "glue", "obs", "untrained")
@@ -108,7 +107,7 @@ def _fill_masked(roles: list[int], tokens: Sequence[int], decode: Callable[[int]
 def sequence_roles(seq: Mapping[str, Any], produced: Iterable[int], decode: Callable[[int], str],
                    scaffold: GlueScaffold) -> list[int]:
     """The role of every position of one training sequence (prompt part included); `produced` are the
-    positions an engine call produced (`agentgraphs.viewer.audit.SequenceAudit.produced`)."""
+    positions an engine call produced (`agentgraphs.trace.SequenceAudit.produced`)."""
     tokens = seq.get("tokens") or []
     n = int(seq.get("response_length") or 0)
     start = max(len(tokens) - n, 0)
@@ -122,22 +121,6 @@ def sequence_roles(seq: Mapping[str, Any], produced: Iterable[int], decode: Call
             roles[k] = TRAINED
     _fill_masked(roles, tokens, decode, scaffold)
     return roles
-
-
-def chain_base(turns: Sequence[Turn], index: int) -> int | None:
-    """The latest earlier turn of the same conversation whose prompt + output begins this turn's prompt."""
-    turn = turns[index]
-    if not turn["conversation"]:
-        return None
-    for j in range(index - 1, -1, -1):
-        prev = turns[j]
-        if prev["conversation"] != turn["conversation"]:
-            continue
-        head = list(prev["prompt_ids"]) + list(prev["output_ids"])
-        if len(head) <= len(turn["prompt_ids"]) and list(turn["prompt_ids"][:len(head)]) == head:
-            return j
-        return None
-    return None
 
 
 def appended_roles(ids: Sequence[int], decode: Callable[[int], str], scaffold: GlueScaffold) -> list[int]:

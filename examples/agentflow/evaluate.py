@@ -9,7 +9,7 @@
     # the judge for answers the boxed rule does not match exactly: add --helper judge=SPEC
     # the AgentFlow paper's setup instead of the seed's: add -o variant=original
 
-Every row runs `--n-samples` times through `agentgraphs.cli.run_command("agentflow", ..., evaluation=True)`
+Every row runs `--n-samples` times through `agentgraphs.batch.run_file("agentflow", ..., evaluation=True)`
 (nothing trainable; `eval_max_steps` applies) with the original's inference sampling for the planner
 (temperature 0.7 here as in training; pass --temperature 0 for greedy). A sample is correct when its reward
 is 1.0: with `variant: seed` (the default) the seed's rule (the <answer>'s last \\boxed{} or line rule,
@@ -77,7 +77,8 @@ def aime_table(rows: Sequence[tuple[str, Mapping[str, float]]], n: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from agentgraphs.cli import parse_helpers, run_command
+    from agentgraphs.batch import run_file
+    from agentgraphs.cli import parse_helpers
     from agentgraphs.errors import AgentGraphsError
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -96,10 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgraphs.cli import parse_options
 
     try:
-        summary = run_command("agentflow", args.data, args.engine, args.out, tokenizer=args.tokenizer,
-                              options=parse_options(args.option), engines=parse_helpers(args.helper),
-                              concurrency=args.concurrency, n_samples=args.n_samples, temperature=args.temperature,
-                              max_new_tokens=args.max_new_tokens, evaluation=True)
+        summary = run_file("agentflow", args.data, args.engine, args.out, tokenizer=args.tokenizer,
+                           options=parse_options(args.option), engines=parse_helpers(args.helper),
+                           concurrency=args.concurrency, n_samples=args.n_samples, temperature=args.temperature,
+                           max_new_tokens=args.max_new_tokens, evaluation=True)
     except AgentGraphsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -8,7 +8,7 @@
     python examples/memagent/evaluate.py data/memagent/synthetic/*.jsonl --engine hf:/path/to/model
 
 Each file is one length bucket (its name after the last "_" is the column: ruler_hqa_7K.jsonl -> 7K).
-Every file runs through `agentgraphs.cli.run_command("memagent", ..., evaluation=True)`: nothing is
+Every file runs through `agentgraphs.batch.run_file("memagent", ..., evaluation=True)`: nothing is
 trainable and the chunk cap is off (MemAgent reads the whole document at evaluation). Per file,
 OUT/<name>/ holds samples.jsonl, traces.jsonl and summary.json; OUT/ruler_table.md holds the table.
 Sampling follows MemAgent's RULER script: temperature 0.7, top_p 0.95.
@@ -60,7 +60,7 @@ def ruler_table(summaries: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str,
                 *, model: str = "MemAgent", metrics: Sequence[str] = METRICS) -> str:
     """A Markdown table, one column per length, one row per metric, values in % with two decimals.
 
-    `summaries` maps a length label to a `run_command` summary (its "metrics" hold the means over
+    `summaries` maps a length label to a `run_file` summary (its "metrics" hold the means over
     the file's rollouts, failed ones counting 0). A metric a summary lacks prints as "-".
 
     >>> m = {"sub_em": 0.78125, "em": 0.75, "f1": 0.8, "sub_em_strict": 0.75, "answered": 0.96875}
@@ -98,14 +98,14 @@ def evaluate(files: Sequence[Path], engine: str, out: Path, *, tokenizer: str | 
              options: dict[str, Any] | None = None, concurrency: int = 64, temperature: float = 0.7,
              top_p: float = 0.95, limit: int | None = None) -> dict[str, dict[str, Any]]:
     """Run MemAgent in evaluation mode over each file; returns {length label: summary}."""
-    from agentgraphs.cli import run_command
+    from agentgraphs.batch import run_file
 
     summaries: dict[str, dict[str, Any]] = {}
     for path in files:
         label = length_of(path)
         if label in summaries:  # two files of one length (say ruler_hqa_7K and synthetic_7K)
             label = path.stem
-        summaries[label] = run_command(
+        summaries[label] = run_file(
             "memagent", path, engine, out / path.stem, tokenizer=tokenizer, options=options,
             concurrency=concurrency, temperature=temperature, top_p=top_p, evaluation=True, limit=limit,
         )

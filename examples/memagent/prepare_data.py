@@ -16,8 +16,9 @@
     python examples/memagent/prepare_data.py --synthetic 7K,14K,28K --tokenizer /root/Qwen2.5-7B-Instruct \
         --per-length 16 --out-dir data/memagent/synthetic
 
-Sources are read by `agentgraphs.data.load_rows` (`--split`, `--revision`, `--config`, `--data-files`
-select inside a directory or Hub dataset; ids and directories need `pip install 'agentgraphs[data]'`).
+Rows are read and converted by `agentgraphs.memagent.data` (through `agentgraphs.dataset_io.load_rows`:
+`--split`, `--revision`, `--config`, `--data-files` select inside a directory or Hub dataset; ids and
+directories need `pip install 'agentgraphs[data]'`) and written by `agentgraphs.dataset_io.write_jsonl`.
 Every output row is `{"input": question, "label": [answers], "metadata": {"context": document, "length",
 "id"}}`, which `agentgraph: memagent` reads with `--input-key input --label-key label --metadata-key metadata`.
 The RULER and synthetic modes write one file per length and print the matching `--eval-prompt-data` flag.
@@ -28,13 +29,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from agentgraphs.data import load_located_rows
+from agentgraphs.dataset_io import write_jsonl
 from agentgraphs.errors import AgentGraphsError, ConfigError
-from agentgraphs.memagent.data import MemAgentRow, row_from_hotpotqa, row_from_ruler, to_slime_row, write_jsonl
+from agentgraphs.memagent.data import MemAgentRow, read_hotpotqa, read_ruler_hqa, to_slime_row
 
 # MemAgent names RULER-HQA files by their number of documents; the paper reports them in tokens.
 RULER_DOCS_TO_LENGTH: dict[int, str] = {
@@ -86,27 +87,12 @@ def ruler_label(path: Path, lengths: Iterable[int | None] = ()) -> str:
 
 
 class Selection(TypedDict, total=False):
-    """Where to read inside a source: `agentgraphs.data.load_rows`' keyword arguments."""
+    """Where to read inside a source: `agentgraphs.dataset_io.load_rows`' keyword arguments."""
 
     split: str
     revision: str | None
     config: str | None
     data_files: str | list[str] | None
-
-
-def _rows(source: str, convert: Callable[[Any, str], MemAgentRow], selection: Selection) -> Iterator[MemAgentRow]:
-    for obj, where in load_located_rows(source, **selection):
-        yield convert(obj, where)
-
-
-def hotpotqa_rows(source: str, selection: Selection | None = None) -> Iterator[MemAgentRow]:
-    """HotpotQA training rows (MemAgent's format) from a file, a dataset directory or a Hub id."""
-    return _rows(source, row_from_hotpotqa, selection or {})
-
-
-def ruler_rows(source: str, selection: Selection | None = None) -> Iterator[MemAgentRow]:
-    """RULER-HQA rows from a file, a dataset directory or a Hub id."""
-    return _rows(source, row_from_ruler, selection or {})
 
 
 def _limited(rows: Iterable[MemAgentRow], limit: int | None) -> Iterator[MemAgentRow]:
@@ -118,21 +104,14 @@ def _limited(rows: Iterable[MemAgentRow], limit: int | None) -> Iterator[MemAgen
 
 def _write(rows: Iterable[MemAgentRow], path: Path) -> int:
     """slime rows to `path`, all or nothing: a bad input row leaves no half-written file behind."""
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        n = write_jsonl((to_slime_row(r) for r in rows), tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(path)
-    return n
+    return write_jsonl((to_slime_row(r) for r in rows), path)
 
 
 def convert_hotpotqa(src: str | Path, out: Path, *, limit: int | None = None,
                      selection: Selection | None = None) -> int:
     """HotpotQA training rows -> slime JSONL; returns the number of rows written."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    return _write(_limited(hotpotqa_rows(str(src), selection), limit), out)
+    return _write(_limited(read_hotpotqa(str(src), **(selection or {})), limit), out)
 
 
 def ruler_inputs(sources: Sequence[str | Path], selection: Selection | None = None) -> list[tuple[str, Selection]]:
@@ -167,7 +146,7 @@ def convert_ruler(sources: Sequence[str | Path], out_dir: Path, *, limit: int | 
         lengths: set[int | None] = set()
 
         def rows(src: str = src, picked: Selection = picked) -> Iterator[MemAgentRow]:
-            for row in _limited(ruler_rows(src, picked), limit):
+            for row in _limited(read_ruler_hqa(src, **picked), limit):
                 lengths.add(row["length"])
                 yield row
 
@@ -187,7 +166,7 @@ def make_synthetic(lengths: Sequence[int], tokenizer_dir: str, out_dir: Path, *,
                    seed: int) -> dict[str, Path]:
     """Needle-in-filler questions sized with the policy's tokenizer -> out_dir/synthetic_{length}.jsonl."""
     from agentgraphs.memagent.synthetic import make_dataset
-    from agentgraphs.tokenizers import load_tokenizer
+    from agentgraphs.tokenizer_loading import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

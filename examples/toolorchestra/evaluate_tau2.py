@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agentgraphs.context import AgentContext, shared_engine, shared_tokenizer
-from agentgraphs.rollout import Rollout, rollout_input, run_rollout
+from agentgraphs.records import Rollout
+from agentgraphs.rollout import rollout_input, run_rollout
 
 DEFAULT_DOMAINS = ("airline", "retail", "telecom")
 

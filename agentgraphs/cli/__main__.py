@@ -1,0 +1,6 @@
+"""`python -m agentgraphs.cli`: the `agentgraphs` command line."""
+
+from . import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""`agentgraphs debug`, `history`, `replay` and `fork`: a thin face over `agentgraphs.checkpoints`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from ..errors import AgentGraphsError, ConfigError
+from .common import console, engine_arg, fail, parse_helpers, parse_options, tokenizer_arg
+
+app = typer.Typer()
+
+
+@app.command()
+def debug(
+    agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
+    input_: Optional[str] = typer.Option(None, "--input", help="the row: JSON ({\"input\": ..., \"label\": ...}"
+                                         ", or a bare prompt string) or a .json / .jsonl file (see --line)"),
+    line: int = typer.Option(1, min=1, help="which row of a .jsonl --input"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="hf:MODEL_DIR, hf:tiny or sglang:URL (default: "
+                                         "the thread's own engine when resuming)"),
+    db: Path = typer.Option(Path("debug.sqlite"), "--db", help="checkpoints database (compact SQLite)"),
+    thread: Optional[str] = typer.Option(None, "--thread", help="resume this thread of --db (or name a new one)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (repeatable; resume: the "
+                                     "stored ones)"),
+    option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
+    temperature: Optional[float] = typer.Option(None, min=0.0, help="default 1.0 (resume: the thread's)"),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="default 1024 (resume: the thread's)"),
+    input_key: str = typer.Option("input"),
+    label_key: str = typer.Option("label"),
+    metadata_key: str = typer.Option("metadata"),
+) -> None:
+    """Step through a run node by node: see each update and each Turn's tokens, edit, fork, resume."""
+    from ..batch import sampling_from_flags
+    from ..checkpoints.debugger import DebugSession
+    from ..checkpoints.tui import repl
+    from ..rollout_inputs import read_input_row
+
+    out = Console(highlight=False)
+    try:
+        row = (read_input_row(input_, line, (input_key, label_key, metadata_key))
+               if input_ is not None else None)
+        sampling = None
+        if temperature is not None or max_new_tokens is not None or row is not None:
+            sampling = sampling_from_flags(temperature=1.0 if temperature is None else temperature,
+                                           max_new_tokens=1024 if max_new_tokens is None else max_new_tokens)
+
+        async def session() -> None:
+            async with DebugSession.open(agent, db, thread_id=thread, row=row, engine=engine_arg(engine),
+                                         options=parse_options(option) or None, sampling=sampling,
+                                         tokenizer=tokenizer_arg(tokenizer),
+                                         engines=parse_helpers(helper) or None) as s:
+                await repl(s, out)
+
+        asyncio.run(session())
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise fail(exc) from None
+
+
+def _checkpoint_arg(value: Optional[str]) -> "str | int | None":
+    """--checkpoint: an index into `history` (negative from the end) or a checkpoint id."""
+    if value is None:
+        return None
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+def _write_replay(result: Any, out: Optional[Path]) -> dict[str, Any]:
+    """Print (and with --out write as a run directory) the rollout of a replay or fork."""
+    from ..batch import JsonlWriter
+    from ..records import sample_fields, trace_record
+
+    rollout = result.rollout
+    summary = {"thread": result.thread_id, "from_checkpoint": result.from_checkpoint,
+               "forked_checkpoint": result.forked_checkpoint, "head_checkpoint": result.head_checkpoint,
+               "status": rollout.status, "reason": rollout.reason, "reward": rollout.reward,
+               "answer": rollout.answer, "turns": len(rollout.turns), "sequences": len(rollout.sequences)}
+    if out is not None:
+        spec = result.spec
+        sample = {**sample_fields(rollout, spec)}
+        sample["metadata"] = {**sample["metadata"], "checkpoint_thread": result.thread_id,
+                              "replayed_from": result.from_checkpoint}
+        trace = {**trace_record(rollout, None), "checkpoint_thread": result.thread_id}
+        with JsonlWriter(out) as writer:
+            writer(sample, trace)
+        summary["out"] = str(out)
+    return summary
+
+
+@app.command("replay")
+def replay_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    checkpoint: Optional[str] = typer.Option(None, help="index from `history` (negative: from the end) or id; "
+                                             "default: the latest"),
+    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+) -> None:
+    """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
+    from ..checkpoints.replay import replay
+
+    try:
+        result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=engine_arg(engine),
+                        tokenizer=tokenizer_arg(tokenizer), engines=parse_helpers(helper) or None)
+        console.print_json(json.dumps(_write_replay(result, out)))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise fail(exc) from None
+
+
+@app.command("fork")
+def fork_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    checkpoint: str = typer.Option(..., help="index from `history` (negative: from the end) or id"),
+    set_: list[str] = typer.Option([], "--set", help="state KEY=JSON_VALUE to change (repeatable)"),
+    as_node: Optional[str] = typer.Option(None, help="the node the edit counts as (decides what runs next)"),
+    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
+    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
+    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+) -> None:
+    """Edit the state at a checkpoint and run the new branch to its end."""
+    from ..checkpoints.replay import fork
+
+    try:
+        if not set_:
+            raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
+        result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_), as_node=as_node, agent=agent,
+                      engine=engine_arg(engine), tokenizer=tokenizer_arg(tokenizer),
+                      engines=parse_helpers(helper) or None)
+        console.print_json(json.dumps(_write_replay(result, out)))
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise fail(exc) from None
+
+
+@app.command("history")
+def history_cmd(
+    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
+    thread: Optional[str] = typer.Option(None, help="list this thread's checkpoints (default: list threads)"),
+    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
+) -> None:
+    """List the threads of a checkpoints database, or one thread's checkpoints."""
+    from rich.table import Table
+
+    from ..checkpoints.replay import history, threads
+
+    out = Console()
+    try:
+        if thread is None:
+            table = Table("thread", "agent", "checkpoints")
+            for info in threads(db):
+                table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
+        else:
+            from ..checkpoints.tui import history_table
+
+            table = history_table(history(db, thread, agent=agent))
+        out.print(table)
+    except (AgentGraphsError, ValueError, OSError) as exc:
+        raise fail(exc) from None

@@ -1,0 +1,287 @@
+"""The pieces of the small-scale MemAgent reproduction (`reproduce.py` runs them as stages).
+
+Everything goes through the library as a slime run would: MemAgent's graph (`agentgraphs.memagent`) run by
+`run_rollout`, samples shaped by `records.sample_fields`, training rows by `train_data.to_train_data`, the
+seed's reward (`memagent.SPEC`: the boxed answer, exact after normalisation) and the seed's RULER-HQA scores
+(`memagent.reward.ruler_metrics`: sub_em as the seed computes it, and the strict one). Documents are
+synthetic needles (`agentgraphs.memagent.synthetic`), the needle in the middle of one chunk.
+
+The oracle (warm start) is a policy like any other: `ScriptedPolicy` decides the text (memory = the needle
+sentence once seen, else the previous memory; answer \\boxed{value}) and the model under training gives
+its token ids log-probs by teacher forcing, so the demonstrations are ordinary traced rollouts whose
+training sequences are exactly what RL would train on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentgraphs.batch import JsonlWriter
+from agentgraphs.context import AgentContext
+from agentgraphs.engines import SamplingParams
+from agentgraphs.memagent import SPEC
+from agentgraphs.memagent.synthetic import FillerPool, build_filler_pool, make_needle_example
+from agentgraphs.records import SEQUENCE_KEYS, Rollout, sample_fields, trace_record
+from agentgraphs.rollout import rollout_input, run_rollout
+from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
+from agentgraphs.testing.slime_sample import Sample
+from agentgraphs.train_data import TrainDataSettings, to_train_data
+from agentgraphs.viewer.check import CheckReport, check_run, prefetched_scorer
+
+CONFIG_FILE = "repro.json"
+METRICS = ("sub_em", "sub_em_strict", "em", "answered")
+
+
+class ReproConfig(BaseModel):
+    """What every stage shares; written into each checkpoint directory, read back by the next stage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hidden_size: int = 512
+    layers: int = 8
+    heads: int = 8
+    kv_heads: int = 4
+    intermediate_size: int = 1536
+    init_std: float = 0.02
+    chunk_tokens: int = Field(512, description="document tokens per memory update")
+    memory_tokens: int = Field(32, description="cap of a memory update (the needle sentence is ~17 tokens)")
+    final_tokens: int = Field(24, description="cap of the final answer (\\boxed{7 digits} is ~11 tokens)")
+    value_digits: int = Field(7, ge=1, le=18, description="digits of the needle's secret code (the answer)")
+    train_min_tokens: int = 1000
+    train_max_tokens: int = 4000
+    eval_lengths: list[int] = Field(default_factory=lambda: [1000, 2000, 4000, 8000, 16000, 32000])
+    eval_per_length: int = 64
+    eval_temperature: float = Field(0.7, description="the seed's evaluation sampling (run_eval.sh)")
+    eval_top_p: float = 0.95
+    seed: int = 0
+
+    def save(self, out_dir: Path) -> None:
+        (out_dir / CONFIG_FILE).write_text(self.model_dump_json(indent=1) + "\n")
+
+    @classmethod
+    def load(cls, ckpt: Path) -> "ReproConfig":
+        path = ckpt / CONFIG_FILE
+        if not path.is_file():
+            raise SystemExit(f"{ckpt}: no {CONFIG_FILE}; pass a directory written by an earlier stage")
+        return cls.model_validate_json(path.read_text())
+
+    @property
+    def train_lengths(self) -> list[int]:
+        """The lengths the evaluation counts as training lengths (inside [train_min, train_max])."""
+        return [n for n in self.eval_lengths if self.train_min_tokens <= n <= self.train_max_tokens]
+
+
+def options(cfg: ReproConfig, *, seed_variant: bool) -> dict[str, Any]:
+    """MemAgent's options; `seed_variant`: the final answer masked and the reward divided among the
+    sequences (the seed's training), else every turn trained and the reward broadcast (the original)."""
+    return {"chunk_tokens": cfg.chunk_tokens, "memory_max_new_tokens": cfg.memory_tokens,
+            "final_max_new_tokens": cfg.final_tokens, "max_chunks": math.ceil(cfg.train_max_tokens / cfg.chunk_tokens),
+            "eval_max_chunks": None, "train_final_answer": not seed_variant,
+            "reward_split": "divide" if seed_variant else "broadcast"}
+
+
+def sampling(cfg: ReproConfig, temperature: float, top_p: float = 1.0) -> SamplingParams:
+    return SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens))
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+NEEDLE = re.compile(r"The secret code of [A-Z][a-z]+ [A-Z][a-z]+ is (\d+)\.")
+
+
+def needle_rows(tokenizer: Any, lengths: Sequence[int], split: str, cfg: ReproConfig,
+                pool: FillerPool | None = None) -> list[dict[str, Any]]:
+    """Rows {prompt, label, metadata} of needle documents; the needle sits in the middle of a random chunk.
+
+    `split` names a disjoint family of documents ("train-..", "probe", "eval"): the seeds differ.
+    """
+    pool = pool if pool is not None else build_filler_pool(tokenizer)
+    rows = []
+    for i, n in enumerate(lengths):
+        rng = random.Random(f"{cfg.seed}-{split}-{i}")
+        for attempt in range(20):  # redraw the rare document whose needle a chunk boundary would cut
+            at = rng.randrange(math.ceil(n / cfg.chunk_tokens))
+            row = make_needle_example(tokenizer, n, seed=f"{cfg.seed}-{split}-{i}-{attempt}", needle_position=at,
+                                      chunk_size=cfg.chunk_tokens, pool=pool, value_digits=cfg.value_digits)
+            if needle_in_one_chunk(tokenizer, row["document"], cfg.chunk_tokens):
+                break
+        else:
+            raise RuntimeError(f"{split} document {i}: no needle placement inside one chunk of {cfg.chunk_tokens} tokens")
+        rows.append({"prompt": row["question"], "label": row["answers"],
+                     "metadata": {"context": row["document"], "length": n, "needle_chunk": at}})
+    return rows
+
+
+def needle_in_one_chunk(tokenizer: Any, document: str, chunk_tokens: int) -> bool:
+    """Whether the needle sentence's token ids fall inside one chunk (the ids before it are counted by
+    encoding the text before it: byte-level BPE does not merge across the space between sentences)."""
+    needle = NEEDLE.search(document)
+    if needle is None:
+        return False
+    at = needle.start()
+    start = len(tokenizer.encode(document[: max(at - 1, 0)], add_special_tokens=False)) if at else 0
+    end = start + len(tokenizer.encode((" " if at else "") + needle.group(), add_special_tokens=False))
+    return start // chunk_tokens == (end - 1) // chunk_tokens
+
+
+def random_lengths(cfg: ReproConfig, n: int, split: str) -> list[int]:
+    rng = random.Random(f"{cfg.seed}-{split}-lengths")
+    return [rng.randint(cfg.train_min_tokens, cfg.train_max_tokens) for _ in range(n)]
+
+
+def eval_rows(tokenizer: Any, cfg: ReproConfig, lengths: Sequence[int], per_length: int, split: str,
+              pool: FillerPool | None = None) -> list[dict[str, Any]]:
+    return needle_rows(tokenizer, [n for n in lengths for _ in range(per_length)], split, cfg, pool)
+
+
+# ---------------------------------------------------------------------------------------------- oracle
+
+def _between(text: str, start: str, end: str) -> str:
+    a = text.rfind(start)
+    b = text.find(end, a + len(start)) if a >= 0 else -1
+    return text[a + len(start): b] if a >= 0 and b >= 0 else ""
+
+
+def oracle_reply(call: ScriptCall) -> str:
+    """The oracle: memory = the needle sentence once seen, else the previous memory; answer \\boxed{value}.
+
+    >>> memory = "<memory>\\nNo previous memory\\n</memory>\\n\\n"
+    >>> oracle_reply(ScriptCall(0, [], memory + "<section>\\nA b. The secret code of Ann Lee is 1234567. C.\\n</section>"))
+    'The secret code of Ann Lee is 1234567.'
+    >>> oracle_reply(ScriptCall(1, [], memory + "<section>\\nNothing here.\\n</section>"))
+    'No previous memory'
+    >>> oracle_reply(ScriptCall(2, [], "<memory>\\nThe secret code of Ann Lee is 1234567.\\n</memory>\\n\\nYour answer:\\n"))
+    '\\\\boxed{1234567}'
+    """
+    text = call.prompt_text
+    memory = _between(text, "<memory>\n", "\n</memory>")
+    if "<section>\n" not in text:  # the final prompt
+        value = NEEDLE.search(memory)
+        return f"\\boxed{{{value.group(1) if value else 'unknown'}}}"
+    if NEEDLE.search(memory):
+        return memory
+    found = NEEDLE.search(_between(text, "<section>\n", "\n</section>"))
+    return found.group() if found else memory
+
+
+# ---------------------------------------------------------------------------------------------- rollouts
+
+async def run_all(rows: Sequence[dict[str, Any]], ctx: AgentContext, opts: dict[str, Any],
+                  concurrency: int) -> list[Rollout]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, row: dict[str, Any]) -> Rollout:
+        async with gate:
+            return await run_rollout(SPEC, rollout_input(row["prompt"], row["label"], row["metadata"], i), ctx,
+                                     options=opts)
+
+    return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(rows))))
+
+
+def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, concurrency: int = 1024) -> list[dict[str, Any]]:
+    """The seed's RULER-HQA protocol on `rows`: every document read whole (no chunk cap), sampled at the
+    seed's evaluation temperature and top-p; per row the seed's metrics, its length and status."""
+    ctx = AgentContext(policy=engine, tokenizer=engine.tokenizer, evaluation=True,
+                       sampling=sampling(cfg, cfg.eval_temperature, cfg.eval_top_p))
+    rollouts = asyncio.run(run_all(rows, ctx, options(cfg, seed_variant=True), concurrency))
+    return [{"length": row["metadata"]["length"], "status": r.status, "answer": r.answer[-80:],
+             "gold": row["label"][0], **{k: r.metrics.get(k, 0.0) for k in METRICS}}
+            for row, r in zip(rows, rollouts)]
+
+
+def by_length(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Mean of each metric (in percent) per document length, plus n."""
+    out: dict[str, dict[str, float]] = {}
+    for n in sorted({r["length"] for r in results}):
+        group = [r for r in results if r["length"] == n]
+        out[str(n)] = {k: round(100 * sum(r[k] for r in group) / len(group), 2) for k in METRICS}
+        out[str(n)]["n"] = len(group)
+    return out
+
+
+def pooled(results: Sequence[dict[str, Any]], lengths: Sequence[int], metric: str = "sub_em_strict") -> float:
+    group = [r[metric] for r in results if r["length"] in set(lengths)]
+    return 100 * sum(group) / len(group) if group else float("nan")
+
+
+def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, concurrency: int = 512) -> dict[str, Any]:
+    """Roll the oracle through MemAgent's graph over `rows` and convert its samples with `to_train_data`.
+
+    Every turn is trained (memory updates and the answer); each rollout must score reward 1 (the oracle
+    reads the needle from the chunk text: a miss means a needle cut by a chunk boundary, and stops here).
+    """
+    ctx_opts = options(cfg, seed_variant=False)
+    samples: list[Any] = []
+    for start in range(0, len(rows), concurrency):  # a fresh policy per slice: ScriptedPolicy keeps its calls
+        policy = ScriptedPolicy(engine, oracle_reply, name="oracle")
+        ctx = AgentContext(policy=policy, tokenizer=engine.tokenizer, sampling=sampling(cfg, 1.0))
+        part = rows[start:start + concurrency]
+        for i, (row, rollout) in enumerate(zip(part, asyncio.run(run_all(part, ctx, ctx_opts, concurrency)))):
+            if rollout.status != "completed" or rollout.reward != 1.0:
+                raise RuntimeError(f"oracle rollout {start + i} scored {rollout.reward} ({rollout.status}: "
+                                   f"{rollout.reason}); answer {rollout.answer!r}, gold {row['label']}")
+            fields = sample_fields(rollout, SPEC)
+            fields["status"] = Sample.Status(fields["status"])
+            samples.append(Sample(group_index=start + i, index=start + i, prompt=row["prompt"], label=row["label"],
+                                  **fields))
+    return to_train_data(samples, TrainDataSettings(n_samples_per_prompt=1))
+
+
+# ---------------------------------------------------------------------------------------------- the audit
+
+class AuditFailed(RuntimeError):
+    """A rollout's training data broke an invariant: nothing of that step is trained."""
+
+
+def audit_step(model: Any, rollouts: Sequence[Rollout], samples: Sequence[Any], temperature: float,
+               log: list[dict[str, Any]], drift_limit: float = 1e-3) -> CheckReport:
+    """`agentgraphs check` on one step's rollouts before they are trained on: the run directory `agentgraphs
+    run` would write (samples.jsonl + traces.jsonl), every invariant, and every trained token re-scored by
+    teacher forcing with the model in memory (`prefetched_scorer`: the same forward, batched). Raises
+    AuditFailed on any breach or a re-scored log-prob further than `drift_limit` from the recorded one."""
+    jobs = []
+    with tempfile.TemporaryDirectory() as run_dir:
+        with JsonlWriter(run_dir) as write:
+            for rollout, sample in zip(rollouts, samples):
+                record = {"index": sample.index, "group_index": sample.group_index, "status": sample.status.value,
+                          "reward": sample.reward, "train_metadata": sample.train_metadata,
+                          **{k: getattr(sample, k) for k in SEQUENCE_KEYS}}  # what slime trains without convert
+                write(record, trace_record(rollout, sample.index))
+                for seq in sample.train_metadata["turns"]:
+                    start = len(seq["tokens"]) - seq["response_length"]
+                    positions = [start + j for j, m in enumerate(seq["loss_mask"]) if m]
+                    jobs.append((list(seq["tokens"]), positions, [temperature] * len(positions)))
+        report = check_run(run_dir, scorer=prefetched_scorer(model, jobs), threshold=drift_limit)
+    worst = max((n["max_abs_delta"] for n in report.nodes.values()), default=0.0)
+    log.append({"rollouts": report.rollouts, "sequences": report.sequences, "rescored_tokens": report.rescored_tokens,
+                "breaches": len(report.breaches), "max_abs_delta": worst, "over_threshold": report.drift_over_threshold})
+    if not report.ok or report.drift_over_threshold:
+        raise AuditFailed(report.to_text(max_breaches=20))
+    return report
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+def seed_table(evals: Sequence[dict[str, Any]], metric: str) -> str:
+    """The seed's RULER-HQA table (one row per model, one column per length) for `metric`, in markdown."""
+    lengths = sorted({int(n) for e in evals for n in e["by_length"]})
+    head = "| model | " + " | ".join(f"{n // 1000}K" if n % 1000 == 0 else str(n) for n in lengths) + " |"
+    lines = [head, "|" + "---|" * (len(lengths) + 1)]
+    for e in evals:
+        cells = [f"{e['by_length'][str(n)][metric]:.2f}" if str(n) in e["by_length"] else "" for n in lengths]
+        lines.append(f"| {e['name']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,298 @@
+"""A scaled-down reproduction of the seed's MemAgent RULER-HQA table, one command per stage.
+
+    python reproduce.py model     --out W/model                   # 1. a Qwen2 from scratch (real Qwen2.5 vocab)
+    python reproduce.py warmstart --init W/model --out W/warm     # 2. supervised on oracle rollouts, stopped early
+    python reproduce.py rl        --init W/warm  --out W/rl       # 3. GRPO, the seed's reward and variant
+    python reproduce.py rl        --init W/warm  --out W/rl_perm --permute   # the control: rewards permuted
+    python reproduce.py eval      --ckpt W/rl --name RL --out W/eval_rl.json  # 4. the seed's RULER-HQA protocol
+    python reproduce.py table     W/eval_*.json                   # the seed's table, strict and as the seed scores
+
+Each stage reads the previous stage's checkpoint directory (a Hugging Face model directory plus
+`repro.json`, the shared settings) and writes its own, with `stage.json` (settings, curve, timings).
+`examples/memagent/small_scale/README.md` explains the stages, `run_gpu.sh` chains them on one GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pipeline as P  # noqa: E402
+
+
+def _engine(ckpt: Path, device: str, seed: int) -> Any:
+    import torch
+
+    from agentgraphs.engines.hf import HFEngine
+
+    # full fp32 (no TF32) for generation: the recorded log-probs are what the audit's re-score computes
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return HFEngine.from_dir(ckpt, device=device, dtype=torch.float32, seed=seed, batching=True, max_batch=512,
+                             max_prefill_tokens=65536 if device == "cuda" else 8192)
+
+
+def _save(engine: Any, out: Path, cfg: P.ReproConfig, stage: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    engine.model.save_pretrained(out)
+    engine.tokenizer.save_pretrained(out)
+    cfg.save(out)
+    P.write_json(out / "stage.json", stage)
+
+
+def _args(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: v for k, v in vars(args).items() if k != "run"}
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- 1. model
+
+def stage_model(args: argparse.Namespace) -> None:
+    from agentgraphs.testing.tiny_model import build_tiny_model
+
+    cfg = P.ReproConfig(hidden_size=args.hidden_size, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
+                        intermediate_size=args.intermediate_size, chunk_tokens=args.chunk_tokens,
+                        memory_tokens=args.memory_tokens, final_tokens=args.final_tokens,
+                        train_min_tokens=args.train_min_tokens, train_max_tokens=args.train_max_tokens,
+                        eval_per_length=args.eval_per_length, seed=args.seed, value_digits=args.value_digits,
+                        eval_lengths=[int(x) for x in args.eval_lengths.split(",")])
+    out = Path(args.out)
+    build_tiny_model(out, seed=cfg.seed, hidden_size=cfg.hidden_size, num_layers=cfg.layers, num_heads=cfg.heads,
+                     num_kv_heads=cfg.kv_heads, intermediate_size=cfg.intermediate_size, init_std=cfg.init_std)
+    cfg.save(out)
+    P.write_json(out / "stage.json", {"stage": "model", "config": cfg.model_dump()})
+    _log(f"model written to {out}")
+
+
+# ---------------------------------------------------------------------------------------------- 2. warm start
+
+def stage_warmstart(args: argparse.Namespace) -> None:
+    import torch
+
+    from agentgraphs.memagent.synthetic import build_filler_pool
+    from agentgraphs.testing.grpo import trained_logprobs
+
+    init, out = Path(args.init), Path(args.out)
+    cfg = P.ReproConfig.load(init)
+    torch.manual_seed(cfg.seed)
+    engine = _engine(init, args.device, cfg.seed)
+    pool = build_filler_pool(engine.tokenizer)
+    started = time.perf_counter()
+    rows = P.needle_rows(engine.tokenizer, P.random_lengths(cfg, args.demos, "demo"), "demo", cfg, pool)
+    data = P.oracle_data(engine, rows, cfg)
+    demo_s = time.perf_counter() - started
+    trained = [r for r, m in enumerate(data["loss_masks"]) if any(m)]
+    _log(f"{len(rows)} oracle rollouts -> {len(data['tokens'])} training sequences "
+         f"({sum(map(sum, data['loss_masks']))} trained tokens) in {demo_s:.1f}s")
+    probe = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.probe_per_length, "probe", pool)
+    model = engine.model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    rng = torch.Generator().manual_seed(cfg.seed)
+    autocast = engine.device.type == "cuda"
+    curve: list[dict[str, Any]] = []
+    stop: dict[str, Any] = {"reason": f"max_steps {args.max_steps} reached"}
+    for step in range(1, args.max_steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * min(1.0, step / args.warmup)
+        pick = [trained[int(i)] for i in torch.randint(len(trained), (args.batch,), generator=rng)]
+        total = sum(sum(data["loss_masks"][r]) for r in pick)
+        with engine.model_lock:
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss_sum = 0.0
+            for k in range(0, len(pick), args.micro_batch):
+                with torch.autocast(engine.device.type, dtype=torch.bfloat16, enabled=autocast):
+                    logp = trained_logprobs(model, data, pick[k:k + args.micro_batch], 1.0)[0]["logp"]
+                loss = -logp.sum() / total
+                loss.backward()
+                loss_sum += float(loss.detach())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            model.eval()
+        point: dict[str, Any] = {"step": step, "loss": round(loss_sum, 4), "s": round(time.perf_counter() - started, 1)}
+        if step >= args.eval_from and step % args.eval_every == 0:
+            results = P.evaluate(engine, probe, cfg)
+            point["probe_strict"] = round(P.pooled(results, cfg.train_lengths), 2)
+            point["probe_sub_em"] = round(P.pooled(results, cfg.train_lengths, "sub_em"), 2)
+            _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%")
+            if point["probe_strict"] >= args.stop_at:
+                stop = {"reason": f"probe strict sub_em {point['probe_strict']:.1f}% >= {args.stop_at}% at step {step}"}
+                curve.append(point)
+                break
+        elif step % 10 == 0:
+            _log(f"step {step}: loss {loss_sum:.3f}")
+        curve.append(point)
+    stop.update(step=curve[-1]["step"], seconds=round(time.perf_counter() - started, 1))
+    _log(f"stopped: {stop['reason']}")
+    _save(engine, out, cfg, {"stage": "warmstart", "args": _args(args), "demos": len(rows),
+                             "sequences": len(data["tokens"]), "demo_s": round(demo_s, 1), "stop": stop, "curve": curve})
+
+
+# ---------------------------------------------------------------------------------------------- 3. RL
+
+def stage_rl(args: argparse.Namespace) -> None:
+    import torch
+
+    from agentgraphs.memagent import SPEC
+    from agentgraphs.memagent.synthetic import build_filler_pool
+    from agentgraphs.testing.grpo import FAULTS, GRPOConfig, GRPOTrainer
+
+    init, out = Path(args.init), Path(args.out)
+    cfg = P.ReproConfig.load(init)
+    torch.manual_seed(cfg.seed)
+    engine = _engine(init, args.device, cfg.seed)
+    pool = build_filler_pool(engine.tokenizer)
+    audits: list[dict[str, Any]] = []
+    config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
+                        max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
+                        micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples, tf32=args.tf32)
+
+    def rows_for(step: int) -> list[dict[str, Any]]:
+        split = f"rl-{step}"  # the same documents for the run and its control
+        return P.needle_rows(engine.tokenizer, P.random_lengths(cfg, args.prompts, split), split, cfg, pool)
+
+    def audit(rollouts: Any, samples: Any) -> None:
+        P.audit_step(engine.model, rollouts, samples, config.temperature, audits)
+
+    trainer = GRPOTrainer(SPEC, engine, rows_for(0), config, options=P.options(cfg, seed_variant=True),
+                          corrupt=FAULTS["permute_within_groups"] if args.permute else None,
+                          audit=None if args.no_audit else audit)
+    started = time.perf_counter()
+    curve = []
+    for step in range(args.steps):
+        if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+            _log(f"time budget of {args.max_minutes} min spent after {step} steps")
+            break
+        trainer.rows = rows_for(step)
+        s = trainer.step()
+        point = {k: s[k] for k in ("step", "reward_mean", "reward_std", "sequences", "trained_tokens", "loss",
+                                   "clipfrac", "entropy", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm",
+                                   "rollout_s", "train_s")}
+        point["audit"] = audits[-1] if audits else None
+        curve.append(point)
+        _log(f"step {step}: reward {s['reward_mean']:.3f} (sd {s['reward_std']:.3f}) entropy {s['entropy']:.3f} "
+             f"|dlogp| {s['logp_diff_max']:.1e} seqs {s['sequences']} rollout {s['rollout_s']:.1f}s "
+             f"train {s['train_s']:.1f}s" + (f" audit max|d| {audits[-1]['max_abs_delta']:.1e}" if audits else ""))
+    _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "permuted": args.permute, "steps": len(curve),
+                             "seconds": round(time.perf_counter() - started, 1), "curve": curve,
+                             "batch_stats": vars(engine.batcher.stats) if engine.batcher else None})
+
+
+# ---------------------------------------------------------------------------------------------- 4. eval
+
+def stage_eval(args: argparse.Namespace) -> None:
+    ckpt = Path(args.ckpt)
+    cfg = P.ReproConfig.load(ckpt)
+    engine = _engine(ckpt, args.device, cfg.seed)
+    rows = P.eval_rows(engine.tokenizer, cfg, cfg.eval_lengths, cfg.eval_per_length, "eval")
+    started = time.perf_counter()
+    results = P.evaluate(engine, rows, cfg)
+    table = P.by_length(results)
+    summary = {"name": args.name, "ckpt": str(ckpt), "seconds": round(time.perf_counter() - started, 1),
+               "train_lengths": cfg.train_lengths, "by_length": table,
+               "train_strict": round(P.pooled(results, cfg.train_lengths), 2),
+               "train_sub_em": round(P.pooled(results, cfg.train_lengths, "sub_em"), 2),
+               "protocol": {"temperature": cfg.eval_temperature, "top_p": cfg.eval_top_p, "chunk_tokens": cfg.chunk_tokens,
+                            "per_length": cfg.eval_per_length},
+               "results": results}
+    P.write_json(Path(args.out), summary)
+    _log(f"{args.name}: " + "  ".join(f"{n}: {v['sub_em']:.1f}/{v['sub_em_strict']:.1f}" for n, v in table.items())
+         + f"  ({summary['seconds']}s; sub_em / strict)")
+
+
+def stage_table(args: argparse.Namespace) -> None:
+    evals = [json.loads(Path(p).read_text()) for p in args.evals]
+    text = ("RULER-HQA (synthetic needles), sub_em as the seed computes it (an empty answer counts as a hit):\n\n"
+            + P.seed_table(evals, "sub_em") + "\n\nstrict sub_em (an empty answer never counts):\n\n"
+            + P.seed_table(evals, "sub_em_strict") + "\n")
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="stage", required=True)
+    dev = "cuda" if _cuda() else "cpu"
+
+    m = sub.add_parser("model", help="1. a Qwen2 initialised from scratch")
+    m.add_argument("--out", required=True)
+    m.add_argument("--hidden-size", type=int, default=512)
+    m.add_argument("--layers", type=int, default=8)
+    m.add_argument("--heads", type=int, default=8)
+    m.add_argument("--kv-heads", type=int, default=4)
+    m.add_argument("--intermediate-size", type=int, default=1536)
+    m.add_argument("--chunk-tokens", type=int, default=512)
+    m.add_argument("--memory-tokens", type=int, default=32)
+    m.add_argument("--final-tokens", type=int, default=24)
+    m.add_argument("--train-min-tokens", type=int, default=1000)
+    m.add_argument("--train-max-tokens", type=int, default=4000)
+    m.add_argument("--eval-lengths", default="1000,2000,4000,8000,16000,32000")
+    m.add_argument("--eval-per-length", type=int, default=64)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--value-digits", type=int, default=7, help="digits of the needle's secret code (the answer)")
+    m.set_defaults(run=stage_model)
+
+    w = sub.add_parser("warmstart", help="2. supervised steps on oracle rollouts, stopped early")
+    w.add_argument("--init", required=True)
+    w.add_argument("--out", required=True)
+    w.add_argument("--demos", type=int, default=1024, help="oracle rollouts (documents) to train on")
+    w.add_argument("--batch", type=int, default=128, help="training sequences per step")
+    w.add_argument("--micro-batch", type=int, default=64)
+    w.add_argument("--lr", type=float, default=1e-3)
+    w.add_argument("--warmup", type=int, default=20)
+    w.add_argument("--max-steps", type=int, default=600)
+    w.add_argument("--eval-every", type=int, default=5)
+    w.add_argument("--eval-from", type=int, default=25, help="first step at which the probe is evaluated")
+    w.add_argument("--probe-per-length", type=int, default=16, help="held-out probe documents per training length")
+    w.add_argument("--stop-at", type=float, default=30.0, help="stop once probe strict sub_em (%%) reaches this")
+    w.add_argument("--device", default=dev)
+    w.set_defaults(run=stage_warmstart)
+
+    r = sub.add_parser("rl", help="3. GRPO with the seed's reward, final answer masked, reward divided")
+    r.add_argument("--init", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--steps", type=int, default=16)
+    r.add_argument("--prompts", type=int, default=24, help="documents per step")
+    r.add_argument("--samples", type=int, default=8, help="rollouts per document (a GRPO group)")
+    r.add_argument("--lr", type=float, default=3e-4)
+    r.add_argument("--tf32", action="store_true", help="TF32 matmuls in the update (generation stays fp32)")
+    r.add_argument("--micro-batch", type=int, default=64)
+    r.add_argument("--permute", action="store_true", help="the control: rewards permuted within each group")
+    r.add_argument("--no-audit", action="store_true", help="skip the per-step `check` audit (never in a reported run)")
+    r.add_argument("--max-minutes", type=float, default=0.0, help="stop stepping after this wall time (0: no cap)")
+    r.add_argument("--device", default=dev)
+    r.set_defaults(run=stage_rl)
+
+    e = sub.add_parser("eval", help="4. the seed's RULER-HQA protocol on held-out documents")
+    e.add_argument("--ckpt", required=True)
+    e.add_argument("--name", required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("--device", default=dev)
+    e.set_defaults(run=stage_eval)
+
+    t = sub.add_parser("table", help="print the seed's table from eval JSON files")
+    t.add_argument("evals", nargs="+")
+    t.add_argument("--out", default="")
+    t.set_defaults(run=stage_table)
+
+    args = p.parse_args()
+    args.run(args)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+if __name__ == "__main__":
+    main()

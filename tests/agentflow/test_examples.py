@@ -1,0 +1,101 @@
+"""examples/agentflow: data preparation through the shared loader, the AIME table, the launch script and
+config, and `agentgraphs run agentflow` end to end on the tiny model with a helper engine."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import yaml
+
+from agentgraphs.agentflow import SPEC
+from agentgraphs.batch import run_file
+
+ROOT = Path(__file__).resolve().parents[2]
+prepare_data = importlib.import_module("examples.agentflow.prepare_data")
+evaluate = importlib.import_module("examples.agentflow.evaluate")
+
+DAPO_PROMPT = ("Solve the following math problem step by step. The last line of your response should be of the form "
+               "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{q}\n\n"
+               'Remember to put your answer on its own line after "Answer:".')
+
+
+def test_prepare_dapo_and_aime_rows(tmp_path: Path) -> None:
+    dapo = tmp_path / "dapo.jsonl"
+    lines = [{"prompt": [{"role": "user", "content": DAPO_PROMPT.format(q="What is 6*7?")}],
+              "reward_model": {"ground_truth": "42", "style": "rule"}, "extra_info": {"index": "a1"}}] * 2
+    dapo.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "train.jsonl"
+    assert prepare_data.main(["--source", str(dapo), "--out", str(out), "--dedup"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == [{"input": "What is 6*7?", "label": "42",
+                     "metadata": {"question": "What is 6*7?", "id": "a1", "source": str(dapo)}}]
+    aime = tmp_path / "aime.json"
+    aime.write_text(json.dumps([{"ID": "2024-I-1", "Problem": "Find x.", "Answer": 204}]))
+    out2 = tmp_path / "aime24.jsonl"
+    assert prepare_data.main(["--source", str(aime), "--out", str(out2)]) == 0
+    row = json.loads(out2.read_text())
+    assert (row["input"], row["label"], row["metadata"]["id"]) == ("Find x.", "204", "2024-I-1")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "no answer here"}) + "\n")
+    assert prepare_data.main(["--source", str(bad), "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_cli_run_agentflow_with_a_helper_engine_and_the_aime_table(tmp_path: Path, tiny_model_dir: Path) -> None:
+    data = tmp_path / "aime24.jsonl"
+    data.write_text("".join(json.dumps({"input": f"What is {i}+{i}?", "label": str(2 * i),
+                                        "metadata": {"question": f"What is {i}+{i}?"}}) + "\n" for i in range(2)))
+    out = tmp_path / "run"
+    summary = run_file("agentflow", data, f"hf:{tiny_model_dir}", out, engines={"helper": f"hf:{tiny_model_dir}"},
+                       options={"max_steps": 1}, n_samples=2, max_new_tokens=8, evaluation=True)
+    assert summary["results"] == 4
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    traces = [json.loads(x) for x in (out / "traces.jsonl").read_text().splitlines()]
+    assert all(s["status"] in ("completed", "truncated") for s in samples), [s["metadata"] for s in samples]
+    for trace in traces:
+        engines = {t["node"]: t["engine"] for t in trace["turns"]}
+        assert engines["plan_next_step"] == f"hf:{tiny_model_dir}"
+        assert not any(t["trainable"] for t in trace["turns"])  # evaluation: nothing trainable
+    result = evaluate.scores(samples)
+    assert result["problems"] == 2 and result["samples"] == 4
+    table = evaluate.aime_table([("tiny", result)], 2)
+    assert "| tiny |" in table and "avg@2" in table
+
+
+def test_launch_script_and_yaml() -> None:
+    text = (ROOT / "examples" / "agentflow" / "run_agentflow.sh").read_text(encoding="utf-8")
+    for needle in ("rl_bridge.generate", "rl_bridge.reward_func", "rl_bridge.convert", "low_var_kl",
+                   "--advantage-estimator grpo", "Qwen2.5-7B-Instruct", "sglang.launch_server", "HELPER_PORT",
+                   "agentflow.yaml"):
+        assert needle in text, needle
+    cfg = yaml.safe_load((ROOT / "examples" / "agentflow" / "agentflow.yaml").read_text(encoding="utf-8"))
+    assert cfg["agentgraph"] == "agentflow"
+    assert cfg["agentgraph_options"]["variant"] == "seed"  # the seed's training, said explicitly
+    opts = SPEC.resolve_options(cfg["agentgraph_options"])
+    assert opts.max_steps == 5 and opts.train_analysis and opts.reward_split == "divide"
+    assert opts.tools == ("base_generator", "python_coder")
+    assert cfg["agentgraph_engines"]["helper"].endswith(":30001")
+    from rl_bridge.setup import BridgeSettings
+
+    assert set(cfg) <= set(BridgeSettings.model_fields)  # every key is one the bridge reads
+    BridgeSettings(**cfg)
+
+
+def test_cli_helper_flag(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentgraphs.cli import app
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"input": "What is 1+1?", "label": "2"}) + "\n")
+    bad = CliRunner().invoke(app, ["run", "agentflow", "--data", str(data), "--engine", f"hf:{tiny_model_dir}",
+                                   "--out", str(tmp_path / "o"), "--helper", "helper"])
+    assert bad.exit_code == 2 and "NAME=SPEC" in bad.output
+    ok = CliRunner().invoke(app, ["run", "agentflow", "--data", str(data), "--engine", f"hf:{tiny_model_dir}",
+                                  "--out", str(tmp_path / "o"), "--helper", f"helper=hf:{tiny_model_dir}",
+                                  "-o", "max_steps=1", "--max-new-tokens", "4"])
+    assert ok.exit_code == 0, ok.output
+    trace = json.loads((tmp_path / "o" / "traces.jsonl").read_text().splitlines()[0])
+    assert [t["node"] for t in trace["turns"]][0] == "analyze_query"

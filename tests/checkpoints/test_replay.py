@@ -1,0 +1,226 @@
+"""Replay and fork from a checkpoints database: a failed rollout of `run --checkpoints` is opened and
+replayed, the same engine regenerates the run exactly, another engine (or an edited state) makes a new
+branch whose turns continue the stored conversation append-only and pass the trace invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agentgraphs.batch import run_rows
+from agentgraphs.checkpoints.replay import RunCheckpoints, fork, history, open_checkpoints, replay, threads
+from agentgraphs.checkpoints.savers import CompactAsyncSqliteSaver
+from agentgraphs.cli import app
+from agentgraphs.context import AgentContext, Limits
+from agentgraphs.engines import SamplingParams
+from agentgraphs.errors import CheckpointError, ConfigError
+from agentgraphs.rollout_inputs import read_rollout_inputs
+from agentgraphs.testing.agents import TWO_TURN
+from agentgraphs.testing.scripted import ScriptedPolicy
+from agentgraphs.trace import check_trace
+
+AGENT = "agentgraphs.testing.agents:TWO_TURN"
+SAMPLING = SamplingParams(max_new_tokens=6, temperature=0.0)
+runner = CliRunner()
+
+
+@pytest.fixture()
+def rows_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n")
+    return path
+
+
+def _samples(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+
+def _prefix(a: list[int], b: list[int]) -> bool:
+    return b[: len(a)] == a
+
+
+def test_a_failed_rollout_is_opened_and_replayed(rows_file: Path, tmp_path: Path, tiny_engine: Any) -> None:
+    db = tmp_path / "ck.sqlite"
+    samples: list[dict[str, Any]] = []
+    traces: list[dict[str, Any]] = []
+
+    def tight_context() -> AgentContext:  # one LLM call allowed: the second node fails the rollout
+        return AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer, sampling=SAMPLING,
+                            limits=Limits(max_llm_calls=1))
+
+    async def go() -> None:
+        async with open_checkpoints(db) as saver:
+            assert isinstance(saver, CompactAsyncSqliteSaver)
+            store = RunCheckpoints(saver, AGENT, SAMPLING, "hf:tiny")
+            await run_rows(TWO_TURN, read_rollout_inputs(rows_file), tight_context, checkpoints=store,
+                           on_result=lambda s, t: (samples.append(s), traces.append(t)))
+
+    asyncio.run(go())
+    [sample] = samples
+    assert sample["status"] == "failed" and "LLMCallLimitExceeded" in sample["metadata"]["status_reason"]
+    thread = sample["metadata"]["checkpoint_thread"]
+    assert [t["thread_id"] for t in threads(db)] == [thread]
+    steps = history(db, thread)
+    assert [c["next"] for c in steps] == [["__start__"], ["solve"], ["check"]]
+    assert [c["wrote"] for c in steps] == [["input"], ["__start__"], ["solve"]] and steps[-1]["turns"] == 1
+
+    result = replay(db, thread, engine=tiny_engine)  # the latest checkpoint; default limits this time
+    rollout = result.rollout
+    assert rollout.status in ("completed", "truncated"), rollout.reason  # 6-token cap on a random model
+    assert [t["node"] for t in rollout.turns] == ["solve", "check"]
+    solve, check = rollout.turns
+    assert solve == traces[0]["turns"][0]  # the failed run's turn, restored exactly
+    assert _prefix(solve["prompt_ids"] + solve["output_ids"], check["prompt_ids"])  # append-only continuation
+    [seq] = check_trace(rollout.turns, "concat")
+    assert seq["turn_indices"] == [0, 1]
+    assert rollout.reward is not None  # scored with the stored row's label
+    after = history(db, thread)
+    assert result.from_checkpoint == steps[-1]["checkpoint_id"]
+    assert after[-1]["checkpoint_id"] == result.head_checkpoint and after[-1]["next"] == []
+    assert all(c["head"] for c in after)  # the replay continued the failed branch
+
+
+def test_cli_run_keeps_checkpoints_and_a_replay_regenerates_the_run(rows_file: Path, tmp_path: Path,
+                                                                      tiny_model_dir: Path, tiny_engine: Any) -> None:
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    result = runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                                 "--out", str(out), "--temperature", "0", "--max-new-tokens", "6",
+                                 "--checkpoints", str(db)])
+    assert result.exit_code == 0, result.output
+    [sample] = _samples(out)
+    thread = sample["metadata"]["checkpoint_thread"]
+    trace = json.loads((out / "traces.jsonl").read_text())
+    assert trace["checkpoint_thread"] == thread
+    # from the input, on the same model at temperature 0: the very same tokens and log-probs
+    again = replay(db, thread, 0, engine=tiny_engine).rollout
+    assert again.status == sample["status"]
+    assert [t["output_ids"] for t in again.turns] == [t["output_ids"] for t in trace["turns"]]
+    assert [t["output_logprobs"] for t in again.turns] == [t["output_logprobs"] for t in trace["turns"]]
+    # the same through the CLI, from the checkpoint after `solve`, written as a run directory
+    steps = history(db, thread)
+    at = next(c["index"] for c in steps if c["next"] == ["check"] and c["head"])
+    cli = runner.invoke(app, ["replay", str(db), thread, "--checkpoint", str(at), "--engine",
+                              f"hf:{tiny_model_dir}", "--out", str(tmp_path / "replayed")])
+    assert cli.exit_code == 0, cli.output
+    [replayed] = _samples(tmp_path / "replayed")
+    assert replayed["tokens"] == sample["tokens"] and replayed["metadata"]["checkpoint_thread"] == thread
+    listing = runner.invoke(app, ["history", str(db), "--thread", thread])
+    assert listing.exit_code == 0 and "check" in listing.output
+
+
+def test_fork_with_an_edited_state_on_another_engine(rows_file: Path, tmp_path: Path, tiny_model_dir: Path,
+                                                     tiny_engine: Any) -> None:
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    assert runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                               "--out", str(out), "--temperature", "0", "--max-new-tokens", "6",
+                               "--checkpoints", str(db)]).exit_code == 0
+    thread = _samples(out)[0]["metadata"]["checkpoint_thread"]
+    before = history(db, thread)
+    start = next(c for c in before if c["next"] == ["solve"])
+    policy = ScriptedPolicy(tiny_engine, ["It is 6.", "So \\boxed{6}."])
+    ctx = AgentContext(policy=policy, tokenizer=policy.tokenizer, sampling=SamplingParams(max_new_tokens=32))
+    result = fork(db, thread, start["checkpoint_id"], {"question": "What is 3+3?"}, context=ctx)
+    rollout = result.rollout
+    assert rollout.status == "completed" and rollout.reward == 0.0  # the stored label (4) still scores it
+    assert "What is 3+3?" in policy.calls[0].prompt_text and "2+2" not in policy.calls[0].prompt_text
+    assert rollout.answer == "So \\boxed{6}." and [t["engine"] for t in rollout.turns] == [policy.name] * 2
+    check_trace(rollout.turns, "concat")
+    after = history(db, thread)
+    forked = next(c for c in after if c["checkpoint_id"] == result.forked_checkpoint)
+    assert forked["source"] == "update" and forked["parent_id"] == start["checkpoint_id"] and forked["head"]
+    old_end = before[-1]["checkpoint_id"]
+    assert any(c["checkpoint_id"] == old_end and not c["head"] for c in after)  # the first branch is kept
+
+    with pytest.raises(ConfigError, match="no key 'questoin'"):
+        fork(db, thread, 0, {"questoin": "x"}, engine=policy)
+    with pytest.raises(CheckpointError, match="checkpoints 0.."):
+        replay(db, thread, 99, engine=policy)
+    with pytest.raises(CheckpointError, match="no checkpoints for thread 'nope'"):
+        history(db, "nope", agent=AGENT)
+
+
+def test_memagent_replayed_from_a_middle_checkpoint_regenerates_the_run(tmp_path: Path, tiny_engine: Any) -> None:
+    from agentgraphs.batch import run_file
+    from agentgraphs.dataset_io import write_jsonl
+    from agentgraphs.memagent.data import to_slime_row
+    from agentgraphs.memagent.synthetic import make_needle_example
+
+    write_jsonl([to_slime_row(make_needle_example(tiny_engine.tokenizer, 1500, seed=0))], tmp_path / "rows.jsonl")
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    run_file("memagent", tmp_path / "rows.jsonl", tiny_engine, out, checkpoints=db, temperature=0.0,
+             max_new_tokens=8, options={"chunk_tokens": 500, "memory_max_new_tokens": 8, "final_max_new_tokens": 8})
+    [sample] = _samples(out)
+    trace = json.loads((out / "traces.jsonl").read_text())
+    thread = sample["metadata"]["checkpoint_thread"]
+    steps = history(db, thread)
+    updates = len(trace["turns"]) - 1  # one turn per memory update, then the final answer
+    assert updates >= 3
+    assert [c["wrote"][0] for c in steps] == ["input", "__start__", "prepare", *["memory_update"] * updates,
+                                              "final_answer"]
+    mid = steps[4]  # after two memory updates: their turns are restored, the rest regenerated
+    again = replay(db, thread, mid["index"], engine=tiny_engine).rollout
+    def fields(turns: list[Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in t.items() if k != "rid"} for t in turns]  # a request id is per call
+
+    assert again.turns[:2] == trace["turns"][:2]  # restored from the checkpoint, request ids included
+    assert fields(again.turns) == fields(trace["turns"])  # regenerated: every id, log-prob and field
+    assert again.reward == sample["reward"] and again.status == sample["status"]
+
+
+def test_spec_graph_compiles_with_a_checkpointer_whatever_build_graph_takes() -> None:
+    from agentgraphs.checkpoints.savers import compact_sqlite_saver
+    from agentgraphs.memagent import SPEC
+
+    with compact_sqlite_saver(":memory:") as saver:
+        for spec in (SPEC, TWO_TURN):  # build_graph(options, *, checkpointer=None) / build_graph(options)
+            with_saver = spec.graph(None, checkpointer=saver)
+            assert with_saver.checkpointer is saver
+            assert spec.graph(None).checkpointer is None  # the cached graph is left as it was
+            assert with_saver.get_graph().nodes.keys() == spec.graph(None).get_graph().nodes.keys()
+
+
+def test_a_messages_graph_is_stepped_and_its_turns_found_in_its_messages(tmp_path: Path, tiny_engine: Any) -> None:
+    """A `create_react_agent` graph keeps its Turns in AIMessages: the debugger finds them through the spec."""
+    from agentgraphs.checkpoints.debugger import DebugSession
+    from agentgraphs.spec import load_spec
+
+    spec = load_spec(str(Path(__file__).resolve().parents[2] / "examples" / "react_agent.py") + ":SPEC")
+    call = '<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris", "field": "population"}}\n</tool_call>'
+    policy = ScriptedPolicy(tiny_engine, [call, "About 2.1 million, so \\boxed{2.1}."])
+    ctx = AgentContext(policy=policy, tokenizer=policy.tokenizer, sampling=SamplingParams(max_new_tokens=64))
+    row = {"prompt": "How many million people live in Paris?", "label": "2.1", "metadata": {}, "index": 0}
+
+    async def go() -> tuple[list[Any], Any, list[Any]]:
+        async with DebugSession.open(spec, tmp_path / "r.sqlite", row=row, context=ctx) as session:
+            nodes = []
+            for _ in range(3):
+                nodes += [n for n, _ in (await session.step()).updates]
+            assert len(await session.turns()) == 2 and (await session.state()).next == ()
+            return nodes, await session.rollout(), await session.history()
+
+    nodes, rollout, steps = asyncio.run(go())
+    assert nodes == ["agent", "tools", "agent"]
+    assert rollout.status == "completed" and rollout.reward == 1.0
+    [seq] = check_trace(rollout.turns, "concat")  # the tool result is masked glue between the two outputs
+    assert seq["turn_indices"] == [0, 1] and 0 in seq["loss_mask"]
+    assert [c["turns"] for c in steps] == [0, 0, 1, 1, 2]
+
+
+def test_a_thread_record_brings_back_helper_engines_and_the_evaluation_flag(tiny_model_dir: Path,
+                                                                            tiny_engine: Any) -> None:
+    from agentgraphs.checkpoints.replay import context_for, thread_record
+
+    record = thread_record("t", AGENT, TWO_TURN.resolve_options(None), {"prompt": "q", "label": None,
+                           "metadata": {}, "index": 0}, SAMPLING, tiny_engine,
+                           engines={"judge": f"hf:{tiny_model_dir}"}, evaluation=True)
+    assert record["engine"] == tiny_engine.name and record["engines"] == {"judge": f"hf:{tiny_model_dir}"}
+    ctx = context_for(tiny_engine, json.loads(json.dumps(record)))  # as stored: plain JSON
+    assert ctx.engines["judge"].name == f"hf:{tiny_model_dir}" and ctx.evaluation and ctx.sampling == SAMPLING
+    assert not context_for(tiny_engine, record, engines={}, evaluation=False).engines
+    with pytest.raises(ConfigError, match="engines\\['judge'\\] 'hf:/nonexistent'.*--helper"):
+        context_for(tiny_engine, {**record, "engines": {"judge": "hf:/nonexistent"}})

@@ -1,0 +1,152 @@
+"""The CLI is a thin face over library functions; these tests drive it as a user would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentgraphs.cli import app, parse_options
+from agentgraphs.dataset_io import write_jsonl
+from agentgraphs.errors import ConfigError
+from agentgraphs.memagent.data import to_slime_row
+from agentgraphs.memagent.synthetic import make_needle_example
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def rows_file(tiny_engine, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "rows.jsonl"
+    rows = [to_slime_row(make_needle_example(tiny_engine.tokenizer, 900, seed=i)) for i in range(2)]
+    write_jsonl(rows, path)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"input": "Q?", "label": ["a"]}\n')  # no document: a FAILED sample, not a skipped row
+        fh.write("not json\n")
+    return path
+
+
+def test_run_memagent_writes_one_sample_per_row(rows_file: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                                 "--out", str(out), "--max-new-tokens", "8", "-o", "chunk_tokens=300",
+                                 "-o", "final_max_new_tokens=8", "-o", "memory_max_new_tokens=8",
+                                 "--n-samples-per-prompt", "2", "--concurrency", "3"])
+    assert result.exit_code == 0, result.output  # 4 of 8 fail below: a partial failure still exits 0
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert len(samples) == len(traces) == 8  # 4 rows x 2 samples, input order kept
+    assert [s["index"] for s in samples[:4]] == [0, 1, 2, 3]
+    assert [s["group_index"] for s in samples[:4]] == [0, 0, 1, 1]
+    ok = samples[:4]
+    for s, t in zip(ok, traces[:4]):  # each sample against its own trace line
+        assert s["status"] in ("completed", "truncated")
+        assert t["index"] == s["index"] and t["line"] == s["line"]
+        assert len(s["loss_mask"]) == s["response_length"] == len(s["rollout_log_probs"])
+        assert len(s["train_metadata"]["turns"]) == len(t["turns"])
+    bad = samples[4:]
+    assert all(s["status"] == "failed" for s in bad)
+    assert "metadata.context" in bad[0]["metadata"]["status_reason"]
+    assert "line 4" in bad[-1]["metadata"]["status_reason"] and "invalid JSON" in bad[-1]["metadata"]["status_reason"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rows"] == summary["results"] == 8 and summary["by_status"]["failed"] == 4
+
+
+def test_run_rejects_unknown_option_and_agent(rows_file: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(tmp_path), "-o", "chunk_size=3"])
+    assert r.exit_code == 2 and "chunk_size" in r.output
+    r = runner.invoke(app, ["run", "nope", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown agent" in r.output
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", "gpt:x", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "hf:MODEL_DIR" in r.output
+
+
+def test_tiny_model_command(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["tiny-model", str(tmp_path / "m"), "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path / "m").encode(" Hello", add_special_tokens=False) == [21927]
+
+
+def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
+    from agentgraphs.demo import run_demo
+
+    summary = run_demo(tmp_path / "demo", n_samples=1)
+    assert summary["rows"] == summary["results"] == 4
+    lines = (tmp_path / "demo" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and all(json.loads(line)["tokens"] for line in lines)
+
+
+def test_parse_options() -> None:
+    assert parse_options(["a=1", "b=[1,2]", "c=x y"]) == {"a": 1, "b": [1, 2], "c": "x y"}
+    with pytest.raises(ConfigError):
+        parse_options(["novalue"])
+
+
+def _said(result) -> str:
+    return " ".join(result.output.split())  # rich wraps long lines at the terminal width
+
+
+def test_run_engine_dir_must_exist(rows_file: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", "hf:/nonexistent/model",
+                            "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert "error:" in _said(r) and "--engine" in _said(r) and "does not exist" in _said(r)
+    assert r.exception is None or isinstance(r.exception, SystemExit)  # a message, not a traceback
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", f"hf:{rows_file}",
+                            "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "--engine" in _said(r) and "is not a directory" in _said(r)
+
+
+def test_run_bad_sampling_flag_is_named(rows_file: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(tmp_path / "out"), "--top-p", "0"])
+    assert r.exit_code == 2, r.output
+    assert "error:" in _said(r) and "--top-p" in _said(r) and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()  # rejected before any work
+
+
+def test_run_os_error_is_a_clean_error(rows_file: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory\n")
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(blocker / "out")])
+    assert r.exit_code == 2, r.output
+    assert "error:" in _said(r) and "Not a directory" in _said(r) and "Traceback" not in r.output
+
+
+def test_run_exits_1_when_every_row_failed(tiny_model_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"input": "Q?", "label": "a"}\nnot json\n', encoding="utf-8")  # no document; not JSON
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["run", "memagent", "--data", str(data), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(out)])
+    assert r.exit_code == 1, r.output
+    assert "every row failed (2 of 2)" in _said(r) and "metadata.context" in _said(r)
+    # the outputs are written all the same: one failed sample per row, with its reason
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [s["status"] for s in samples] == ["failed", "failed"]
+    assert json.loads((out / "summary.json").read_text())["by_status"] == {"failed": 2}
+
+
+def test_run_takes_hf_tiny_like_every_other_entry_point(rows_file: Path, tmp_path: Path,
+                                                      agentgraphs_cache: Path) -> None:
+    """One engine grammar: `hf:tiny` works for `agentgraphs run` as in a context or Studio (a real process,
+    so the CLI's own entry point registers the name, not the test's conftest)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AGENTGRAPHS_CACHE": str(agentgraphs_cache)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentgraphs.cli", "run", "memagent", "--data", str(rows_file), "--engine", "hf:tiny",
+         "--out", str(tmp_path / "o"), "--limit", "1", "--max-new-tokens", "4", "-o", "chunk_tokens=500"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["engine"].startswith("hf:") and summary["results"] == 1

@@ -1,0 +1,147 @@
+"""The small-scale MemAgent reproduction (examples/memagent/small_scale) on CPU with a tiny model: the oracle
+through MemAgent's graph, its training rows, the per-step `check` audit, the evaluation and the table."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "examples" / "memagent" / "small_scale"
+sys.path.insert(0, str(HERE))
+
+import pipeline as P  # noqa: E402
+
+CFG = P.ReproConfig(chunk_tokens=128, memory_tokens=24, final_tokens=16, train_min_tokens=200, train_max_tokens=450,
+                    eval_lengths=[200, 400], eval_per_length=2)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> Any:
+    from agentgraphs.engines.hf import HFEngine
+
+    return HFEngine.from_dir(tiny_model_dir, device="cpu", batching=True, seed=0)
+
+
+@pytest.fixture(scope="module")
+def rows(engine: Any) -> list[dict[str, Any]]:
+    return P.needle_rows(engine.tokenizer, [200, 330, 450], "test", CFG)
+
+
+def test_needles_sit_inside_one_chunk(engine: Any, rows: list[dict[str, Any]]) -> None:
+    tok = engine.tokenizer
+    for row in rows:
+        ids = tok.encode(row["metadata"]["context"], add_special_tokens=False)
+        chunks = [tok.decode(ids[i:i + CFG.chunk_tokens]) for i in range(0, len(ids), CFG.chunk_tokens)]
+        needle = f"is {row['label'][0]}."
+        assert sum(needle in c for c in chunks) == 1
+        assert "The secret code of" in next(c for c in chunks if needle in c)
+
+
+def test_oracle_rollouts_are_training_rows(engine: Any, rows: list[dict[str, Any]]) -> None:
+    """The oracle's text, the model's ids and log-probs; to_train_data trains exactly the engine's outputs."""
+    data = P.oracle_data(engine, rows, CFG)
+    tok = engine.tokenizer
+    per_row = [-(-len(tok.encode(r["metadata"]["context"], add_special_tokens=False)) // CFG.chunk_tokens) + 1
+               for r in rows]
+    assert len(data["tokens"]) == sum(per_row)  # one sequence per memory update + one for the answer
+    texts = [tok.decode(t[len(t) - n:]) for t, n in zip(data["tokens"], data["response_lengths"])]
+    first = texts[: per_row[0]]
+    needle = next(i for i, t in enumerate(first) if t.startswith("The secret code of"))
+    assert all(t == "No previous memory<|im_end|>" for t in first[:needle])
+    assert all(t == first[needle] for t in first[needle: per_row[0] - 1])  # kept verbatim once seen
+    assert first[-1] == f"\\boxed{{{rows[0]['label'][0]}}}<|im_end|>"
+    for tokens, n, mask, lps in zip(data["tokens"], data["response_lengths"], data["loss_masks"],
+                                    data["rollout_log_probs"]):
+        assert mask == [1] * n and len(lps) == n
+        assert lps == pytest.approx(engine.score(tokens[:-n], tokens[-n:], 1.0), abs=1e-4)
+
+
+def test_a_shorter_secret_code_is_read_and_answered_by_the_oracle(engine: Any) -> None:
+    """`value_digits` makes the task easier for a model trained from scratch: the answer is that many digits,
+    and the oracle carries exactly that value from the section through the memory into the box."""
+    cfg = CFG.model_copy(update={"value_digits": 2})
+    rows = P.needle_rows(engine.tokenizer, [200, 330], "two-digit", cfg)
+    assert all(len(r["label"][0]) == 2 and r["label"][0].isdigit() for r in rows)
+    assert all(f"is {r['label'][0]}." in r["metadata"]["context"] for r in rows)
+    data = P.oracle_data(engine, rows[:1], cfg)
+    tok = engine.tokenizer
+    last = data["tokens"][-1][-data["response_lengths"][-1]:]
+    assert tok.decode(last) == f"\\boxed{{{rows[0]['label'][0]}}}<|im_end|>"
+
+
+def test_the_audit_passes_real_rollouts_and_stops_a_tampered_one(engine: Any, rows: list[dict[str, Any]]) -> None:
+    import asyncio
+
+    from agentgraphs.context import AgentContext
+    from agentgraphs.memagent import SPEC
+    from agentgraphs.records import sample_fields
+    from agentgraphs.testing.slime_sample import Sample
+
+    ctx = AgentContext(policy=engine, tokenizer=engine.tokenizer, sampling=P.sampling(CFG, 1.0))
+    rollouts = asyncio.run(P.run_all(rows[:2], ctx, P.options(CFG, seed_variant=True), 8))
+    samples = []
+    for i, r in enumerate(rollouts):
+        fields = sample_fields(r, SPEC)
+        fields["status"] = Sample.Status(fields["status"])
+        samples.append(Sample(group_index=0, index=i, **fields))
+    log: list[dict[str, Any]] = []
+    report = P.audit_step(engine.model, rollouts, samples, 1.0, log)
+    assert report.ok and report.rescored_tokens == sum(sum(s["loss_mask"]) for x in samples
+                                                       for s in x.train_metadata["turns"])
+    assert log[-1]["max_abs_delta"] <= 1e-4 and log[-1]["breaches"] == 0
+    # the seed variant: the final answer is not trained (no sequence of its own), every memory update is
+    nodes = [t["node"] for t in rollouts[0].turns]
+    assert nodes[-1] == "final_answer" and not rollouts[0].turns[-1]["trainable"]
+    assert len(samples[0].train_metadata["turns"]) == nodes.count("memory_update")
+    assert samples[0].train_metadata["reward_split"] == "divide"
+    tampered = copy.deepcopy(samples)
+    seq = tampered[1].train_metadata["turns"][0]
+    seq["rollout_log_probs"][0] += 0.5
+    with pytest.raises(P.AuditFailed, match="logprob_mismatch"):
+        P.audit_step(engine.model, rollouts, tampered, 1.0, log)
+
+
+def test_evaluation_scores_as_the_seed_and_prints_its_table(engine: Any) -> None:
+    rows = P.eval_rows(engine.tokenizer, CFG, [200], 2, "eval")
+    results = P.evaluate(engine, rows, CFG)
+    assert [r["length"] for r in results] == [200, 200]
+    for r in results:  # an untrained model: no box, so the seed's sub_em counts a hit and the strict one does not
+        assert r["sub_em_strict"] == 0.0 and (r["sub_em"] == 1.0) == (r["answered"] == 0.0)
+    table = P.by_length(results)
+    assert table["200"]["n"] == 2 and P.pooled(results, [200]) == 0.0
+    text = P.seed_table([{"name": "untrained", "by_length": table}], "sub_em_strict")
+    assert text.splitlines()[0] == "| model | 200 |" and "| untrained | 0.00 |" in text
+
+
+@pytest.mark.slow
+def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """model -> warmstart -> rl -> eval -> table, each a process resuming from the previous checkpoint."""
+    script = [sys.executable, str(HERE / "reproduce.py")]
+
+    def run(*args: str) -> str:
+        out = subprocess.run(script + list(args), capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return out.stdout
+
+    w = tmp_path
+    run("model", "--out", str(w / "model"), "--hidden-size", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1",
+        "--intermediate-size", "64", "--chunk-tokens", "128", "--memory-tokens", "24", "--final-tokens", "16",
+        "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths", "150", "--eval-per-length", "2")
+    run("warmstart", "--init", str(w / "model"), "--out", str(w / "warm"), "--demos", "4", "--batch", "8",
+        "--max-steps", "2", "--eval-every", "2", "--eval-from", "1", "--probe-per-length", "1", "--device", "cpu")
+    stage = json.loads((w / "warm" / "stage.json").read_text())
+    assert stage["stop"]["step"] == 2 and "probe_strict" in stage["curve"][-1]
+    run("rl", "--init", str(w / "warm"), "--out", str(w / "rl"), "--steps", "1", "--prompts", "2", "--samples", "2",
+        "--device", "cpu")
+    curve = json.loads((w / "rl" / "stage.json").read_text())["curve"]
+    assert curve[0]["audit"]["breaches"] == 0 and curve[0]["sequences"] > 0
+    run("eval", "--ckpt", str(w / "rl"), "--name", "RL", "--out", str(w / "eval.json"), "--device", "cpu")
+    printed = run("table", str(w / "eval.json"))
+    assert "| RL |" in printed and "strict sub_em" in printed
