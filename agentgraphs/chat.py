@@ -61,7 +61,8 @@ class ChatTemplate:
         self.end_of_turn_id = _single_id(tokenizer, self.end_of_turn)
         self._glue_cache: dict[str, list[int]] = {}
         self._segment_cache: dict[str, list[int]] = {}
-        self._opaque: dict[str, bool] = {}  # template source -> content_opaque verdict
+        self._keys_read: dict[str, frozenset[str] | None] = {}  # template source -> message_keys_read
+        self._skeletons: dict[tuple[Any, ...], str] = {}  # structure of a message list -> its skeleton's text
 
     # -- rendering -------------------------------------------------------------------------
     def render_text(
@@ -151,7 +152,8 @@ class ChatTemplate:
         >>> sk.fill(sk.text) == tpl.render_text(msgs)
         True
         """
-        if not self.content_opaque(tools):
+        source, keys = self._template_keys(tools)
+        if keys is None:
             return None
         shown: list[dict[str, Any]] = []
         contents: dict[str, str] = {}
@@ -162,10 +164,20 @@ class ChatTemplate:
                 entry["content"] = placeholder = f"{_HOLE_OPEN}{i}{_HOLE_CLOSE}"
                 contents[placeholder] = content
             shown.append(entry)
-        text = self.render_text(shown, tools=tools, add_generation_prompt=add_generation_prompt)
-        found = _HOLE.findall(text)
-        if len(found) != len(contents) or set(found) != set(contents):
-            return None  # a content written twice or dropped: not the simple case, render it whole
+        # the skeleton depends only on the keys the template reads (contents: whether empty), so message lists
+        # of one structure (1,024 rollouts of one agent at the same turn) share one rendering; a template that
+        # reads the clock (strftime_now) is rendered every time
+        structure = None if "strftime_now" in source else _structure(shown, keys, tools, add_generation_prompt)
+        text = self._skeletons.get(structure) if structure is not None else None
+        if text is None:
+            text = self.render_text(shown, tools=tools, add_generation_prompt=add_generation_prompt)
+            found = _HOLE.findall(text)
+            if len(found) != len(contents) or set(found) != set(contents):
+                return None  # a content written twice or dropped: not the simple case, render it whole
+            if structure is not None:
+                if len(self._skeletons) >= _SKELETON_CACHE_SIZE:
+                    self._skeletons.pop(next(iter(self._skeletons)))
+                self._skeletons[structure] = text
         return Skeleton(text, contents)
 
     def content_opaque(self, tools: Sequence[Mapping[str, Any]] | None = None) -> bool:
@@ -173,6 +185,10 @@ class ChatTemplate:
         only by writing them out whole and by testing them (empty, a string, defined): then rendering with
         placeholders and filling them in gives exactly the text the contents render to. Decided once per
         template from its Jinja syntax tree; anything the check does not understand counts as not opaque."""
+        return self._template_keys(tools)[1] is not None
+
+    def _template_keys(self, tools: Sequence[Mapping[str, Any]] | None) -> tuple[str, frozenset[str] | None]:
+        """(the template's source, the message keys it reads, None when not content-opaque)."""
         getter = getattr(self.tokenizer, "get_chat_template", None)
         try:
             source = getter(self.template_kwargs.get("chat_template"), tools=list(tools) if tools else None) \
@@ -180,11 +196,10 @@ class ChatTemplate:
         except Exception:  # noqa: BLE001  (no template, or an ambiguous set of named ones)
             source = None
         if not isinstance(source, str):
-            return False
-        verdict = self._opaque.get(source)
-        if verdict is None:
-            verdict = self._opaque[source] = template_is_content_opaque(source)
-        return verdict
+            return "", None
+        if source not in self._keys_read:
+            self._keys_read[source] = message_keys_read(source)
+        return source, self._keys_read[source]
 
     def glue_text(self, messages: Sequence[Message]) -> str:
         """Text to append after an assistant end-of-turn token: the new messages + generation header."""
@@ -194,7 +209,10 @@ class ChatTemplate:
             {"role": "user", "content": _PROBE_USER},
             {"role": "assistant", "content": _PROBE_ASSISTANT},
         ]
-        full = self.render_text(probe + [dict(m) for m in messages])
+        conversation = probe + [dict(m) for m in messages]
+        # a content-opaque template's skeleton of this shape is rendered once and filled in (render_skeleton)
+        skeleton = self.render_skeleton(conversation)
+        full = skeleton.fill(skeleton.text) if skeleton is not None else self.render_text(conversation)
         at = full.find(_PROBE_ASSISTANT)
         if at < 0:
             raise TemplateError("the chat template dropped the assistant message content; cannot find glue")
@@ -219,6 +237,26 @@ class ChatTemplate:
 
 _HOLE_OPEN, _HOLE_CLOSE = "\u2063\u2063", "\u2064"  # invisible separator / plus: never in template text
 _HOLE = re.compile(f"{_HOLE_OPEN}[0-9]+{_HOLE_CLOSE}")
+
+
+_SKELETON_CACHE_SIZE = 4096
+_ABSENT = object()
+
+
+def _structure(messages: Sequence[Mapping[str, Any]], keys: frozenset[str], tools: Any,
+               add_generation_prompt: bool) -> tuple[Any, ...]:
+    """What a content-opaque template's rendering of `messages` can depend on: per message the values of the
+    keys it reads (contents already replaced by their placeholders), the tools and the generation prompt."""
+    import json
+
+    def value(v: Any) -> Any:
+        if v is None or type(v) in (str, int, float, bool):
+            return v
+        return json.dumps(v, sort_keys=True, default=str)
+
+    order = sorted(keys)
+    per_message = tuple(tuple(value(m[k]) if k in m else _ABSENT for k in order) for m in messages)
+    return (value(list(tools) if tools else None), add_generation_prompt, per_message)
 
 
 class Skeleton:
@@ -253,6 +291,18 @@ def template_is_content_opaque(source: str) -> bool:
     False
     >>> template_is_content_opaque("{% for m in messages %}{% if '<think>' in m.content %}x{% endif %}{% endfor %}")
     False
+    """
+    return message_keys_read(source) is not None
+
+
+def message_keys_read(source: str) -> frozenset[str] | None:
+    """The keys a content-opaque chat template reads from messages (`role`, `content`, `tool_calls`, ...); None
+    when it is not content-opaque (`template_is_content_opaque`). What a template writes for a list of messages
+    depends only on these keys' values (for contents: whether they are empty strings), the number of messages,
+    the tools and the template's own arguments.
+
+    >>> sorted(message_keys_read("{% for m in messages %}{{ m.role + ': ' + m.content }}{% endfor %}"))
+    ['content', 'role']
     """
     from jinja2 import nodes
     from jinja2.exceptions import TemplateSyntaxError
@@ -319,6 +369,7 @@ def template_is_content_opaque(source: str) -> bool:
                 break
         return isinstance(holder, (nodes.If, nodes.CondExpr)) and holder.test is node
 
+    keys: set[str] = set()
     for node in tree.find_all((nodes.Name, nodes.Getitem, nodes.Getattr, nodes.Filter)):
         if is_messages(node) and not is_message(node):
             holder = up(node)
@@ -327,14 +378,15 @@ def template_is_content_opaque(source: str) -> bool:
                        or isinstance(holder, nodes.Filter) and holder.node is node
                        and holder.name in ("length", "reverse", "list"))
             if not used_as and not is_messages(holder):
-                return False
+                return None
         elif is_message(node):
             key = keyed(up(node))
             if key is None or (isinstance(up(node), nodes.Getitem) and up(node).node is not node):
-                return False
+                return None
             if key == "content" and not (written_whole(up(node)) or tested(up(node))):
-                return False
-    return True
+                return None
+            keys.add(key)
+    return frozenset(keys)
 
 
 def _ancestors(node: Any, up: Any) -> Iterator[Any]:
