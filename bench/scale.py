@@ -182,10 +182,13 @@ class _Hand:
     @asynccontextmanager
     async def open(self, n: int) -> AsyncIterator[Any]:
         """A runner `run(first, count)` over one httpx client as slime's `init_http_client` makes it: at most
-        `n` connections (its concurrency), httpx's default 20 kept alive, no timeout."""
+        `n` connections (its concurrency), httpx's default 20 kept alive, no timeout; mode "strict": over
+        SGLangEngine's connection slots instead (identical HTTP work to ours)."""
         import httpx
 
-        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=n), timeout=httpx.Timeout(None)) as http:
+        client = (_SlotsClient(n) if self.cfg["mode"] == "strict"
+                  else httpx.AsyncClient(limits=httpx.Limits(max_connections=n), timeout=httpx.Timeout(None)))
+        async with client as http:
             async def run(first: int, count: int, saver: Any = None) -> list[dict[str, Any]]:
                 if self.cfg["work"] == "react":
                     runs = [work.hand_react(http, self.cfg["url"], self.tok, first + i, self.results, self.schema,
@@ -200,6 +203,29 @@ class _Hand:
     async def run(self, n: int, first: int, saver: Any = None) -> list[dict[str, Any]]:
         async with self.open(n) as run:
             return await run(first, n, saver)
+
+
+class _SlotsClient:
+    """`post(url, json=...)` through `agentgraphs.http_slots.ConnectionSlots`, as SGLangEngine sends."""
+
+    def __init__(self, n: int) -> None:
+        from agentgraphs.engines.sglang import DEFAULT_TIMEOUT
+        from agentgraphs.http_slots import ConnectionSlots
+
+        self._slots = ConnectionSlots(n, DEFAULT_TIMEOUT)
+
+    async def post(self, url: str, json: Any) -> Any:
+        async with self._slots.lend() as client:
+            return await client.post(url, json=json)
+
+    async def __aenter__(self) -> "_SlotsClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._slots.aclose()
+
+
+_GC = _common.CollectorClock()
 
 
 async def _timed(side: Any, n: int, saver: Any) -> tuple[list[dict[str, Any]], float, float, float]:
@@ -241,7 +267,9 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("profile"):
         prof = cProfile.Profile()
         prof.enable()
+    _GC.start()
     results, wall, cpu, lag_ms = asyncio.run(_run_with_saver(side, n, cfg.get("db")))
+    collector_s = _GC.stop()
     if cfg.get("profile"):
         prof.disable()
     peak = _common.status_kib("VmHWM") * 1024 if reset else _common.peak_rss_bytes()
@@ -249,6 +277,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     calls = sum(r["calls"] for r in results)
     out: dict[str, Any] = {
         "wall_s": wall, "cpu_s": cpu, "calls": calls, "lag_p99_ms": lag_ms, "server_cpu_s": server_cpu,
+        "collector_s": collector_s, "collector_longest_s": _GC.longest,
         "rss_growth_per_rollout": (peak - rss_before) / n, "peak_reset": reset,
         "digests": [_digest(r["sequences"]) for r in results],
         "context_tokens": max(len(s["tokens"]) for r in results for s in r["sequences"]),
@@ -363,12 +392,16 @@ def main() -> None:
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--no-probe", action="store_true")
     p.add_argument("--passages", type=int, default=20_000, help="retrieval corpus size")
+    p.add_argument("--to-rollouts", type=int, default=None,
+                   help="concurrent ToolOrchestra rollouts (default 256, see the module doc; quick: --rollouts)")
     args = p.parse_args()
     n = args.rollouts or (8 if args.quick else 1024)
     turns = args.turns or (3 if args.quick else 30)
     latencies = [float(x) / 1000 for x in (args.latencies_ms or ("20" if args.quick else "200,20")).split(",")]
     extra = [int(x) for x in (args.hand_rollouts or ("" if args.quick else "256")).split(",") if x]
     works = args.works.split(",")
+    if args.to_rollouts is None and not args.quick:
+        args.to_rollouts = 256
     work.check_sampling()
     from agentgraphs.testing.tiny_model import ensure_tiny_model
 
@@ -393,11 +426,12 @@ def main() -> None:
                 server, url = _start_server(tok_dir, latency, replies)
                 base = {"work": name, "turns": turns, "latency_s": latency, "url": url, "server_pid": server.pid,
                         "tool_tokens": TOOL_TOKENS, "retrieval_url": retrieval_url if retrieval else None}
-                plan = [("ours", n, False), ("hand", n, False)]
+                k_main = n if name == "react" else min(n, args.to_rollouts or n)
+                plan = [("ours", k_main, False), ("strict", k_main, False), ("hand", k_main, False)]
                 if li == 0 and not args.no_checkpoints:
-                    plan.insert(1, ("ours", n, True))
+                    plan.insert(1, ("ours", k_main, True))
                 if li == 0:
-                    plan += [(m, k, False) for k in extra for m in ("ours", "hand")]
+                    plan += [(m, k, False) for k in extra if 0 < k < k_main for m in ("ours", "strict", "hand")]
                 try:
                     for mode, k, ckpt in plan:
                         cfg = {**base, "mode": mode, "n": k,
@@ -432,7 +466,8 @@ def _print_run(r: dict[str, Any]) -> None:
     floor = r["turns"] * (1 if r["work"] == "react" else 2) * r["latency_s"]
     print(f"    wall {r['wall_s']:.1f} s = {r['wall_s'] / floor:.2f}x floor {floor:.1f} s; CPU {r['cpu_s']:.1f} s "
           f"= {1000 * r['cpu_s'] / r['calls']:.2f} ms/call ({r['calls']} calls); server CPU "
-          f"{1000 * r['server_cpu_s'] / r['calls']:.2f} ms/call; lag p99 {r['lag_p99_ms']:.1f} ms; RSS "
+          f"{1000 * r['server_cpu_s'] / r['calls']:.2f} ms/call; collector {r['collector_s']:.1f} s (longest pause "
+          f"{1000 * r['collector_longest_s']:.0f} ms); lag p99 {r['lag_p99_ms']:.1f} ms; RSS "
           f"+{r['rss_growth_per_rollout'] / 2**20:.2f} MB/rollout"
           + (f" vs ids {r['ids_list_bytes_per_rollout'] / 2**20:.2f} MB" if "ids_list_bytes_per_rollout" in r else "")
           + (f"; DB {r['db_bytes'] / 2**20:.1f} MB = {r['db_bytes'] / (4 * r['trace_ids']):.2f}x trace bytes"
@@ -451,15 +486,18 @@ def _report(args: Any, runs: list[dict[str, Any]], probes: dict[str, Any], n: in
     for r in runs:
         if r["mode"] != "ours":
             continue
-        hand = find(r["work"], "hand", r["n"], r["latency_s"])
-        if hand is not None and hand["digests"] != r["digests"]:
-            raise SystemExit(f"{r['work']} n={r['n']}: ours and the hand loop built different training data: void")
+        for mode in ("hand", "strict"):
+            other = find(r["work"], mode, r["n"], r["latency_s"])
+            if other is not None and other["digests"] != r["digests"]:
+                raise SystemExit(f"{r['work']} n={r['n']}: ours and the {mode} hand loop built different training "
+                                 "data: the comparison is void")
     for name in {r["work"] for r in runs}:
         s: dict[str, Any] = {}
         summary[name] = s
         for latency in latencies:
             for k in sorted({r["n"] for r in runs if r["work"] == name}, reverse=True):
                 ours, hand = find(name, "ours", k, latency), find(name, "hand", k, latency)
+                strict = find(name, "strict", k, latency)
                 if ours is None:
                     continue
                 floor = turns * (1 if name == "react" else 2) * latency
@@ -469,23 +507,31 @@ def _report(args: Any, runs: list[dict[str, Any]], probes: dict[str, Any], n: in
                                 "lag_p99_ms": ours["lag_p99_ms"],
                                 "rss_vs_ids": ours["rss_growth_per_rollout"] / ours["ids_list_bytes_per_rollout"],
                                 "context_tokens": ours["context_tokens"]}
+                row["collector_s"] = ours["collector_s"]
                 if hand is not None:
                     row.update(hand_wall_s=hand["wall_s"], hand_wall_vs_floor=hand["wall_s"] / floor,
-                               our_cpu_ms_per_call=1000 * (ours["cpu_s"] - hand["cpu_s"]) / ours["calls"],
+                               hand_cpu_ms_per_call=1000 * hand["cpu_s"] / hand["calls"],
                                hand_lag_p99_ms=hand["lag_p99_ms"],
                                hand_rss_per_rollout=hand["rss_growth_per_rollout"])
+                if strict is not None:
+                    row.update(strict_wall_s=strict["wall_s"], strict_wall_vs_floor=strict["wall_s"] / floor,
+                               our_cpu_ms_per_call=1000 * (ours["cpu_s"] - strict["cpu_s"]) / ours["calls"],
+                               strict_lag_p99_ms=strict["lag_p99_ms"])
                 print(f"  {name} {key}: wall {row['wall_s']:.1f} s = {row['wall_vs_floor']:.2f}x floor"
-                      + (f" (hand {row['hand_wall_vs_floor']:.2f}x)" if hand else "")
+                      + (f" (slime-style hand {row['hand_wall_vs_floor']:.2f}x" if hand else " (")
+                      + (f", strict hand {row['strict_wall_vs_floor']:.2f}x)" if strict else ")")
                       + f"; CPU {row['cpu_ms_per_call']:.2f} ms/call"
-                      + (f", ours - hand {row['our_cpu_ms_per_call']:.2f} ms/call" if hand else "")
-                      + f"; lag p99 {row['lag_p99_ms']:.1f} ms" + (f" (hand {row['hand_lag_p99_ms']:.1f})" if hand else "")
-                      + f"; peak RSS {row['rss_vs_ids']:.2f}x ids")
-                if k == n:
+                      + (f" (slime-style hand {row['hand_cpu_ms_per_call']:.2f})" if hand else "")
+                      + (f", ours - strict hand {row['our_cpu_ms_per_call']:.2f} ms/call" if strict else "")
+                      + f"; lag p99 {row['lag_p99_ms']:.1f} ms"
+                      + (f" (strict hand {row['strict_lag_p99_ms']:.1f})" if strict else "")
+                      + f"; peak RSS {row['rss_vs_ids']:.2f}x ids; collector {row['collector_s']:.1f} s")
+                if k == max(r["n"] for r in runs if r["work"] == name and r["mode"] == "ours"):
                     verdicts[f"{name} lag {key}"] = row["lag_p99_ms"] <= LAG_TARGET_MS
                     verdicts[f"{name} memory {key}"] = row["rss_vs_ids"] <= RSS_TARGET
                     if latency == 0.2:
                         verdicts[f"{name} wall {key}"] = row["wall_vs_floor"] <= WALL_TARGET
-            ck = find(name, "ours", n, latency, True)
+            ck = next((r for r in runs if r["work"] == name and r["latency_s"] == latency and r["checkpoints"]), None)
             if ck is not None:
                 ratio = ck["db_bytes"] / (4 * ck["trace_ids"])
                 s[f"checkpoints@{int(latency * 1000)}ms"] = {
