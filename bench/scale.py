@@ -420,45 +420,47 @@ def main() -> None:
             queries: list[str] = []
             if name == "toolorchestra":
                 retrieval, retrieval_url, queries = _start_retrieval(tmp, tok, 2000 if args.quick else args.passages)
-            for li, latency in enumerate(latencies):
-                replies = (work.react_replies(tok, turns, GEN_TOKENS) if name == "react"
-                           else work.to_replies(tok, queries, GEN_TOKENS))
-                server, url = _start_server(tok_dir, latency, replies)
-                base = {"work": name, "turns": turns, "latency_s": latency, "url": url, "server_pid": server.pid,
-                        "tool_tokens": TOOL_TOKENS, "retrieval_url": retrieval_url if retrieval else None}
-                k_main = n if name == "react" else min(n, args.to_rollouts or n)
-                plan = [("ours", k_main, False), ("strict", k_main, False), ("hand", k_main, False)]
-                if li == 0 and not args.no_checkpoints:
-                    plan.insert(1, ("ours", k_main, True))
-                if li == 0:
-                    plan += [(m, k, False) for k in extra if 0 < k < k_main for m in ("ours", "strict", "hand")]
-                try:
-                    for mode, k, ckpt in plan:
-                        cfg = {**base, "mode": mode, "n": k,
-                               "db": str(tmp / f"{name}-{k}-{li}.sqlite") if ckpt else None}
-                        print(f"  running {name} {mode} n={k} latency {latency * 1000:.0f} ms"
-                              f"{' checkpoints on' if ckpt else ''} (load {os.getloadavg()[0]:.1f}) ...", flush=True)
-                        row = _run_child(cfg, timeout, args.quick)
-                        row.update(work=name, mode=mode, n=k, latency_s=latency, checkpoints=ckpt, turns=turns)
-                        runs.append(row)
-                        _print_run(row)
-                    if li == 0 and not args.no_profile and not args.quick:
-                        k = min(n, 256)
-                        cfg = {**base, "mode": "ours", "n": k, "profile": True, "db": None}
-                        print(f"  profiling {name} ours n={k} ...", flush=True)
-                        row = _run_child(cfg, timeout)
-                        row.update(work=name, mode="profile", n=k, latency_s=latency, checkpoints=False, turns=turns)
-                        runs.append(row)
-                    if li == len(latencies) - 1 and not args.no_probe:
-                        cfg = {**base, "mode": "ours", "n": 1, "probe": True, "repeats": 1 if args.quick else 3,
-                               "tool_tokens": PROBE_TOOL_TOKENS if name == "react" and not args.quick else TOOL_TOKENS}
-                        print(f"  probing {name} (single rollouts, per-call CPU by context length) ...", flush=True)
-                        probes[name] = _run_child(cfg, timeout, args.quick)
-                finally:
-                    _stop(server)
-            if retrieval is not None:
-                retrieval.terminate()
-                retrieval.wait()
+            try:
+                for li, latency in enumerate(latencies):
+                    replies = (work.react_replies(tok, turns, GEN_TOKENS) if name == "react"
+                               else work.to_replies(tok, queries, GEN_TOKENS))
+                    server, url = _start_server(tok_dir, latency, replies)
+                    base = {"work": name, "turns": turns, "latency_s": latency, "url": url, "server_pid": server.pid,
+                            "tool_tokens": TOOL_TOKENS, "retrieval_url": retrieval_url if retrieval else None}
+                    k_main = n if name == "react" else min(n, args.to_rollouts or n)
+                    plan = [("ours", k_main, False), ("strict", k_main, False), ("hand", k_main, False)]
+                    if li == 0 and not args.no_checkpoints:
+                        plan.insert(1, ("ours", k_main, True))
+                    if li == 0:
+                        plan += [(m, k, False) for k in extra if 0 < k < k_main for m in ("ours", "strict", "hand")]
+                    try:
+                        for mode, k, ckpt in plan:
+                            cfg = {**base, "mode": mode, "n": k,
+                                   "db": str(tmp / f"{name}-{k}-{li}.sqlite") if ckpt else None}
+                            print(f"  running {name} {mode} n={k} latency {latency * 1000:.0f} ms"
+                                  f"{' checkpoints on' if ckpt else ''} (load {os.getloadavg()[0]:.1f}) ...", flush=True)
+                            row = _run_child(cfg, timeout, args.quick)
+                            row.update(work=name, mode=mode, n=k, latency_s=latency, checkpoints=ckpt, turns=turns)
+                            runs.append(row)
+                            _print_run(row)
+                        if li == 0 and not args.no_profile and not args.quick:
+                            k = min(n, 256)
+                            cfg = {**base, "mode": "ours", "n": k, "profile": True, "db": None}
+                            print(f"  profiling {name} ours n={k} ...", flush=True)
+                            row = _run_child(cfg, timeout)
+                            row.update(work=name, mode="profile", n=k, latency_s=latency, checkpoints=False, turns=turns)
+                            runs.append(row)
+                        if li == len(latencies) - 1 and not args.no_probe:
+                            cfg = {**base, "mode": "ours", "n": 1, "probe": True, "repeats": 1 if args.quick else 3,
+                                   "tool_tokens": PROBE_TOOL_TOKENS if name == "react" and not args.quick else TOOL_TOKENS}
+                            print(f"  probing {name} (single rollouts, per-call CPU by context length) ...", flush=True)
+                            probes[name] = _run_child(cfg, timeout, args.quick)
+                    finally:
+                        _stop(server)
+            finally:
+                if retrieval is not None:
+                    retrieval.terminate()
+                    retrieval.wait()
     _report(args, runs, probes, n, turns, latencies)
 
 
