@@ -176,7 +176,7 @@ class ChatTemplate:
                 return None  # a content written twice or dropped: not the simple case, render it whole
             if structure is not None:
                 if len(self._skeletons) >= _SKELETON_CACHE_SIZE:
-                    self._skeletons.pop(next(iter(self._skeletons)))
+                    self._skeletons.clear()  # shapes of a run repeat: start over rather than track use
                 self._skeletons[structure] = text
         return Skeleton(text, contents)
 

@@ -344,6 +344,29 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _history_digests(dicts: list[dict[str, Any]], tools: Any, k: int | None) -> tuple[str, str | None]:
+    """(`_digest([dicts, tools])`, `_digest([dicts[:k], tools])` or None without k), with one JSON encoding of
+    each message and one hashing pass: JSON writes a list as "[" + ", ".join(items) + "]"."""
+    def dumps(obj: Any) -> str:
+        return json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+
+    tail = ("], " + dumps(tools) + "]").encode("utf-8")
+    full = hashlib.sha256(b"[[")
+    before: str | None = None
+    for i, d in enumerate(dicts):
+        if i == k:
+            head = full.copy()
+            head.update(tail)
+            before = head.hexdigest()
+        full.update(((", " if i else "") + dumps(d)).encode("utf-8"))
+    if k is not None and k >= len(dicts):
+        head = full.copy()
+        head.update(tail)
+        before = head.hexdigest()
+    full.update(tail)
+    return full.hexdigest(), before
+
+
 # -- prompts ------------------------------------------------------------------------------------------
 class PromptPlan(NamedTuple):
     """A call's prompt: its ids, its conversation name, the digest of the messages + tools it renders, and
@@ -365,9 +388,10 @@ def plan_prompt(messages: Sequence[BaseMessage], template: ChatTemplate,
     to exactly the text of the extended ids; otherwise renders afresh under a new conversation name.
     """
     dicts = to_template_messages(messages)
-    digest = _digest([dicts, tools])
+    k = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+    digest, before = _history_digests(dicts, tools, k)
     skeleton = template.render_skeleton(dicts, tools=tools) if dicts else None
-    extended = _extend(messages, dicts, template, tools, skeleton)
+    extended = _extend(messages, dicts, template, tools, skeleton, k, before)
     if extended is not None:
         ids, conversation, checked = extended
         return PromptPlan(ids, conversation, digest, _signature(skeleton) if checked else None)
@@ -383,17 +407,17 @@ def plan_prompt(messages: Sequence[BaseMessage], template: ChatTemplate,
 
 
 def _extend(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]], template: ChatTemplate,
-            tools: Sequence[Mapping[str, Any]] | None, skeleton: Skeleton | None
-            ) -> tuple[list[int], str, bool] | None:
-    """(ids, conversation, whether `skeleton` is checked to stand for the text the ids decode to), or None."""
-    k = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+            tools: Sequence[Mapping[str, Any]] | None, skeleton: Skeleton | None, k: int | None,
+            before: str | None) -> tuple[list[int], str, bool] | None:
+    """(ids, conversation, whether `skeleton` is checked to stand for the text the ids decode to), or None.
+    `k`: the last AIMessage's index; `before`: the digest of the messages before it (with the tools)."""
     if k is None or k == len(messages) - 1:
         return None
     turn = _own_turn(messages[k])
     if turn is None or turn["finish_reason"] == "abort" or not turn["conversation"]:
         return None
     meta = messages[k].response_metadata
-    if meta.get(INPUT_KEY) != _digest([dicts[:k], tools]):
+    if meta.get(INPUT_KEY) != before:
         return None  # the history before that call was edited, trimmed or re-tooled
     conv = Conversation(template, turn["prompt_ids"])
     conv.add_output(turn["output_ids"], turn["finish_reason"])

@@ -226,3 +226,27 @@ def test_the_new_tokens_check_decides_as_the_full_render_does(qwen25: Any, monke
     assert extended >= 20 and fresh >= 6, (extended, fresh)
     # the new-tokens check decided (it is called twice per step: by the test's plan and by the model's)
     assert decisions.count(True) >= 2 * 20 and None not in decisions, decisions
+
+
+def test_history_digests_are_the_digests_earlier_versions_stored() -> None:
+    """AIMessages in checkpoints written before carry the digest of json.dumps([messages, tools]): the one-pass
+    computation must give exactly it, for the whole history and for the part before the last AIMessage."""
+    import hashlib
+    import json
+    import random
+
+    from agentgraphs.chat_model import _history_digests
+
+    def reference(obj: Any) -> str:  # the stored format, written out independently
+        return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(0, 6)
+        dicts = [{"role": rng.choice(["user", "assistant", "tool"]), "content": "".join(
+            rng.choice('a\u00e9\u2063x"\\ {}') for _ in range(rng.randint(0, 20)))} for _ in range(n)]
+        tools = rng.choice([None, [{"type": "function", "function": {"name": "f", "parameters": {"b": 1}}}]])
+        k = rng.choice([None, *range(n + 1)])
+        full, before = _history_digests(dicts, tools, k)
+        assert full == reference([dicts, tools])
+        assert before == (None if k is None else reference([dicts[:k], tools]))
