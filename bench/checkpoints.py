@@ -124,7 +124,7 @@ async def memagent(tmp: Path, chunks: int, chunk_tokens: int, ctx: AgentContext)
     inp = {"turns": [], "question": row["question"], "document": row["document"]}
     mem_ctx = AgentContext(policy=ctx.policy, tokenizer=ctx.tokenizer, sampling=ctx.sampling, evaluation=True,
                            limits=Limits(max_llm_calls=chunks + 8, recursion_limit=1000))
-    options = MemAgentOptions(chunk_tokens=chunk_tokens, eval_max_chunks=None)
+    options = MemAgentOptions(variant="original", chunk_tokens=chunk_tokens, eval_max_chunks=None)
 
     def graph_of(saver: Any) -> Any:
         return memagent_graph(options, checkpointer=saver)

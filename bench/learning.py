@@ -49,8 +49,8 @@ def run(args: Any) -> dict[str, Any]:
     if args.task == "memagent":
         spec = memagent_learning_spec(targets)
         rows = memagent_rows(args.prompts, engine.tokenizer, chunks=args.chunks, chunk_tokens=args.chunk_tokens)
-        options = {"chunk_tokens": args.chunk_tokens, "memory_max_new_tokens": args.memory_tokens,
-                   "final_max_new_tokens": args.final_tokens}
+        options = {"variant": "original", "chunk_tokens": args.chunk_tokens,  # broadcast, as --task memagent
+                   "memory_max_new_tokens": args.memory_tokens, "final_max_new_tokens": args.final_tokens}
     else:
         spec, rows = learning_spec(targets, args.task), learning_rows(args.prompts)
         options = {"max_new_tokens": args.max_new_tokens}

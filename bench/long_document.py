@@ -123,7 +123,7 @@ def child(n_tokens: int) -> dict[str, Any]:
     engine = _TimedEngine(FixedLatencyEngine(latency_s=0.0, script=script, tokenizer=tok))
     ctx = AgentContext(policy=engine, tokenizer=tok, sampling=SamplingParams(max_new_tokens=256), evaluation=True,
                        limits=Limits(max_llm_calls=n_tokens // CHUNK + 16, recursion_limit=10_000))
-    options = {"chunk_tokens": CHUNK, "eval_max_chunks": None}
+    options = {"variant": "original", "chunk_tokens": CHUNK, "eval_max_chunks": None}  # ids spliced, as recorded
     # warm-up on a small document: imports, template and glue caches, the graph's compilation
     warm = make_needle_example(tok, 3 * CHUNK, seed="warm", chunk_size=CHUNK)
     asyncio.run(run_rollout(SPEC, rollout_input(warm["question"], warm["answers"], {"context": warm["document"]}),

@@ -188,7 +188,8 @@ async def run_hand(url: str, tok: Any, rows: list[Any], chunk_tokens: int,
 # -- agentgraphs ------------------------------------------------------------------------------------
 
 async def run_ours(url: str, tok: Any, rows: list[Any], chunk_tokens: int) -> list[dict[str, Any]]:
-    options = {"chunk_tokens": chunk_tokens, "max_chunks": CHUNKS}
+    # the original's variant: chunk ids spliced, as the hand loop does (the seed's decodes chunks to text)
+    options = {"variant": "original", "chunk_tokens": chunk_tokens, "max_chunks": CHUNKS}
     async with SGLangEngine(url, max_connections=len(rows)) as engine:
         ctx = AgentContext(policy=engine, tokenizer=tok, sampling=SamplingParams(max_new_tokens=MAX_NEW_TOKENS),
                            limits=Limits(recursion_limit=100))

@@ -213,7 +213,9 @@ def test_document_over_the_chunk_cap_is_cut_in_the_middle_and_recorded(
     chunk, cap = 32, 2
     n_chunks = -(-len(doc_ids) // chunk)
     assert n_chunks > cap + 2
-    args = make_args(server, tiny_model_dir, agentgraph_options={"chunk_tokens": chunk, "max_chunks": cap})
+    # the original's cut (the middle) and splice (the ids verbatim); the seed's head cut: tests/memagent/test_variants.py
+    args = make_args(server, tiny_model_dir, agentgraph_options={"variant": "original", "chunk_tokens": chunk,
+                                                                  "max_chunks": cap})
     train = generate_all(args, [sample(metadata={"context": doc})])[0]
     full = generate_all(args, [sample(metadata={"context": doc})], evaluation=True)[0]
     # training reads max_chunks chunks (+ the final answer); evaluation reads the whole document

@@ -219,9 +219,10 @@ def test_memagent_yaml_options_resolve() -> None:
     cfg = yaml.safe_load((ROOT / "examples" / "memagent" / "memagent.yaml").read_text(encoding="utf-8"))
     spec = load_spec(cfg["agentgraph"])
     opts = spec.resolve_options(cfg["agentgraph_options"])  # an unknown key would raise
-    assert opts == spec.default_options()  # the file ships the original defaults
-    seed = spec.resolve_options({**cfg["agentgraph_options"], "train_final_answer": False, "reward_split": "divide"})
-    assert seed.reward_split == "divide" and spec.reward_split_for(seed) == "divide"
+    assert opts.variant == "seed" and opts == spec.default_options()  # the file ships the seed's variant
+    assert spec.reward_split_for(opts) == "divide"
+    original = spec.resolve_options({**cfg["agentgraph_options"], "variant": "original"})
+    assert spec.reward_split_for(original) == "broadcast" and original.max_chunks == 8
 
 
 def test_dockerfile_builds_on_slime_and_never_installs_torch() -> None:

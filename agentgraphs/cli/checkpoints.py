@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -14,6 +14,15 @@ from ..errors import AgentGraphsError, ConfigError
 from .common import console, engine_arg, fail, parse_helpers, parse_options, tokenizer_arg
 
 app = typer.Typer()
+
+# what `replay` and `fork` share: which thread, and what continues it
+DbArg = Annotated[Path, typer.Argument(help="checkpoints database (run --checkpoints / debug --db)")]
+ThreadArg = Annotated[str, typer.Argument(help="thread id (samples.jsonl: metadata.checkpoint_thread)")]
+EngineOpt = Annotated[Optional[str], typer.Option(help="engine to continue with (default: the one stored)")]
+TokenizerOpt = Annotated[Optional[str], typer.Option(help="tokenizer dir (required for sglang:)")]
+HelperOpt = Annotated[list[str], typer.Option("--helper", help="helper engine NAME=SPEC (default: the stored ones)")]
+AgentOpt = Annotated[Optional[str], typer.Option(help="agent (default: the one stored with the thread)")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", help="write samples.jsonl / traces.jsonl of the new branch")]
 
 
 @app.command()
@@ -94,15 +103,15 @@ def _write_replay(result: Any, out: Optional[Path]) -> dict[str, Any]:
 
 @app.command("replay")
 def replay_cmd(
-    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
-    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    db: DbArg,
+    thread: ThreadArg,
     checkpoint: Optional[str] = typer.Option(None, help="index from `history` (negative: from the end) or id; "
                                              "default: the latest"),
-    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
-    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
-    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
-    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+    engine: EngineOpt = None,
+    tokenizer: TokenizerOpt = None,
+    helper: HelperOpt = [],  # noqa: B006 (typer copies the default)
+    agent: AgentOpt = None,
+    out: OutOpt = None,
 ) -> None:
     """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
     from ..checkpoints.replay import replay
@@ -117,16 +126,16 @@ def replay_cmd(
 
 @app.command("fork")
 def fork_cmd(
-    db: Path = typer.Argument(..., help="checkpoints database (run --checkpoints / debug --db)"),
-    thread: str = typer.Argument(..., help="thread id (samples.jsonl: metadata.checkpoint_thread)"),
+    db: DbArg,
+    thread: ThreadArg,
     checkpoint: str = typer.Option(..., help="index from `history` (negative: from the end) or id"),
     set_: list[str] = typer.Option([], "--set", help="state KEY=JSON_VALUE to change (repeatable)"),
     as_node: Optional[str] = typer.Option(None, help="the node the edit counts as (decides what runs next)"),
-    engine: Optional[str] = typer.Option(None, help="engine to continue with (default: the one stored)"),
-    tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
-    helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (default: the stored ones)"),
-    agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write samples.jsonl / traces.jsonl of the new branch"),
+    engine: EngineOpt = None,
+    tokenizer: TokenizerOpt = None,
+    helper: HelperOpt = [],  # noqa: B006 (typer copies the default)
+    agent: AgentOpt = None,
+    out: OutOpt = None,
 ) -> None:
     """Edit the state at a checkpoint and run the new branch to its end."""
     from ..checkpoints.replay import fork

@@ -4,12 +4,13 @@ The templates are ``str.format`` strings with the fields ``{prompt}``, ``{memory
 only) ``{chunk}``. Rendered, they are byte-for-byte the original text, including the space after
 ``<problem>`` and the ``\\boxed{}`` in the final prompt.
 
-Token-level chunks: the graph cuts the document into chunks of TOKEN IDS and never decodes and re-encodes
-them. It renders the memory-update prompt with a placeholder as the chunk and lets the chat template splice
-the chunk's ids in its place (``call_llm(..., splice={placeholder: chunk_ids})``,
+Token-level chunks (``chunk_as: ids``, the original's): the graph cuts the document into chunks of TOKEN
+IDS and never decodes and re-encodes them. It renders the memory-update prompt with a placeholder as the
+chunk and lets the chat template splice the chunk's ids in its place (``call_llm(..., splice={placeholder: chunk_ids})``,
 `agentgraphs.chat.ChatTemplate.render`): the text around the chunk is encoded, the chunk is exactly the
 document's ids. The seams may differ from encoding the whole text at once (a BPE merge across ``"\\n"`` and
-the chunk's first token); that is intended, and deterministic.
+the chunk's first token); that is intended, and deterministic. With ``chunk_as: text`` (the seed's) the
+chunk is decoded without special tokens and the whole prompt is tokenized at once, as the seed does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "memory_update_prompt",
     "final_prompt",
     "memory_from_response",
+    "strip_response",
 ]
 
 MEMORY_UPDATE_TEMPLATE = (
@@ -81,3 +83,17 @@ def memory_from_response(text: str) -> str:
     """
     reasoning, answer = split_reasoning(text)
     return answer.lstrip() if reasoning is not None and answer is not None else text
+
+
+def strip_response(text: str, stop_texts: tuple[str, ...] | list[str]) -> str:
+    """A response as the seed keeps it: every occurrence of the stop-token texts removed, then stripped of
+    surrounding whitespace (the caller keeps the previous memory when this is empty).
+
+    >>> strip_response("  Alice is 30.<|im_end|>", ("<|im_end|>", "<|endoftext|>"))
+    'Alice is 30.'
+    >>> strip_response("<|endoftext|>\\n", ("<|im_end|>", "<|endoftext|>"))
+    ''
+    """
+    for stop in stop_texts:
+        text = text.replace(stop, "")
+    return text.strip()

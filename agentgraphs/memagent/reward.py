@@ -1,6 +1,10 @@
 """MemAgent's training reward and its RULER-HQA evaluation protocol (the seed's, quirks included);
 `reward(RewardInput, ctx)` and `metrics(RewardInput)` are the spec's.
 
+The reward is the rule MemAgent's own code and the seed's share (BytedTsinghua-SIA/MemAgent
+verl/utils/reward_score/hotpotqa.py; Takenzz/AgentFlow@4b5aa84 agentic/memagent/rollout.py:197-297): the box
+of ``seed_box`` in the last 300 lower-cased characters, normalised by ``boxed_normalize`` (MATH's
+``strip_string`` cut short: no units, fractions or ``x =`` rules), equal to a lower-cased ground truth.
 The generic answer tools live in ``agentgraphs.answers`` (re-exported here). Every function accepts
 arbitrary text and never raises: a response the parsers cannot read scores 0 (or, for ``sub_em``, see
 ``ruler_metrics``).
@@ -34,6 +38,8 @@ __all__ = [
     "normalize_math",
     "math_equal",
     "memagent_reward",
+    "seed_box",
+    "boxed_normalize",
     "normalize_answer",
     "em",
     "sub_em",
@@ -53,19 +59,64 @@ REWARD_TAIL_CHARS = 300
 def memagent_reward(response: str, ground_truths: Golds) -> float:
     """MemAgent's training reward: 1.0 when the boxed answer matches any ground truth, else 0.0.
 
-    Only the LAST 300 characters of the response count; they are lower-cased, the last ``\\boxed{}`` is
-    taken, MATH-normalised and compared for equality with each ground truth (lower-cased and normalised).
+    Only the LAST 300 characters of the response count, lower-cased; their box is ``seed_box``'s (no box,
+    or one that does not close inside them: 0.0). It matches a ground truth when both, the ground truth
+    lower-cased, are equal after ``boxed_normalize``.
 
     >>> memagent_reward("The answer is \\\\boxed{Paris}.", ["paris"])
     1.0
     >>> memagent_reward("\\\\boxed{Paris}" + " filler" * 60, "Paris")  # box outside the last 300 chars
     0.0
+    >>> memagent_reward("\\\\boxed{ 1/2 }", ["1/2"]), memagent_reward("\\\\boxed{1/2}", ["0.5"])  # no MATH rules
+    (1.0, 0.0)
     """
-    answer = last_boxed(response[-REWARD_TAIL_CHARS:].lower())
+    answer = seed_box(response[-REWARD_TAIL_CHARS:].lower())
     if answer is None:
         return 0.0
-    normalized = normalize_math(answer)
-    return 1.0 if any(normalized == normalize_math(g.lower()) for g in _as_list(ground_truths)) else 0.0
+    normalized = boxed_normalize(answer)
+    return 1.0 if any(normalized == boxed_normalize(g.lower()) for g in _as_list(ground_truths)) else 0.0
+
+
+def seed_box(text: str) -> str | None:
+    """The boxed answer as MemAgent's code and the seed's read it from ``text`` (already cut and lower-cased).
+
+    When ``\\boxed `` (with a space) occurs anywhere, the answer is what follows its LAST occurrence up to
+    the next ``$``, even when a ``\\boxed{...}`` comes later. Otherwise the last ``\\boxed`` must open a
+    brace group that closes: its content. Anything else is None: no box, a box that never closes, a bare
+    ``\\boxed``, ``\\fbox{...}`` (their parser finds it but cannot unwrap it).
+
+    >>> seed_box("\\\\boxed{5} then \\\\boxed{\\\\frac{1}{2}}"), seed_box("$\\\\boxed 4$ or \\\\boxed{5}")
+    ('\\\\frac{1}{2}', '4')
+    >>> seed_box("\\\\boxed{5} and \\\\boxed{6"), seed_box("\\\\fbox{5}"), seed_box("no box")
+    (None, None, None)
+    """
+    if "\\boxed " in text:
+        return text.rsplit("\\boxed ", 1)[1].split("$")[0]
+    start = text.rfind("\\boxed")
+    if start < 0 or not text.startswith("\\boxed{", start):
+        return None
+    return _braced_content(text, start + len("\\boxed"))
+
+
+# (old, new) in order: MATH's strip_string up to its units, fractions and "x =" rules, as MemAgent keeps it
+_BOXED_REPLACEMENTS = (
+    ("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"), ("\\left", ""),
+    ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", ""), ("\\%", ""), (" .", " 0."),
+    ("{.", "{0."), (" ", ""),
+)
+
+
+def boxed_normalize(text: str) -> str:
+    """The normalisation of MemAgent's reward: newlines, ``\\!``, ``\\left``/``\\right``, degrees, ``\\$``,
+    ``\\%`` and then every space removed, ``\\\\`` -> ``\\``, ``tfrac``/``dfrac`` -> ``frac``, ``" ."`` ->
+    ``" 0."`` and ``"{."`` -> ``"{0."`` (in that order). Nothing else: ``1/2`` stays ``1/2``, ``.5`` stays ``.5``.
+
+    >>> boxed_normalize("\\\\dfrac{1}{2}"), boxed_normalize(" the  eiffel tower "), boxed_normalize("90^\\\\circ")
+    ('\\\\frac{1}{2}', 'theeiffeltower', '90')
+    """
+    for old, new in _BOXED_REPLACEMENTS:
+        text = text.replace(old, new)
+    return text
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -101,13 +152,7 @@ def ruler_answer(response: str) -> str:
     >>> ruler_answer("\\\\boxed{paris} but then \\\\boxed{lyo"), ruler_answer("no box"), ruler_answer("$\\\\boxed 42$")
     ('', '', '42')
     """
-    window = response.strip()[-REWARD_TAIL_CHARS:].lower()
-    if "\\boxed " in window:
-        return window.rsplit("\\boxed ", 1)[1].split("$")[0].strip()
-    start = window.rfind("\\boxed")
-    if start < 0 or not window.startswith("\\boxed{", start):
-        return ""
-    content = _braced_content(window, start + len("\\boxed"))
+    content = seed_box(response.strip()[-REWARD_TAIL_CHARS:].lower())
     return "" if content is None else content.strip()
 
 

@@ -1,4 +1,8 @@
-"""MemAgent's AgentSpec: slime row -> graph input, the reward (`reward.py`), Multi-Conv sequences."""
+"""MemAgent's AgentSpec: slime row -> graph input, the reward (`reward.py`), Multi-Conv sequences.
+
+Every memory update and the final answer are their own sequence (`per_turn`); the `reward_split` option
+(set by `variant`) gives each the trajectory's advantage (original) or it divided by their number (seed).
+"""
 
 from __future__ import annotations
 
@@ -20,10 +24,8 @@ def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
     return {"question": question, "document": document, "turns": []}
 
 
-
-
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
-    """How much of the document was read: a training cap drops the middle of long documents."""
+    """How much of the document was read: a chunk cap drops the tail (seed) or the middle (original) of a long one."""
     doc_tokens = len(state.get("doc_ids") or [])
     chunks = state.get("chunks") or []
     return {

@@ -153,7 +153,8 @@ def memagent_learning_spec(targets: frozenset[int]) -> AgentSpec:
     """MemAgent's spec with the `share` reward: the share of target ids over every trainable turn.
 
     The share is computed in `summarize` (it sees the Turns) beside MemAgent's own summary, and the
-    reward reads it from the trace summary; layout (per_turn) and split (broadcast) stay MemAgent's.
+    reward reads it from the trace summary; layout (per_turn) and the split (the options' `reward_split`:
+    broadcast with `variant: original`, as `--task memagent` runs it) stay MemAgent's.
 
     >>> spec = memagent_learning_spec(frozenset({1}))
     >>> spec.name, spec.layout, spec.reward_split, spec.requires_label
@@ -173,7 +174,7 @@ def memagent_learning_spec(targets: frozenset[int]) -> AgentSpec:
     return dataclasses.replace(
         base, name="memagent_share", reward=reward, summarize=summarize, eval_metrics=None, requires_label=False,
         description="learning check: MemAgent, reward = share of generated ids (memory updates and answer) "
-                    "in a target set, broadcast to every sequence")
+                    "in a target set, given to every sequence (reward_split: broadcast or divide)")
 
 
 def memagent_rows(n: int, tokenizer: Any, *, chunks: int = 2, chunk_tokens: int = 64) -> list[dict[str, Any]]:

@@ -80,8 +80,9 @@ def _builtin(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, Any
     engine = build_check_engine(hidden_size=settings.hidden_size, num_layers=settings.layers,
                                 init_scale=settings.init_scale, seed=settings.seed, device=settings.device)
     if settings.task == "memagent":
-        # MemAgent's graph over 2 chunks of 64 tokens; the share reward over all its turns (memagent_learning_spec)
-        options = {"chunk_tokens": 64, "memory_max_new_tokens": settings.max_new_tokens,
+        # MemAgent's graph over 2 chunks of 64 tokens; the share reward over all its turns (memagent_learning_spec),
+        # broadcast to every sequence (the original's variant; -o variant=seed divides it among them)
+        options = {"variant": "original", "chunk_tokens": 64, "memory_max_new_tokens": settings.max_new_tokens,
                    "final_max_new_tokens": settings.max_new_tokens, **settings.options}
         rows = memagent_rows(settings.prompts, engine.tokenizer, chunks=2, chunk_tokens=int(options["chunk_tokens"]))
         return memagent_learning_spec(target_ids(engine.model, seed=settings.seed)), engine, rows, options

@@ -10,7 +10,8 @@
 #       --out-dir ${DATA_DIR}/ruler
 #   bash examples/memagent/run_memagent.sh
 #
-# The method's options (chunk size, seed vs original variant) live in memagent.yaml.
+# The method's options live in memagent.yaml (`variant: seed`, what the seed's code trains; README.md, "MemAgent").
+# Batch sizes, clip and weight decay are the seed's (Takenzz/AgentFlow@4b5aa84 agentic/memagent/run_memagent_7b.sh).
 
 set -exo pipefail
 
@@ -54,14 +55,15 @@ ROLLOUT_ARGS=(
    # no --apply-chat-template: the graph renders its own prompts from the question in `input`
    --rollout-shuffle
    --num-rollout 200
-   --rollout-batch-size 32
-   --n-samples-per-prompt 8
+   --rollout-batch-size 16      # the seed's 16 prompts x 16 samples (run_memagent_7b.sh:59-60)
+   --n-samples-per-prompt 16
    # per engine call: each memory update and the final answer are capped at 1024 new tokens
    --rollout-max-response-len 1024
    --rollout-temperature 1.0
    # Training rows, not trajectories: rl_bridge.convert expands every trajectory into one row per
-   # turn (up to max_chunks + 1 = 9), so a rollout of 32 x 8 trajectories gives ~256-2304 rows;
-   # slime v0.2.x steps over rows, v0.3.x counts trajectories (see rl_bridge/convert.py).
+   # turn (one per chunk read + the final answer), so a rollout of 16 x 16 trajectories over documents of
+   # k chunks gives 256 x (k + 1) rows; slime v0.2.x steps over rows, v0.3.x counts trajectories
+   # (see rl_bridge/convert.py).
    --global-batch-size 256
 )
 
@@ -83,7 +85,7 @@ PERF_ARGS=(
    --recompute-method uniform
    --recompute-num-layers 1
    --use-dynamic-batch-size
-   # one row is at most ~5000 chunk + 1024 memory + 1024 question + template + 1024 response tokens
+   # one row is at most ~5000 chunk + 1024 memory + the question + template + 1024 response tokens
    --max-tokens-per-gpu 16384
 )
 
@@ -94,7 +96,7 @@ GRPO_ARGS=(
    --kl-loss-type low_var_kl
    --entropy-coef 0.00
    --eps-clip 0.2
-   --eps-clip-high 0.28
+   --eps-clip-high 0.3   # the seed's (run_memagent_7b.sh:94)
    # original MemAgent uses advantage = reward - group mean (no std division):
    # --disable-grpo-std-normalization
 )
@@ -103,7 +105,7 @@ OPTIMIZER_ARGS=(
    --optimizer adam
    --lr 1e-6
    --lr-decay-style constant
-   --weight-decay 0.01
+   --weight-decay 0.1    # the seed's (run_memagent_7b.sh:101)
    --adam-beta1 0.9
    --adam-beta2 0.98
 )

@@ -77,30 +77,35 @@ def test_wrong_memory_scores_zero(tiny_engine: Any) -> None:
 
 
 def test_chunks_are_exact_slices_of_the_document_ids(tiny_engine: Any) -> None:
+    """The original's splice (`chunk_as: ids`); the seed's text chunks: tests/memagent/test_variants.py."""
     tok = tiny_engine.tokenizer
     row = needle_row(tok)
     doc_ids = tok.encode(row["document"], add_special_tokens=False)
     spans = chunk_spans(len(doc_ids), CHUNK, None)
     assert sum((chunk_ids(doc_ids, s) for s in spans), []) == doc_ids
-    rollout, _ = run(tiny_engine, row, remembering_script())
+    rollout, _ = run(tiny_engine, row, remembering_script(), variant="original")
     for turn, span in zip(rollout.turns, spans):
         ids = chunk_ids(doc_ids, span)
         p = turn["prompt_ids"]
         assert any(p[i:i + len(ids)] == ids for i in range(len(p) - len(ids) + 1))
 
 
-def test_training_cap_cuts_the_middle(tiny_engine: Any) -> None:
+@pytest.mark.parametrize("variant, truncation", [("original", "middle"), ("seed", "tail")])
+def test_training_cap_cuts_the_middle_or_the_tail(tiny_engine: Any, variant: str, truncation: str) -> None:
     tok = tiny_engine.tokenizer
     row = needle_row(tok, chunk_index=0, n_tokens=12 * CHUNK)
-    rollout, _ = run(tiny_engine, row, remembering_script(), max_chunks=4)
+    rollout, _ = run(tiny_engine, row, remembering_script(), max_chunks=4, variant=variant)
     assert [t["node"] for t in rollout.turns].count("memory_update") == 4
     assert rollout.summary["tokens_read"] == 4 * CHUNK < rollout.summary["doc_tokens"]  # recorded
-    doc_ids = tok.encode(row["document"], add_special_tokens=False)
-    assert chunk_spans(len(doc_ids), CHUNK, 4)[0] == [[0, CHUNK]]
-    assert chunk_spans(len(doc_ids), CHUNK, 4)[-1][-1][1] == len(doc_ids)
+    n = len(tok.encode(row["document"], add_special_tokens=False))
+    read = [[0, CHUNK], [CHUNK, 2 * CHUNK]]
+    read += [[n - 2 * CHUNK, n - CHUNK], [n - CHUNK, n]] if truncation == "middle" else [[2 * CHUNK, 3 * CHUNK],
+                                                                                         [3 * CHUNK, 4 * CHUNK]]
+    assert rollout.final_state["chunks"] == [[span] for span in read]
+    assert chunk_spans(n, CHUNK, 4, truncation) == [[span] for span in read]
 
 
-def test_seed_variant_masks_final_answer_and_divides(tiny_engine: Any) -> None:
+def test_explicit_options_mask_the_final_answer_and_divide(tiny_engine: Any) -> None:
     row = needle_row(tiny_engine.tokenizer)
     rollout, _ = run(tiny_engine, row, remembering_script(), train_final_answer=False, reward_split="divide")
     assert rollout.turns[-1]["node"] == "final_answer" and not rollout.turns[-1]["trainable"]

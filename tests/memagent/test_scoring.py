@@ -137,7 +137,29 @@ def test_reward_matches_any_ground_truth_case_insensitively() -> None:
     assert memagent_reward("Answer: \\boxed{Paris}", "PARIS") == 1.0
     assert memagent_reward("Answer: \\boxed{Lyon}", ["Paris"]) == 0.0
     assert memagent_reward("Answer: Paris", ["Paris"]) == 0.0  # no box, no reward
-    assert memagent_reward("\\boxed{ 1/2 }", ["0.5"]) == 1.0
+    assert memagent_reward("\\boxed{ The Eiffel  Tower }", ["the eiffel tower"]) == 1.0  # every space removed
+
+
+@pytest.mark.parametrize("response, gold, score", [
+    # MemAgent's normalisation (hotpotqa.py's strip_string), worked by hand: these rules only ...
+    ("\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", 1.0),      # dfrac -> frac
+    ("\\boxed{90^\\circ}", "90", 1.0),                     # degrees dropped
+    ("\\boxed{50\\%}", "50", 1.0),                          # \% dropped
+    ("\\boxed{\\left( 2, 3 \\right)}", "(2,3)", 1.0),       # \left, \right and spaces dropped
+    ("\\boxed{x .5}", "x 0.5", 1.0),                       # " ." -> " 0."
+    # ... and none of MATH's others: no fractions, decimals, units or "x =" rewriting
+    ("\\boxed{ 1/2 }", "0.5", 0.0),
+    ("\\boxed{.5}", "0.5", 0.0),
+    ("\\boxed{5 \\text{ feet}}", "5", 0.0),
+    ("\\boxed{x = 5}", "5", 0.0),
+    # the box: the space form wins wherever it is, \fbox is never unwrapped
+    ("so \\boxed 1998$ and finally \\boxed{2001}", "1998", 1.0),
+    ("\\fbox{Paris}", "Paris", 0.0),
+    ("\\boxedparis", "paris", 0.0),
+])
+def test_reward_is_memagents_rule(response: str, gold: str, score: float) -> None:
+    """MemAgent's code (verl/utils/reward_score/hotpotqa.py) and the seed's (rollout.py:197-297) share this rule."""
+    assert memagent_reward(response, [gold]) == score
 
 
 def test_reward_takes_the_last_box() -> None:

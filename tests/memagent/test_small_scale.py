@@ -85,7 +85,7 @@ def test_the_audit_passes_real_rollouts_and_stops_a_tampered_one(engine: Any, ro
     from agentgraphs.testing.slime_sample import Sample
 
     ctx = AgentContext(policy=engine, tokenizer=engine.tokenizer, sampling=P.sampling(CFG, 1.0))
-    rollouts = asyncio.run(P.run_all(rows[:2], ctx, P.options(CFG, seed_variant=True), 8))
+    rollouts = asyncio.run(P.run_all(rows[:2], ctx, P.options(CFG), 8))
     samples = []
     for i, r in enumerate(rollouts):
         fields = sample_fields(r, SPEC)
@@ -96,10 +96,10 @@ def test_the_audit_passes_real_rollouts_and_stops_a_tampered_one(engine: Any, ro
     assert report.ok and report.rescored_tokens == sum(sum(s["loss_mask"]) for x in samples
                                                        for s in x.train_metadata["turns"])
     assert log[-1]["max_abs_delta"] <= 1e-4 and log[-1]["breaches"] == 0
-    # the seed variant: the final answer is not trained (no sequence of its own), every memory update is
+    # the seed's variant: every memory update and the final answer are trained, the reward divided among them
     nodes = [t["node"] for t in rollouts[0].turns]
-    assert nodes[-1] == "final_answer" and not rollouts[0].turns[-1]["trainable"]
-    assert len(samples[0].train_metadata["turns"]) == nodes.count("memory_update")
+    assert nodes[-1] == "final_answer" and all(t["trainable"] for t in rollouts[0].turns)
+    assert len(samples[0].train_metadata["turns"]) == nodes.count("memory_update") + 1
     assert samples[0].train_metadata["reward_split"] == "divide"
     tampered = copy.deepcopy(samples)
     seq = tampered[1].train_metadata["turns"][0]

@@ -41,7 +41,7 @@ def _world_readable_copy() -> Path:
     """The package and the suite where uid 65534 can read them (this checkout may be under /root)."""
     base = Path(tempfile.mkdtemp(prefix="agentgraphs-shape-", dir="/tmp"))
     shutil.copytree(ROOT / "agentgraphs", base / "agentgraphs", ignore=shutil.ignore_patterns("__pycache__"))
-    (base / "tests").mkdir()
+    (base / SUITE).parent.mkdir(parents=True)
     shutil.copy(ROOT / SUITE, base / SUITE)
     (base / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: longer tests\n")
     for path in [base, *base.rglob("*")]:

@@ -92,7 +92,8 @@ def test_shifted_mask_does_not_learn_the_first_token_reward() -> None:
 # +0.30 and +0.02; with 4 prompts x 4 and 8 steps: +0.43 and -0.15, but twice the time. ~13 s CPU per run.
 MEMAGENT_STEPS = 6
 MEMAGENT_WINDOW = 2
-MEMAGENT_OPTIONS = {"chunk_tokens": 64, "memory_max_new_tokens": 4, "final_max_new_tokens": 2}
+# the original's variant: the reward broadcast to every sequence (the seed's, the default, divides it)
+MEMAGENT_OPTIONS = {"variant": "original", "chunk_tokens": 64, "memory_max_new_tokens": 4, "final_max_new_tokens": 2}
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +122,12 @@ def test_memagent_shaped_reward_is_broadcast_over_every_memory_update(memagent_m
     targets = target_ids(trainer.engine.model, seed=0)
     data = to_train_data(samples, TrainDataSettings(n_samples_per_prompt=2))
     assert len(data["tokens"]) == 4 * 3  # 4 trajectories x (2 memory updates + final answer)
+    assert {s.train_metadata["reward_split"] for s in samples} == {"broadcast"}
     for sample in samples:
         summary = sample.metadata["trace_summary"]
         rows = [r for r, i in enumerate(data["sample_indices"]) if i == sample.index]
         assert len(rows) == 3 and {data["raw_reward"][r] for r in rows} == {sample.reward}
+        assert len({data["rewards"][r] for r in rows}) == 1  # broadcast: one advantage on every row
         assert sample.reward == summary["target_share"] and summary["chunks_read"] == 2
         # the reward counts the ids of ALL of the trajectory's trained sequences, recomputed from the rows
         ids = [t for r in rows for t, m in zip(data["tokens"][r][-data["response_lengths"][r]:], data["loss_masks"][r]) if m]

@@ -80,13 +80,13 @@ class ReproConfig(BaseModel):
         return [n for n in self.eval_lengths if self.train_min_tokens <= n <= self.train_max_tokens]
 
 
-def options(cfg: ReproConfig, *, seed_variant: bool) -> dict[str, Any]:
-    """MemAgent's options; `seed_variant`: the final answer masked and the reward divided among the
-    sequences (the seed's training), else every turn trained and the reward broadcast (the original)."""
-    return {"chunk_tokens": cfg.chunk_tokens, "memory_max_new_tokens": cfg.memory_tokens,
+def options(cfg: ReproConfig) -> dict[str, Any]:
+    """MemAgent's options: the seed's variant (what its code trains: every memory update and the answer
+    trained, the reward divided among them, chunks as text, memory stripped) at this example's sizes; no
+    training document is capped and evaluation reads every document whole."""
+    return {"variant": "seed", "chunk_tokens": cfg.chunk_tokens, "memory_max_new_tokens": cfg.memory_tokens,
             "final_max_new_tokens": cfg.final_tokens, "max_chunks": math.ceil(cfg.train_max_tokens / cfg.chunk_tokens),
-            "eval_max_chunks": None, "train_final_answer": not seed_variant,
-            "reward_split": "divide" if seed_variant else "broadcast"}
+            "eval_max_chunks": None}
 
 
 def sampling(cfg: ReproConfig, temperature: float, top_p: float = 1.0) -> SamplingParams:
@@ -192,7 +192,7 @@ def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, conc
     seed's evaluation temperature and top-p; per row the seed's metrics, its length and status."""
     ctx = AgentContext(policy=engine, tokenizer=engine.tokenizer, evaluation=True,
                        sampling=sampling(cfg, cfg.eval_temperature, cfg.eval_top_p))
-    rollouts = asyncio.run(run_all(rows, ctx, options(cfg, seed_variant=True), concurrency))
+    rollouts = asyncio.run(run_all(rows, ctx, options(cfg), concurrency))
     return [{"length": row["metadata"]["length"], "status": r.status, "answer": r.answer[-80:],
              "gold": row["label"][0], **{k: r.metrics.get(k, 0.0) for k in METRICS}}
             for row, r in zip(rows, rollouts)]
@@ -219,7 +219,7 @@ def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, c
     Every turn is trained (memory updates and the answer); each rollout must score reward 1 (the oracle
     reads the needle from the chunk text: a miss means a needle cut by a chunk boundary, and stops here).
     """
-    ctx_opts = options(cfg, seed_variant=False)
+    ctx_opts = options(cfg)
     samples: list[Any] = []
     for start in range(0, len(rows), concurrency):  # a fresh policy per slice: ScriptedPolicy keeps its calls
         policy = ScriptedPolicy(engine, oracle_reply, name="oracle")

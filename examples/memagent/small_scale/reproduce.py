@@ -162,7 +162,7 @@ def stage_rl(args: argparse.Namespace) -> None:
     def audit(rollouts: Any, samples: Any) -> None:
         P.audit_step(engine.model, rollouts, samples, config.temperature, audits)
 
-    trainer = GRPOTrainer(SPEC, engine, rows_for(0), config, options=P.options(cfg, seed_variant=True),
+    trainer = GRPOTrainer(SPEC, engine, rows_for(0), config, options=P.options(cfg),
                           corrupt=FAULTS["permute_within_groups"] if args.permute else None,
                           audit=None if args.no_audit else audit)
     started = time.perf_counter()
