@@ -8,11 +8,12 @@ that was most of our CPU over a hand-written loop making the same calls (bench/R
 collector took 1.7 s of a 4.7 s run, the hand loop's 0.4 s).
 
 While at least one rollout runs (`rollouts_running`, entered by `agentgraphs.rollout.run_rollout`), the
-thresholds are raised to `ROLLOUT_THRESHOLDS`, and the process's own are put back when the last one ends.
-Cyclic garbage then lives a little longer (collected every 10,000 allocations instead of 700); nothing else
-changes. `AGENTGRAPHS_GC_THRESHOLDS="a,b,c"` picks other thresholds, `AGENTGRAPHS_GC_THRESHOLDS=off` leaves
-the collector alone; a process that set its own thresholds keeps them (set them, or `off`, before the first
-rollout).
+thresholds are raised to `ROLLOUT_THRESHOLDS`, and the process's own are put back when the last one ends,
+however it ends (an exception, a cancelled task). Cyclic garbage then lives a little longer (collected every
+10,000 allocations instead of 700); nothing else changes. `AGENTGRAPHS_GC_THRESHOLDS="a,b,c"` picks other
+thresholds, `AGENTGRAPHS_GC_THRESHOLDS=off` leaves the collector alone. Only Python's default thresholds
+(700, 10, 10) are ever replaced: a process that set its own before the first rollout keeps them, and one that
+sets its own while rollouts run keeps those too (they are not overwritten when the last rollout ends).
 
 >>> with rollouts_running():
 ...     gc.get_threshold() == active_thresholds() or active_thresholds() is None
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _running = 0
-_saved: tuple[int, int, int] | None = None
+_saved: tuple[int, int, int] | None = None  # the thresholds to put back
+_applied: tuple[int, int, int] | None = None  # the thresholds we set (put back only if still these)
 
 
 def active_thresholds() -> tuple[int, int, int] | None:
@@ -61,14 +63,14 @@ def active_thresholds() -> tuple[int, int, int] | None:
 @contextmanager
 def rollouts_running() -> Iterator[None]:
     """Raise the collector's thresholds while any rollout in the process runs (see the module doc)."""
-    global _running, _saved
+    global _running, _saved, _applied
     with _lock:
         if _running == 0:
-            wanted = active_thresholds()
+            wanted = active_thresholds()  # a bad $AGENTGRAPHS_GC_THRESHOLDS raises here, before anything changes
             current = gc.get_threshold()
             # only Python's defaults are replaced: a process that tuned its collector keeps its choice
             if wanted is not None and current == _PYTHON_DEFAULT:
-                _saved = current
+                _saved, _applied = current, wanted
                 gc.set_threshold(*wanted)
         _running += 1
     try:
@@ -77,5 +79,6 @@ def rollouts_running() -> Iterator[None]:
         with _lock:
             _running -= 1
             if _running == 0 and _saved is not None:
-                gc.set_threshold(*_saved)
-                _saved = None
+                if gc.get_threshold() == _applied:  # else the process chose its own meanwhile: keep them
+                    gc.set_threshold(*_saved)
+                _saved = _applied = None

@@ -60,3 +60,41 @@ def test_the_environment_chooses_or_turns_it_off(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("AGENTGRAPHS_GC_THRESHOLDS", "many")
     with pytest.raises(ConfigError, match="AGENTGRAPHS_GC_THRESHOLDS"), rollouts_running():
         pass
+    monkeypatch.setenv("AGENTGRAPHS_GC_THRESHOLDS", "1,-1,1")
+    with pytest.raises(ConfigError, match=">= 0"), rollouts_running():
+        pass
+    monkeypatch.delenv("AGENTGRAPHS_GC_THRESHOLDS")
+    with rollouts_running():  # the refused entries left no rollout counted: raised, then put back
+        assert gc.get_threshold() == ROLLOUT_THRESHOLDS
+    assert gc.get_threshold() == PYTHON_DEFAULT
+
+
+def test_restored_when_the_last_rollout_is_cancelled() -> None:
+    async def main() -> tuple[int, ...]:
+        started = asyncio.Event()
+
+        async def rollout() -> None:
+            with rollouts_running():
+                started.set()
+                await asyncio.sleep(60)
+
+        task = asyncio.create_task(rollout())
+        await started.wait()
+        raised = gc.get_threshold()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return raised
+
+    assert asyncio.run(main()) == ROLLOUT_THRESHOLDS
+    assert gc.get_threshold() == PYTHON_DEFAULT
+
+
+def test_thresholds_the_process_sets_while_rollouts_run_are_kept() -> None:
+    with rollouts_running():
+        gc.set_threshold(3000, 30, 30)
+    assert gc.get_threshold() == (3000, 30, 30)
+    gc.set_threshold(*PYTHON_DEFAULT)
+    with rollouts_running():  # and the next run starts afresh: raised, then put back
+        assert gc.get_threshold() == ROLLOUT_THRESHOLDS
+    assert gc.get_threshold() == PYTHON_DEFAULT
