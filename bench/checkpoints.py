@@ -129,8 +129,9 @@ async def memagent(tmp: Path, chunks: int, chunk_tokens: int, ctx: AgentContext)
     def graph_of(saver: Any) -> Any:
         return memagent_graph(options, checkpointer=saver)
 
-    plain = await _run(AsyncSqliteSaver, tmp / "plain-mem.sqlite", graph_of, inp, mem_ctx)
-    compact = await _run(CompactAsyncSqliteSaver, tmp / "compact-mem.sqlite", graph_of, inp, mem_ctx)
+    # one database per run (a second run into the same file and thread would continue the first one's state)
+    plain = await _run(AsyncSqliteSaver, tmp / f"plain-mem{chunks}.sqlite", graph_of, inp, mem_ctx)
+    compact = await _run(CompactAsyncSqliteSaver, tmp / f"compact-mem{chunks}.sqlite", graph_of, inp, mem_ctx)
     final = compact["final"]
     doc = len(final["doc_ids"])
     unique = doc + sum(len(t["prompt_ids"]) - _chunk_len(final, i) + len(t["output_ids"])
