@@ -12,7 +12,10 @@ non-assistant messages) and the template renders that history to the same text, 
 earlier prompt ids + its exact output ids + masked glue, in the same `conversation`; otherwise (history
 edited or trimmed, or a template that rewrites earlier turns, as Qwen3 drops old <think> blocks) the
 prompt is rendered afresh under a new conversation name, so `concat` layout starts a new training sequence
-there. Tool calls are parsed from the text with the core hermes parser; the trained ids are never
+there. The check costs O(new tokens) per call where the template treats contents as opaque text (Qwen2.5): each
+AIMessage records that its prompt decodes to exactly the template's text of the messages it saw, so the next
+call renders the history as a skeleton (`ChatTemplate.render_skeleton`: a placeholder per content) and decodes
+and compares only the new ids; other templates (Qwen3) are checked by a full render and decode. Tool calls are parsed from the text with the core hermes parser; the trained ids are never
 re-encoded. The Turn rides in `AIMessage.response_metadata["agentgraphs_turn"]`, so it lives in the
 standard `messages` state, checkpoints and Studio; `turns_from_messages` collects them in order.
 
@@ -30,7 +33,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
@@ -52,7 +55,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field, ValidationError
 
 from .calls import CallLedger, current_ledger
-from .chat import ChatTemplate, Conversation
+from .chat import ChatTemplate, Conversation, Skeleton
 from .context import AgentContext, context_of
 from .errors import ConfigError, InputError
 from .node import recorded_call
@@ -66,6 +69,9 @@ __all__ = ["STRUCTURED_ERROR_KEY", "TURN_KEY", "StructuredParser", "TracedChatMo
 TURN_KEY = "agentgraphs_turn"  # response_metadata key of the Turn
 INPUT_KEY = "agentgraphs_input_digest"  # digest of the template messages + tools the call saw
 OUTPUT_KEY = "agentgraphs_message_digest"  # digest of the AIMessage as made (detects later edits)
+# its prompt decodes to the template's text of its messages (checked): the skeleton of that text, by length and
+# digest (`ChatTemplate.render_skeleton`), so the next call renders only its own skeleton
+RENDERED_KEY = "agentgraphs_prompt_skeleton"
 ERROR_KEY = "tool_call_error"  # why the text's tool calls were rejected (None when fine or absent)
 _DEFAULT_CONTEXTS: dict[str, AgentContext] = {}
 
@@ -170,18 +176,19 @@ class TracedChatModel(BaseChatModel):
         overrides = {**self.sampling, **kwargs}
         if stop:
             overrides["stop"] = list(stop)
-        digest = ""
+        plan: PromptPlan | None = None
 
         def prompt(template: ChatTemplate) -> tuple[list[int], str]:
-            nonlocal digest
-            prompt_ids, conversation, digest = plan_prompt(messages, template, tools)
-            return prompt_ids, conversation
+            nonlocal plan
+            plan = plan_prompt(messages, template, tools)
+            return plan.ids, plan.conversation
 
         _, turn = await recorded_call(ctx, node=node, engine=self.engine, prompt=prompt, trainable=self.trainable,
                                       overrides=overrides, turns_seen=len(turns_from_messages(messages)),
                                       source="chat_model", ledger=ledger)
+        assert plan is not None
         template = ctx.template(self.engine)
-        message = _ai_message(turn, template, tools, digest)
+        message = _ai_message(turn, template, tools, plan.digest, plan.skeleton)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _raw_context(self) -> Any:
@@ -337,45 +344,132 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _history_digests(dicts: list[dict[str, Any]], tools: Any, k: int | None) -> tuple[str, str | None]:
+    """(`_digest([dicts, tools])`, `_digest([dicts[:k], tools])` or None without k), with one JSON encoding of
+    each message and one hashing pass: JSON writes a list as "[" + ", ".join(items) + "]"."""
+    def dumps(obj: Any) -> str:
+        return json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+
+    tail = ("], " + dumps(tools) + "]").encode("utf-8")
+    full = hashlib.sha256(b"[[")
+    before: str | None = None
+    for i, d in enumerate(dicts):
+        if i == k:
+            head = full.copy()
+            head.update(tail)
+            before = head.hexdigest()
+        full.update(((", " if i else "") + dumps(d)).encode("utf-8"))
+    if k is not None and k >= len(dicts):
+        head = full.copy()
+        head.update(tail)
+        before = head.hexdigest()
+    full.update(tail)
+    return full.hexdigest(), before
+
+
 # -- prompts ------------------------------------------------------------------------------------------
+class PromptPlan(NamedTuple):
+    """A call's prompt: its ids, its conversation name, the digest of the messages + tools it renders, and
+    when its ids are known to decode to exactly the template's text of those messages, the signature of that
+    text's skeleton ({"chars", "sha256"}; None when not known or the template has no skeleton)."""
+
+    ids: list[int]
+    conversation: str
+    digest: str
+    skeleton: dict[str, Any] | None
+
+
 def plan_prompt(messages: Sequence[BaseMessage], template: ChatTemplate,
-                tools: Sequence[Mapping[str, Any]] | None) -> tuple[list[int], str, str]:
-    """(prompt ids, conversation name, input digest) for a call on `messages`.
+                tools: Sequence[Mapping[str, Any]] | None) -> PromptPlan:
+    """The prompt for a call on `messages`.
 
     Extends the last call whose AIMessage is in `messages` when everything before it is what that call
     saw, everything after it is new non-assistant messages, and the template renders the whole history
     to exactly the text of the extended ids; otherwise renders afresh under a new conversation name.
     """
     dicts = to_template_messages(messages)
-    digest = _digest([dicts, tools])
-    extended = _extend(messages, dicts, template, tools)
+    k = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+    digest, before = _history_digests(dicts, tools, k)
+    skeleton = template.render_skeleton(dicts, tools=tools) if dicts else None
+    extended = _extend(messages, dicts, template, tools, skeleton, k, before)
     if extended is not None:
-        return extended[0], extended[1], digest
-    return template.render(dicts, tools=tools), f"chat-{uuid.uuid4().hex[:12]}", digest
+        ids, conversation, checked = extended
+        return PromptPlan(ids, conversation, digest, _signature(skeleton) if checked else None)
+    conversation = f"chat-{uuid.uuid4().hex[:12]}"
+    if skeleton is None:
+        return PromptPlan(template.render(dicts, tools=tools), conversation, digest, None)
+    # a fresh render costs O(context) anyway: check the skeleton against the real text here, so a later call
+    # relies on a skeleton that was seen to stand for this history
+    text = template.render_text(dicts, tools=tools)
+    ids = template.encode(text)
+    checked = skeleton.fill(skeleton.text) == text and _decode(template, ids) == text
+    return PromptPlan(ids, conversation, digest, _signature(skeleton) if checked else None)
 
 
 def _extend(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]], template: ChatTemplate,
-            tools: Sequence[Mapping[str, Any]] | None) -> tuple[list[int], str] | None:
-    k = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+            tools: Sequence[Mapping[str, Any]] | None, skeleton: Skeleton | None, k: int | None,
+            before: str | None) -> tuple[list[int], str, bool] | None:
+    """(ids, conversation, whether `skeleton` is checked to stand for the text the ids decode to), or None.
+    `k`: the last AIMessage's index; `before`: the digest of the messages before it (with the tools)."""
     if k is None or k == len(messages) - 1:
         return None
     turn = _own_turn(messages[k])
     if turn is None or turn["finish_reason"] == "abort" or not turn["conversation"]:
         return None
-    if messages[k].response_metadata.get(INPUT_KEY) != _digest([dicts[:k], tools]):
+    meta = messages[k].response_metadata
+    if meta.get(INPUT_KEY) != before:
         return None  # the history before that call was edited, trimmed or re-tooled
     conv = Conversation(template, turn["prompt_ids"])
     conv.add_output(turn["output_ids"], turn["finish_reason"])
     conv.add_messages(dicts[k + 1:])
-    fresh = template.render_text(dicts, tools=tools)
-    if template.tokenizer.decode(conv.ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) != fresh:
+    earlier = meta.get(RENDERED_KEY)
+    if skeleton is not None and isinstance(earlier, Mapping):
+        same = _new_text_matches(skeleton, earlier, template, turn["prompt_ids"],
+                                 conv.ids[len(turn["prompt_ids"]):])
+        if same is not None:
+            return (conv.ids, turn["conversation"], True) if same else None
+    text = template.render_text(dicts, tools=tools)
+    if _decode(template, conv.ids) != text:
         return None  # the template renders this history differently (e.g. Qwen3 drops earlier <think>)
-    return conv.ids, turn["conversation"]
+    return conv.ids, turn["conversation"], skeleton is not None and skeleton.fill(skeleton.text) == text
+
+
+def _signature(skeleton: Skeleton | None) -> dict[str, Any] | None:
+    if skeleton is None:
+        return None
+    return {"chars": len(skeleton.text), "sha256": hashlib.sha256(skeleton.text.encode("utf-8", "surrogatepass")).hexdigest()}
+
+
+def _new_text_matches(skeleton: Skeleton, earlier: Mapping[str, Any], template: ChatTemplate,
+                      prompt_ids: list[int], new_ids: list[int]) -> bool | None:
+    """Whether prompt_ids + new_ids decode to the text `skeleton` stands for, given that prompt_ids decode to
+    the text of the earlier call's skeleton (`earlier`: that call checked it). The skeleton must start with
+    the earlier one (same length and digest), and the new ids decode to the rest with its contents filled
+    in: O(new tokens). None: it cannot be checked that way (the caller renders and decodes the whole)."""
+    chars = earlier.get("chars")
+    if not isinstance(chars, int) or not prompt_ids or not 0 < chars <= len(skeleton.text):
+        return None
+    head, tail = skeleton.text[:chars], skeleton.text[chars:]
+    if _signature(Skeleton(head, {})) != dict(earlier):
+        return None  # not the text the earlier prompt decodes to
+    if len(skeleton.placeholders(head)) + len(skeleton.placeholders(tail)) != len(skeleton.contents):
+        return None  # a placeholder cut by the boundary
+    # decode from the prompt's last token on: the new ids decode as they do after it (a leading space, a
+    # character split across tokens), and that token's text must be where the earlier prompt's text ends
+    anchor = _decode(template, prompt_ids[-1:])
+    if not anchor or not head.endswith(anchor):
+        return None
+    text = _decode(template, [prompt_ids[-1], *new_ids])
+    return text.startswith(anchor) and text[len(anchor):] == skeleton.fill(tail)
+
+
+def _decode(template: ChatTemplate, ids: Sequence[int]) -> str:
+    return template.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 # -- completions -> AIMessage -------------------------------------------------------------------------
 def _ai_message(turn: Turn, template: ChatTemplate, tools: Sequence[Mapping[str, Any]] | None,
-                input_digest: str) -> AIMessage:
+                input_digest: str, skeleton: dict[str, Any] | None = None) -> AIMessage:
     ids = turn["output_ids"]
     if ids and ids[-1] == template.end_of_turn_id:
         ids = ids[:-1]
@@ -400,7 +494,7 @@ def _ai_message(turn: Turn, template: ChatTemplate, tools: Sequence[Mapping[str,
     message = AIMessage(content=content, tool_calls=tool_calls, invalid_tool_calls=invalid, additional_kwargs=extra)
     turn_record = {**turn, "visible_text": visible}
     message.response_metadata = {
-        TURN_KEY: turn_record, INPUT_KEY: input_digest, OUTPUT_KEY: _message_digest(message),
+        TURN_KEY: turn_record, INPUT_KEY: input_digest, OUTPUT_KEY: _message_digest(message), RENDERED_KEY: skeleton,
         ERROR_KEY: error, "finish_reason": turn["finish_reason"], "model_name": turn["engine"],
     }
     return message

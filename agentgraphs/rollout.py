@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording_calls
 from .context import AgentContext
 from .errors import ConfigError, EngineError, InputError
+from .gc_tuning import rollouts_running
 from .node import LLMCallLimitExceeded, RolloutAborted
 from .records import Rollout, Status, reward_input, trace_summary
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
@@ -55,7 +56,8 @@ async def run_rollout(
     opts = spec.resolve_options(options)
     if resume and checkpointer is None:
         raise ConfigError("run_rollout(resume=True) needs checkpointer= (the saver holding the thread)")
-    rollout = await _run(spec, inp, ctx, opts, compute_reward, config, checkpointer, resume)
+    with rollouts_running():  # the collector's thresholds, raised while rollouts run (agentgraphs.gc_tuning)
+        rollout = await _run(spec, inp, ctx, opts, compute_reward, config, checkpointer, resume)
     rollout.options = opts
     return rollout
 

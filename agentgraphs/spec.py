@@ -12,6 +12,7 @@ import inspect
 import logging
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
 
@@ -216,6 +217,9 @@ class AgentSpec:
     headline_metric: str | None = None
     metric_notes: Mapping[str, str] = field(default_factory=dict)
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
+    # saver -> options json -> graph compiled with it; dropped with the saver
+    _saver_graphs: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False, init=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.options, Mapping):
@@ -257,9 +261,10 @@ class AgentSpec:
     def graph(self, options: MethodOptions | Mapping[str, Any] | None = None, *, checkpointer: Any = None) -> Any:
         """The compiled graph for these options, built once per process.
 
-        With a `checkpointer` (e.g. `agentgraphs.checkpoints.savers.CompactAsyncSqliteSaver`) the graph is compiled
-        with it, fresh on every call (a saver belongs to one open database): through `build_graph(options,
-        checkpointer=...)` when the spec's build_graph takes that keyword, else as a copy of the cached graph.
+        With a `checkpointer` (e.g. `agentgraphs.checkpoints.savers.CompactAsyncSqliteSaver`) the graph is
+        compiled with it (a saver belongs to one open database), once per saver and options (1,024 rollouts
+        through one saver compile once): through `build_graph(options, checkpointer=...)` when the spec's
+        build_graph takes that keyword, else as a copy of the cached graph.
 
         >>> from agentgraphs.checkpoints.savers import compact_sqlite_saver
         >>> from agentgraphs.memagent import SPEC
@@ -268,11 +273,20 @@ class AgentSpec:
         True
         """
         resolved = self.resolve_options(options)
-        if checkpointer is not None:
-            if _takes_checkpointer(self.build_graph):
-                return self.build_graph(resolved, checkpointer=checkpointer)  # type: ignore[call-arg]
-            return self.graph(resolved).copy(update={"checkpointer": checkpointer})
         key = resolved.model_dump_json()
+        if checkpointer is not None:
+            try:
+                per_saver = self._saver_graphs.setdefault(checkpointer, {})
+            except TypeError:  # a saver that cannot be weakly referenced: compile for this call only
+                per_saver = {}
+            graph = per_saver.get(key)
+            if graph is None:
+                if _takes_checkpointer(self.build_graph):
+                    graph = self.build_graph(resolved, checkpointer=checkpointer)  # type: ignore[call-arg]
+                else:
+                    graph = self.graph(resolved).copy(update={"checkpointer": checkpointer})
+                per_saver[key] = graph
+            return graph
         graph = self._graphs.get(key)
         if graph is None:
             graph = self.build_graph(resolved)

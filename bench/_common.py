@@ -63,6 +63,98 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def status_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB (VmRSS, VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False if this kernel does not allow it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def list_bytes(*lists: list[int]) -> int:
+    """What lists of ints cost as Python objects: getsizeof of each list + of each distinct int object in
+    them (ints shared between the lists are counted once; CPython's cached small ints count too)."""
+    seen: set[int] = set()
+    total = 0
+    for ids in lists:
+        total += sys.getsizeof(ids)
+        for x in ids:
+            if id(x) not in seen:
+                seen.add(id(x))
+                total += sys.getsizeof(x)
+    return total
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) another process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+PROFILE_GROUPS = (("agentgraphs", "/agentgraphs/"), ("rl_bridge", "/rl_bridge/"), ("langgraph", "/langgraph/"),
+                  ("langchain_core", "/langchain_core/"), ("httpx/httpcore", "/httpx/"),
+                  ("httpx/httpcore", "/httpcore/"), ("tokenizer", "/transformers/"), ("tokenizer", "/tokenizers/"),
+                  ("tokenizer", "/jinja2/"), ("pydantic", "/pydantic"), ("sqlite", "sqlite"),
+                  ("asyncio", "/asyncio/"), ("json", "/json/"))
+
+
+def package_split(stats: Any) -> tuple[dict[str, float], list[tuple[float, str]], float]:
+    """A pstats.Stats' self time (tottime) by package: ({group: seconds}, [(seconds, our function)], idle).
+
+    C functions are attributed by name; waiting in epoll is idle time, not CPU, and is returned apart."""
+    by_group: dict[str, float] = {}
+    ours: list[tuple[float, str]] = []
+    for (filename, line, func), (_, _, tottime, _, _) in stats.stats.items():
+        group = next((g for g, marker in PROFILE_GROUPS if marker in filename), "builtins/other")
+        if filename == "~":
+            group = ("idle (epoll wait)" if "select.epoll" in func
+                     else "tokenizer" if "tokenizers." in func else "builtins/other")
+        by_group[group] = by_group.get(group, 0.0) + tottime
+        if group == "agentgraphs":
+            ours.append((tottime, f"{Path(filename).name}:{line}({func})"))
+    idle = by_group.pop("idle (epoll wait)", 0.0)
+    return by_group, sorted(ours, reverse=True), idle
+
+
+class CollectorClock:
+    """Seconds the garbage collector ran in this process while started (gc.callbacks), and its longest pause."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.seconds = 0.0
+        self.longest = 0.0
+        self._since: float | None = None
+        self._on = False
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._since = time.perf_counter()
+        elif self._since is not None:
+            pause = time.perf_counter() - self._since
+            self._since = None
+            if self._on:
+                self.seconds += pause
+                self.longest = max(self.longest, pause)
+
+    def start(self) -> None:
+        self.seconds, self.longest, self._on = 0.0, 0.0, True
+
+    def stop(self) -> float:
+        self._on = False
+        return self.seconds
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 

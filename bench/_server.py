@@ -1,10 +1,14 @@
 """A fixed-latency SGLang stand-in in its own process, so a benchmark's client CPU is measured alone.
 
-    python bench/_server.py --latency-s 0.02 --tokenizer-dir DIR --memory-text "..."
+    python bench/_server.py --latency-s 0.02 --tokenizer-dir DIR --memory-text "..." [--replies JSON]
 
 Prints one JSON line {"url": ..., "script_len": N} once /health answers, serves until its stdin closes
 (the parent exits or closes the pipe), then prints the server's counters as a second JSON line.
-Answers every /generate with the same script: the ids of `--memory-text` followed by <|im_end|>.
+Answers every /generate with the same script: the ids of `--memory-text` followed by <|im_end|>, unless
+a `--replies` rule matches the prompt: a JSON list of {"marker": TEXT or null, "count": N, "below": M or
+null, "texts": [REPLY, ...]}, where TEXT must be one token and a rule matches a prompt that holds its id N
+to M - 1 times (null: every prompt); a prompt of n ids gets the ids of REPLY number n % len(texts) +
+<|im_end|> (`agentgraphs.testing.fake_engines.Reply`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,22 @@ class _Tokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
 
+def _replies(spec: str, tok: _Tokenizer) -> tuple[Any, ...]:
+    from agentgraphs.testing.fake_engines import Reply
+
+    rules = []
+    for rule in json.loads(spec):
+        marker = None
+        if rule.get("marker") is not None:
+            ids = tok.encode(rule["marker"])
+            if len(ids) != 1:
+                raise SystemExit(f"--replies: marker {rule['marker']!r} is {len(ids)} tokens; give one token")
+            marker = ids[0]
+        scripts = tuple((*tok.encode(text), tok.eos_token_id) for text in rule["texts"])
+        rules.append(Reply(scripts=scripts, marker=marker, count=int(rule.get("count", 1)), below=rule.get("below")))
+    return tuple(rules)
+
+
 def main(argv: list[str] | None = None) -> None:
     from agentgraphs.testing.fake_engines import FixedLatencyEngine
     from agentgraphs.testing.server import SGLangTestServer
@@ -44,11 +64,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer-dir", type=Path, required=True)
     p.add_argument("--memory-text", default="No relevant information yet.")
     p.add_argument("--eos-token", default="<|im_end|>")
+    p.add_argument("--replies", default="[]", help="JSON list of reply rules (see the module doc)")
     args = p.parse_args(argv)
 
+    from agentgraphs.http_slots import ensure_open_files
+
+    ensure_open_files(4096)  # one socket per client connection (bench/scale.py opens 1,024 and more)
     tok = _Tokenizer(args.tokenizer_dir / "tokenizer.json", args.eos_token)
     script = tuple(tok.encode(args.memory_text)) + (tok.eos_token_id,)
-    engine = FixedLatencyEngine(latency_s=0.0, script=script, tokenizer=tok)  # type: ignore[arg-type]
+    engine = FixedLatencyEngine(latency_s=0.0, script=script, tokenizer=tok,  # type: ignore[arg-type]
+                                replies=_replies(args.replies, tok))
     server = SGLangTestServer(engine, tokenizer=tok, port=0)
     server.faults.latency_s = args.latency_s  # the server sleeps this long in every /generate
     server.start()

@@ -5,12 +5,13 @@
 A ReAct-style conversation grows by one tool round per call: the model writes a hermes tool call (a fixed
 ~40-token reply from an instant engine, so all time measured is ours), the tool answers with ~T tokens of
 text. Each call goes through `TracedChatModel.ainvoke` (LangChain's machinery, message conversion, the
-"extends?" check: digests, a full template render and a decode of the whole prompt, glue, tool-call
-parsing, the AIMessage with its Turn). The reference is the append-only conversation `call_llm` rebuilds
+"extends?" check, glue, tool-call parsing, the AIMessage with its Turn). For a content-opaque template
+(Qwen2.5's) the check renders the history's skeleton and decodes only the new ids: O(new tokens); the
+digests of the message history stay linear in the context (one JSON encoding of every message per call). The reference is the append-only conversation `call_llm` rebuilds
 (`Conversation` + `add_output` + `add_messages`) for the same rounds: the ids are checked identical.
 Target: CPU per call at the last round (the longest context) <= 50 ms with a ~32K-token context (a
-generation on SGLang takes seconds). The extends-check is linear in the context, so the whole loop is
-quadratic: the figures at two lengths show the slope. Thread CPU time, medians of the repeats.
+generation on SGLang takes seconds). The figures at two lengths show the slope (the token counts are
+tested, not timed, in tests/test_chat_model_per_call_work.py). Thread CPU time, medians of the repeats.
 """
 
 from __future__ import annotations

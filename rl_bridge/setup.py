@@ -135,6 +135,22 @@ def router_url(args: Any) -> str:
     return f"http://{host}:{port}"
 
 
+def slime_concurrency(args: Any) -> int | None:
+    """How many requests slime's own HTTP client keeps in flight to the router (`slime.utils.http_utils.
+    init_http_client`: --sglang-server-concurrency x rollout GPUs / GPUs per engine); None without those args.
+
+    >>> from types import SimpleNamespace
+    >>> slime_concurrency(SimpleNamespace(sglang_server_concurrency=512, rollout_num_gpus=8,
+    ...                                   rollout_num_gpus_per_engine=2))
+    2048
+    """
+    per_server = getattr(args, "sglang_server_concurrency", None)
+    gpus, per_engine = getattr(args, "rollout_num_gpus", None), getattr(args, "rollout_num_gpus_per_engine", None) or 1
+    if not isinstance(per_server, int) or not isinstance(gpus, int) or per_server < 1 or gpus < 1:
+        return None
+    return max(1, per_server * gpus // per_engine)
+
+
 def load_tokenizer(path: str) -> Any:
     """The tokenizer of `--hf-checkpoint`, loaded once per process (agentgraphs.context.shared_tokenizer)."""
     try:
@@ -212,7 +228,9 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
     tokenizer = load_tokenizer(hf_checkpoint)
     # the policy and every helper (judges, experts, AgentFlow's roles) time out and retry alike
     timeout, retries = settings.agentgraph_request_timeout_s, settings.agentgraph_max_retries
-    policy = make_engine(f"sglang:{url}", request_timeout_s=timeout, max_retries=retries)
+    slots = slime_concurrency(args)  # as many /generate requests in flight as slime's own client allows
+    policy = make_engine(f"sglang:{url}", request_timeout_s=timeout, max_retries=retries,
+                         **({"max_connections": slots} if slots else {}))
     engines = {k: make_engine(v, request_timeout_s=timeout, max_retries=retries)
                for k, v in settings.agentgraph_engines.items()}
     unknown = sorted(set(settings.agentgraph_tokenizers) - set(engines))

@@ -11,7 +11,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 NAMES = ["overhead", "long_document", "checkpoints", "conversion", "retrieval", "chat_model", "sandbox", "agentflow",
-         "viewer", "learning", "engine_batching"]
+         "viewer", "learning", "engine_batching", "scale"]
 
 
 @pytest.mark.parametrize("name", NAMES)

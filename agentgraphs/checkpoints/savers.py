@@ -16,7 +16,11 @@ replay / update_state unchanged) that move bulky values into one content-address
 - a list of >= 256 ints (a document's ids) is stored once, 4 bytes per id, and a string of >= 4096
   characters (a document given as input, which LangGraph stores in the input write and the first two
   checkpoints) once, as UTF-8;
-- token ids are 4-byte ints and log-probs 8-byte doubles, so values come back bit-exact.
+- token ids are 4-byte ints and log-probs 8-byte doubles, so values come back bit-exact;
+- a list of LangChain messages (a messages graph's state, and the copies of it that `Send` carries, as
+  `create_react_agent`'s tool calls do) is a chain too: each message stored once, and the Turn that
+  `TracedChatModel` puts in an AIMessage's response_metadata stored as a turn entry (a delta, as above);
+- entries zlib can shrink by a tenth are stored compressed.
 
 Checkpoint and write blobs keep LangGraph's own format; a moved value leaves a small marker dict
 ({"__agentgraphs__": "turns" | "ids" | "text", "ref": key, "n": length}) that loading replaces with an
@@ -32,7 +36,11 @@ The encoding itself (no I/O, shared by both savers) is agentgraphs.checkpoints.c
 
 Limits: entries are shared between threads (content-addressed), so `delete_thread` leaves them in
 place; Turns are immutable records (do not edit a Turn in place once it is in state, nor one that was
-loaded: the saver remembers turns by identity, and loads share them). A list of ids may be changed in
+loaded: the saver remembers turns by identity, and loads share them); a message in state is remembered by
+identity too: giving one of its fields a new value is seen (it is stored again), editing a field's list or
+dict in place is not. The async saver sets SQLite's `synchronous=NORMAL` (WAL mode: durable against a
+crash of the process, not of the machine; `synchronous="FULL"` to wait for the disk at every commit) and
+commits its entries with the checkpoint they belong to: one commit per put. A list of ids may be changed in
 place (the saver checks its content against what it stored), and every load returns a fresh list.
 Entries are written before the checkpoint that refers to them; one whose write failed is written again
 by the next put that needs it.
@@ -60,6 +68,8 @@ from .codec import (
     run_sync,
     scope_of,
 )
+
+_SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
 __all__ = [
     "CompactSqliteSaver",
@@ -127,12 +137,19 @@ class CompactSqliteSaver(SqliteSaver):
 
 
 class CompactAsyncSqliteSaver(AsyncSqliteSaver):
-    """AsyncSqliteSaver that stores each Turn once and conversation prompts as deltas (see the module doc)."""
+    """AsyncSqliteSaver that stores each Turn once and conversation prompts as deltas (see the module doc).
 
-    def __init__(self, conn: Any, *, serde: Any = None) -> None:
+    `synchronous` is SQLite's setting for this connection: "NORMAL" (default) in WAL mode makes a commit durable
+    against a crash of the process but not of the machine, and does not wait for the disk at every commit
+    (1,024 rollouts checkpointing through one connection commit thousands of times a second); "FULL" waits."""
+
+    def __init__(self, conn: Any, *, serde: Any = None, synchronous: str | None = "NORMAL") -> None:
         super().__init__(conn, serde=serde)
         self._codec = Codec(self.serde)
         self._entries_ready = False
+        if synchronous is not None and synchronous.upper() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous={synchronous!r}: use one of {sorted(_SYNCHRONOUS)} or None (SQLite's)")
+        self._synchronous = synchronous
 
     async def setup(self) -> None:
         if self._entries_ready:
@@ -140,6 +157,8 @@ class CompactAsyncSqliteSaver(AsyncSqliteSaver):
         await super().setup()
         async with self.lock:
             if not self._entries_ready:
+                if self._synchronous is not None:
+                    await self.conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
                 await self.conn.execute(CREATE)
                 await self.conn.commit()
                 self._entries_ready = True
@@ -147,12 +166,15 @@ class CompactAsyncSqliteSaver(AsyncSqliteSaver):
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         encoded, rows = self._codec.encode_checkpoint(config, checkpoint)
         await self._write(rows)
-        return await super().aput(config, encoded, metadata, new_versions)
+        out = await super().aput(config, encoded, metadata, new_versions)  # its commit commits the entries too
+        self._codec.mark_written(rows)
+        return out
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         encoded, rows = self._codec.encode_writes(config, writes)
         await self._write(rows)
         await super().aput_writes(config, encoded, task_id, task_path)
+        self._codec.mark_written(rows)
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         tup = await super().aget_tuple(config)
@@ -169,12 +191,12 @@ class CompactAsyncSqliteSaver(AsyncSqliteSaver):
         return await run_async(decode_history(self._codec, history, scope_of(config)), self._fetch, self._codec.lock)
 
     async def _write(self, rows: list[Row]) -> None:
+        """Insert the entries; the checkpoint (or writes) insert that follows commits them in its transaction,
+        and only then are they marked written (a failure leaves them to be emitted again)."""
         if rows:
             await self.setup()
             async with self.lock:
                 await self.conn.executemany(INSERT, rows)
-                await self.conn.commit()
-            self._codec.mark_written(rows)
 
     async def _fetch(self, request: Fetch) -> list[Row]:
         await self.setup()
@@ -199,9 +221,11 @@ def compact_sqlite_saver(path: str, *, serde: Any = None) -> Iterator[CompactSql
 
 
 @asynccontextmanager
-async def compact_async_sqlite_saver(path: str, *, serde: Any = None) -> AsyncIterator[CompactAsyncSqliteSaver]:
-    """A CompactAsyncSqliteSaver on the SQLite file `path`, for ainvoke / aget_state / aget_state_history."""
+async def compact_async_sqlite_saver(path: str, *, serde: Any = None, synchronous: str | None = "NORMAL"
+                                     ) -> AsyncIterator[CompactAsyncSqliteSaver]:
+    """A CompactAsyncSqliteSaver on the SQLite file `path`, for ainvoke / aget_state / aget_state_history.
+    `synchronous`: see CompactAsyncSqliteSaver."""
     import aiosqlite
 
     async with aiosqlite.connect(path) as conn:
-        yield CompactAsyncSqliteSaver(conn, serde=serde)
+        yield CompactAsyncSqliteSaver(conn, serde=serde, synchronous=synchronous)

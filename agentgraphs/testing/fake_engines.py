@@ -2,7 +2,9 @@
 
 `FixedLatencyEngine` answers every prompt with the same script of token ids after a fixed
 `asyncio.sleep`, honouring max_new_tokens, stop_token_ids, stop strings and ignore_eos the way
-SGLang does (the stop token is part of the output). `ToyTokenizer` gives those ids text, so a
+SGLang does (the stop token is part of the output). `Reply` rules pick another script by what the
+prompt holds (a marker token counted in the ids: no decoding), so a benchmark can drive a tool loop
+of N turns, then an answer, without running a model. `ToyTokenizer` gives those ids text, so a
 server can trim stop strings and decode exactly as it would with a real tokenizer.
 """
 
@@ -80,9 +82,42 @@ class ToyTokenizer:
         return ids
 
 
+@dataclass(frozen=True)
+class Reply:
+    """Scripts for the prompts that hold token `marker` `count` to `below` - 1 times (any prompt when
+    `marker` is None). A prompt of n ids gets `scripts[n % len(scripts)]`: replies vary from turn to turn
+    yet stay a function of the prompt. Counting one id is a C-level scan of the ids, cheap at any length.
+
+    >>> rule = Reply(scripts=((10, 2), (12, 2)), marker=7, count=2)
+    >>> rule.matches([7, 1, 7], {}), rule.script_for([7, 1, 7])
+    (True, (12, 2))
+    >>> Reply(scripts=((10, 2),), marker=7, count=1, below=2).matches([7, 1, 7], {})
+    False
+    """
+
+    scripts: tuple[tuple[int, ...], ...]
+    marker: int | None = None
+    count: int = 1
+    below: int | None = None
+
+    def matches(self, prompt_ids: list[int], counts: dict[int, int]) -> bool:
+        """Whether the rule applies; `counts` caches marker counts across the rules of one prompt."""
+        if self.marker is None:
+            return True
+        n = counts.get(self.marker)
+        if n is None:
+            n = counts[self.marker] = prompt_ids.count(self.marker)
+        return n >= self.count and (self.below is None or n < self.below)
+
+    def script_for(self, prompt_ids: list[int]) -> tuple[int, ...]:
+        return self.scripts[len(prompt_ids) % len(self.scripts)]
+
+
 @dataclass
 class FixedLatencyEngine:
     """An Engine returning `script` (cycled) after `latency_s`, with log-prob `logprob - i*step`.
+
+    `replies`: rules tried in order; the first that matches the prompt gives the script instead.
 
     >>> import asyncio
     >>> engine = FixedLatencyEngine(latency_s=0.0)
@@ -91,6 +126,9 @@ class FixedLatencyEngine:
     (True, 'stop', 2)
     >>> asyncio.run(engine.generate([1], SamplingParams(max_new_tokens=2))).finish_reason
     'length'
+    >>> ruled = FixedLatencyEngine(latency_s=0.0, replies=(Reply(scripts=((13, TOY_EOS_ID),), marker=5),))
+    >>> asyncio.run(ruled.generate([1, 5], SamplingParams(max_new_tokens=32))).text
+    '!</s>'
     """
 
     latency_s: float = 0.02
@@ -101,6 +139,7 @@ class FixedLatencyEngine:
     tokenizer: TextTokenizer = field(default_factory=ToyTokenizer)
     name: str = "fixed-latency"
     calls: int = 0
+    replies: tuple[Reply, ...] = ()
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         self.calls += 1
@@ -109,10 +148,11 @@ class FixedLatencyEngine:
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids.add(self.tokenizer.eos_token_id)
+        script = self._script(prompt_ids)
         ids: list[int] = []
         matched: int | str | None = None
         for i in range(params.max_new_tokens):
-            tok = self.script[i % len(self.script)]
+            tok = script[i % len(script)]
             ids.append(tok)
             matched = self._stop_match(tok, ids, stop_ids, params.stop)
             if matched is not None:
@@ -127,6 +167,11 @@ class FixedLatencyEngine:
             weight_version=self.weight_version,
             meta={"matched": matched},
         )
+
+    def _script(self, prompt_ids: list[int]) -> tuple[int, ...]:
+        counts: dict[int, int] = {}
+        rule = next((r for r in self.replies if r.matches(prompt_ids, counts)), None)
+        return self.script if rule is None else rule.script_for(prompt_ids)
 
     def _stop_match(
         self, tok: int, ids: list[int], stop_ids: set[int], stop: tuple[str, ...]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +170,7 @@ async def test_odd_values_come_back_exactly(tmp_path: Path) -> None:
     assert list(back["turns"][1].keys()) == list(reordered.keys())
     assert all(type(b) is bool for b in back["bools"])
     with sqlite3.connect(tmp_path / "c.sqlite") as conn:  # the long text went to the side table
-        assert conn.execute(f"SELECT count(*) FROM {ENTRIES_TABLE} WHERE kind = 's'").fetchone() == (1,)
+        assert conn.execute(f"SELECT count(*) FROM {ENTRIES_TABLE} WHERE lower(kind) = 's'").fetchone() == (1,)
 
 
 async def test_database_grows_linearly_with_the_conversation(tmp_path: Path, context: AgentContext) -> None:
@@ -183,7 +184,8 @@ async def test_database_grows_linearly_with_the_conversation(tmp_path: Path, con
         unique[n] = len(last["prompt_ids"]) + len(last["output_ids"])  # the conversation's distinct ids
         trace[n] = sum(len(t["prompt_ids"]) + len(t["output_ids"]) for t in final["turns"])
         with sqlite3.connect(path) as conn:
-            kinds = dict(conn.execute(f"SELECT kind, count(*) FROM {ENTRIES_TABLE} GROUP BY kind").fetchall())
+            kinds = dict(conn.execute(f"SELECT lower(kind), count(*) FROM {ENTRIES_TABLE} GROUP BY lower(kind)")
+                         .fetchall())
         assert kinds["t"] == n  # every turn stored once
     growth, content_growth = sizes[64] / sizes[16], unique[64] / unique[16]
     assert growth < 1.5 * content_growth, (sizes, unique)  # LangGraph's own saver: ~31x here
@@ -195,7 +197,7 @@ async def test_a_missing_entry_is_a_clear_error(tmp_path: Path, context: AgentCo
     async with compact_async_sqlite_saver(str(path)) as saver:
         await run_to_end(saver, 2, context)
     with sqlite3.connect(path) as conn:
-        conn.execute(f"DELETE FROM {ENTRIES_TABLE} WHERE kind = 't'")
+        conn.execute(f"DELETE FROM {ENTRIES_TABLE} WHERE lower(kind) = 't'")
     async with CompactAsyncSqliteSaver.from_conn_string(str(path)) as saver:
         with pytest.raises(LookupError, match=ENTRIES_TABLE):
             await chat_graph(saver).aget_state(_config())
@@ -262,6 +264,131 @@ async def test_a_failed_write_is_written_again_by_the_next_put(tmp_path: Path) -
         assert (await fresh.aget_tuple(s2)).checkpoint["channel_values"] == {"turns": [t1, t2], "doc": doc,
                                                                              "text": text}
     with sqlite3.connect(path) as conn:  # t2 is still stored as a delta against t1
-        rows = conn.execute(f"SELECT type, data FROM {ENTRIES_TABLE} WHERE kind = 't'").fetchall()
-    bases = sorted(JsonPlusSerializer().loads_typed((type_, data))["b"] is not None for type_, data in rows)
+        rows = conn.execute(f"SELECT kind, type, data FROM {ENTRIES_TABLE} WHERE lower(kind) = 't'").fetchall()
+    bases = sorted(JsonPlusSerializer().loads_typed((type_, zlib.decompress(data) if kind == "T" else data))["b"]
+                   is not None for kind, type_, data in rows)
     assert bases == [False, True]
+
+
+# -- messages graphs: TracedChatModel's Turns ride in AIMessages -----------------------------------------
+
+def react_graph(tokenizer: Any, turns: int, checkpointer: Any) -> tuple[Any, AgentContext]:
+    """create_react_agent over TracedChatModel with a local tool; the engine answers at call `turns`."""
+    import warnings
+
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import create_react_agent
+
+    from agentgraphs.chat_model import TracedChatModel
+    from agentgraphs.testing.fake_engines import Reply
+
+    result = " ".join(f"station{k} opened in {1900 + k}" for k in range(60))
+
+    @tool
+    async def lookup(topic: str) -> str:
+        """Look up the facts recorded about a topic."""
+        return result
+
+    def script(text: str) -> tuple[int, ...]:
+        return (*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id)
+
+    call = 'Checking.\n<tool_call>\n{"name": "lookup", "arguments": {"topic": "stations"}}\n</tool_call>'
+    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    engine = FixedLatencyEngine(latency_s=0.0, tokenizer=tokenizer, logprob_step=0.0137, replies=(
+        Reply(scripts=(script("Done: \\boxed{7}."),), marker=im_start, count=3 + 2 * (turns - 1)),
+        Reply(scripts=(script(call),))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = create_react_agent(TracedChatModel(), [lookup], checkpointer=checkpointer)
+    return graph, AgentContext(policy=engine, tokenizer=tokenizer, sampling=SamplingParams(max_new_tokens=128))
+
+
+async def _react_run(graph: Any, ctx: AgentContext, thread: str) -> list[Any]:
+    """Every state the run went through, as streamed (the reference for what the saver gives back)."""
+    inp = {"messages": [{"role": "user", "content": f"Thread {thread}: when did the stations open?"}]}
+    return [v async for v in graph.astream(inp, _config(thread), context=ctx, stream_mode="values")]
+
+
+async def test_messages_graph_stores_each_message_and_turn_once(tmp_path: Path, tokenizer: Any) -> None:
+    from agentgraphs.chat_model import turns_from_messages
+
+    path = tmp_path / "c.sqlite"
+    async with compact_async_sqlite_saver(str(path)) as saver:
+        graph, ctx = react_graph(tokenizer, 12, saver)
+        seen = await _react_run(graph, ctx, "t")
+        history = [s.values async for s in graph.aget_state_history(_config())]
+    assert history[::-1][1:] == seen  # every state (the first checkpoint is the empty input step)
+    async with compact_async_sqlite_saver(str(path)) as fresh:  # empty caches: all from the database
+        graph, _ = react_graph(tokenizer, 12, fresh)
+        assert [s.values async for s in graph.aget_state_history(_config())][::-1][1:] == seen
+    final = seen[-1]["messages"]
+    turns = turns_from_messages(final)
+    assert len(turns) == 12 and all(t["conversation"] == turns[0]["conversation"] for t in turns)
+    with sqlite3.connect(path) as conn:
+        kinds = dict(conn.execute(f"SELECT lower(kind), count(*) FROM {ENTRIES_TABLE} GROUP BY lower(kind)")
+                     .fetchall())
+    assert kinds["t"] == 12 and kinds["m"] == len(final)  # every message once, every Turn once
+    trace = 4 * sum(len(t["prompt_ids"]) + len(t["output_ids"]) for t in turns)
+    assert db_bytes(path) <= 4 * trace  # LangGraph's own saver: ~17x at 12 turns, ~32x at 30
+
+
+async def test_messages_graph_resumes_mid_conversation_from_a_fresh_saver(tmp_path: Path, tokenizer: Any) -> None:
+    from agentgraphs.chat_model import turns_from_messages
+    from agentgraphs.trace import check_trace
+
+    path = str(tmp_path / "c.sqlite")
+    async with compact_async_sqlite_saver(path) as saver:
+        graph, ctx = react_graph(tokenizer, 6, saver)
+        seen = await _react_run(graph, ctx, "t")
+        history = [s async for s in graph.aget_state_history(_config())]
+    mid = next(s for s in history if len(s.values["messages"]) == 5 and s.next == ("agent",))
+    async with compact_async_sqlite_saver(path) as fresh:
+        graph, ctx = react_graph(tokenizer, 6, fresh)
+        resumed = await graph.ainvoke(None, mid.config, context=ctx)
+        newest = (await graph.aget_state(_config())).values
+    turns = turns_from_messages(resumed["messages"])
+    assert newest == resumed and len(turns) == 6
+    assert len(check_trace(turns, "concat")) == 1  # the resumed calls extend the restored conversation
+    assert [t["prompt_ids"] for t in turns] == [t["prompt_ids"] for t in turns_from_messages(seen[-1]["messages"])]
+
+
+async def test_many_threads_at_once_keep_their_own_histories(tmp_path: Path, tokenizer: Any) -> None:
+    import asyncio
+
+    path = tmp_path / "c.sqlite"
+    async with compact_async_sqlite_saver(str(path)) as saver:
+        graph, ctx = react_graph(tokenizer, 4, saver)
+        runs = await asyncio.gather(*(_react_run(graph, ctx, f"t{i}") for i in range(48)))
+        for i, seen in enumerate(runs):
+            history = [s.values async for s in graph.aget_state_history(_config(f"t{i}"))]
+            assert history[::-1][1:] == seen
+    with sqlite3.connect(path) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {ENTRIES_TABLE} WHERE lower(kind) = 't'").fetchone() == (48 * 4,)
+
+
+async def test_a_message_given_a_new_field_value_is_stored_again(tmp_path: Path, tokenizer: Any) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    msgs = [HumanMessage("hi", id="1"), AIMessage("hello", id="2")]
+    async with compact_async_sqlite_saver(str(tmp_path / "c.sqlite")) as saver:
+        s1 = await saver.aput(_CFG, _checkpoint(1, {"messages": list(msgs)}), {}, {})
+        msgs[1].content = "hello again"  # a new value for a field of the same message object
+        s2 = await saver.aput(s1, _checkpoint(2, {"messages": list(msgs)}), {}, {})
+        got = [(await saver.aget_tuple(s)).checkpoint["channel_values"]["messages"][1].content for s in (s1, s2)]
+    assert got == ["hello", "hello again"]
+
+
+async def test_entries_written_uncompressed_read_back_the_same(tmp_path: Path, context: AgentContext) -> None:
+    """Entries are compressed when that pays (capital kind letters); a database whose entries are all stored
+    plain (as before compression) gives back the same states."""
+    path = tmp_path / "c.sqlite"
+    async with compact_async_sqlite_saver(str(path)) as saver:
+        final, history = await run_to_end(saver, 8, context)
+    with sqlite3.connect(path) as conn:
+        packed = conn.execute(f"SELECT key, kind, data FROM {ENTRIES_TABLE} WHERE kind != lower(kind)").fetchall()
+        assert packed  # the turns and the document's ids were compressed
+        conn.executemany(f"UPDATE {ENTRIES_TABLE} SET kind = ?, data = ? WHERE key = ?",
+                         [(kind.lower(), zlib.decompress(data), key) for key, kind, data in packed])
+    async with compact_async_sqlite_saver(str(path)) as fresh:
+        graph = chat_graph(fresh)
+        assert [s.values async for s in graph.aget_state_history(_config())] == [s.values for s in history]
