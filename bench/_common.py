@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -189,3 +190,17 @@ def finish(results_dir: Path, name: str, result: dict[str, Any], passed: bool, s
     path = write_result(results_dir, name, result)
     print(f"  written to {path}")
     result_line(name, passed, summary)
+
+
+def start_server(tokenizer_dir: Path, latency_s: float, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """The SGLang stand-in (`bench/_server.py`) in its own process, answering every /generate after
+    `latency_s`; `extra` are more of its flags. Returns the process (stop it by closing its stdin) and its URL."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_server.py")), "--latency-s", str(latency_s),
+                             "--tokenizer-dir", str(tokenizer_dir), *extra],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise RuntimeError("the benchmark server did not start (see its stderr above)")
+    return proc, json.loads(line)["url"]

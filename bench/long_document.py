@@ -45,22 +45,6 @@ QUICK_LENGTHS = (28_000, 56_000)
 MEMORY = "The document so far does not mention the person in the question. No relevant information yet."
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False if this kernel does not allow it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
 def _list_bytes(ids: list[int]) -> int:
     seen: set[int] = set()
     total = sys.getsizeof(ids)
@@ -84,7 +68,7 @@ def _measure_document_encode(record: dict[str, float]) -> None:
         started = time.perf_counter()
         ids = inner(tokenizer, text)
         record["encode_s"] = time.perf_counter() - started
-        record["peak_kib"] = _status_kib("VmHWM")
+        record["peak_kib"] = _common.status_kib("VmHWM")
         return ids
 
     graph_module.encode_text = timed
@@ -133,12 +117,12 @@ def child(n_tokens: int) -> dict[str, Any]:
     gc.collect()
     inp = rollout_input(row["question"], row["answers"], {"context": document})
     engine.seconds, engine.calls = 0.0, 0
-    reset = _reset_peak()
-    rss_before = _status_kib("VmRSS") * 1024
+    reset = _common.reset_peak()
+    rss_before = _common.status_kib("VmRSS") * 1024
     started = time.perf_counter()
     rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options=options))
     wall = time.perf_counter() - started
-    peak_end = _status_kib("VmHWM") * 1024 if reset else _common.peak_rss_bytes()
+    peak_end = _common.status_kib("VmHWM") * 1024 if reset else _common.peak_rss_bytes()
     if rollout.status != "completed":
         raise SystemExit(f"rollout {rollout.status}: {rollout.reason}\n{rollout.error}")
     if "encode_s" not in record:

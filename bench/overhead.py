@@ -228,20 +228,6 @@ async def run_hand_tuned(url: str, tok: Any, rows: list[Any], chunk_tokens: int)
         return await run_hand(url, tok, rows, chunk_tokens)
 
 
-def _start_server(latency_s: float, tokenizer_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("_server.py")), "--latency-s", str(latency_s),
-         "--tokenizer-dir", str(tokenizer_dir), "--memory-text", MEMORY_TEXT],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        raise RuntimeError("the benchmark server did not start (see its stderr above)")
-    return proc, json.loads(line)["url"]
-
-
 def _stop_server(proc: subprocess.Popen[str]) -> dict[str, Any]:
     try:
         out, _ = proc.communicate(input="", timeout=30)
@@ -324,7 +310,7 @@ def main() -> None:
         if not (CHUNKS - 1) * chunk_tokens < n_ids <= CHUNKS * chunk_tokens:
             raise SystemExit(f"document of {n_ids} tokens is not {CHUNKS} chunks of {chunk_tokens}")
     calls = n * (CHUNKS + 1)
-    proc, url = _start_server(args.latency_s, ensure_tiny_model())
+    proc, url = _common.start_server(ensure_tiny_model(), args.latency_s, "--memory-text", MEMORY_TEXT)
     try:
         # warm-up: imports, connection pools, template caches on both sides
         asyncio.run(run_hand(url, tok, rows[:4], chunk_tokens))

@@ -338,18 +338,6 @@ def _run_child(cfg: dict[str, Any], timeout: float, in_process: bool = False) ->
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _start_server(tok_dir: Path, latency_s: float, replies: list[dict[str, Any]]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_server.py")), "--latency-s",
-                             str(latency_s), "--tokenizer-dir", str(tok_dir), "--replies", json.dumps(replies)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        raise SystemExit("the benchmark server did not start")
-    return proc, json.loads(line)["url"]
-
-
 def _start_retrieval(tmp: Path, tok: Any, passages: int) -> tuple[subprocess.Popen[bytes], str, list[str]]:
     from retrieval import start_service  # bench/retrieval.py
 
@@ -424,7 +412,7 @@ def main() -> None:
                 for li, latency in enumerate(latencies):
                     replies = (work.react_replies(tok, turns, GEN_TOKENS) if name == "react"
                                else work.to_replies(tok, queries, GEN_TOKENS))
-                    server, url = _start_server(tok_dir, latency, replies)
+                    server, url = _common.start_server(tok_dir, latency, "--replies", json.dumps(replies))
                     base = {"work": name, "turns": turns, "latency_s": latency, "url": url, "server_pid": server.pid,
                             "tool_tokens": TOOL_TOKENS, "retrieval_url": retrieval_url if retrieval else None}
                     k_main = n if name == "react" else min(n, args.to_rollouts or n)
