@@ -13,6 +13,7 @@ import concurrent.futures
 import os
 import threading
 
+from ..errors import ConfigError
 from .detect import current_plan
 from .execution import check_arguments, execute_with_plan
 from .plan import allowed_missing
@@ -40,12 +41,35 @@ _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
 
+THREADS_ENV = "AGENTGRAPHS_SANDBOX_THREADS"
+DEFAULT_THREADS = 64
+
+
+def pool_size() -> int:
+    """How many executions `run_python_async` runs at once in this process (later ones wait their turn):
+    $AGENTGRAPHS_SANDBOX_THREADS, default 64. Read once, when the first asynchronous execution starts.
+
+    >>> pool_size() >= 1
+    True
+    """
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return DEFAULT_THREADS
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ConfigError(f"{THREADS_ENV}={value!r}: give a whole number >= 1 (executions at once per process; "
+                          f"default {DEFAULT_THREADS})")
+    return size
+
+
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
     global _executor
     with _executor_lock:
         if _executor is None:
-            workers = int(os.environ.get("AGENTGRAPHS_SANDBOX_THREADS", "64"))
-            _executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="sandbox")
+            _executor = concurrent.futures.ThreadPoolExecutor(pool_size(), thread_name_prefix="sandbox")
         return _executor
 
 

@@ -150,9 +150,11 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
         "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths", "150", "--eval-per-length", "2")
     run("warmstart", "--init", str(w / "model"), "--out", str(w / "warm"), "--demos", "5", "--batch", "8",
         "--max-steps", "2", "--eval-every", "2", "--eval-from", "1", "--probe-per-length", "1", "--device", "cpu",
-        "--demo-workers", "2", "--schedule", "cosine")
+        "--demo-workers", "2", "--schedule", "cosine", "--stop-at", "0", "--confirm-per-length", "1")
     stage = json.loads((w / "warm" / "stage.json").read_text())
-    assert stage["stop"]["step"] == 2 and "probe_strict" in stage["curve"][-1] and "probe_digits" in stage["curve"][-1]
+    # a mark of 0 % is reached by the first probe (step 2); the stop waits for the confirmation on new documents
+    assert stage["stop"]["step"] == 2 and "confirmed on new documents: 0.0%" in stage["stop"]["reason"]
+    assert {"probe_strict", "probe_digits", "confirm_strict"} <= set(stage["curve"][-1])
     cfg = P.ReproConfig.load(w / "model")
     tok = engine.tokenizer  # the same Qwen2.5 vocabulary
     docs = [r["metadata"]["context"] for k, n in ((0, 3), (1, 2))

@@ -850,3 +850,45 @@ def test_a_refusal_is_a_clear_tool_error(monkeypatch):
     out = asyncio.run(tools.PYTHON_CODER.run(Runtime(), query="six times seven"))
     assert "refuses to run" in out["error"] and "allow_missing" in out["error"]
     assert "printed_output" not in out
+
+
+_QUEUE_SCRIPT = """
+import asyncio, json, sys
+from agentgraphs.sandbox import PROTECTIONS, SandboxLimits, capabilities, run_python_async
+others = frozenset(p for p in PROTECTIONS if p not in capabilities()["held"])
+code = "import time\\nstart = time.time()\\ntime.sleep(0.4)\\nprint(start, time.time())"
+async def main():
+    return await asyncio.gather(*(run_python_async(code, SandboxLimits(wall_s=60, allow_missing=others))
+                                  for _ in range(int(sys.argv[1]))))
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_executions_past_the_pool_wait_their_turn():
+    """ToolOrchestra's python tool under hundreds of rollouts: executions past AGENTGRAPHS_SANDBOX_THREADS at
+    once queue (none fails, none is dropped), and no more than that many run at once, as the executions'
+    own clocks show."""
+    import json
+    import subprocess
+
+    if _run("print(1)", ()) is None:
+        return
+    env = {**os.environ, "AGENTGRAPHS_SANDBOX_THREADS": "4"}
+    out = subprocess.run([sys.executable, "-c", _QUEUE_SCRIPT, "20"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [r["status"] for r in results] == ["ok"] * 20
+    spans = [tuple(map(float, r["stdout"].split())) for r in results]
+    overlap = max(sum(s <= t < e for s, e in spans) for t, _ in spans)  # executions running at each start
+    assert 2 <= overlap <= 4, overlap
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_a_bad_pool_size_names_the_variable(monkeypatch, value):
+    from agentgraphs.errors import ConfigError
+    from agentgraphs.sandbox.runner import pool_size
+
+    monkeypatch.setenv("AGENTGRAPHS_SANDBOX_THREADS", value)
+    with pytest.raises(ConfigError, match="AGENTGRAPHS_SANDBOX_THREADS.*whole number >= 1"):
+        pool_size()

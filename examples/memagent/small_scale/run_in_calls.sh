@@ -15,7 +15,7 @@ export TQDM_DISABLE=1  # no progress bars in the logs
 R="python3 $here/reproduce.py"
 : "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=8}"
 : "${WS_LR:=1e-3}" "${WS_SCHEDULE:=constant}" "${WS_EVAL_EVERY:=150}" "${WS_EVAL_FROM:=150}" "${PROBE:=16}"
-: "${WS_STOP_AT:=30}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=24}" "${RL_SAMPLES:=8}" "${RL_LR:=5e-5}" "${RL_MIN_S:=240}"
+: "${WS_STOP_AT:=30}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=24}" "${RL_SAMPLES:=8}" "${RL_LR:=5e-5}" "${RL_MIN_S:=240}"
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
@@ -42,7 +42,7 @@ if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS"
   stamp "warm start round $k from $init, $minutes min"
   timeout "$(left)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
-    --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" $WS_ARGS \
+    --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --confirm-per-length "$CONFIRM" $WS_ARGS \
     > "$r/warmstart$k.log" 2>&1
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
   wait; pack; stamp "call ends after warm start round $k"; exit 0
