@@ -130,7 +130,6 @@ def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace
             and key not in ("rollout_ids", "group_ids")}
 
 
-
 def stage_warmstart(args: argparse.Namespace) -> None:
     import torch
 
