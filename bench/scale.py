@@ -209,10 +209,15 @@ class _SlotsClient:
     """`post(url, json=...)` through `agentgraphs.http_slots.ConnectionSlots`, as SGLangEngine sends."""
 
     def __init__(self, n: int) -> None:
+        import httpx
+
         from agentgraphs.engines.sglang import DEFAULT_TIMEOUT
         from agentgraphs.http_slots import ConnectionSlots
 
-        self._slots = ConnectionSlots(n, DEFAULT_TIMEOUT)
+        # SGLangEngine retries a connection the server was too busy to accept within 5 s; this loop does not
+        # retry, so it waits longer instead (256 connects at once to a CPU-starved stand-in took longer)
+        self._slots = ConnectionSlots(n, httpx.Timeout(connect=60.0, read=DEFAULT_TIMEOUT.read,
+                                                       write=DEFAULT_TIMEOUT.write, pool=DEFAULT_TIMEOUT.pool))
 
     async def post(self, url: str, json: Any) -> Any:
         async with self._slots.lend() as client:
