@@ -45,16 +45,21 @@ async def answer(state: ToolState, runtime: Any) -> dict[str, Any]:
     return {"answer": out.text, **out.update}
 
 
-def build_graph(options: Any = None) -> Any:
+def _solve_calculate_answer(name: str, solve_node: Any, answer_node: Any) -> Any:
+    """solve -> calculator -> answer, with the given solve and answer nodes."""
     g = StateGraph(ToolState, context_schema=AgentContext)
-    g.add_node("solve", solve)
+    g.add_node("solve", solve_node)
     g.add_node("calculator", calculator)
-    g.add_node("answer", answer)
+    g.add_node("answer", answer_node)
     g.add_edge(START, "solve")
     g.add_edge("solve", "calculator")
     g.add_edge("calculator", "answer")
     g.add_edge("answer", END)
-    return g.compile(name="tool_agent")
+    return g.compile(name=name)
+
+
+def build_graph(options: Any = None) -> Any:
+    return _solve_calculate_answer("tool_agent", solve, answer)
 
 
 def make_input(row: RolloutInput, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,15 +117,7 @@ async def answer_hot(state: ToolState, runtime: Any) -> dict[str, Any]:
 
 
 def build_two_temperature_graph(options: Any = None) -> Any:
-    g = StateGraph(ToolState, context_schema=AgentContext)
-    g.add_node("solve", solve_cool)
-    g.add_node("calculator", calculator)
-    g.add_node("answer", answer_hot)
-    g.add_edge(START, "solve")
-    g.add_edge("solve", "calculator")
-    g.add_edge("calculator", "answer")
-    g.add_edge("answer", END)
-    return g.compile(name="two_temperature_agent")
+    return _solve_calculate_answer("two_temperature_agent", solve_cool, answer_hot)
 
 
 TWO_TEMPERATURE_AGENT = AgentSpec(name="two_temperature_agent", build_graph=build_two_temperature_graph,

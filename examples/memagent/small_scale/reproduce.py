@@ -38,6 +38,18 @@ def _engine(ckpt: Path, device: str, seed: int) -> Any:
                              max_prefill_tokens=65536 if device == "cuda" else 8192)
 
 
+def _open(ckpt: Path, device: str) -> tuple[P.ReproConfig, Any, Any]:
+    """A stage's start: the checkpoint's settings, torch seeded from them, its engine and the filler pool."""
+    import torch
+
+    from agentgraphs.memagent.synthetic import build_filler_pool
+
+    cfg = P.ReproConfig.load(ckpt)
+    torch.manual_seed(cfg.seed)
+    engine = _engine(ckpt, device, cfg.seed)
+    return cfg, engine, build_filler_pool(engine.tokenizer)
+
+
 def _save(engine: Any, out: Path, cfg: P.ReproConfig, stage: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     engine.model.save_pretrained(out)
@@ -102,21 +114,18 @@ def _confirmed(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: 
 
 def _demo_part(init: str, device: str, split: str, n: int) -> dict[str, Any]:
     """One worker's share of the demonstrations: `n` oracle rollouts of documents of family `split`."""
-    from agentgraphs.memagent.synthetic import build_filler_pool
-
-    cfg = P.ReproConfig.load(Path(init))
-    engine = _engine(Path(init), device, cfg.seed)
-    pool = build_filler_pool(engine.tokenizer)
+    cfg, engine, pool = _open(Path(init), device)
     rows = P.needle_rows(engine.tokenizer, P.random_lengths(cfg, n, split), split, cfg, pool)
     return dict(P.oracle_data(engine, rows, cfg))
 
 
-def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace) -> dict[str, Any]:
+def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace, pool: Any) -> dict[str, Any]:
     """The oracle's training rows for `args.demos` documents. The oracle's text does not depend on the model
     and supervised training reads only ids and masks, so `--demo-workers` processes (each with its own copy
     of the initial model, on the same device) roll disjoint families of documents at once; 1 = in process."""
     if args.demo_workers <= 1:
-        rows = P.needle_rows(engine.tokenizer, P.random_lengths(cfg, args.demos, args.demo_split), args.demo_split, cfg)
+        rows = P.needle_rows(engine.tokenizer, P.random_lengths(cfg, args.demos, args.demo_split), args.demo_split, cfg,
+                             pool)
         return dict(P.oracle_data(engine, rows, cfg))
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -133,16 +142,12 @@ def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace
 def stage_warmstart(args: argparse.Namespace) -> None:
     import torch
 
-    from agentgraphs.memagent.synthetic import build_filler_pool
     from agentgraphs.testing.grpo import trained_logprobs
 
     init, out = Path(args.init), Path(args.out)
-    cfg = P.ReproConfig.load(init)
-    torch.manual_seed(cfg.seed)
-    engine = _engine(init, args.device, cfg.seed)
-    pool = build_filler_pool(engine.tokenizer)
+    cfg, engine, pool = _open(init, args.device)
     started = time.perf_counter()
-    data = _demos(engine, init, cfg, args)
+    data = _demos(engine, init, cfg, args, pool)
     demo_s = time.perf_counter() - started
     trained = [r for r, m in enumerate(data["loss_masks"]) if any(m)]
     _log(f"{args.demos} oracle rollouts -> {len(data['tokens'])} training sequences "
@@ -201,17 +206,11 @@ def stage_warmstart(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- 3. RL
 
 def stage_rl(args: argparse.Namespace) -> None:
-    import torch
-
     from agentgraphs.memagent import SPEC
-    from agentgraphs.memagent.synthetic import build_filler_pool
     from agentgraphs.testing.grpo import FAULTS, GRPOConfig, GRPOTrainer
 
     init, out = Path(args.init), Path(args.out)
-    cfg = P.ReproConfig.load(init)
-    torch.manual_seed(cfg.seed)
-    engine = _engine(init, args.device, cfg.seed)
-    pool = build_filler_pool(engine.tokenizer)
+    cfg, engine, pool = _open(init, args.device)
     audits: list[dict[str, Any]] = []
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
                         max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
