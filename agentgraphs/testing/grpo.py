@@ -10,6 +10,9 @@ slime/backends/megatron_utils/loss.py, v0.3.1):
 - log-probs of the trained tokens from the model's logits divided by the rollout temperature;
 - importance ratio exp(logp - rollout_logp) against the RECORDED rollout log-probs (slime's
   `--use-rollout-logprobs`; with one optimizer step per rollout batch it is 1 up to numerics);
+- `num_steps_per_rollout` optimizer steps per rollout batch (slime's `--num-steps-per-rollout`): the
+  rollouts are split in order into that many global batches of whole rollouts, each normalised on its own
+  (slime splits a step's data by rollout id, never a rollout's sequences across steps);
 - GRPO advantages: each sequence's normalised reward on every one of its tokens;
 - PPO clipping: max(-A * r, -A * clip(r, 1 - eps, 1 + eps_high));
 - reduction: the mean over each sequence's loss mask, then the mean over sequences (slime's default),
@@ -67,6 +70,8 @@ class GRPOConfig(BaseModel):
     tf32: bool = Field(False, description="allow TF32 matmuls in the update (CUDA only; generation stays full "
                        "fp32, so the recorded log-probs do not change; the trainer's own log-probs then differ "
                        "from them by TF32 rounding, ~1e-3)")
+    num_steps_per_rollout: int = Field(1, ge=1, description="optimizer steps per rollout batch, each over an "
+                                       "equal share of whole rollouts [--num-steps-per-rollout]")
     skip_flat_updates: bool = Field(False, description="no optimizer step when every trained row's advantage is 0 "
                                     "(no group has reward variance): AdamW's momentum would otherwise keep moving "
                                     "every weight by ~lr with no signal; slime steps anyway (off = slime)")
@@ -93,7 +98,8 @@ class StepStats(TypedDict):
     ratio_min: float
     ratio_max: float
     ratio_std: float
-    grad_norm: float
+    grad_norm: float  # the mean over this step's optimizer steps
+    optimizer_steps: int
     skipped: float  # 1.0 when skip_flat_updates left the weights as they were
     rollout_s: float
     train_s: float
@@ -210,7 +216,7 @@ class GRPOTrainer:
     # ------------------------------------------------------------------------------------- the update
 
     def update(self, data: TrainData) -> dict[str, float]:
-        """One AdamW step on slime's policy loss over every row of `data`; figures before the step."""
+        """`num_steps_per_rollout` AdamW steps on slime's policy loss over `data`; figures before each step."""
         import torch
 
         model, cfg = self.engine.model, self.config
@@ -220,36 +226,65 @@ class GRPOTrainer:
         if cfg.skip_flat_updates and not any(a for a, m in zip(data["rewards"], data["loss_masks"]) if any(m)):
             return {**_empty_stats(), "trained_tokens": batch["trained_tokens"], "skipped": 1.0}
         tf32 = torch.backends.cuda.matmul.allow_tf32
+        parts, norms = [], []
         with self.engine.model_lock:
             model.train()
             torch.backends.cuda.matmul.allow_tf32 = cfg.tf32 or tf32
             try:
-                self.optimizer.zero_grad(set_to_none=True)
-                parts = []
-                trained_rows = [r for r, mask in enumerate(data["loss_masks"]) if any(mask)]
-                for rows in _chunks(trained_rows, cfg.micro_batch_size):
-                    part = policy_loss(model, data, rows, batch, cfg)
-                    part["loss"].backward()
-                    parts.append({k: v.detach() for k, v in part.items()})
-                params = [p for p in model.parameters() if p.grad is not None]
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_grad if cfg.clip_grad > 0 else float("inf"))
-                self.optimizer.step()
+                for step_rows in optimizer_batches(data, cfg.num_steps_per_rollout):
+                    share = token_batch(data, step_rows)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    trained_rows = [r for r in step_rows if any(data["loss_masks"][r])]
+                    if cfg.skip_flat_updates and not any(data["rewards"][r] for r in trained_rows):
+                        continue  # this share has no signal: no step (see skip_flat_updates)
+                    for rows in _chunks(trained_rows, cfg.micro_batch_size):
+                        part = policy_loss(model, data, rows, share, cfg)
+                        part["loss"].backward()
+                        parts.append({k: v.detach() for k, v in part.items()})
+                    params = [p for p in model.parameters() if p.grad is not None]
+                    if not params:
+                        continue
+                    clip = cfg.clip_grad if cfg.clip_grad > 0 else float("inf")
+                    norms.append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
+                    self.optimizer.step()
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = tf32
                 model.eval()
-        return {**_merge(parts, batch["trained_tokens"], float(grad_norm)), "skipped": 0.0}
+        stats = _merge(parts, batch["trained_tokens"], sum(norms) / max(len(norms), 1))
+        return {**stats, "optimizer_steps": len(norms), "skipped": 0.0}
+
+
+def optimizer_batches(data: TrainData, steps: int) -> list[list[int]]:
+    """The rows of each optimizer step: rollouts (by `sample_indices`, in order of first appearance) split into
+    `steps` consecutive shares as even as whole rollouts allow; a rollout's sequences never span two steps.
+
+    >>> optimizer_batches({"sample_indices": [0, 0, 1, 2, 2, 3]}, 2)
+    [[0, 1, 2], [3, 4, 5]]
+    """
+    order: dict[Any, list[int]] = {}
+    for row, owner in enumerate(data["sample_indices"]):
+        order.setdefault(owner, []).append(row)
+    rollouts = list(order.values())
+    if steps > len(rollouts):
+        raise ValueError(f"num_steps_per_rollout ({steps}) is more than the step's {len(rollouts)} rollouts: "
+                         "lower it or roll out more per step")
+    bounds = [round(k * len(rollouts) / steps) for k in range(steps + 1)]
+    return [[row for rollout in rollouts[a:b] for row in rollout] for a, b in zip(bounds, bounds[1:])]
 
 
 class TokenBatch(TypedDict):
-    denominators: list[float]  # per row: what its token sum is divided by
-    trained_tokens: int
+    denominators: list[float]  # per row of the data: what its token sum is divided by
+    trained_tokens: int  # in the rows of this optimizer step
+    rows: int  # rows of this optimizer step (the mean over sequences divides by it)
 
 
-def token_batch(data: TrainData) -> TokenBatch:
-    """The loss's denominators: per-row mask sums (clamped to 1) over the row count, or per-token."""
+def token_batch(data: TrainData, rows: Sequence[int] | None = None) -> TokenBatch:
+    """The loss's denominators for the optimizer step over `rows` (default: every row): per-row mask sums
+    (clamped to 1) over the step's row count, or its trained-token count (per-token loss)."""
     masks = data["loss_masks"]
-    total = sum(sum(m) for m in masks)
-    return TokenBatch(denominators=[float(max(sum(m), 1)) for m in masks], trained_tokens=total)
+    picked = range(len(masks)) if rows is None else rows
+    return TokenBatch(denominators=[float(max(sum(m), 1)) for m in masks],
+                      trained_tokens=sum(sum(masks[r]) for r in picked), rows=len(picked))
 
 
 def policy_loss(model: Any, data: TrainData, rows: Sequence[int], batch: TokenBatch, cfg: GRPOConfig) -> dict[str, Any]:
@@ -263,7 +298,7 @@ def policy_loss(model: Any, data: TrainData, rows: Sequence[int], batch: TokenBa
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1 - cfg.eps_clip, 1 + eps_high)
     per_token = torch.maximum(unclipped, clipped)
-    n_rows = len(data["tokens"])
+    n_rows = batch["rows"]
     if cfg.per_token_loss:
         weights = torch.full_like(per_token, 1.0 / max(batch["trained_tokens"], 1))
     else:
@@ -342,7 +377,8 @@ def _merge(parts: list[dict[str, Any]], tokens: int, grad_norm: float) -> dict[s
 def _empty_stats() -> dict[str, float]:
     nan = float("nan")
     return {"loss": 0.0, "clipfrac": 0.0, "entropy": nan, "logp_diff_max": nan, "logp_diff_mean": nan,
-            "ratio_min": nan, "ratio_max": nan, "ratio_std": nan, "grad_norm": 0.0, "skipped": 0.0}
+            "ratio_min": nan, "ratio_max": nan, "ratio_std": nan, "grad_norm": 0.0, "optimizer_steps": 0,
+            "skipped": 0.0}
 
 
 # ------------------------------------------------------------------------------------------ verdict

@@ -168,6 +168,19 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     assert curve[0]["audit"]["breaches"] == 0 and curve[0]["sequences"] > 0
     # an untrained model never answers right: every group flat, so --skip-flat took no optimizer step
     assert curve[0]["reward_std"] == 0.0 and curve[0]["skipped"] == 1.0
+    # a second run of two optimizer steps per rollout batch, resumed in another process: the curve and AdamW go on
+    arm = ("--prompts", "2", "--samples", "2", "--device", "cpu", "--steps-per-rollout", "2")
+    run("rl", "--init", str(w / "warm"), "--out", str(w / "rl2"), "--steps", "1", *arm)
+    run("rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "2", "--resume", *arm)
+    stage = json.loads((w / "rl2" / "stage.json").read_text())
+    assert [c["step"] for c in stage["curve"]] == [0, 1] and len(stage["calls"]) == 2
+    assert [c["optimizer_steps"] for c in stage["curve"]] == [2, 2]
+    import torch
+    adam = torch.load(w / "rl2" / "optimizer.pt")
+    assert {float(s["step"]) for s in adam["state"].values()} == {4.0}  # 2 + 2: the first call's moments went on
+    refused = subprocess.run(script + ["rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "3",
+                                       "--resume", "--lr", "1e-3", *arm], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode != 0 and "lr was 5e-05, now 0.001" in refused.stderr
     run("eval", "--ckpt", str(w / "rl"), "--name", "RL", "--out", str(w / "eval.json"), "--device", "cpu")
     printed = run("table", str(w / "eval.json"))
     assert "| RL |" in printed and "strict sub_em" in printed

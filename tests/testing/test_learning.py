@@ -23,8 +23,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agentgraphs.testing.grpo import (  # noqa: E402
-    FAULTS, GRPOConfig, GRPOTrainer, negate_advantages, permute_within_groups, policy_loss, shift_mask,
-    token_batch, verdict, wrong_rollout,
+    FAULTS, GRPOConfig, GRPOTrainer, negate_advantages, optimizer_batches, permute_within_groups, policy_loss,
+    shift_mask, token_batch, verdict, wrong_rollout,
 )
 from agentgraphs.testing.learning import (  # noqa: E402
     build_check_engine, learning_rows, learning_spec, memagent_learning_spec, memagent_rows, target_ids,
@@ -208,6 +208,63 @@ def test_policy_loss_matches_slime_objective_on_plain_logits(per_token: bool) ->
     # micro-batches sum to the batch loss
     halves = sum(float(policy_loss(model, data, [r], token_batch(data), cfg)["loss"].detach()) for r in (0, 1))
     assert math.isclose(halves, float(out["loss"].detach()), rel_tol=1e-5)
+
+
+class _GradientRecorder(torch.optim.Optimizer):
+    """Changes no weight; keeps a copy of every parameter's gradient at each step."""
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params, {})
+        self.seen: list[list[Any]] = []
+
+    def step(self, closure: Any = None) -> None:  # noqa: ARG002 - the Optimizer signature
+        self.seen.append([p.grad.detach().clone() if p.grad is not None else None
+                          for group in self.param_groups for p in group["params"]])
+
+
+def test_steps_per_rollout_split_whole_rollouts_each_normalised_on_its_own() -> None:
+    engine = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, device="cpu")
+    model = engine.model
+    data = _data(model) | {"sample_indices": [7, 9]}  # two rollouts of one sequence each
+    cfg = GRPOConfig(temperature=0.8, num_steps_per_rollout=2, clip_grad=0)
+    trainer = GRPOTrainer(learning_spec(frozenset({1})), engine, learning_rows(1), cfg)
+    trainer.optimizer = recorder = _GradientRecorder(model.parameters())
+    stats = trainer.update(data)
+    assert stats["optimizer_steps"] == 2 and len(recorder.seen) == 2
+    params = list(model.parameters())
+    for step, row in enumerate((0, 1)):  # step k trains rollout k alone: slime's mean over ITS sequences
+        share = {k: [v[row]] for k, v in data.items()}
+        model.zero_grad(set_to_none=True)
+        _reference_loss_tensor(model, share, 0.8).backward()
+        for got, param in zip(recorder.seen[step], params):
+            if param.grad is None:
+                assert got is None or float(got.abs().max()) == 0.0
+            else:
+                error = float((got - param.grad).norm() / param.grad.norm().clamp(min=1e-12))
+                assert error < 1e-4, (step, error)
+
+
+def _reference_loss_tensor(model: Any, data: dict[str, Any], temperature: float) -> Any:
+    """slime's mean-over-sequences objective on plain transformers logits (full vocabulary), with gradients."""
+    total = 0.0
+    for tokens, n, mask, old, adv in zip(data["tokens"], data["response_lengths"], data["loss_masks"],
+                                         data["rollout_log_probs"], data["rewards"]):
+        logits = model(input_ids=torch.tensor([tokens])).logits[0].float() / temperature
+        logp = torch.log_softmax(logits, -1)[len(tokens) - n - 1:-1]
+        logp = logp.gather(1, torch.tensor(tokens[-n:]).unsqueeze(1)).squeeze(1)
+        ratio = torch.exp(logp - torch.tensor(old))
+        loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)) * torch.tensor(mask, dtype=torch.float32)
+        total = total + loss.sum() / max(sum(mask), 1)
+    return total / len(data["tokens"])
+
+
+def test_optimizer_batches_keep_rollouts_whole_and_refuse_more_steps_than_rollouts() -> None:
+    data = {"sample_indices": [0, 0, 0, 1, 2, 2, 3, 4]}
+    assert optimizer_batches(data, 1) == [list(range(8))]
+    assert optimizer_batches(data, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # rollouts 0-1, then 2-4
+    assert optimizer_batches(data, 5) == [[0, 1, 2], [3], [4, 5], [6], [7]]
+    with pytest.raises(ValueError, match="num_steps_per_rollout"):
+        optimizer_batches(data, 6)
 
 
 # ------------------------------------------------------------------------------ the faults, by hand

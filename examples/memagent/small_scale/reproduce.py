@@ -206,16 +206,19 @@ def stage_warmstart(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- 3. RL
 
 def stage_rl(args: argparse.Namespace) -> None:
+    import torch
+
     from agentgraphs.memagent import SPEC
     from agentgraphs.testing.grpo import FAULTS, GRPOConfig, GRPOTrainer
 
     init, out = Path(args.init), Path(args.out)
+    earlier = _earlier_rl(init, args)
     cfg, engine, pool = _open(init, args.device)
     audits: list[dict[str, Any]] = []
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
                         max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
                         micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples, tf32=args.tf32,
-                        skip_flat_updates=args.skip_flat)
+                        skip_flat_updates=args.skip_flat, num_steps_per_rollout=args.steps_per_rollout)
 
     def rows_for(step: int) -> list[dict[str, Any]]:
         split = f"rl-{step}"  # the same documents for the run and its control
@@ -227,25 +230,52 @@ def stage_rl(args: argparse.Namespace) -> None:
     trainer = GRPOTrainer(SPEC, engine, rows_for(0), config, options=P.options(cfg),
                           corrupt=FAULTS["permute_within_groups"] if args.permute else None,
                           audit=None if args.no_audit else audit)
+    curve: list[dict[str, Any]] = list(earlier.get("curve", []))
+    seconds = float(earlier.get("seconds", 0.0))
+    if earlier:  # a resumed run: AdamW's moments as the last call left them, the next documents in order
+        trainer.optimizer.load_state_dict(torch.load(init / OPTIMIZER, map_location=args.device))
+        _log(f"resuming after step {len(curve) - 1} ({seconds:.0f} s of RL so far)")
     started = time.perf_counter()
-    curve = []
-    for step in range(args.steps):
+    for step in range(len(curve), args.steps):
         if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
             _log(f"time budget of {args.max_minutes} min spent after {step} steps")
             break
         trainer.rows = rows_for(step)
         s = trainer.step()
-        point = {k: s[k] for k in ("step", "reward_mean", "reward_std", "sequences", "trained_tokens", "loss",
-                                   "clipfrac", "entropy", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm", "skipped",
-                                   "rollout_s", "train_s")}
-        point["audit"] = audits[-1] if audits else None
+        point = {k: s[k] for k in ("reward_mean", "reward_std", "sequences", "trained_tokens", "loss", "clipfrac",
+                                   "entropy", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm", "optimizer_steps",
+                                   "skipped", "rollout_s", "train_s")}
+        point = {"step": step, **point, "audit": audits[-1] if audits else None}
         curve.append(point)
         _log(f"step {step}: reward {s['reward_mean']:.3f} (sd {s['reward_std']:.3f}) entropy {s['entropy']:.3f} "
              f"|dlogp| {s['logp_diff_max']:.1e} seqs {s['sequences']} rollout {s['rollout_s']:.1f}s "
              f"train {s['train_s']:.1f}s" + (f" audit max|d| {audits[-1]['max_abs_delta']:.1e}" if audits else ""))
     _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "permuted": args.permute, "steps": len(curve),
-                             "seconds": round(time.perf_counter() - started, 1), "curve": curve,
+                             "seconds": round(seconds + time.perf_counter() - started, 1), "curve": curve,
+                             "calls": list(earlier.get("calls", [])) + [_args(args)],
                              "batch_stats": vars(engine.batcher.stats) if engine.batcher else None})
+    torch.save(trainer.optimizer.state_dict(), out / OPTIMIZER)
+
+
+OPTIMIZER = "optimizer.pt"  # AdamW's state beside an RL checkpoint: `rl --resume` continues from it
+
+
+def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """With --resume: the stage file of the RL run in `init` (same arm, same settings), else {}."""
+    if not args.resume:
+        return {}
+    stage_file = init / "stage.json"
+    stage = json.loads(stage_file.read_text()) if stage_file.exists() else {}
+    if stage.get("stage") != "rl" or not (init / OPTIMIZER).exists():
+        raise SystemExit(f"--resume: {init} is not an RL checkpoint with {OPTIMIZER} (give --init the run to "
+                         "continue, or drop --resume to start RL from a warm start)")
+    was = stage["args"]
+    same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout")
+    changed = [k for k in same if was.get(k) != getattr(args, k)]
+    if changed:
+        raise SystemExit(f"--resume: {', '.join(f'{k} was {was.get(k)!r}, now {getattr(args, k)!r}' for k in changed)}"
+                         ": a resumed run keeps its settings (start a new run to change them)")
+    return stage
 
 
 # ---------------------------------------------------------------------------------------------- 4. eval
@@ -328,13 +358,19 @@ def main() -> None:
     w.add_argument("--device", default=dev)
     w.set_defaults(run=stage_warmstart)
 
-    r = sub.add_parser("rl", help="3. GRPO with the seed's reward, final answer masked, reward divided")
+    r = sub.add_parser("rl", help="3. GRPO with the seed's reward and variant (every memory update and the answer "
+                       "trained, the reward divided among them)")
     r.add_argument("--init", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--steps", type=int, default=16)
     r.add_argument("--prompts", type=int, default=24, help="documents per step")
     r.add_argument("--samples", type=int, default=8, help="rollouts per document (a GRPO group)")
     r.add_argument("--lr", type=float, default=5e-5, help="AdamW learning rate (5e-4 wrecked run 2's policy)")
+    r.add_argument("--steps-per-rollout", type=int, default=1,
+                   help="optimizer steps per rollout batch, each over an equal share of whole rollouts (slime's "
+                        "--num-steps-per-rollout)")
+    r.add_argument("--resume", action="store_true",
+                   help="--init is an RL checkpoint of this arm: continue its curve, documents and AdamW state")
     r.add_argument("--skip-flat", action="store_true",
                    help="no optimizer step when every group has one reward (every advantage 0)")
     r.add_argument("--tf32", action="store_true", help="TF32 matmuls in the update (generation stays fp32)")

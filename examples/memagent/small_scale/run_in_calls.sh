@@ -5,7 +5,8 @@
 # logs, stage files, evaluations and the table go to WORK_DIR/results, packed into OUT_DIR/results.tgz at the
 # end of every call.
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
-#   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation)
+#   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation),
+#   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds
 #   -> evaluations of RL and control -> the seed's table.
 # Usage: bash run_in_calls.sh OUT_DIR [WORK_DIR]   (sizes: the variables below)
 set -u
@@ -16,6 +17,7 @@ R="python3 $here/reproduce.py"
 : "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=8}"
 : "${WS_LR:=1e-3}" "${WS_SCHEDULE:=constant}" "${WS_EVAL_EVERY:=150}" "${WS_EVAL_FROM:=150}" "${PROBE:=16}"
 : "${WS_STOP_AT:=30}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=24}" "${RL_SAMPLES:=8}" "${RL_LR:=5e-5}" "${RL_MIN_S:=240}"
+: "${RL_STEPS_PER_ROLLOUT:=1}" "${RL_TOTAL_S:=0}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
@@ -49,18 +51,33 @@ if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS"
 fi
 warm="$w/warm$last"
 
-if [ ! -f "$w/rl/stage.json" ] || [ ! -f "$w/rl_permuted/stage.json" ]; then
+# RL and its control: RL_TOTAL_S seconds of stepping each (0: what one call leaves), over as many calls as that takes
+rl_s() { python3 -c "import json; print(int(json.load(open('$1/stage.json'))['seconds']))" 2>/dev/null || echo 0; }
+both() { [ -f "$w/rl/stage.json" ] && [ -f "$w/rl_permuted/stage.json" ]; }
+if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; }; then
   [ "$(left)" -lt "$RL_MIN_S" ] && { wait; pack; stamp "too little time left for RL: call again"; exit 0; }
-  reserve=0; [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S
-  minutes=$(awk -v s="$(left)" -v e="$reserve" 'BEGIN{printf "%.2f", (s - e - 50) / 60}')
-  stamp "RL and control from $warm, $minutes min each"
+  want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(both && rl_s "$w/rl" || echo 0) : 100000 ))
+  reserve=0  # keep time for the evaluations when RL can finish in this call anyway
+  if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
+  else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
+  minutes=$(awk -v s="$(left)" -v e="$reserve" -v t="$want" 'BEGIN{m = (s - e - 50) / 60; if (t / 60 < m) m = t / 60; printf "%.2f", m}')
+  rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
+      --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
+  if both; then
+    stamp "RL and control resumed after $(rl_s "$w/rl") s, $minutes min each"
+    from_a=(--init "$w/rl" --resume); from_b=(--init "$w/rl_permuted" --resume)
+  else
+    stamp "RL and control from $warm, $minutes min each"
+    from_a=(--init "$warm"); from_b=(--init "$warm")
+  fi
   evaluate "$warm" "warm start" warmstart
-  rl=(--init "$warm" --prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps 1000 --max-minutes "$minutes"
-      --skip-flat --tf32 $RL_ARGS)
-  timeout "$(left)" $R rl --out "$w/rl" "${rl[@]}" > "$r/rl.log" 2>&1 & a=$!
-  timeout "$(left)" $R rl --out "$w/rl_permuted" --permute "${rl[@]}" > "$r/rl_permuted.log" 2>&1 & b=$!
+  timeout "$(left)" $R rl --out "$w/rl" "${from_a[@]}" "${rl[@]}" >> "$r/rl.log" 2>&1 & a=$!
+  timeout "$(left)" $R rl --out "$w/rl_permuted" --permute "${from_b[@]}" "${rl[@]}" >> "$r/rl_permuted.log" 2>&1 & b=$!
   wait $a $b
   for d in rl rl_permuted; do cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"; done
+  if [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; then
+    wait; pack; stamp "call ends after $(rl_s "$w/rl") s of RL: call again"; exit 0
+  fi
 fi
 
 if [ "$(left)" -lt "$EVAL_S" ]; then wait; pack; stamp "evaluations next call"; exit 0; fi
