@@ -437,7 +437,7 @@ def _new_text_matches(skeleton: Skeleton, earlier: Mapping[str, Any], template: 
 
 
 def _decode(template: ChatTemplate, ids: Sequence[int]) -> str:
-    return template.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return template.decode(ids)
 
 
 # -- completions -> AIMessage -------------------------------------------------------------------------
@@ -446,7 +446,7 @@ def _ai_message(turn: Turn, template: ChatTemplate, tools: Sequence[Mapping[str,
     ids = turn["output_ids"]
     if ids and ids[-1] == template.end_of_turn_id:
         ids = ids[:-1]
-    visible = template.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    visible = template.decode(ids)
     reasoning, answer = split_reasoning(visible)
     answer = answer or ""  # an unclosed <think>: all reasoning, no answer
     tool_calls: list[dict[str, Any]] = []
