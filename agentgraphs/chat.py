@@ -63,6 +63,7 @@ class ChatTemplate:
         self._segment_cache: dict[str, list[int]] = {}
         self._keys_read: dict[str, frozenset[str] | None] = {}  # template source -> message_keys_read
         self._skeletons: dict[tuple[Any, ...], str] = {}  # structure of a message list -> its skeleton's text
+        self._backend_decode = _backend_decode(tokenizer)
 
     # -- rendering -------------------------------------------------------------------------
     def render_text(
@@ -82,6 +83,15 @@ class ChatTemplate:
     def encode(self, text: str) -> list[int]:
         """Encode template text: special tokens in the text are matched, none are added."""
         return encode_text(self.tokenizer, text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text `ids` stand for, special tokens and spaces as they are: `tokenizer.decode(ids,
+        skip_special_tokens=False, clean_up_tokenization_spaces=False)`. A tokenizer whose decoding is transformers'
+        own over a `tokenizers` backend is decoded by the backend directly (the same text, without transformers'
+        per-id type checks)."""
+        if self._backend_decode is not None:
+            return self._backend_decode(list(ids), skip_special_tokens=False)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def render(
         self,
@@ -233,6 +243,21 @@ class ChatTemplate:
             if len(self._glue_cache) < 256:
                 self._glue_cache[key] = cached
         return list(cached)
+
+
+def _backend_decode(tokenizer: Any) -> Any:
+    """The `tokenizers` backend's decode when `tokenizer.decode` is exactly transformers' fast decoding (no subclass
+    or instance overrides it; with clean-up off it is the backend's decode), else None."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+    except ImportError:
+        return None
+    cls = type(tokenizer)
+    if (not isinstance(tokenizer, PreTrainedTokenizerFast) or "decode" in vars(tokenizer) or "_decode" in vars(tokenizer)
+            or cls.decode is not PreTrainedTokenizerBase.decode or cls._decode is not PreTrainedTokenizerFast._decode):
+        return None
+    return getattr(getattr(tokenizer, "backend_tokenizer", None), "decode", None)
 
 
 _HOLE_OPEN, _HOLE_CLOSE = "\u2063\u2063", "\u2064"  # invisible separator / plus: never in template text

@@ -32,7 +32,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.callbacks import (
@@ -57,6 +57,7 @@ from pydantic import BaseModel, Field, ValidationError
 from .calls import CallLedger, current_ledger
 from .chat import ChatTemplate, Conversation, Skeleton
 from .context import AgentContext, context_of
+from .history_digest import digest, history_digests
 from .errors import ConfigError, InputError
 from .node import recorded_call
 from .spec import AgentSpec, RewardFn, RolloutInput
@@ -184,7 +185,7 @@ class TracedChatModel(BaseChatModel):
             return plan.ids, plan.conversation
 
         _, turn = await recorded_call(ctx, node=node, engine=self.engine, prompt=prompt, trainable=self.trainable,
-                                      overrides=overrides, turns_seen=len(turns_from_messages(messages)),
+                                      overrides=overrides, turns_seen=sum(1 for _ in _recorded_turns(messages)),
                                       source="chat_model", ledger=ledger)
         assert plan is not None
         template = ctx.template(self.engine)
@@ -294,7 +295,7 @@ def _own_turn(message: BaseMessage) -> Turn | None:
 
 def _message_digest(message: AIMessage) -> str:
     calls = [(c["name"], c["args"]) for c in message.tool_calls]
-    return _digest([message.content, calls])
+    return digest([message.content, calls])
 
 
 def to_template_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
@@ -339,34 +340,6 @@ def _generated_text(turn: Mapping[str, Any]) -> str:
     return str(turn.get("visible_text", turn["text"]))
 
 
-def _digest(obj: Any) -> str:
-    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def _history_digests(dicts: list[dict[str, Any]], tools: Any, k: int | None) -> tuple[str, str | None]:
-    """(`_digest([dicts, tools])`, `_digest([dicts[:k], tools])` or None without k), with one JSON encoding of
-    each message and one hashing pass: JSON writes a list as "[" + ", ".join(items) + "]"."""
-    def dumps(obj: Any) -> str:
-        return json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
-
-    tail = ("], " + dumps(tools) + "]").encode("utf-8")
-    full = hashlib.sha256(b"[[")
-    before: str | None = None
-    for i, d in enumerate(dicts):
-        if i == k:
-            head = full.copy()
-            head.update(tail)
-            before = head.hexdigest()
-        full.update(((", " if i else "") + dumps(d)).encode("utf-8"))
-    if k is not None and k >= len(dicts):
-        head = full.copy()
-        head.update(tail)
-        before = head.hexdigest()
-    full.update(tail)
-    return full.hexdigest(), before
-
-
 # -- prompts ------------------------------------------------------------------------------------------
 class PromptPlan(NamedTuple):
     """A call's prompt: its ids, its conversation name, the digest of the messages + tools it renders, and
@@ -389,21 +362,21 @@ def plan_prompt(messages: Sequence[BaseMessage], template: ChatTemplate,
     """
     dicts = to_template_messages(messages)
     k = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
-    digest, before = _history_digests(dicts, tools, k)
+    seen, before = history_digests(dicts, tools, k, messages)
     skeleton = template.render_skeleton(dicts, tools=tools) if dicts else None
     extended = _extend(messages, dicts, template, tools, skeleton, k, before)
     if extended is not None:
         ids, conversation, checked = extended
-        return PromptPlan(ids, conversation, digest, _signature(skeleton) if checked else None)
+        return PromptPlan(ids, conversation, seen, _signature(skeleton) if checked else None)
     conversation = f"chat-{uuid.uuid4().hex[:12]}"
     if skeleton is None:
-        return PromptPlan(template.render(dicts, tools=tools), conversation, digest, None)
+        return PromptPlan(template.render(dicts, tools=tools), conversation, seen, None)
     # a fresh render costs O(context) anyway: check the skeleton against the real text here, so a later call
     # relies on a skeleton that was seen to stand for this history
     text = template.render_text(dicts, tools=tools)
     ids = template.encode(text)
     checked = skeleton.fill(skeleton.text) == text and _decode(template, ids) == text
-    return PromptPlan(ids, conversation, digest, _signature(skeleton) if checked else None)
+    return PromptPlan(ids, conversation, seen, _signature(skeleton) if checked else None)
 
 
 def _extend(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]], template: ChatTemplate,
@@ -464,7 +437,7 @@ def _new_text_matches(skeleton: Skeleton, earlier: Mapping[str, Any], template: 
 
 
 def _decode(template: ChatTemplate, ids: Sequence[int]) -> str:
-    return template.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return template.decode(ids)
 
 
 # -- completions -> AIMessage -------------------------------------------------------------------------
@@ -473,7 +446,7 @@ def _ai_message(turn: Turn, template: ChatTemplate, tools: Sequence[Mapping[str,
     ids = turn["output_ids"]
     if ids and ids[-1] == template.end_of_turn_id:
         ids = ids[:-1]
-    visible = template.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    visible = template.decode(ids)
     reasoning, answer = split_reasoning(visible)
     answer = answer or ""  # an unclosed <think>: all reasoning, no answer
     tool_calls: list[dict[str, Any]] = []
@@ -559,7 +532,11 @@ def turns_from_messages(messages: Sequence[Any]) -> list[Turn]:
     >>> turns_from_messages([HumanMessage("Hi"), AIMessage("Hello"), {"type": "human", "content": "Hi"}])
     []
     """
-    turns: list[Turn] = []
+    return [{k: v for k, v in turn.items() if k != "visible_text"} for turn in _recorded_turns(messages)]  # type: ignore[misc]
+
+
+def _recorded_turns(messages: Sequence[Any]) -> Iterator[Mapping[str, Any]]:
+    """The Turn records in `messages` as stored (not copied), each once."""
     seen: set[str] = set()
     for m in messages:
         meta = (m.get("response_metadata") if isinstance(m, Mapping) else getattr(m, "response_metadata", None)) or {}
@@ -570,8 +547,7 @@ def turns_from_messages(messages: Sequence[Any]) -> list[Turn]:
         if key in seen:
             continue
         seen.add(key)
-        turns.append({k: v for k, v in turn.items() if k != "visible_text"})  # type: ignore[arg-type]
-    return turns
+        yield turn
 
 
 def _turns_of_state(state: Mapping[str, Any]) -> list[Turn]:

@@ -155,3 +155,22 @@ def test_encode_text_equals_tokenizer_encode_on_qwen3(qwen3) -> None:
 
     text = _random_text(99, 50_000) + "<think>\nx\n</think>"
     assert encode_text(qwen3, text) == qwen3.encode(text, add_special_tokens=False)
+
+
+def test_decode_is_the_tokenizers_decode(qwen25: object, qwen3: object) -> None:
+    """ChatTemplate.decode (the backend's decode when transformers' is the plain fast one) gives exactly what
+    `tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)` gives: special tokens,
+    spaces before punctuation, characters cut between tokens, ids beyond the text vocabulary."""
+    import random
+
+    rng = random.Random(0)
+    for tok in (qwen25, qwen3):
+        tpl = ChatTemplate(tok)  # type: ignore[arg-type]
+        assert tpl._backend_decode is not None  # the fast path is the one under test
+        text = tok.apply_chat_template(  # type: ignore[attr-defined]
+            [{"role": "user", "content": "Der Zug fährt , um 7 Uhr — 列车七点出发 🙂🚆 ?"}], tokenize=False)
+        ids = tok.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
+        cases = [ids, ids[:-3], ids[5:-7], [], *([rng.randrange(len(tok)) for _ in range(40)] for _ in range(20))]  # type: ignore[arg-type]
+        for case in cases:
+            assert tpl.decode(case) == tok.decode(case, skip_special_tokens=False,  # type: ignore[attr-defined]
+                                                  clean_up_tokenization_spaces=False)

@@ -18,6 +18,7 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from transformers import AutoTokenizer
 
+from agentgraphs import history_digest
 from agentgraphs.chat_model import TracedChatModel, messages_graph_spec
 from agentgraphs.context import AgentContext, Limits
 from agentgraphs.engines import SamplingParams
@@ -74,9 +75,19 @@ def _engine(tok: Any, counter: CountingTokenizer) -> CountingEngine:
     return engine
 
 
-def test_tokens_rendered_and_decoded_per_call_do_not_grow_with_the_conversation(tiny_model_dir: Path) -> None:
+def test_tokens_rendered_and_decoded_per_call_do_not_grow_with_the_conversation(tiny_model_dir: Path,
+                                                                                monkeypatch: Any) -> None:
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)  # a fresh instance: its methods are wrapped
     counter = CountingTokenizer(tok)
+    hashed: dict[int, int] = {}  # per call, the messages JSON-encoded for the history digests
+    dumps = history_digest.dumps
+
+    def counting_dumps(obj: Any) -> str:
+        if isinstance(obj, dict) and "role" in obj:
+            hashed[counter.calls] = hashed.get(counter.calls, 0) + 1
+        return dumps(obj)
+
+    monkeypatch.setattr(history_digest, "dumps", counting_dumps)
     words = " ".join(f"station{k} opened in year {1900 + k}" for k in range(TOOL_TOKENS))
     result = tok.decode(tok.encode(words, add_special_tokens=False)[:TOOL_TOKENS])
 
@@ -134,6 +145,9 @@ def test_tokens_rendered_and_decoded_per_call_do_not_grow_with_the_conversation(
     # from call 3 to call 10 the prompt grows by 7 x 345 tokens; the work per call by the skeleton's 14 messages
     growth = (work[-1] - work[2]) / (TURNS - 3)
     assert growth <= 2 * 20 < new[-1] / 8, (work, prompts)
+    # the history digests encode only the messages added since the last call: its AIMessage and the tool result
+    # (the first call: the question), where the whole history would be 2 j + 1 messages at call j + 1
+    assert [hashed.get(j, 0) for j in range(TURNS)] == [1] + [2] * (TURNS - 1), hashed
 
 
 REPLIES = [
@@ -235,7 +249,7 @@ def test_history_digests_are_the_digests_earlier_versions_stored() -> None:
     import json
     import random
 
-    from agentgraphs.chat_model import _history_digests
+    from agentgraphs.history_digest import history_digests
 
     def reference(obj: Any) -> str:  # the stored format, written out independently
         return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
@@ -247,6 +261,6 @@ def test_history_digests_are_the_digests_earlier_versions_stored() -> None:
             rng.choice('a\u00e9\u2063x"\\ {}') for _ in range(rng.randint(0, 20)))} for _ in range(n)]
         tools = rng.choice([None, [{"type": "function", "function": {"name": "f", "parameters": {"b": 1}}}]])
         k = rng.choice([None, *range(n + 1)])
-        full, before = _history_digests(dicts, tools, k)
+        full, before = history_digests(dicts, tools, k)
         assert full == reference([dicts, tools])
         assert before == (None if k is None else reference([dicts[:k], tools]))
