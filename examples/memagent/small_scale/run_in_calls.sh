@@ -16,8 +16,8 @@ export TQDM_DISABLE=1  # no progress bars in the logs
 R="python3 $here/reproduce.py"
 : "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=8}"
 : "${WS_LR:=1e-3}" "${WS_SCHEDULE:=constant}" "${WS_EVAL_EVERY:=150}" "${WS_EVAL_FROM:=150}" "${PROBE:=16}"
-: "${WS_STOP_AT:=30}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=24}" "${RL_SAMPLES:=8}" "${RL_LR:=5e-5}" "${RL_MIN_S:=240}"
-: "${RL_STEPS_PER_ROLLOUT:=1}" "${RL_TOTAL_S:=0}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
+: "${WS_STOP_AT:=30}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=16}" "${RL_SAMPLES:=16}" "${RL_LR:=1e-4}" "${RL_MIN_S:=240}"
+: "${RL_STEPS_PER_ROLLOUT:=2}" "${RL_TOTAL_S:=720}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
