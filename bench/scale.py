@@ -385,6 +385,9 @@ def main() -> None:
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--no-probe", action="store_true")
     p.add_argument("--passages", type=int, default=20_000, help="retrieval corpus size")
+    p.add_argument("--modes", default="ours,ours-ckpt,strict,hand",
+                   help="which runs at the main size: ours, ours-ckpt (checkpoints on, first latency only), "
+                        "strict (hand loop with SGLangEngine's slots), hand (slime-style hand loop)")
     p.add_argument("--to-rollouts", type=int, default=None,
                    help="concurrent ToolOrchestra rollouts (default 256, see the module doc; quick: --rollouts)")
     args = p.parse_args()
@@ -393,6 +396,9 @@ def main() -> None:
     latencies = [float(x) / 1000 for x in (args.latencies_ms or ("20" if args.quick else "200,20")).split(",")]
     extra = [int(x) for x in (args.hand_rollouts or ("" if args.quick else "256")).split(",") if x]
     works = args.works.split(",")
+    modes = set(args.modes.split(","))
+    if not modes or modes - {"ours", "ours-ckpt", "strict", "hand"}:
+        p.error(f"--modes {args.modes!r}: give a comma-separated subset of ours, ours-ckpt, strict, hand")
     if args.to_rollouts is None and not args.quick:
         args.to_rollouts = 256
     work.check_sampling()
@@ -421,9 +427,9 @@ def main() -> None:
                     base = {"work": name, "turns": turns, "latency_s": latency, "url": url, "server_pid": server.pid,
                             "tool_tokens": TOOL_TOKENS, "retrieval_url": retrieval_url if retrieval else None}
                     k_main = n if name == "react" else min(n, args.to_rollouts or n)
-                    plan = [("ours", k_main, False), ("strict", k_main, False), ("hand", k_main, False)]
-                    if li == 0 and not args.no_checkpoints:
-                        plan.insert(1, ("ours", k_main, True))
+                    plan = [(m, k_main, False) for m in ("ours", "strict", "hand") if m in modes]
+                    if li == 0 and not args.no_checkpoints and "ours-ckpt" in modes:
+                        plan.insert(1 if "ours" in modes else 0, ("ours", k_main, True))
                     if li == 0:
                         plan += [(m, k, False) for k in extra if 0 < k < k_main for m in ("ours", "strict", "hand")]
                     try:
