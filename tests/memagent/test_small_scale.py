@@ -175,6 +175,7 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     stage = json.loads((w / "rl2" / "stage.json").read_text())
     assert [c["step"] for c in stage["curve"]] == [0, 1] and len(stage["calls"]) == 2
     assert [c["optimizer_steps"] for c in stage["curve"]] == [2, 2]
+    assert stage["calls"][0]["seed"] != stage["calls"][1]["seed"]  # the resumed part samples with other seeds
     import torch
     adam = torch.load(w / "rl2" / "optimizer.pt")
     assert {float(s["step"]) for s in adam["state"].values()} == {4.0}  # 2 + 2: the first call's moments went on

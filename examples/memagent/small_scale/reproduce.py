@@ -38,16 +38,22 @@ def _engine(ckpt: Path, device: str, seed: int) -> Any:
                              max_prefill_tokens=65536 if device == "cuda" else 8192)
 
 
-def _open(ckpt: Path, device: str) -> tuple[P.ReproConfig, Any, Any]:
-    """A stage's start: the checkpoint's settings, torch seeded from them, its engine and the filler pool."""
+def _open(ckpt: Path, device: str, part: int = 0) -> tuple[P.ReproConfig, Any, Any]:
+    """A stage's start: the checkpoint's settings, torch and the engine seeded from them (and `part`: a resumed
+    stage's later part draws other sampling seeds than its first), its engine and the filler pool."""
     import torch
 
     from agentgraphs.memagent.synthetic import build_filler_pool
 
     cfg = P.ReproConfig.load(ckpt)
-    torch.manual_seed(cfg.seed)
-    engine = _engine(ckpt, device, cfg.seed)
+    seed = _seed(cfg, part)
+    torch.manual_seed(seed)
+    engine = _engine(ckpt, device, seed)
     return cfg, engine, build_filler_pool(engine.tokenizer)
+
+
+def _seed(cfg: P.ReproConfig, part: int) -> int:
+    return cfg.seed + 1_000_003 * part
 
 
 def _save(engine: Any, out: Path, cfg: P.ReproConfig, stage: dict[str, Any]) -> None:
@@ -213,7 +219,8 @@ def stage_rl(args: argparse.Namespace) -> None:
 
     init, out = Path(args.init), Path(args.out)
     earlier = _earlier_rl(init, args)
-    cfg, engine, pool = _open(init, args.device)
+    part = len(earlier.get("curve", []))
+    cfg, engine, pool = _open(init, args.device, part=part)
     audits: list[dict[str, Any]] = []
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
                         max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
@@ -252,7 +259,7 @@ def stage_rl(args: argparse.Namespace) -> None:
              f"train {s['train_s']:.1f}s" + (f" audit max|d| {audits[-1]['max_abs_delta']:.1e}" if audits else ""))
     _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "permuted": args.permute, "steps": len(curve),
                              "seconds": round(seconds + time.perf_counter() - started, 1), "curve": curve,
-                             "calls": list(earlier.get("calls", [])) + [_args(args)],
+                             "calls": list(earlier.get("calls", [])) + [{**_args(args), "seed": _seed(cfg, part)}],
                              "batch_stats": vars(engine.batcher.stats) if engine.batcher else None})
     torch.save(trainer.optimizer.state_dict(), out / OPTIMIZER)
 
