@@ -2,7 +2,7 @@
 
     python bench/scale.py [--quick] [--works react,toolorchestra] [--rollouts 1024] [--turns 30]
                           [--latencies-ms 200,20] [--hand-rollouts 1024,256] [--no-profile] [--no-probe]
-                          [--probe-repeats 3]
+                          [--probe-repeats 11]
 
 Two workloads (`bench/_scale_work.py`), each run through agentgraphs and by a hand loop in slime's style
 (one shared httpx client, as `slime.utils.http_utils.post` keeps) making the identical calls:
@@ -432,7 +432,8 @@ def main() -> None:
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--no-probe", action="store_true")
     p.add_argument("--probe-repeats", type=int, default=None, help="single rollouts per side in the probe, after "
-                   "a warm-up pair; per-call figures are their medians (default 3; quick 1)")
+                   "a warm-up pair; per-call figures are their medians (default 11: medians of 3 moved single lengths "
+                   "by ~0.5 ms on a shared 2-core machine; quick 1)")
     p.add_argument("--passages", type=int, default=20_000, help="retrieval corpus size")
     p.add_argument("--to-rollouts", type=int, default=None,
                    help="concurrent ToolOrchestra rollouts (default 256, see the module doc; quick: --rollouts)")
@@ -494,7 +495,7 @@ def main() -> None:
                             runs.append(row)
                         if li == len(latencies) - 1 and not args.no_probe:
                             cfg = {**base, "mode": "ours", "n": 1, "probe": True,
-                                   "repeats": args.probe_repeats or (1 if args.quick else 3),
+                                   "repeats": args.probe_repeats or (1 if args.quick else 11),
                                    "tool_tokens": PROBE_TOOL_TOKENS if name == "react" and not args.quick else TOOL_TOKENS}
                             print(f"  probing {name} (single rollouts, per-call CPU by context length) ...", flush=True)
                             probes[name] = _run_child(cfg, timeout, args.quick)
