@@ -86,7 +86,8 @@ def make_lookup(results: dict[str, str]) -> Any:
     return lookup
 
 
-def react_spec(results: dict[str, str]) -> Any:
+def react_spec(results: dict[str, str], model: Any = None) -> Any:
+    """The react agent over `model` (default `TracedChatModel()`; the probe passes a subclass with a clock)."""
     import warnings
 
     from langgraph.prebuilt import create_react_agent
@@ -95,7 +96,7 @@ def react_spec(results: dict[str, str]) -> Any:
 
     with warnings.catch_warnings():  # create_react_agent is deprecated in favour of langchain's create_agent
         warnings.simplefilter("ignore")
-        agent = create_react_agent(TracedChatModel(), [make_lookup(results)], name="react")
+        agent = create_react_agent(model or TracedChatModel(), [make_lookup(results)], name="react")
     return messages_graph_spec(agent, reward=lambda rin, ctx: 0.0, name="react")
 
 
@@ -111,28 +112,36 @@ async def post_generate(http: httpx.AsyncClient, url: str, ids: list[int], max_n
 
 
 async def hand_react(http: httpx.AsyncClient, url: str, tok: Any, i: int, results: dict[str, str],
-                     tool_schema: dict[str, Any], max_new_tokens: int, marks: list[float] | None = None
-                     ) -> dict[str, Any]:
-    """One conversation by hand: the template rendered once, then output ids + hand-written glue appended."""
+                     tool_schema: dict[str, Any], max_new_tokens: int, marks: list[float] | None = None,
+                     ends: list[float] | None = None) -> dict[str, Any]:
+    """One conversation by hand: the template rendered once, then output ids + hand-written glue appended.
+    The probe's clock (`marks`, `ends`: thread CPU where each call's own work starts and ends): a call's work is
+    what TracedChatModel does inside a call, by hand: the prompt ids (the template, then the tool result's
+    glue), the /generate request and its parse, the training lists, and the reply's tool call."""
     import time
 
+    if marks is not None:
+        marks.append(time.thread_time())
     text = tok.apply_chat_template([{"role": "user", "content": QUESTION.format(i=i)}], tools=[tool_schema],
                                    tokenize=False, add_generation_prompt=True)
     ids: list[int] = tok.encode(text, add_special_tokens=False)
     prompt_len, mask, logprobs, calls = len(ids), [], [], 0
     while True:
-        if marks is not None:
-            marks.append(time.thread_time())
         out, lps, reply = await post_generate(http, url, ids, max_new_tokens)
         calls += 1
         ids.extend(out)
         mask += [1] * len(out)
         logprobs += lps
         found = _CALL.search(reply)
-        if found is None:
+        query = json.loads(found.group(1))["arguments"]["query"] if found is not None else None
+        if ends is not None:
+            ends.append(time.thread_time())
+        if query is None:
             break
-        query = json.loads(found.group(1))["arguments"]["query"]
-        glue = tok.encode("\n<|im_start|>user\n<tool_response>\n" + results[query]
+        result = results[query]  # the tool
+        if marks is not None:
+            marks.append(time.thread_time())
+        glue = tok.encode("\n<|im_start|>user\n<tool_response>\n" + result
                           + "\n</tool_response><|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
         ids.extend(glue)
         mask += [0] * len(glue)

@@ -2,6 +2,7 @@
 
     python bench/scale.py [--quick] [--works react,toolorchestra] [--rollouts 1024] [--turns 30]
                           [--latencies-ms 200,20] [--hand-rollouts 1024,256] [--no-profile] [--no-probe]
+                          [--probe-repeats 11]
 
 Two workloads (`bench/_scale_work.py`), each run through agentgraphs and by a hand loop in slime's style
 (one shared httpx client, as `slime.utils.http_utils.post` keeps) making the identical calls:
@@ -22,7 +23,11 @@ for all rollouts), the database's bytes vs trace token bytes (4 B x the ids ever
 delay of a 10 ms timer on the event loop. Our CPU per call = (CPU of ours - CPU of the hand loop) / calls
 in the same configuration. A probe child runs single rollouts one after another and takes thread CPU
 between consecutive engine calls, ours and hand alternately: our CPU per call at each context length (the
-react probe's tool results are ~1,000 tokens, so its last turn reaches ~32K tokens). A cProfile'd child
+react probe's tool results are ~1,000 tokens, so its last turn reaches ~32K tokens). The react probe also clocks
+each call's own work, split three ways per context length: (a) ours - hand all-in; (b) our library's own, thread
+CPU inside `TracedChatModel._agenerate` (a bench-only subclass; it holds SGLangEngine's request and parse and the
+Turn) - the hand loop's same work (the prompt ids, the same /generate body and its parse, the training lists, the
+reply's tool call); (c) a - b, LangGraph + LangChain around our model. A cProfile'd child
 splits our CPU by package.
 Targets: CPU per call <= 1 ms at every context length; peak memory per rollout <= 2x its token ids;
 checkpoint DB <= 4x trace token bytes; event-loop p99 lag <= 50 ms; wall <= 1.10x the floor at 200 ms.
@@ -117,23 +122,48 @@ class _Ours:
         self.sampling = SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
         self.limits = Limits(recursion_limit=10 * cfg["turns"] + 20, max_llm_calls=4 * cfg["turns"] + 8)
         if cfg["work"] == "react":
-            self.spec = work.react_spec(work.tool_results(tok, cfg["tool_tokens"]))
+            model = self._marked_model() if cfg.get("probe") else None
+            self.spec = work.react_spec(work.tool_results(tok, cfg["tool_tokens"]), model)
             self.options: dict[str, Any] | None = None
         else:
             from agentgraphs.toolorchestra.spec import SPEC
 
             self.spec = SPEC
             self.options = work.to_options(cfg["retrieval_url"], cfg["turns"])
+        # the probe's clock: thread CPU where each policy call starts (react: LangChain's entry into the model's
+        # `_agenerate`; toolorchestra: the engine's generate) and, react only, where `_agenerate` returns
         self.marks: list[float] | None = None
+        self.ends: list[float] | None = None
+
+    def _marked_model(self) -> Any:
+        """TracedChatModel with the probe's clock around `_agenerate`, LangChain's call into our model: all our
+        per-call work (messages to template dicts, digests, the prompt ids, SGLangEngine's request and its
+        parse, the Turn, the AIMessage), and nothing of LangChain's or LangGraph's around it."""
+        from agentgraphs.chat_model import TracedChatModel
+
+        outer = self
+
+        class MarkedChatModel(TracedChatModel):
+            async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                                 **kwargs: Any) -> Any:
+                if outer.marks is not None:
+                    outer.marks.append(time.thread_time())
+                result = await super()._agenerate(messages, stop, run_manager, **kwargs)
+                if outer.ends is not None:
+                    outer.ends.append(time.thread_time())
+                return result
+
+        return MarkedChatModel()
 
     def _engine(self, n: int, policy: bool) -> Any:
         from agentgraphs.engines.sglang import SGLangEngine
 
         outer = self
+        marked = policy and self.cfg["work"] != "react"
 
         class Marked(SGLangEngine):
             async def generate(self, prompt_ids: list[int], params: Any) -> Any:
-                if outer.marks is not None and policy:  # the probe: thread CPU at each policy call
+                if outer.marks is not None and marked:  # the toolorchestra probe: thread CPU at each policy call
                     outer.marks.append(time.thread_time())
                 return await super().generate(prompt_ids, params)
 
@@ -178,6 +208,7 @@ class _Hand:
 
         self.schema = convert_to_openai_tool(work.make_lookup(self.results))
         self.marks: list[float] | None = None
+        self.ends: list[float] | None = None
 
     @asynccontextmanager
     async def open(self, n: int) -> AsyncIterator[Any]:
@@ -192,7 +223,7 @@ class _Hand:
             async def run(first: int, count: int, saver: Any = None) -> list[dict[str, Any]]:
                 if self.cfg["work"] == "react":
                     runs = [work.hand_react(http, self.cfg["url"], self.tok, first + i, self.results, self.schema,
-                                            MAX_NEW_TOKENS, self.marks) for i in range(count)]
+                                            MAX_NEW_TOKENS, self.marks, self.ends) for i in range(count)]
                 else:
                     runs = [work.hand_toolorchestra(http, self.cfg["url"], self.cfg["retrieval_url"], self.tok,
                                                     first + i, self.cfg["turns"], self.marks) for i in range(count)]
@@ -304,9 +335,15 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _probe(cfg: dict[str, Any], tok: Any) -> dict[str, Any]:
     """Single rollouts one at a time, ours and hand alternately, each side's engines / client kept open
-    across them (one event loop): thread CPU between consecutive policy calls. The first pair warms up."""
+    across them (one event loop): thread CPU from each policy call's start to the next one's (the last: to the
+    rollout's end). react also clocks each call's own work, ours and the hand loop's (see `_Ours._marked_model`
+    and `_scale_work.hand_react`), which splits ours - hand per call into our library's own CPU (ours inside
+    `_agenerate` - the hand loop's same work) and the rest (LangGraph + LangChain around the model, the tool
+    node; less the hand loop's bookkeeping outside its calls). Medians over the repeats; the first pair warms up."""
     ours, hand = _Ours(cfg, tok), _Hand(cfg, tok)
+    split = cfg["work"] == "react"
     per: dict[str, list[list[float]]] = {"ours": [], "hand": []}
+    own: dict[str, list[list[float]]] = {"ours": [], "hand": []}
     contexts: list[int] = []
 
     async def main() -> None:
@@ -315,10 +352,14 @@ def _probe(cfg: dict[str, Any], tok: Any) -> dict[str, Any]:
             for rep in range(cfg["repeats"] + 1):
                 for label, side, run in (("hand", hand, run_hand), ("ours", ours, run_ours)):
                     side.marks = []
+                    side.ends = [] if split else None
                     result = (await run(rep, 1))[0]
                     side.marks.append(time.thread_time())
                     if rep:
                         per[label].append([b - a for a, b in zip(side.marks, side.marks[1:])])
+                        if split:
+                            assert side.ends is not None and len(side.ends) == len(side.marks) - 1, label
+                            own[label].append([e - a for a, e in zip(side.marks, side.ends)])
                     if label == "ours":
                         contexts = [len(t["prompt_ids"]) for t in result["turns"] if t["trainable"]]
 
@@ -326,8 +367,14 @@ def _probe(cfg: dict[str, Any], tok: Any) -> dict[str, Any]:
     calls_per_turn = 1 if cfg["work"] == "react" else 2
     med = {k: [statistics.median(col) for col in zip(*v)] for k, v in per.items()}
     diff_ms = [1000 * (o - h) / calls_per_turn for o, h in zip(med["ours"], med["hand"])]
-    return {"contexts": contexts, "ours_ms": [1000 * x / calls_per_turn for x in med["ours"]],
-            "hand_ms": [1000 * x / calls_per_turn for x in med["hand"]], "diff_ms": diff_ms}
+    out: dict[str, Any] = {"repeats": cfg["repeats"], "contexts": contexts, "ours_ms": [1000 * x / calls_per_turn for x in med["ours"]],
+                           "hand_ms": [1000 * x / calls_per_turn for x in med["hand"]], "diff_ms": diff_ms}
+    if split:
+        own_med = {k: [statistics.median(col) for col in zip(*v)] for k, v in own.items()}
+        library_ms = [1000 * (o - h) for o, h in zip(own_med["ours"], own_med["hand"])]
+        out.update(ours_call_ms=[1000 * x for x in own_med["ours"]], hand_call_ms=[1000 * x for x in own_med["hand"]],
+                   library_ms=library_ms, framework_ms=[d - lib for d, lib in zip(diff_ms, library_ms)])
+    return out
 
 
 # -- the parent --------------------------------------------------------------------------------------------
@@ -384,6 +431,9 @@ def main() -> None:
     p.add_argument("--no-checkpoints", action="store_true")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--no-probe", action="store_true")
+    p.add_argument("--probe-repeats", type=int, default=None, help="single rollouts per side in the probe, after "
+                   "a warm-up pair; per-call figures are their medians (default 11: medians of 3 moved single lengths "
+                   "by ~0.5 ms on a shared 2-core machine; quick 1)")
     p.add_argument("--passages", type=int, default=20_000, help="retrieval corpus size")
     p.add_argument("--modes", default="ours,ours-ckpt,strict,hand",
                    help="which runs at the main size: ours, ours-ckpt (checkpoints on, first latency only), "
@@ -450,7 +500,8 @@ def main() -> None:
                             row.update(work=name, mode="profile", n=k, latency_s=latency, checkpoints=False, turns=turns)
                             runs.append(row)
                         if li == len(latencies) - 1 and not args.no_probe:
-                            cfg = {**base, "mode": "ours", "n": 1, "probe": True, "repeats": 1 if args.quick else 3,
+                            cfg = {**base, "mode": "ours", "n": 1, "probe": True,
+                                   "repeats": args.probe_repeats or (1 if args.quick else 11),
                                    "tool_tokens": PROBE_TOOL_TOKENS if name == "react" and not args.quick else TOOL_TOKENS}
                             print(f"  probing {name} (single rollouts, per-call CPU by context length) ...", flush=True)
                             probes[name] = _run_child(cfg, timeout, args.quick)
@@ -562,6 +613,22 @@ def _report(args: Any, runs: list[dict[str, Any]], probes: dict[str, Any], n: in
                               f"(ours {probe['ours_ms'][i]:.2f}, hand {probe['hand_ms'][i]:.2f})" for i in picks)
                   + f"; worst {worst:.2f} ms")
             verdicts[f"{name} CPU per call, every context"] = worst <= CPU_TARGET_MS
+            if "library_ms" in probe:
+                print(f"  {name} probe, per call (ms of thread CPU, medians of {probe.get('repeats', '?')}): (a) ours - "
+                      "hand all-in | (b) our library's own (inside TracedChatModel._agenerate) - the hand loop's same "
+                      "work | (c) the rest, a - b (LangGraph + LangChain around the model, the tool node)")
+                print("      tokens      (a)     (b)     (c)   | ours all-in  hand all-in  ours inside  hand's call")
+                last = len(probe["contexts"]) - 1
+                for i, ctx_len in enumerate(probe["contexts"]):
+                    print(f"      {ctx_len:6d}  {probe['diff_ms'][i]:7.2f} {probe['library_ms'][i]:7.2f} "
+                          f"{probe['framework_ms'][i]:7.2f}   | {probe['ours_ms'][i]:11.2f}  {probe['hand_ms'][i]:11.2f}"
+                          f"  {probe['ours_call_ms'][i]:11.2f}  {probe['hand_call_ms'][i]:11.2f}"
+                          + ("   (a), (c) and all-in: the last call + the rollout's end" if i == last else ""))
+                calls_only = slice(0, max(1, last))
+                print(f"    worst: (a) {worst:.2f} ms, (b) {max(probe['library_ms']):.2f} ms, "
+                      f"(c) {max(probe['framework_ms']):.2f} ms; without the last interval (the rollout's end): "
+                      f"(a) {max(probe['diff_ms'][calls_only]):.2f} ms, (c) {max(probe['framework_ms'][calls_only]):.2f} ms")
+                verdicts[f"{name} our library's own CPU per call, every context"] = max(probe["library_ms"]) <= CPU_TARGET_MS
     print("  targets:")
     for k, ok in verdicts.items():
         print(f"    {k}: {_common.verdict(ok)}")
