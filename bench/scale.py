@@ -2,7 +2,7 @@
 
     python bench/scale.py [--quick] [--works react,toolorchestra] [--rollouts 1024] [--turns 30]
                           [--latencies-ms 200,20] [--hand-rollouts 1024,256] [--no-profile] [--no-probe]
-                          [--probe-repeats 11]
+                          [--probe-repeats 11] [--modes ours,ours-ckpt,strict,hand] [--to-rollouts 256]
 
 Two workloads (`bench/_scale_work.py`), each run through agentgraphs and by a hand loop in slime's style
 (one shared httpx client, as `slime.utils.http_utils.post` keeps) making the identical calls:
