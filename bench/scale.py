@@ -426,7 +426,7 @@ def main() -> None:
     p.add_argument("--rollouts", type=int, default=None, help="concurrent rollouts (default 1024; quick 8)")
     p.add_argument("--turns", type=int, default=None, help="policy turns per rollout (default 30; quick 3)")
     p.add_argument("--latencies-ms", default=None, help="per generation (default 200,20; quick 20)")
-    p.add_argument("--hand-rollouts", default=None, help="extra sizes run ours + hand at the first latency "
+    p.add_argument("--hand-rollouts", default=None, help="extra sizes run ours + hand at the first latency; \"\" for none "
                    "(default 256; quick none)")
     p.add_argument("--no-checkpoints", action="store_true")
     p.add_argument("--no-profile", action="store_true")
@@ -444,7 +444,8 @@ def main() -> None:
     n = args.rollouts or (8 if args.quick else 1024)
     turns = args.turns or (3 if args.quick else 30)
     latencies = [float(x) / 1000 for x in (args.latencies_ms or ("20" if args.quick else "200,20")).split(",")]
-    extra = [int(x) for x in (args.hand_rollouts or ("" if args.quick else "256")).split(",") if x]
+    sizes = args.hand_rollouts if args.hand_rollouts is not None else ("" if args.quick else "256")
+    extra = [int(x) for x in sizes.split(",") if x]  # --hand-rollouts "": none
     works = args.works.split(",")
     modes = set(args.modes.split(","))
     if not modes or modes - {"ours", "ours-ckpt", "strict", "hand"}:
