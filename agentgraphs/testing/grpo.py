@@ -16,7 +16,13 @@ slime/backends/megatron_utils/loss.py, v0.3.1):
 - GRPO advantages: each sequence's normalised reward on every one of its tokens;
 - PPO clipping: max(-A * r, -A * clip(r, 1 - eps, 1 + eps_high));
 - reduction: the mean over each sequence's loss mask, then the mean over sequences (slime's default),
-  or the mean over all trained tokens (`per_token_loss`, slime's `--calculate-per-token-loss`).
+  or the mean over all trained tokens (`per_token_loss`, slime's `--calculate-per-token-loss`);
+- optionally slime's KL loss (`--use-kl-loss --kl-loss-coef --kl-loss-type`): the estimator between the
+  model's log-probs and a frozen reference model's at the same trained tokens (the same temperature), reduced
+  as the policy loss and added times the coefficient (`compute_approx_kl`; low_var_kl clamped to +-10);
+- optionally Megatron's linear warm-up (`--lr-warmup-iters`, `--lr-warmup-init` 0): optimizer step k
+  (0-based, counted in AdamW's own state, so a resumed optimizer continues the schedule) runs at
+  lr * min(1, k / warm-up): the first step moves nothing and only fills AdamW's moments.
 
 The model is the HFEngine's own: generation sees the updated weights on the next step (train mode for
 the update, eval mode for generation, the update under the engine's lock). Faults for negative controls
@@ -32,7 +38,7 @@ import asyncio
 import math
 import random
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence, TypedDict
+from typing import Any, Callable, Literal, Mapping, Optional, Sequence, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,6 +72,11 @@ class GRPOConfig(BaseModel):
     eps_clip: float = Field(0.2, gt=0, description="[--eps-clip]")
     eps_clip_high: Optional[float] = Field(None, gt=0, description="[--eps-clip-high]; None = eps_clip")
     per_token_loss: bool = Field(False, description="[--calculate-per-token-loss]")
+    use_kl_loss: bool = Field(False, description="add the KL loss to a frozen reference model [--use-kl-loss]")
+    kl_loss_coef: float = Field(0.0, ge=0, description="[--kl-loss-coef]")
+    kl_loss_type: Literal["k1", "k2", "k3", "low_var_kl"] = Field("k1", description="[--kl-loss-type]")
+    lr_warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 over this many optimizer steps "
+                                 "[--lr-warmup-iters]")
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward pass (gradients accumulate)")
     tf32: bool = Field(False, description="allow TF32 matmuls in the update (CUDA only; generation stays full "
                        "fp32, so the recorded log-probs do not change; the trainer's own log-probs then differ "
@@ -93,6 +104,7 @@ class StepStats(TypedDict):
     loss: float
     clipfrac: float
     entropy: float
+    kl: float  # mean KL estimate to the reference over trained tokens (nan without use_kl_loss)
     logp_diff_max: float
     logp_diff_mean: float
     ratio_min: float
@@ -127,7 +139,9 @@ class GRPOTrainer:
 
     def __init__(self, spec: AgentSpec, engine: Any, rows: Sequence[Mapping[str, Any]], config: GRPOConfig | None = None,
                  *, options: Mapping[str, Any] | MethodOptions | None = None, corrupt: Corrupt | None = None,
-                 audit: Audit | None = None) -> None:
+                 audit: Audit | None = None, reference: Any = None) -> None:
+        import copy
+
         import torch
 
         self.spec, self.engine, self.config = spec, engine, config or GRPOConfig()
@@ -148,6 +162,13 @@ class GRPOTrainer:
         self.optimizer = torch.optim.AdamW(
             [p for p in engine.model.parameters() if p.requires_grad], lr=self.config.lr,
             betas=self.config.adam_betas, weight_decay=self.config.weight_decay)
+        self.reference = None
+        if self.config.use_kl_loss:  # slime's --ref-load: by default the weights training starts from
+            self.reference = reference if reference is not None else copy.deepcopy(engine.model)
+            self.reference.eval().requires_grad_(False)
+        elif reference is not None:
+            raise ValueError("GRPOTrainer: a reference model was given but config.use_kl_loss is False: "
+                             "set use_kl_loss=True (and kl_loss_coef) or drop reference=")
         self.history: list[StepStats] = []
         self.context = AgentContext(
             policy=engine, tokenizer=engine.tokenizer,
@@ -237,8 +258,9 @@ class GRPOTrainer:
                     trained_rows = [r for r in step_rows if any(data["loss_masks"][r])]
                     if cfg.skip_flat_updates and not any(data["rewards"][r] for r in trained_rows):
                         continue  # this share has no signal: no step (see skip_flat_updates)
+                    self._schedule_lr()
                     for rows in _chunks(trained_rows, cfg.micro_batch_size):
-                        part = policy_loss(model, data, rows, share, cfg)
+                        part = policy_loss(model, data, rows, share, cfg, self.reference)
                         part["loss"].backward()
                         parts.append({k: v.detach() for k, v in part.items()})
                     params = [p for p in model.parameters() if p.grad is not None]
@@ -251,7 +273,23 @@ class GRPOTrainer:
                 torch.backends.cuda.matmul.allow_tf32 = tf32
                 model.eval()
         stats = _merge(parts, batch["trained_tokens"], sum(norms) / max(len(norms), 1))
+        if not cfg.use_kl_loss:
+            stats["kl"] = float("nan")
         return {**stats, "optimizer_steps": len(norms), "skipped": 0.0}
+
+    def optimizer_steps_taken(self) -> int:
+        """AdamW steps taken so far (read from its own state, so a loaded state dict carries it)."""
+        for state in self.optimizer.state.values():
+            if "step" in state:
+                return int(state["step"])
+        return 0
+
+    def _schedule_lr(self) -> None:
+        warmup = self.config.lr_warmup_steps
+        k = self.optimizer_steps_taken()
+        lr = self.config.lr * (min(1.0, k / warmup) if warmup > 0 else 1.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
 
 def optimizer_batches(data: TrainData, steps: int) -> list[list[int]]:
@@ -287,8 +325,10 @@ def token_batch(data: TrainData, rows: Sequence[int] | None = None) -> TokenBatc
                       trained_tokens=sum(sum(masks[r]) for r in picked), rows=len(picked))
 
 
-def policy_loss(model: Any, data: TrainData, rows: Sequence[int], batch: TokenBatch, cfg: GRPOConfig) -> dict[str, Any]:
-    """slime's PPO-clip policy loss for `rows`, scaled so that the sum over micro-batches is the batch loss."""
+def policy_loss(model: Any, data: TrainData, rows: Sequence[int], batch: TokenBatch, cfg: GRPOConfig,
+                reference: Any = None) -> dict[str, Any]:
+    """slime's PPO-clip policy loss for `rows` (+ its KL loss to `reference` when cfg.use_kl_loss), scaled so
+    that the sum over micro-batches is the batch loss."""
     import torch
 
     logp, old, adv, owner = trained_logprobs(model, data, rows, cfg.temperature)
@@ -305,15 +345,42 @@ def policy_loss(model: Any, data: TrainData, rows: Sequence[int], batch: TokenBa
         denom = torch.tensor([batch["denominators"][r] for r in rows], dtype=per_token.dtype, device=per_token.device)
         weights = 1.0 / (denom[owner] * n_rows)
     loss = (per_token * weights).sum()
+    kl_sum = torch.zeros((), device=per_token.device)
+    if cfg.use_kl_loss:
+        if reference is None:
+            raise ValueError("policy_loss: cfg.use_kl_loss needs the reference model (reference=)")
+        with torch.no_grad():
+            ref, _, _, _ = trained_logprobs(reference, data, rows, cfg.temperature)
+        kl = approx_kl(logp["logp"], ref["logp"], cfg.kl_loss_type)
+        loss = loss + cfg.kl_loss_coef * (kl * weights).sum()
+        kl_sum = kl.detach().sum()
     diff = (logp["logp"].detach() - old).abs()
     return {
-        "loss": loss,
+        "loss": loss, "kl_sum": kl_sum,
         "clip_n": (clipped > unclipped).float().sum(),
         "entropy_sum": logp["entropy"].sum(),
         "diff_sum": diff.sum(), "diff_max": diff.max(),
         "ratio_min": ratio.detach().min(), "ratio_max": ratio.detach().max(),
         "ratio_sum": ratio.detach().sum(), "ratio_sq": (ratio.detach() ** 2).sum(),
     }
+
+
+def approx_kl(logp: Any, ref_logp: Any, kind: str) -> Any:
+    """slime's per-token KL estimators (Schulman's k1/k2/k3) of the model from the reference.
+
+    >>> import torch
+    >>> round(float(approx_kl(torch.tensor([0.0]), torch.tensor([-1.0]), "low_var_kl")), 4)  # e^-1 - 1 + 1
+    0.3679
+    """
+    log_ratio = logp.float() - ref_logp.float()
+    if kind == "k1":
+        return log_ratio
+    if kind == "k2":
+        return log_ratio ** 2 / 2.0
+    if kind in ("k3", "low_var_kl"):
+        kl = (-log_ratio).exp() - 1 + log_ratio
+        return kl.clamp(-10, 10) if kind == "low_var_kl" else kl
+    raise ValueError(f"kl_loss_type {kind!r} is not one of k1, k2, k3, low_var_kl")
 
 
 def trained_logprobs(model: Any, data: TrainData, rows: Sequence[int], temperature: float) -> tuple[dict[str, Any], Any, Any, Any]:
@@ -363,11 +430,12 @@ def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
 
 
 def _merge(parts: list[dict[str, Any]], tokens: int, grad_norm: float) -> dict[str, float]:
-    total = {k: sum(float(p[k]) for p in parts) for k in ("loss", "clip_n", "entropy_sum", "diff_sum", "ratio_sum", "ratio_sq")}
+    total = {k: sum(float(p[k]) for p in parts)
+             for k in ("loss", "clip_n", "entropy_sum", "kl_sum", "diff_sum", "ratio_sum", "ratio_sq")}
     mean_ratio = total["ratio_sum"] / tokens
     return {
         "trained_tokens": tokens, "loss": total["loss"], "clipfrac": total["clip_n"] / tokens,
-        "entropy": total["entropy_sum"] / tokens,
+        "entropy": total["entropy_sum"] / tokens, "kl": total["kl_sum"] / tokens,
         "logp_diff_max": max(float(p["diff_max"]) for p in parts), "logp_diff_mean": total["diff_sum"] / tokens,
         "ratio_min": min(float(p["ratio_min"]) for p in parts), "ratio_max": max(float(p["ratio_max"]) for p in parts),
         "ratio_std": math.sqrt(max(total["ratio_sq"] / tokens - mean_ratio ** 2, 0.0)), "grad_norm": grad_norm,
@@ -376,7 +444,7 @@ def _merge(parts: list[dict[str, Any]], tokens: int, grad_norm: float) -> dict[s
 
 def _empty_stats() -> dict[str, float]:
     nan = float("nan")
-    return {"loss": 0.0, "clipfrac": 0.0, "entropy": nan, "logp_diff_max": nan, "logp_diff_mean": nan,
+    return {"loss": 0.0, "clipfrac": 0.0, "entropy": nan, "kl": nan, "logp_diff_max": nan, "logp_diff_mean": nan,
             "ratio_min": nan, "ratio_max": nan, "ratio_std": nan, "grad_norm": 0.0, "optimizer_steps": 0,
             "skipped": 0.0}
 

@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agentgraphs.testing.grpo import (  # noqa: E402
-    FAULTS, GRPOConfig, GRPOTrainer, negate_advantages, optimizer_batches, permute_within_groups, policy_loss,
+    FAULTS, GRPOConfig, GRPOTrainer, approx_kl, negate_advantages, optimizer_batches, permute_within_groups, policy_loss,
     shift_mask, token_batch, verdict, wrong_rollout,
 )
 from agentgraphs.testing.learning import (  # noqa: E402
@@ -256,6 +256,113 @@ def _reference_loss_tensor(model: Any, data: dict[str, Any], temperature: float)
         loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)) * torch.tensor(mask, dtype=torch.float32)
         total = total + loss.sum() / max(sum(mask), 1)
     return total / len(data["tokens"])
+
+
+def _plain_logp(model: Any, tokens: list[int], n: int, temperature: float) -> Any:
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tokens])).logits[0].double() / temperature
+    logp = torch.log_softmax(logits, -1)[len(tokens) - n - 1:-1]
+    return logp.gather(1, torch.tensor(tokens[-n:]).unsqueeze(1)).squeeze(1)
+
+
+# Schulman's estimators written out from their definitions (r = ref / model probability ratio), not our code
+_KL_BY_HAND = {
+    "k1": lambda lp, ref: lp - ref,
+    "k2": lambda lp, ref: (lp - ref) ** 2 / 2,
+    "k3": lambda lp, ref: torch.exp(ref - lp) - 1 - (ref - lp),
+    "low_var_kl": lambda lp, ref: (torch.exp(ref - lp) - 1 - (ref - lp)).clamp(-10, 10),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_KL_BY_HAND))
+@pytest.mark.parametrize("per_token", [False, True])
+def test_kl_loss_matches_slime_objective_on_plain_logits(kind: str, per_token: bool) -> None:
+    """slime's `--use-kl-loss`: pg_loss + coef * the KL estimate to the reference, reduced like pg_loss."""
+    model = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=0, device="cpu").model
+    reference = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=1, device="cpu").model
+    data = _data(model)
+    cfg = GRPOConfig(temperature=0.8, per_token_loss=per_token, use_kl_loss=True, kl_loss_coef=0.3, kl_loss_type=kind)
+    out = policy_loss(model, data, [0, 1], token_batch(data), cfg, reference)
+    per_row, total, tokens = [], 0.0, 0
+    for tokens_, n, mask in zip(data["tokens"], data["response_lengths"], data["loss_masks"]):
+        kl = _KL_BY_HAND[kind](_plain_logp(model, tokens_, n, 0.8), _plain_logp(reference, tokens_, n, 0.8))
+        kl = kl * torch.tensor(mask, dtype=torch.float64)
+        per_row.append(float(kl.sum()) / sum(mask))
+        total, tokens = total + float(kl.sum()), tokens + sum(mask)
+    kl_loss = total / tokens if per_token else sum(per_row) / len(per_row)
+    expected = _reference_loss(model, data, 0.8, per_token) + 0.3 * kl_loss
+    assert abs(kl_loss) > 1e-3  # two different models: the KL term is not zero
+    assert math.isclose(float(out["loss"].detach()), expected, rel_tol=1e-4, abs_tol=1e-6)
+    assert math.isclose(float(out["kl_sum"]) / tokens, total / tokens, rel_tol=1e-4, abs_tol=1e-6)
+    with pytest.raises(ValueError, match="reference"):
+        policy_loss(model, data, [0, 1], token_batch(data), cfg)
+
+
+def test_approx_kl_refuses_an_unknown_estimator() -> None:
+    with pytest.raises(ValueError, match="low_var_kl"):
+        approx_kl(torch.zeros(1), torch.zeros(1), "k4")
+
+
+def test_kl_reference_defaults_to_a_frozen_copy_of_the_starting_weights() -> None:
+    engine = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=0, device="cpu")
+    spec = learning_spec(target_ids(engine.model), "share")
+    start = [p.detach().clone() for p in engine.model.parameters()]
+    cfg = GRPOConfig(n_samples_per_prompt=4, lr=1e-2, use_kl_loss=True, kl_loss_coef=0.5, kl_loss_type="low_var_kl")
+    trainer = GRPOTrainer(spec, engine, learning_rows(2), cfg, options={"max_new_tokens": 4})
+    first = trainer.step()
+    second = trainer.step()
+    assert first["kl"] == 0.0  # before any update the model is its reference
+    assert second["kl"] > 0.0  # the reference stayed where training started; the model moved
+    assert all(torch.equal(a, b) for a, b in zip(start, trainer.reference.parameters()))
+    assert not any(p.requires_grad for p in trainer.reference.parameters())
+    assert math.isnan(GRPOTrainer(spec, engine, learning_rows(2), GRPOConfig(n_samples_per_prompt=4),
+                                  options={"max_new_tokens": 4}).step()["kl"])  # no KL loss: no KL figure
+    with pytest.raises(ValueError, match="use_kl_loss"):
+        GRPOTrainer(spec, engine, learning_rows(2), GRPOConfig(), reference=engine.model)
+
+
+def _record_lrs(trainer: GRPOTrainer) -> list[float]:
+    """The lr of every optimizer step `trainer` takes from now on."""
+    seen: list[float] = []
+    step = trainer.optimizer.step
+
+    def recording_step(*args: Any, **kwargs: Any) -> Any:
+        seen.append(trainer.optimizer.param_groups[0]["lr"])
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = recording_step  # type: ignore[method-assign]
+    return seen
+
+
+def test_lr_warmup_is_megatrons_linear_ramp_from_zero_and_survives_a_reload() -> None:
+    """--lr-warmup-iters 4: optimizer step k runs at lr * k / 4 (Megatron's scheduler starts at step 0 with
+    --lr-warmup-init 0), so the first step only fills AdamW's moments; a reloaded optimizer continues."""
+    engine = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=0, device="cpu")
+    spec = learning_spec(target_ids(engine.model), "share")
+    cfg = GRPOConfig(n_samples_per_prompt=4, lr=1e-2, lr_warmup_steps=4, num_steps_per_rollout=2)
+    trainer = GRPOTrainer(spec, engine, learning_rows(2), cfg, options={"max_new_tokens": 4})
+    data = to_train_data(asyncio.run(trainer.collect()), TrainDataSettings(n_samples_per_prompt=4))
+    data["rewards"] = [1.0 if i % 2 else -1.0 for i in range(len(data["rewards"]))]  # signal in both shares
+    start = [p.detach().clone() for p in engine.model.parameters()]
+    seen = _record_lrs(trainer)
+    trainer.update(data)
+    assert seen == [0.0, 2.5e-3]
+    again = GRPOTrainer(spec, engine, learning_rows(2), cfg, options={"max_new_tokens": 4})
+    again.optimizer.load_state_dict(trainer.optimizer.state_dict())
+    assert again.optimizer_steps_taken() == 2
+    seen = _record_lrs(again)
+    again.update(data)
+    again.update(data)
+    assert seen == [5e-3, 7.5e-3, 1e-2, 1e-2]
+    # step 0 at lr 0 moves nothing: a fresh trainer with one optimizer step per update shows it
+    fresh_engine = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=0, device="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(start, fresh_engine.model.parameters()))
+    fresh = GRPOTrainer(spec, fresh_engine, learning_rows(2), cfg.model_copy(update={"num_steps_per_rollout": 1}),
+                        options={"max_new_tokens": 4})
+    fresh.update(data)
+    assert all(torch.equal(a, b) for a, b in zip(start, fresh_engine.model.parameters()))
+    fresh.update(data)
+    assert any(not torch.equal(a, b) for a, b in zip(start, fresh_engine.model.parameters()))
 
 
 def test_optimizer_batches_keep_rollouts_whole_and_refuse_more_steps_than_rollouts() -> None:

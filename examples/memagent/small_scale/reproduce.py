@@ -222,10 +222,16 @@ def stage_rl(args: argparse.Namespace) -> None:
     part = len(earlier.get("curve", []))
     cfg, engine, pool = _open(init, args.device, part=part)
     audits: list[dict[str, Any]] = []
+    # the seed's GRPO flags (run_memagent_7b.sh): --use-kl-loss --kl-loss-coef 0.001 --kl-loss-type low_var_kl
+    # --eps-clip 0.2 --eps-clip-high 0.3 --weight-decay 0.1 --adam-beta2 0.98; the lr is ours (see --lr)
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
                         max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
                         micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples, tf32=args.tf32,
-                        skip_flat_updates=args.skip_flat, num_steps_per_rollout=args.steps_per_rollout)
+                        skip_flat_updates=args.skip_flat, num_steps_per_rollout=args.steps_per_rollout,
+                        use_kl_loss=args.kl_coef > 0, kl_loss_coef=args.kl_coef, kl_loss_type=args.kl_type,
+                        lr_warmup_steps=args.lr_warmup, weight_decay=args.weight_decay)
+    reference_dir = Path(earlier.get("reference", "") or init)  # the weights RL started from, in every part
+    reference = _reference(reference_dir, args.device) if config.use_kl_loss else None
 
     def rows_for(step: int) -> list[dict[str, Any]]:
         split = f"rl-{step}"  # the same documents for the run and its control
@@ -236,7 +242,7 @@ def stage_rl(args: argparse.Namespace) -> None:
 
     trainer = GRPOTrainer(SPEC, engine, rows_for(0), config, options=P.options(cfg),
                           corrupt=FAULTS["permute_within_groups"] if args.permute else None,
-                          audit=None if args.no_audit else audit)
+                          audit=None if args.no_audit else audit, reference=reference)
     curve: list[dict[str, Any]] = list(earlier.get("curve", []))
     seconds = float(earlier.get("seconds", 0.0))
     if earlier:  # a resumed run: AdamW's moments as the last call left them, the next documents in order
@@ -250,14 +256,16 @@ def stage_rl(args: argparse.Namespace) -> None:
         trainer.rows = rows_for(step)
         s = trainer.step()
         point = {k: s[k] for k in ("reward_mean", "reward_std", "sequences", "trained_tokens", "loss", "clipfrac",
-                                   "entropy", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm", "optimizer_steps",
+                                   "entropy", "kl", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm", "optimizer_steps",
                                    "skipped", "rollout_s", "train_s")}
-        point = {"step": step, **point, "audit": audits[-1] if audits else None}
+        point = {"step": step, **point, "lr": trainer.optimizer.param_groups[0]["lr"],  # its last optimizer step's
+                 "audit": audits[-1] if audits else None}
         curve.append(point)
         _log(f"step {step}: reward {s['reward_mean']:.3f} (sd {s['reward_std']:.3f}) entropy {s['entropy']:.3f} "
-             f"|dlogp| {s['logp_diff_max']:.1e} seqs {s['sequences']} rollout {s['rollout_s']:.1f}s "
+             f"kl {s['kl']:.2e} |dlogp| {s['logp_diff_max']:.1e} seqs {s['sequences']} rollout {s['rollout_s']:.1f}s "
              f"train {s['train_s']:.1f}s" + (f" audit max|d| {audits[-1]['max_abs_delta']:.1e}" if audits else ""))
     _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "permuted": args.permute, "steps": len(curve),
+                             "reference": str(reference_dir) if reference is not None else "",
                              "seconds": round(seconds + time.perf_counter() - started, 1), "curve": curve,
                              "calls": list(earlier.get("calls", [])) + [{**_args(args), "seed": _seed(cfg, part)}],
                              "batch_stats": vars(engine.batcher.stats) if engine.batcher else None})
@@ -265,6 +273,17 @@ def stage_rl(args: argparse.Namespace) -> None:
 
 
 OPTIMIZER = "optimizer.pt"  # AdamW's state beside an RL checkpoint: `rl --resume` continues from it
+
+
+def _reference(ckpt: Path, device: str) -> Any:
+    """The KL loss's frozen reference (slime's --ref-load): the checkpoint RL started from, in fp32."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not (ckpt / "config.json").exists():
+        raise SystemExit(f"the KL reference {ckpt} is not a checkpoint (it must stay where RL started from, "
+                         "or pass --kl-coef 0)")
+    return AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32).to(device)
 
 
 def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -277,7 +296,8 @@ def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--resume: {init} is not an RL checkpoint with {OPTIMIZER} (give --init the run to "
                          "continue, or drop --resume to start RL from a warm start)")
     was = stage["args"]
-    same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout")
+    same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout", "kl_coef", "kl_type",
+            "lr_warmup", "weight_decay")
     changed = [k for k in same if was.get(k) != getattr(args, k)]
     if changed:
         raise SystemExit(f"--resume: {', '.join(f'{k} was {was.get(k)!r}, now {getattr(args, k)!r}' for k in changed)}"
@@ -376,6 +396,13 @@ def main() -> None:
     r.add_argument("--steps-per-rollout", type=int, default=1,
                    help="optimizer steps per rollout batch, each over an equal share of whole rollouts (slime's "
                         "--num-steps-per-rollout)")
+    r.add_argument("--kl-coef", type=float, default=0.001,
+                   help="slime's --kl-loss-coef to the weights RL starts from (the seed: 0.001; 0 = no KL loss)")
+    r.add_argument("--kl-type", default="low_var_kl", choices=("k1", "k2", "k3", "low_var_kl"),
+                   help="slime's --kl-loss-type (the seed: low_var_kl)")
+    r.add_argument("--lr-warmup", type=int, default=0,
+                   help="optimizer steps of linear warm-up from 0 (Megatron's --lr-warmup-iters; the seed: none)")
+    r.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's (the seed: 0.1)")
     r.add_argument("--resume", action="store_true",
                    help="--init is an RL checkpoint of this arm: continue its curve, documents and AdamW state")
     r.add_argument("--skip-flat", action="store_true",
