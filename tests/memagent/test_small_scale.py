@@ -190,3 +190,30 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     run("eval", "--ckpt", str(w / "rl"), "--name", "RL", "--out", str(w / "eval.json"), "--device", "cpu")
     printed = run("table", str(w / "eval.json"))
     assert "| RL |" in printed and "strict sub_em" in printed
+
+
+def _eval_file(path: Path, name: str, scores: dict[int, list[int]]) -> str:
+    results = [{"length": n, "gold": f"{n}-{i}", "sub_em_strict": s, "em": s, "sub_em": 1, "answered": 1}
+               for n, ss in scores.items() for i, s in enumerate(ss)]
+    by_length = {str(n): {"sub_em_strict": 100 * sum(ss) / len(ss)} for n, ss in scores.items()}
+    path.write_text(json.dumps({"name": name, "train_lengths": [1000, 2000], "by_length": by_length,
+                                "results": results}))
+    return str(path)
+
+
+def test_compare_pairs_documents_and_counts_mcnemar_by_hand(tmp_path: Path) -> None:
+    base = _eval_file(tmp_path / "w.json", "warm", {1000: [0, 0, 1, 1], 2000: [0, 0, 0, 1], 16000: [0, 1, 0, 0]})
+    rl = _eval_file(tmp_path / "r.json", "RL", {1000: [1, 1, 1, 0], 2000: [1, 1, 0, 1], 16000: [1, 1, 0, 0]})
+    out = tmp_path / "cmp.json"
+    printed = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "compare", base, rl, "--out", str(out)],
+                             capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    row = json.loads(out.read_text())["vs_base"][0]
+    # by hand at 1K-2K: 3 of 8 -> 6 of 8; won 4 (1K #0 #1, 2K #0 #1), lost 1 (1K #3); z = 3 / sqrt(5)
+    assert row["training_lengths"] == {"documents": 8, "before": 37.5, "after": 75.0, "gain_points": 37.5,
+                                       "won": 4, "lost": 1, "mcnemar_z": 1.34}
+    assert row["8x_and_more"]["won"] == 1 and row["kept_at_8x"] == round(50.0 / 75.0, 3)  # 16K is 8x 2K
+    assert "+37.50 points, won 4 / lost 1, McNemar z +1.34" in printed
+    other = _eval_file(tmp_path / "o.json", "other", {1000: [1, 1, 1, 1, 1], 2000: [1, 1, 1, 1]})
+    refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "compare", base, other],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode != 0 and "not of the same documents" in refused.stderr

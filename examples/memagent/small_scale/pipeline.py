@@ -299,3 +299,30 @@ def seed_table(evals: Sequence[dict[str, Any]], metric: str) -> str:
         cells = [f"{e['by_length'][str(n)][metric]:.2f}" if str(n) in e["by_length"] else "" for n in lengths]
         lines.append(f"| {e['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def paired(before: dict[str, Any], after: dict[str, Any], lengths: Sequence[int],
+           metric: str = "sub_em_strict") -> dict[str, Any]:
+    """Two evaluations of the SAME documents compared document by document at `lengths`: the scores, the
+    documents won and lost, and McNemar's z = (won - lost) / sqrt(won + lost) (|z| > 1.96: the change is
+    beyond the noise of these documents at 5 %; 0 when nothing changed).
+
+    >>> doc = lambda g, s: {"length": 1000, "gold": g, metric: s}
+    >>> metric = "sub_em_strict"
+    >>> paired({"results": [doc("1", 0), doc("2", 0), doc("3", 1)]},
+    ...        {"results": [doc("1", 1), doc("2", 1), doc("3", 1)]}, [1000])["mcnemar_z"]
+    1.41
+    """
+    pairs = [(b, a) for b, a in zip(before["results"], after["results"]) if b["length"] in set(lengths)]
+    if len(before["results"]) != len(after["results"]) or any(
+            (b["length"], b["gold"]) != (a["length"], a["gold"]) for b, a in zip(before["results"], after["results"])):
+        raise ValueError("paired: the two evaluations are not of the same documents in the same order (evaluate "
+                         "both checkpoints of one run with `reproduce.py eval`: its documents come from the run's seed)")
+    if not pairs:
+        raise ValueError(f"paired: no document at lengths {list(lengths)}")
+    won = sum(1 for b, a in pairs if a[metric] > b[metric])
+    lost = sum(1 for b, a in pairs if a[metric] < b[metric])
+    score = lambda side: round(100 * sum(p[side][metric] for p in pairs) / len(pairs), 2)  # noqa: E731
+    return {"documents": len(pairs), "before": score(0), "after": score(1),
+            "gain_points": round(score(1) - score(0), 2), "won": won, "lost": lost,
+            "mcnemar_z": round((won - lost) / math.sqrt(won + lost), 2) if won + lost else 0.0}

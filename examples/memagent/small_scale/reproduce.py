@@ -337,6 +337,28 @@ def stage_table(args: argparse.Namespace) -> None:
         Path(args.out).write_text(text)
 
 
+def stage_compare(args: argparse.Namespace) -> None:
+    """Each evaluation against the first, document by document (McNemar), at the training lengths, 8x and more."""
+    evals = [json.loads(Path(p).read_text()) for p in args.evals]
+    base, train = evals[0], evals[0]["train_lengths"]
+    far = [n for n in (int(k) for k in base["by_length"]) if n >= 8 * max(train)]
+    report: dict[str, Any] = {"base": base["name"], "metric": args.metric, "train_lengths": train,
+                              "lengths_8x": far, "vs_base": []}
+    for path, e in zip(args.evals[1:], evals[1:]):
+        row: dict[str, Any] = {"training_lengths": P.paired(base, e, train, args.metric)}
+        if far:
+            row["8x_and_more"] = P.paired(base, e, far, args.metric)
+            at_train, at_far = P.pooled(e["results"], train, args.metric), P.pooled(e["results"], far, args.metric)
+            row["kept_at_8x"] = round(at_far / at_train, 3) if at_train else float("nan")
+        report["vs_base"].append({"name": e["name"], "file": str(path), **row})
+        t = row["training_lengths"]
+        print(f"{e['name']} vs {base['name']} at {train}: {t['before']:.2f} -> {t['after']:.2f} "
+              f"({t['gain_points']:+.2f} points, won {t['won']} / lost {t['lost']}, McNemar z {t['mcnemar_z']:+.2f})"
+              + (f"; at {far} it keeps {row['kept_at_8x']:.2f}x its training-length score" if far else ""))
+    if args.out:
+        P.write_json(Path(args.out), report)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="stage", required=True)
@@ -421,6 +443,12 @@ def main() -> None:
     e.add_argument("--out", required=True)
     e.add_argument("--device", default=dev)
     e.set_defaults(run=stage_eval)
+
+    c = sub.add_parser("compare", help="paired comparison (McNemar) of evaluations of the same documents")
+    c.add_argument("evals", nargs="+", help="eval files; the first is the base (e.g. the warm start)")
+    c.add_argument("--metric", default="sub_em_strict", choices=P.METRICS)
+    c.add_argument("--out", default="")
+    c.set_defaults(run=stage_compare)
 
     t = sub.add_parser("table", help="print the seed's table from eval JSON files")
     t.add_argument("evals", nargs="+")

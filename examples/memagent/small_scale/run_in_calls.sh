@@ -90,6 +90,7 @@ wait
 for f in untrained warmstart rl rl_permuted; do tail -1 "$r/eval_$f.log" | tee -a "$r/calls.log"; done
 if [ -f "$r/eval_untrained.json" ] && [ -f "$r/eval_warmstart.json" ] && [ -f "$r/eval_rl.json" ] && [ -f "$r/eval_rl_permuted.json" ]; then
   $R table "$r/eval_untrained.json" "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/table.md"
+  $R compare "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/compare.json" | tee -a "$r/calls.log"
   stamp "all stages done"
 fi
 pack
