@@ -29,7 +29,7 @@ CPU inside `TracedChatModel._agenerate` (a bench-only subclass; it holds SGLangE
 Turn) - the hand loop's same work (the prompt ids, the same /generate body and its parse, the training lists, the
 reply's tool call); (c) a - b, LangGraph + LangChain around our model; and beside them (d) the framework floor, the
 thread CPU between the calls of the same graph over a chat model that does no work (no engine, no HTTP), so c - d is
-what the calls' own work and the server on the same cores add around them. A cProfile'd child splits our CPU by
+what running around our calls adds (the same code run slower after their own work and the HTTP wait). A cProfile'd child splits our CPU by
 package.
 Targets: CPU per call <= 1 ms at every context length; peak memory per rollout <= 2x its token ids;
 checkpoint DB <= 4x trace token bytes; event-loop p99 lag <= 50 ms; wall <= 1.10x the floor at 200 ms.
@@ -701,8 +701,8 @@ def _report(args: Any, runs: list[dict[str, Any]], probes: dict[str, Any], n: in
                       "hand all-in | (b) our library's own (inside TracedChatModel._agenerate) - the hand loop's same "
                       "work | (c) the rest, a - b (LangGraph + LangChain around the model, the tool node) | (d) of "
                       "which the framework floor: the same graph over a chat model doing no work, between its calls "
-                      "(no engine, no HTTP); c - d: the rest of (c) (the calls' own work evicting caches, the stand-in "
-                      "server on the same cores)")
+                      "(no engine, no HTTP); c - d: the rest of (c), the same code run slower around our calls (after "
+                      "their own work and the HTTP wait: bench/README.md, 'Per-call framework cost')")
                 print("      tokens      (a)     (b)     (c)     (d)   (c-d)  | ours all-in  hand all-in  ours inside  "
                       "hand's call")
                 last = len(probe["contexts"]) - 1
