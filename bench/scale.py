@@ -27,8 +27,10 @@ react probe's tool results are ~1,000 tokens, so its last turn reaches ~32K toke
 each call's own work, split three ways per context length: (a) ours - hand all-in; (b) our library's own, thread
 CPU inside `TracedChatModel._agenerate` (a bench-only subclass; it holds SGLangEngine's request and parse and the
 Turn) - the hand loop's same work (the prompt ids, the same /generate body and its parse, the training lists, the
-reply's tool call); (c) a - b, LangGraph + LangChain around our model. A cProfile'd child
-splits our CPU by package.
+reply's tool call); (c) a - b, LangGraph + LangChain around our model; and beside them (d) the framework floor, the
+thread CPU between the calls of the same graph over a chat model that does no work (no engine, no HTTP), so c - d is
+what running around our calls adds (the same code run slower after their own work and the HTTP wait). A cProfile'd child splits our CPU by
+package.
 Targets: CPU per call <= 1 ms at every context length; peak memory per rollout <= 2x its token ids;
 checkpoint DB <= 4x trace token bytes; event-loop p99 lag <= 50 ms; wall <= 1.10x the floor at 200 ms.
 """
@@ -49,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +238,77 @@ class _Hand:
             return await run(first, n, saver)
 
 
+class _Floor:
+    """The react probe's framework floor: the same `create_react_agent` graph with the same tool, run by `run_rollout`,
+    over a chat model that does no work (no engine, no tokenizer, no HTTP): it answers each call with a `lookup`
+    call (the last, `turns`-th, with the answer), bound to the tools as `TracedChatModel.bind_tools` binds them.
+    The thread CPU between its calls is what LangGraph + LangChain cost around a model by themselves."""
+
+    def __init__(self, cfg: dict[str, Any], tok: Any) -> None:
+        from agentgraphs.context import AgentContext, Limits
+        from agentgraphs.testing.fake_engines import FixedLatencyEngine
+
+        self.cfg = cfg
+        self.marks: list[float] | None = None
+        self.ends: list[float] | None = None
+        self.spec = work.react_spec(work.tool_results(tok, cfg["tool_tokens"]), self._model(cfg["turns"]))
+        # the model never calls the engine: the context is there because run_rollout takes one
+        self.ctx = AgentContext(policy=FixedLatencyEngine(latency_s=0.0), tokenizer=tok,
+                                limits=Limits(recursion_limit=10 * cfg["turns"] + 20))
+
+    def _model(self, turns: int) -> Any:
+        from langchain_core.language_models import BaseChatModel
+        from langchain_core.messages import AIMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        outer = self
+
+        class ReplayChatModel(BaseChatModel):
+            @property
+            def _llm_type(self) -> str:
+                return "bench-replay"
+
+            def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+                return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+            def _generate(self, *args: Any, **kwargs: Any) -> Any:
+                raise NotImplementedError("async only")
+
+            async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                                 **kwargs: Any) -> Any:
+                if outer.marks is not None:
+                    outer.marks.append(time.thread_time())
+                k = sum(1 for m in messages if isinstance(m, AIMessage))
+                if k + 1 >= turns:
+                    message = AIMessage(content=work.ANSWER)
+                else:
+                    message = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"query": f"topic-{k % work.QUERIES}"},
+                                                                "id": f"call_{k}", "type": "tool_call"}])
+                result = ChatResult(generations=[ChatGeneration(message=message)])
+                if outer.ends is not None:
+                    outer.ends.append(time.thread_time())
+                return result
+
+        return ReplayChatModel()
+
+    @asynccontextmanager
+    async def open(self, n: int) -> AsyncIterator[Any]:
+        from agentgraphs.rollout import rollout_input, run_rollout
+
+        async def run(first: int, count: int, saver: Any = None) -> list[dict[str, Any]]:
+            out = []
+            for i in range(count):
+                rollout = await run_rollout(self.spec, rollout_input(work.QUESTION.format(i=first + i)), self.ctx,
+                                            compute_reward=False)
+                if rollout.status != "completed":
+                    raise RuntimeError(f"floor rollout: {rollout.status}: {rollout.reason}\n{rollout.error}")
+                out.append({"turns": []})
+            return out
+
+        yield run
+
+
 class _SlotsClient:
     """`post(url, json=...)` through `agentgraphs.http_slots.ConnectionSlots`, as SGLangEngine sends."""
 
@@ -339,18 +412,25 @@ def _probe(cfg: dict[str, Any], tok: Any) -> dict[str, Any]:
     rollout's end). react also clocks each call's own work, ours and the hand loop's (see `_Ours._marked_model`
     and `_scale_work.hand_react`), which splits ours - hand per call into our library's own CPU (ours inside
     `_agenerate` - the hand loop's same work) and the rest (LangGraph + LangChain around the model, the tool
-    node; less the hand loop's bookkeeping outside its calls). Medians over the repeats; the first pair warms up."""
+    node; less the hand loop's bookkeeping outside its calls). react runs a third side beside them, the framework
+    floor (`_Floor`): the same graph over a chat model that does no work, whose CPU between its calls is LangGraph +
+    LangChain's own. Medians over the repeats; the first round warms up."""
     ours, hand = _Ours(cfg, tok), _Hand(cfg, tok)
     split = cfg["work"] == "react"
-    per: dict[str, list[list[float]]] = {"ours": [], "hand": []}
-    own: dict[str, list[list[float]]] = {"ours": [], "hand": []}
+    floor = _Floor(cfg, tok) if split else None
+    per: dict[str, list[list[float]]] = {"ours": [], "hand": [], "floor": []}
+    own: dict[str, list[list[float]]] = {"ours": [], "hand": [], "floor": []}
     contexts: list[int] = []
 
     async def main() -> None:
         nonlocal contexts
-        async with ours.open(1) as run_ours, hand.open(1) as run_hand:
+        async with AsyncExitStack() as stack:
+            sides = [("hand", hand, await stack.enter_async_context(hand.open(1))),
+                     ("ours", ours, await stack.enter_async_context(ours.open(1)))]
+            if floor is not None:
+                sides.append(("floor", floor, await stack.enter_async_context(floor.open(1))))
             for rep in range(cfg["repeats"] + 1):
-                for label, side, run in (("hand", hand, run_hand), ("ours", ours, run_ours)):
+                for label, side, run in sides:
                     side.marks = []
                     side.ends = [] if split else None
                     result = (await run(rep, 1))[0]
@@ -365,15 +445,17 @@ def _probe(cfg: dict[str, Any], tok: Any) -> dict[str, Any]:
 
     asyncio.run(main())
     calls_per_turn = 1 if cfg["work"] == "react" else 2
-    med = {k: [statistics.median(col) for col in zip(*v)] for k, v in per.items()}
+    med = {k: [statistics.median(col) for col in zip(*v)] for k, v in per.items() if v}
     diff_ms = [1000 * (o - h) / calls_per_turn for o, h in zip(med["ours"], med["hand"])]
     out: dict[str, Any] = {"repeats": cfg["repeats"], "contexts": contexts, "ours_ms": [1000 * x / calls_per_turn for x in med["ours"]],
                            "hand_ms": [1000 * x / calls_per_turn for x in med["hand"]], "diff_ms": diff_ms}
     if split:
-        own_med = {k: [statistics.median(col) for col in zip(*v)] for k, v in own.items()}
+        own_med = {k: [statistics.median(col) for col in zip(*v)] for k, v in own.items() if v}
         library_ms = [1000 * (o - h) for o, h in zip(own_med["ours"], own_med["hand"])]
         out.update(ours_call_ms=[1000 * x for x in own_med["ours"]], hand_call_ms=[1000 * x for x in own_med["hand"]],
                    library_ms=library_ms, framework_ms=[d - lib for d, lib in zip(diff_ms, library_ms)])
+        # (d): the floor's interval less its model's (empty) call, per interval as the others are split
+        out["floor_ms"] = [1000 * (t - c) for t, c in zip(med["floor"], own_med["floor"])]
     return out
 
 
@@ -617,18 +699,29 @@ def _report(args: Any, runs: list[dict[str, Any]], probes: dict[str, Any], n: in
             if "library_ms" in probe:
                 print(f"  {name} probe, per call (ms of thread CPU, medians of {probe.get('repeats', '?')}): (a) ours - "
                       "hand all-in | (b) our library's own (inside TracedChatModel._agenerate) - the hand loop's same "
-                      "work | (c) the rest, a - b (LangGraph + LangChain around the model, the tool node)")
-                print("      tokens      (a)     (b)     (c)   | ours all-in  hand all-in  ours inside  hand's call")
+                      "work | (c) the rest, a - b (LangGraph + LangChain around the model, the tool node) | (d) of "
+                      "which the framework floor: the same graph over a chat model doing no work, between its calls "
+                      "(no engine, no HTTP); c - d: the rest of (c), the same code run slower around our calls (after "
+                      "their own work and the HTTP wait: bench/README.md, 'Per-call framework cost')")
+                print("      tokens      (a)     (b)     (c)     (d)   (c-d)  | ours all-in  hand all-in  ours inside  "
+                      "hand's call")
                 last = len(probe["contexts"]) - 1
+                floor_ms = probe.get("floor_ms") or [float("nan")] * len(probe["contexts"])
                 for i, ctx_len in enumerate(probe["contexts"]):
                     print(f"      {ctx_len:6d}  {probe['diff_ms'][i]:7.2f} {probe['library_ms'][i]:7.2f} "
-                          f"{probe['framework_ms'][i]:7.2f}   | {probe['ours_ms'][i]:11.2f}  {probe['hand_ms'][i]:11.2f}"
+                          f"{probe['framework_ms'][i]:7.2f} {floor_ms[i]:7.2f} {probe['framework_ms'][i] - floor_ms[i]:7.2f}"
+                          f"  | {probe['ours_ms'][i]:11.2f}  {probe['hand_ms'][i]:11.2f}"
                           f"  {probe['ours_call_ms'][i]:11.2f}  {probe['hand_call_ms'][i]:11.2f}"
-                          + ("   (a), (c) and all-in: the last call + the rollout's end" if i == last else ""))
+                          + ("   (a), (c), (d) and all-in: the last call + the rollout's end" if i == last else ""))
                 calls_only = slice(0, max(1, last))
                 print(f"    worst: (a) {worst:.2f} ms, (b) {max(probe['library_ms']):.2f} ms, "
                       f"(c) {max(probe['framework_ms']):.2f} ms; without the last interval (the rollout's end): "
                       f"(a) {max(probe['diff_ms'][calls_only]):.2f} ms, (c) {max(probe['framework_ms'][calls_only]):.2f} ms")
+                if "floor_ms" in probe:
+                    calls = probe["floor_ms"][:max(1, last)]
+                    rest = [c - d for c, d in zip(probe["framework_ms"][:max(1, last)], calls)]
+                    print(f"    (d) the framework floor between calls: median {statistics.median(calls):.2f} ms "
+                          f"(range {min(calls):.2f}-{max(calls):.2f}); c - d median {statistics.median(rest):.2f} ms")
                 verdicts[f"{name} our library's own CPU per call, every context"] = max(probe["library_ms"]) <= CPU_TARGET_MS
     print("  targets:")
     for k, ok in verdicts.items():
