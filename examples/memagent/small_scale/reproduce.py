@@ -283,7 +283,7 @@ def _reference(ckpt: Path, device: str) -> Any:
     if not (ckpt / "config.json").exists():
         raise SystemExit(f"the KL reference {ckpt} is not a checkpoint (it must stay where RL started from, "
                          "or pass --kl-coef 0)")
-    return AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32).to(device)
+    return AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device)
 
 
 def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
