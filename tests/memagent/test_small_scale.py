@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
+import shlex
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +221,126 @@ def test_compare_pairs_documents_and_counts_mcnemar_by_hand(tmp_path: Path) -> N
     refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "compare", base, other],
                              capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode != 0 and "not of the same documents" in refused.stderr
+
+
+# run_in_calls.sh at a size a 2-core CPU runs in about a minute and a half. Each call gets BUDGET 65 s: the
+# script keeps 50 s of a call for loading and saving the RL processes, so RL steps 15 s a call; RL_TOTAL_S 88
+# with the script's 60 s tolerance means "done at 28 s": the first RL call (15 s and part of a step) ends short
+# of it, the second (15 s more) reaches it. Warm start rounds never reach the probe mark (101 %), so both run.
+CALLS_ENV = {
+    "MODEL_ARGS": "--hidden-size 32 --layers 1 --heads 2 --kv-heads 1 --intermediate-size 64 --chunk-tokens 128 "
+                  "--memory-tokens 16 --final-tokens 10 --train-min-tokens 100 --train-max-tokens 120 "
+                  "--eval-lengths 110",
+    "EVAL_PER_LENGTH": "2", "DEMOS": "4", "DEMO_WORKERS": "1", "WS_ARGS": "--batch 8 --max-steps 2",
+    "WS_EVAL_EVERY": "2", "WS_EVAL_FROM": "2", "PROBE": "1", "CONFIRM": "1", "WS_STOP_AT": "101", "WS_ROUNDS": "2",
+    "RL_PROMPTS": "2", "RL_SAMPLES": "2", "RL_STEPS_PER_ROLLOUT": "2", "RL_WARMUP": "3", "RL_MIN_S": "30",
+    "RL_TOTAL_S": "88", "EVAL_S": "30",
+    # an untrained model never scores: every group is flat, and --skip-flat would take no AdamW step to resume
+    "RL_ARGS": "--no-skip-flat",
+}
+BUDGET, SHORT_BUDGET, RL_DONE_S = 65, 20, 88 - 60
+VERDICTS = re.compile(r"call ends after warm start round \d|.*: call again.*|evaluations next call.*|all stages done")
+
+
+def _packed(tgz: Path) -> dict[str, str]:
+    """The text files of OUT/results.tgz (what the user gets back from a call), by name."""
+    with tarfile.open(tgz) as tar:
+        return {m.name.removeprefix("./"): tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+
+
+def _rl_arm(d: Path) -> dict[str, Any] | None:
+    """An RL arm's stage file as a call left it, with the step count of AdamW's state beside it."""
+    import torch
+
+    if not (d / "stage.json").exists():
+        return None
+    stage = json.loads((d / "stage.json").read_text())
+    steps = {float(s["step"]) for s in torch.load(d / "optimizer.pt")["state"].values()}
+    return {**stage, "adam_steps": steps}
+
+
+@pytest.mark.slow
+def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agentgraphs_cache: Path) -> None:
+    """run_in_calls.sh as a user runs it: fresh processes `bash run_in_calls.sh OUT WORK`, called again until it
+    prints "all stages done"; what each call did, read from its output, OUT/results.tgz and the checkpoints."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    shim = tmp_path / "bin"  # the script runs `python3`: this interpreter, with its torch and agentgraphs
+    shim.mkdir()
+    (shim / "python3").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (shim / "python3").chmod(0o755)
+    env = {**os.environ, **CALLS_ENV, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    calls: list[dict[str, Any]] = []
+    for i in range(8):
+        budget = SHORT_BUDGET if i == 2 else BUDGET  # the third call: a user's shorter call, under RL_MIN_S
+        done = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(work)], capture_output=True,
+                              text=True, env={**env, "BUDGET": str(budget)}, cwd=ROOT, timeout=budget + 120,
+                              check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        said = [m.group(1) for m in re.finditer(r"^\[\d\d:\d\d:\d\d\] (.*)$", done.stdout, re.MULTILINE)]
+        packed = _packed(out / "results.tgz")
+        calls.append({"said": said, "packed": packed, "work": sorted(p.name for p in work.iterdir()),
+                      "rl": _rl_arm(work / "rl"), "control": _rl_arm(work / "rl_permuted")})
+        # every call ends saying what it did, and the results it packs already hold that line
+        assert said[0] == f"call starts, budget {budget}s" and VERDICTS.fullmatch(said[-1]), said
+        assert packed["calls.log"].splitlines()[-1].endswith(said[-1])
+        if said[-1] == "all stages done":
+            break
+    else:
+        pytest.fail(f"no 'all stages done' after {len(calls)} calls: {[c['said'][-1] for c in calls]}")
+
+    first, second, short, rl_a, rl_b = calls[:5]
+    # 1: the model, its evaluation beside the first warm start round (waited for), and the call ends
+    assert first["said"][1] == "model" and first["said"][2].startswith(f"warm start round 1 from {work / 'model'},")
+    assert first["said"][-1] == "call ends after warm start round 1"
+    assert {"eval_untrained.json", "warmstart1_stage.json", "model.log"} <= set(first["packed"])
+    ws1 = json.loads(first["packed"]["warmstart1_stage.json"])
+    assert ws1["stop"]["reason"] == "max_steps 2 reached"  # under the probe mark: another round follows
+    # 2: a second round on new documents, from the first
+    assert second["said"][1].startswith(f"warm start round 2 from {work / 'warm1'}")
+    assert second["said"][-1] == "call ends after warm start round 2"
+    ws2 = json.loads(second["packed"]["warmstart2_stage.json"])
+    assert ws2["args"]["init"] == str(work / "warm1") and ws2["args"]["demo_split"] == "demo2"
+    # 3: WS_ROUNDS reached, RL next, but the call is shorter than RL_MIN_S: nothing started
+    assert len(short["said"]) == 2 and re.fullmatch(r"too little time left for RL \(\d+ s, RL_MIN_S=30\): call again "
+                                                    r"\(with BUDGET over RL_MIN_S\)", short["said"][1])
+    assert short["work"] == second["work"] == ["model", "results", "warm1", "warm2"]
+    # 4: RL and its control from the last round; short of RL_TOTAL_S, so "call again"
+    assert rl_a["said"][1].startswith(f"RL and control from {work / 'warm2'},")
+    ended = re.fullmatch(r"call ends after (\d+) s of RL: call again", rl_a["said"][-1])
+    assert ended and int(ended.group(1)) == int(rl_a["rl"]["seconds"]) < RL_DONE_S
+    assert {"rl_stage.json", "rl_permuted_stage.json", "eval_warmstart.json"} <= set(rl_a["packed"])
+    assert not {"eval_rl.json", "table.md", "compare.json"} & set(rl_a["packed"])
+    # 5: both arms resumed from their own checkpoints, with their AdamW state and curve
+    assert re.fullmatch(rf"RL and control resumed after {ended.group(1)} s, 0\.\d\d min each", rl_b["said"][1])
+    final = calls[-1]
+    for arm, d in (("rl", "rl"), ("control", "rl_permuted")):
+        before, after = rl_a[arm], final[arm]
+        assert len(before["calls"]) == 1 and len(after["calls"]) == 2
+        assert after["calls"][1]["resume"] and after["calls"][1]["init"] == str(work / d)
+        assert after["reference"] == before["reference"] == str(work / "warm2")  # the KL loss's, in both calls
+        n = len(before["curve"])
+        assert after["curve"][:n] == before["curve"] and len(after["curve"]) > n
+        assert [c["step"] for c in after["curve"]] == list(range(len(after["curve"])))  # no gap, no repeat
+        # AdamW's step count: every optimizer step of both calls (2 a step), so the second call went on from
+        # the first's moments rather than a fresh optimizer
+        for stage in (before, after):
+            assert stage["adam_steps"] == {float(sum(c["optimizer_steps"] for c in stage["curve"]))}
+        assert all(c["optimizer_steps"] == 2 for c in after["curve"])
+    assert final["rl"]["seconds"] >= RL_DONE_S
+    # RL done in two calls; the evaluations in the second or in the calls after it, then the table
+    assert all(not any(s.startswith("RL and control") for s in c["said"]) for c in calls[5:])
+    assert all(c["said"][-1].startswith("evaluations next call") or c["said"][-1].startswith("an evaluation")
+               for c in calls[4:-1])
+    packed = final["packed"]
+    evals = {f: json.loads(packed[f"eval_{f}.json"]) for f in ("untrained", "warmstart", "rl", "rl_permuted")}
+    assert {f: e["ckpt"] for f, e in evals.items()} == {
+        "untrained": str(work / "model"), "warmstart": str(work / "warm2"), "rl": str(work / "rl"),
+        "rl_permuted": str(work / "rl_permuted")}
+    assert all(len(e["results"]) == 2 for e in evals.values())  # EVAL_PER_LENGTH at the one length
+    table = packed["table.md"]
+    for name in ("untrained", "warm start", "RL", "RL, permuted rewards (control)"):
+        assert table.count(f"| {name} |") == 2  # sub_em as the seed scores it, and strict
+    compare = json.loads(packed["compare.json"])
+    assert compare["base"] == "warm start" and [r["name"] for r in compare["vs_base"]] == [
+        "RL", "RL, permuted rewards (control)"]
+    assert all(r["training_lengths"]["documents"] == 2 for r in compare["vs_base"])

@@ -427,8 +427,9 @@ def main() -> None:
     r.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's (the seed: 0.1)")
     r.add_argument("--resume", action="store_true",
                    help="--init is an RL checkpoint of this arm: continue its curve, documents and AdamW state")
-    r.add_argument("--skip-flat", action="store_true",
-                   help="no optimizer step when every group has one reward (every advantage 0)")
+    r.add_argument("--skip-flat", action=argparse.BooleanOptionalAction, default=False,
+                   help="no optimizer step when every group has one reward (every advantage 0); --no-skip-flat "
+                        "undoes a --skip-flat given earlier on the line")
     r.add_argument("--tf32", action="store_true", help="TF32 matmuls in the update (generation stays fp32)")
     r.add_argument("--micro-batch", type=int, default=64)
     r.add_argument("--permute", action="store_true", help="the control: rewards permuted within each group")

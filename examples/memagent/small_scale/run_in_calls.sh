@@ -25,8 +25,11 @@ left() { echo $((t0 + BUDGET - $(date +%s))); }
 stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
 pack() { tar czf "$out/results.tgz" -C "$r" . ; }
 in_band() { python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
-evaluate() {  # evaluate CKPT NAME FILE, in the background
-  [ -f "$r/eval_$3.json" ] || timeout "$(left)" $R eval --ckpt "$1" --name "$2" --out "$r/eval_$3.json" > "$r/eval_$3.log" 2>&1 &
+declare -A started=()  # the evaluations this call started (a second one would truncate the first's log)
+evaluate() {  # evaluate CKPT NAME FILE, in the background, once a call
+  { [ -f "$r/eval_$3.json" ] || [ -n "${started[$3]:-}" ]; } && return 0
+  started[$3]=1
+  timeout "$(left)" $R eval --ckpt "$1" --name "$2" --out "$r/eval_$3.json" > "$r/eval_$3.log" 2>&1 &
 }
 stamp "call starts, budget ${BUDGET}s"
 
@@ -48,7 +51,7 @@ if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS"
     --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --confirm-per-length "$CONFIRM" $WS_ARGS \
     > "$r/warmstart$k.log" 2>&1
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
-  wait; pack; stamp "call ends after warm start round $k"; exit 0
+  wait; stamp "call ends after warm start round $k"; pack; exit 0
 fi
 warm="$w/warm$last"
 
@@ -56,7 +59,7 @@ warm="$w/warm$last"
 rl_s() { python3 -c "import json; print(int(json.load(open('$1/stage.json'))['seconds']))" 2>/dev/null || echo 0; }
 both() { [ -f "$w/rl/stage.json" ] && [ -f "$w/rl_permuted/stage.json" ]; }
 if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; }; then
-  [ "$(left)" -lt "$RL_MIN_S" ] && { wait; pack; stamp "too little time left for RL: call again"; exit 0; }
+  [ "$(left)" -lt "$RL_MIN_S" ] && { wait; stamp "too little time left for RL ($(left) s, RL_MIN_S=$RL_MIN_S): call again (with BUDGET over RL_MIN_S)"; pack; exit 0; }
   want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(both && rl_s "$w/rl" || echo 0) : 100000 ))
   reserve=0  # keep time for the evaluations when RL can finish in this call anyway
   if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
@@ -77,11 +80,11 @@ if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S 
   wait $a $b
   for d in rl rl_permuted; do cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"; done
   if [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; then
-    wait; pack; stamp "call ends after $(rl_s "$w/rl") s of RL: call again"; exit 0
+    wait; stamp "call ends after $(rl_s "$w/rl") s of RL: call again"; pack; exit 0
   fi
 fi
 
-if [ "$(left)" -lt "$EVAL_S" ]; then wait; pack; stamp "evaluations next call"; exit 0; fi
+if [ "$(left)" -lt "$EVAL_S" ]; then wait; stamp "evaluations next call (they need EVAL_S=$EVAL_S s, BUDGET over it)"; pack; exit 0; fi
 stamp evaluations
 evaluate "$warm" "warm start" warmstart
 evaluate "$w/rl" "RL" rl
@@ -92,5 +95,7 @@ if [ -f "$r/eval_untrained.json" ] && [ -f "$r/eval_warmstart.json" ] && [ -f "$
   $R table "$r/eval_untrained.json" "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/table.md"
   $R compare "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/compare.json" | tee -a "$r/calls.log"
   stamp "all stages done"
+else
+  stamp "an evaluation is missing (eval_*.log): call again"
 fi
 pack
