@@ -22,14 +22,15 @@ R="python3 $here/reproduce.py"
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
+cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0 would mean none
 stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
-pack() { tar czf "$out/results.tgz" -C "$r" . ; }
+pack() { tar czf "$out/results.tgz.tmp" -C "$r" . && mv "$out/results.tgz.tmp" "$out/results.tgz"; }
 in_band() { python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
 declare -A started=()  # the evaluations this call started (a second one would truncate the first's log)
 evaluate() {  # evaluate CKPT NAME FILE, in the background, once a call
   { [ -f "$r/eval_$3.json" ] || [ -n "${started[$3]:-}" ]; } && return 0
   started[$3]=1
-  timeout "$(left)" $R eval --ckpt "$1" --name "$2" --out "$r/eval_$3.json" > "$r/eval_$3.log" 2>&1 &
+  timeout "$(cap)" $R eval --ckpt "$1" --name "$2" --out "$r/eval_$3.json" > "$r/eval_$3.log" 2>&1 &
 }
 stamp "call starts, budget ${BUDGET}s"
 
@@ -46,7 +47,7 @@ if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS"
   init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
   minutes=$(awk -v s="$(left)" 'BEGIN{printf "%.2f", (s - 45) / 60}')
   stamp "warm start round $k from $init, $minutes min"
-  timeout "$(left)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
+  timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
     --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --confirm-per-length "$CONFIRM" $WS_ARGS \
     > "$r/warmstart$k.log" 2>&1
@@ -75,8 +76,8 @@ if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S 
     from_a=(--init "$warm"); from_b=(--init "$warm")
   fi
   evaluate "$warm" "warm start" warmstart
-  timeout "$(left)" $R rl --out "$w/rl" "${from_a[@]}" "${rl[@]}" >> "$r/rl.log" 2>&1 & a=$!
-  timeout "$(left)" $R rl --out "$w/rl_permuted" --permute "${from_b[@]}" "${rl[@]}" >> "$r/rl_permuted.log" 2>&1 & b=$!
+  timeout "$(cap)" $R rl --out "$w/rl" "${from_a[@]}" "${rl[@]}" >> "$r/rl.log" 2>&1 & a=$!
+  timeout "$(cap)" $R rl --out "$w/rl_permuted" --permute "${from_b[@]}" "${rl[@]}" >> "$r/rl_permuted.log" 2>&1 & b=$!
   wait $a $b
   for d in rl rl_permuted; do cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"; done
   if [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; then
