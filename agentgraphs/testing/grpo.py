@@ -40,7 +40,7 @@ import random
 import time
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..context import AgentContext
 from ..engines import SamplingParams
@@ -90,6 +90,14 @@ class GRPOConfig(BaseModel):
                              "(deterministic under the engine's seed), more lets a batching engine batch them")
     train_data: TrainDataSettings = Field(default_factory=TrainDataSettings,
                                           description="conversion settings; n_samples_per_prompt is set from above")
+
+    @model_validator(mode="after")
+    def _kl_coef_needs_the_kl_loss(self) -> "GRPOConfig":
+        # slime ignores --kl-loss-coef without --use-kl-loss; here a coefficient that would do nothing is refused
+        if self.kl_loss_coef > 0 and not self.use_kl_loss:
+            raise ValueError(f"kl_loss_coef={self.kl_loss_coef} has no effect without use_kl_loss=True "
+                             "(slime's --use-kl-loss): set use_kl_loss=True, or kl_loss_coef=0")
+        return self
 
 
 class StepStats(TypedDict):

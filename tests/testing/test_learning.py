@@ -298,6 +298,12 @@ def test_kl_loss_matches_slime_objective_on_plain_logits(kind: str, per_token: b
         policy_loss(model, data, [0, 1], token_batch(data), cfg)
 
 
+def test_a_kl_coefficient_without_the_kl_loss_is_refused() -> None:
+    with pytest.raises(ValueError, match="use_kl_loss=True"):
+        GRPOConfig(kl_loss_coef=0.001)
+    assert GRPOConfig(kl_loss_coef=0.001, use_kl_loss=True).kl_loss_type == "k1"  # slime's default estimator
+
+
 def test_approx_kl_refuses_an_unknown_estimator() -> None:
     with pytest.raises(ValueError, match="low_var_kl"):
         approx_kl(torch.zeros(1), torch.zeros(1), "k4")
