@@ -12,6 +12,20 @@ token's log-prob against a teacher-forced re-score of the request's own output.
     python bench/engine_batching.py --device cuda --hidden-size 512 --layers 8 --requests 32 --new-tokens 32 \\
         --more 128,256
 
+`--profile` adds, after each batched run (the main one and every `--more` concurrency), one more run of the
+same requests whose driver steps are timed phase by phase (`PhaseClock`: the batcher's methods are wrapped for
+that run only; the library is untouched): admit (queue + prefill forward), merge (joining rows' caches
+concatenated onto the batch), sample (`sample_rows`), bookkeeping (the rest of a step: per-row appends, finish
+checks, settles), drop (cache surgery when rows leave), decode (the decode forward) and rest (outside the
+steps: driver loop, event loop, thread start), each as seconds, ms per step and share of that run's wall
+time, with the counts of steps, decode forwards, drops and merges. On CUDA every phase is bracketed by
+`torch.cuda.synchronize()` so its GPU work lands in it; that perturbs the totals (no CPU/GPU overlap), so the
+profiled run's tokens/s is reported apart and the main figures come from the unprofiled runs.
+`--profile torch` also prints torch.profiler's top-15 ops of one more (unsynchronised) run at the largest
+concurrency: by self CPU time and, on CUDA, by self device time.
+
+    python bench/engine_batching.py --quick --profile --max-prefill-tokens 1024   # CPU; joins in waves
+
 Target: on CUDA the batched engine serves >= 5x the tokens/s of the one-at-a-time engine at the bench's
 concurrency (on CPU, reported; >= 1x).
 """
@@ -52,6 +66,161 @@ async def serve(engine: Any, prompts: list[list[int]], new_tokens: int, seed: in
     return time.perf_counter() - started, outs
 
 
+# the phases of the batched engine's run that --profile reports, in the order of a step
+PHASES = ("admit", "merge", "sample", "bookkeeping", "drop", "decode", "rest")
+
+
+class PhaseClock:
+    """Wall time per phase of a DecodeBatcher's steps over one run (see the module docstring).
+
+    Installed as a context manager: the batcher's `_step`, `_admit`, `_merge`, `_drop`, `_decode` and the
+    `sample_rows` the batching module calls are wrapped for the duration (nothing changes when it is not
+    installed). Inclusive times are measured; nested phases are subtracted (`_merge` runs inside `_admit`,
+    everything inside `_step`), so each phase is exclusive and, with `rest` (the run's wall time outside
+    `_step`), the phases sum to the run's wall time. `sync` runs before and after each phase (CUDA:
+    `torch.cuda.synchronize`, so that a phase's GPU work is counted in it).
+    """
+
+    WRAPPED = ("_step", "_admit", "_merge", "_drop", "_decode")
+
+    def __init__(self, batcher: Any, sync: Any) -> None:
+        self.batcher = batcher
+        self.sync = sync
+        self.inclusive = {name: 0.0 for name in ("step", "admit", "merge", "sample", "drop", "decode")}
+        self.counts = {"steps": 0, "decode_forwards": 0, "decode_rows": 0, "sampled_rows": 0, "drops": 0,
+                       "dropped_rows": 0, "joins": 0, "merges": 0}
+        self._sample_rows: Any = None
+
+    def _timed(self, name: str, fn: Any, count: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            count(*args)
+            self.sync()
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.sync()
+                self.inclusive[name] += time.perf_counter() - start
+
+        return timed
+
+    def _count(self, key: str, amount: int = 1) -> None:
+        self.counts[key] += amount
+
+    def _counted_drop(self, rows: list[int]) -> None:
+        if rows:  # every step first drops its cancelled rows, usually none
+            self._count("drops")
+            self._count("dropped_rows", len(rows))
+
+    def _counted_decode(self, tokens: Any) -> None:
+        self._count("decode_forwards")
+        self._count("decode_rows", len(tokens))
+
+    def _counted_merge(self, *_: Any) -> None:
+        self._count("joins")  # rows joining; a merge when the batch already has rows (else an assignment)
+        if self.batcher._rows:
+            self._count("merges")
+
+    def __enter__(self) -> PhaseClock:
+        from agentgraphs.engines import batching
+
+        b = self.batcher
+        b._step = self._timed("step", b._step, lambda: self._count("steps"))
+        b._admit = self._timed("admit", b._admit, lambda: None)
+        b._merge = self._timed("merge", b._merge, self._counted_merge)
+        b._drop = self._timed("drop", b._drop, self._counted_drop)
+        b._decode = self._timed("decode", b._decode, self._counted_decode)
+        self._sample_rows = batching.sample_rows
+        batching.sample_rows = self._timed("sample", batching.sample_rows,
+                                           lambda logits, params, generators: self._count("sampled_rows", len(params)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from agentgraphs.engines import batching
+
+        for name in self.WRAPPED:
+            delattr(self.batcher, name)  # the class's method shows through again
+        batching.sample_rows = self._sample_rows
+
+    def report(self, wall_s: float) -> dict[str, Any]:
+        """Exclusive seconds, ms per step and share of `wall_s` for each of PHASES, and the counts."""
+        t = self.inclusive
+        seconds = {"admit": t["admit"] - t["merge"], "merge": t["merge"], "sample": t["sample"],
+                   "bookkeeping": t["step"] - t["admit"] - t["sample"] - t["drop"] - t["decode"],
+                   "drop": t["drop"], "decode": t["decode"], "rest": wall_s - t["step"]}
+        steps = max(self.counts["steps"], 1)
+        return {**self.counts,
+                "phases": {name: {"s": round(seconds[name], 6), "ms_per_step": round(1000 * seconds[name] / steps, 4),
+                                  "share": round(seconds[name] / wall_s, 4)} for name in PHASES}}
+
+
+def idle(batcher: Any) -> None:
+    """Wait for the batcher's driver thread to end: its last step finishes after the last result is delivered."""
+    driver = batcher._thread
+    if driver is not None:
+        driver.join()
+
+
+def served_until_idle(engine: Any, prompts: list[list[int]], new_tokens: int, seed: int) -> tuple[float, list[Any]]:
+    """`serve` from an idle driver until the driver is idle again: the wall time covers every step of the run."""
+    idle(engine.batcher)
+    started = time.perf_counter()
+    _, outs = asyncio.run(serve(engine, prompts, new_tokens, seed))
+    idle(engine.batcher)
+    return time.perf_counter() - started, outs
+
+
+def profiled(engine: Any, prompts: list[list[int]], new_tokens: int, seed: int) -> dict[str, Any]:
+    """One more batched run of `prompts` under a PhaseClock: its wall time, tokens/s and phases."""
+    import torch
+
+    cuda = engine.device.type == "cuda"
+    idle(engine.batcher)  # no step of an earlier run may run into the clock's wrappers
+    with PhaseClock(engine.batcher, torch.cuda.synchronize if cuda else (lambda: None)) as clock:
+        wall, outs = served_until_idle(engine, prompts, new_tokens, seed)
+    tokens = sum(len(o.token_ids) for o in outs)
+    return {"requests": len(prompts), "synchronised": cuda, "wall_s": round(wall, 4),
+            "tokens_per_s": round(tokens / wall, 1), **clock.report(wall)}
+
+
+def phase_table(profile: dict[str, Any]) -> str:
+    """The human-readable form of one `profiled` result."""
+    synced = " (synchronised around every phase)" if profile["synchronised"] else ""
+    head = (f"profile, {profile['requests']} requests{synced}: "
+            f"wall {profile['wall_s']:.3f} s ({profile['tokens_per_s']:.0f} tok/s, not the bench's figure), "
+            f"{profile['steps']} steps, {profile['decode_forwards']} decode forwards, "
+            f"{profile['sampled_rows'] / max(profile['steps'], 1):.1f} rows sampled per step, "
+            f"{profile['merges']} merges ({profile['joins']} joins), "
+            f"{profile['drops']} drops ({profile['dropped_rows']} rows)")
+    lines = [head, f"  {'phase':<12}{'s':>10}{'ms/step':>10}{'share':>8}"]
+    for name, p in profile["phases"].items():
+        lines.append(f"  {name:<12}{p['s']:>10.4f}{p['ms_per_step']:>10.3f}{100 * p['share']:>7.1f}%")
+    return "\n".join(lines)
+
+
+def torch_tables(engine: Any, prompts: list[list[int]], new_tokens: int, seed: int) -> dict[str, str]:
+    """torch.profiler's top-15 ops of one more batched run: by self CPU time and (CUDA) by self device time.
+
+    The ops run on the batcher's driver thread, which the profiler records only when told to profile all
+    threads (torch >= 2.7)."""
+    from torch._C._profiler import _ExperimentalConfig
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = engine.device.type == "cuda"
+    try:
+        every_thread = _ExperimentalConfig(profile_all_threads=True)
+    except TypeError as exc:
+        raise SystemExit(f"--profile torch needs torch >= 2.7 (profile_all_threads); use --profile: {exc}") from exc
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities, experimental_config=every_thread) as prof:
+        served_until_idle(engine, prompts, new_tokens, seed)
+    events = prof.key_averages()
+    tables = {"by_self_cpu_time": events.table(sort_by="self_cpu_time_total", row_limit=15)}
+    if cuda:
+        tables["by_self_device_time"] = events.table(sort_by="self_device_time_total", row_limit=15)
+    return tables
+
+
 def run(args: Any) -> dict[str, Any]:
     import torch
 
@@ -64,7 +233,8 @@ def run(args: Any) -> dict[str, Any]:
     tokenizer = shared_tokenizer(str(ensure_tiny_model()))
     dtype = getattr(torch, args.dtype)
     serial = HFEngine(model, tokenizer, device=args.device, dtype=dtype, batching=False)
-    batched = HFEngine(serial.model, tokenizer, device=args.device, batching=True, max_batch=args.max_batch)
+    batched = HFEngine(serial.model, tokenizer, device=args.device, batching=True, max_batch=args.max_batch,
+                       max_prefill_tokens=args.max_prefill_tokens)
     prompts = requests(args.requests, args.seed)
     for engine in (serial, batched):  # warm-up: kernels, allocator
         asyncio.run(serve(engine, prompts[:2], 4, 0))
@@ -79,11 +249,19 @@ def run(args: Any) -> dict[str, Any]:
     for prompt, out in zip(prompts, batched_outs):
         forced = batched.score(prompt, out.token_ids, 1.0)
         worst = max(worst, max(abs(a - b) for a, b in zip(forced, out.logprobs)))
+    profiles = [profiled(batched, prompts, args.new_tokens, 1)] if args.profile else []
     more = []
     for n in args.more:
         ps = requests(n, args.seed + n)
         wall, outs = asyncio.run(serve(batched, ps, args.new_tokens, 2))
         more.append({"requests": n, "tokens_per_s": round(n * args.new_tokens / wall, 1), "wall_s": round(wall, 3)})
+        if args.profile:
+            profiles.append(profiled(batched, ps, args.new_tokens, 2))
+    tables = {}
+    if args.profile == "torch":  # at the largest concurrency: where the batch saturates
+        n = max([args.requests, *args.more])
+        ps, seed = (prompts, 1) if n == args.requests else (requests(n, args.seed + n), 2)
+        tables = {"requests": str(n), **torch_tables(batched, ps, args.new_tokens, seed)}
     serial_tps, batched_tps = tokens / serial_s, tokens / batched_s
     ratio = batched_tps / serial_tps
     target = 5.0 if batched.device.type == "cuda" else 1.0
@@ -100,6 +278,12 @@ def run(args: Any) -> dict[str, Any]:
         "batched_max_abs_logprob_vs_teacher_forcing": worst,
         "more": more,
     }
+    if args.profile:
+        result["profile"] = {
+            "note": ("one extra batched run per concurrency, its driver's phases timed" +
+                     (" with torch.cuda.synchronize() around each phase: that perturbs the totals, so its tokens/s "
+                      "is not the bench's figure" if batched.device.type == "cuda" else "")),
+            "runs": profiles, **({"torch": tables} if tables else {})}
     result["summary"] = (f"{args.requests} requests x {args.new_tokens} tokens on {result['device']}: one at a time "
                          f"{serial_tps:.0f} tok/s, batched {batched_tps:.0f} tok/s = {ratio:.1f}x (target >= {target:g}x); "
                          f"{rows / max(steps, 1):.1f} rows per decode forward; max |logprob - teacher forcing| "
@@ -119,13 +303,26 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--max-batch", type=int, default=256)
+    p.add_argument("--max-prefill-tokens", type=int, default=16384,
+                   help="padded prompt tokens per prefill forward: fewer make requests join in more waves")
     p.add_argument("--more", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                    help="also run the batched engine at these concurrencies (comma-separated)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", nargs="?", const="phases", choices=["phases", "torch"], default=None,
+                   help="also time the batched driver's phases in an extra run per concurrency (synchronised on "
+                        "CUDA, so its tok/s is reported apart); 'torch' adds torch.profiler's top-15 ops")
     args = p.parse_args()
     if args.quick:
         args.hidden_size, args.layers, args.requests, args.new_tokens = 32, 1, 6, 4
     result = run(args)
+    if "profile" in result:
+        print(result["profile"]["note"])
+        for profile in result["profile"]["runs"]:
+            print(phase_table(profile))
+        tables = dict(result["profile"].get("torch", {}))
+        n = tables.pop("requests", None)
+        for name, table in tables.items():
+            print(f"torch.profiler, {n} requests, top 15 ops {name.replace('_', ' ')}:\n{table}")
     print(result["summary"])
     _common.finish(args.results_dir, "engine_batching", result, result["passed"], result["summary"])
 
