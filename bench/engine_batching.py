@@ -26,6 +26,11 @@ concurrency: by self CPU time and, on CUDA, by self device time.
 
     python bench/engine_batching.py --quick --profile --max-prefill-tokens 1024   # CPU; joins in waves
 
+`--sampler multinomial,inverse_cdf` measures both of HFEngine's samplers (how a sampled token is drawn from
+its request's seeded generator: `agentgraphs.engines.sampling`) in the same run, one after the other on the
+same model and requests (each with its own pair of engines); the first sampler gives the main figures, every
+sampler's figures (and `--profile` phases) are reported under `samplers`.
+
 Target: on CUDA the batched engine serves >= 5x the tokens/s of the one-at-a-time engine at the bench's
 concurrency (on CPU, reported; >= 1x).
 """
@@ -221,20 +226,8 @@ def torch_tables(engine: Any, prompts: list[list[int]], new_tokens: int, seed: i
     return tables
 
 
-def run(args: Any) -> dict[str, Any]:
-    import torch
-
-    from agentgraphs.context import shared_tokenizer
-    from agentgraphs.engines.hf import HFEngine
-    from agentgraphs.testing.tiny_model import ensure_tiny_model, new_model
-
-    model = new_model(hidden_size=args.hidden_size, num_layers=args.layers, num_heads=args.heads,
-                      intermediate_size=args.intermediate_size, seed=args.seed)
-    tokenizer = shared_tokenizer(str(ensure_tiny_model()))
-    dtype = getattr(torch, args.dtype)
-    serial = HFEngine(model, tokenizer, device=args.device, dtype=dtype, batching=False)
-    batched = HFEngine(serial.model, tokenizer, device=args.device, batching=True, max_batch=args.max_batch,
-                       max_prefill_tokens=args.max_prefill_tokens)
+def measure(serial: Any, batched: Any, args: Any) -> dict[str, Any]:
+    """One sampler's figures: both engines on the same requests, exactness, `--more`, `--profile`."""
     prompts = requests(args.requests, args.seed)
     for engine in (serial, batched):  # warm-up: kernels, allocator
         asyncio.run(serve(engine, prompts[:2], 4, 0))
@@ -263,33 +256,85 @@ def run(args: Any) -> dict[str, Any]:
         ps, seed = (prompts, 1) if n == args.requests else (requests(n, args.seed + n), 2)
         tables = {"requests": str(n), **torch_tables(batched, ps, args.new_tokens, seed)}
     serial_tps, batched_tps = tokens / serial_s, tokens / batched_s
-    ratio = batched_tps / serial_tps
+    return {"generated_tokens": tokens, "rows_per_forward": rows / max(steps, 1), "worst": worst,
+            "serial": {"wall_s": round(serial_s, 3), "tokens_per_s": round(serial_tps, 1)},
+            "batched": {"wall_s": round(batched_s, 3), "tokens_per_s": round(batched_tps, 1), "decode_forwards": steps,
+                        "mean_rows_per_forward": round(rows / max(steps, 1), 1)},
+            "speedup": round(batched_tps / serial_tps, 2), "more": more, "profiles": profiles, "tables": tables}
+
+
+def run(args: Any) -> dict[str, Any]:
+    import torch
+
+    from agentgraphs.context import shared_tokenizer
+    from agentgraphs.engines.hf import HFEngine
+    from agentgraphs.testing.tiny_model import ensure_tiny_model, new_model
+
+    model = new_model(hidden_size=args.hidden_size, num_layers=args.layers, num_heads=args.heads,
+                      intermediate_size=args.intermediate_size, seed=args.seed)
+    tokenizer = shared_tokenizer(str(ensure_tiny_model()))
+    model = model.to(dtype=getattr(torch, args.dtype))
+    figures: dict[str, dict[str, Any]] = {}
+    for sampler in args.sampler:  # one model, a pair of engines per sampler, measured one after the other
+        serial = HFEngine(model, tokenizer, device=args.device, batching=False, sampler=sampler)
+        batched = HFEngine(serial.model, tokenizer, device=args.device, batching=True, max_batch=args.max_batch,
+                           max_prefill_tokens=args.max_prefill_tokens, sampler=sampler)
+        figures[sampler] = measure(serial, batched, args)
+    first = figures[args.sampler[0]]
+    ratio = first["speedup"]
     target = 5.0 if batched.device.type == "cuda" else 1.0
     result = {
         "device": str(batched.device),
         "gpu": torch.cuda.get_device_name(0) if batched.device.type == "cuda" else None,
         "model": {"hidden_size": args.hidden_size, "layers": args.layers, "heads": args.heads,
                   "intermediate_size": args.intermediate_size, "dtype": args.dtype},
-        "requests": args.requests, "new_tokens": args.new_tokens, "generated_tokens": tokens,
-        "serial": {"wall_s": round(serial_s, 3), "tokens_per_s": round(serial_tps, 1)},
-        "batched": {"wall_s": round(batched_s, 3), "tokens_per_s": round(batched_tps, 1), "decode_forwards": steps,
-                    "mean_rows_per_forward": round(rows / max(steps, 1), 1)},
-        "speedup": round(ratio, 2), "target_speedup": target,
-        "batched_max_abs_logprob_vs_teacher_forcing": worst,
-        "more": more,
+        "sampler": args.sampler[0],
+        "requests": args.requests, "new_tokens": args.new_tokens, "generated_tokens": first["generated_tokens"],
+        "serial": first["serial"], "batched": first["batched"],
+        "speedup": ratio, "target_speedup": target,
+        "batched_max_abs_logprob_vs_teacher_forcing": first["worst"],
+        "more": first["more"],
     }
     if args.profile:
         result["profile"] = {
             "note": ("one extra batched run per concurrency, its driver's phases timed" +
                      (" with torch.cuda.synchronize() around each phase: that perturbs the totals, so its tokens/s "
                       "is not the bench's figure" if batched.device.type == "cuda" else "")),
-            "runs": profiles, **({"torch": tables} if tables else {})}
-    result["summary"] = (f"{args.requests} requests x {args.new_tokens} tokens on {result['device']}: one at a time "
-                         f"{serial_tps:.0f} tok/s, batched {batched_tps:.0f} tok/s = {ratio:.1f}x (target >= {target:g}x); "
-                         f"{rows / max(steps, 1):.1f} rows per decode forward; max |logprob - teacher forcing| "
-                         f"{worst:.1e}" + "".join(f"; {m['requests']} requests {m['tokens_per_s']:.0f} tok/s" for m in more))
+            "runs": first["profiles"], **({"torch": first["tables"]} if first["tables"] else {})}
+    if len(args.sampler) > 1:  # every sampler's figures, from the same run
+        result["samplers"] = {
+            name: {"serial": f["serial"], "batched": f["batched"], "speedup": f["speedup"], "more": f["more"],
+                   "batched_max_abs_logprob_vs_teacher_forcing": f["worst"],
+                   **({"profile": {"runs": f["profiles"], **({"torch": f["tables"]} if f["tables"] else {})}}
+                      if args.profile else {})}
+            for name, f in figures.items()}
+    result["summary"] = (f"{args.requests} requests x {args.new_tokens} tokens on {result['device']}"
+                         + (f" ({args.sampler[0]})" if len(args.sampler) > 1 else "") + ": one at a time "
+                         f"{first['serial']['tokens_per_s']:.0f} tok/s, batched {first['batched']['tokens_per_s']:.0f} "
+                         f"tok/s = {ratio:.1f}x (target >= {target:g}x); "
+                         f"{first['rows_per_forward']:.1f} rows per decode forward; max |logprob - teacher forcing| "
+                         f"{first['worst']:.1e}" + "".join(f"; {m['requests']} requests {m['tokens_per_s']:.0f} tok/s"
+                                                          for m in first["more"]))
+    for name in args.sampler[1:]:
+        f = figures[name]
+        result["summary"] += (f"; {name}: one at a time {f['serial']['tokens_per_s']:.0f} tok/s, batched "
+                              f"{f['batched']['tokens_per_s']:.0f} tok/s = {f['speedup']:.1f}x, max |logprob - teacher "
+                              f"forcing| {f['worst']:.1e}" +
+                              "".join(f", {m['requests']} requests {m['tokens_per_s']:.0f} tok/s" for m in f["more"]))
     result["passed"] = ratio >= target
     return result
+
+
+def samplers(text: str) -> list[str]:
+    """`--sampler`'s comma-separated names, each one HFEngine accepts."""
+    import argparse
+
+    from agentgraphs.engines.sampling import SAMPLERS
+
+    names = [name for name in text.split(",") if name]
+    if not names or any(name not in SAMPLERS for name in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated names out of {', '.join(SAMPLERS)}")
+    return names
 
 
 def main() -> None:
@@ -308,6 +353,9 @@ def main() -> None:
     p.add_argument("--more", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                    help="also run the batched engine at these concurrencies (comma-separated)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sampler", type=samplers, default=["multinomial"],
+                   help="HFEngine's sampler(s), comma-separated (multinomial, inverse_cdf): each measured in turn in "
+                        "the same run on the same model; the first gives the main figures")
     p.add_argument("--profile", nargs="?", const="phases", choices=["phases", "torch"], default=None,
                    help="also time the batched driver's phases in an extra run per concurrency (synchronised on "
                         "CUDA, so its tok/s is reported apart); 'torch' adds torch.profiler's top-15 ops")
@@ -317,12 +365,15 @@ def main() -> None:
     result = run(args)
     if "profile" in result:
         print(result["profile"]["note"])
-        for profile in result["profile"]["runs"]:
-            print(phase_table(profile))
-        tables = dict(result["profile"].get("torch", {}))
-        n = tables.pop("requests", None)
-        for name, table in tables.items():
-            print(f"torch.profiler, {n} requests, top 15 ops {name.replace('_', ' ')}:\n{table}")
+        for sampler, profile in result.get("samplers", {args.sampler[0]: result}).items():
+            if len(args.sampler) > 1:
+                print(f"sampler {sampler}:")
+            for run_ in profile["profile"]["runs"]:
+                print(phase_table(run_))
+            tables = dict(profile["profile"].get("torch", {}))
+            n = tables.pop("requests", None)
+            for name, table in tables.items():
+                print(f"torch.profiler, {n} requests, top 15 ops {name.replace('_', ' ')}:\n{table}")
     print(result["summary"])
     _common.finish(args.results_dir, "engine_batching", result, result["passed"], result["summary"])
 

@@ -7,7 +7,8 @@ lock:
 3. new requests join: their prompts are prefilled together (left-padded, up to `max_prefill_tokens`
    padded tokens and `max_batch` rows) and their KV rows are appended to the batch cache;
 4. every row samples its next token from the logits of the forward that produced them (`sample_rows`:
-   each request's own parameters and seeded generator), and that token's log-prob is recorded then;
+   each request's own parameters and seeded generator, the engine's `sampler`), and that token's log-prob
+   is recorded then;
 5. finished rows (length, stop id, stop string: `HFEngine.finish_of`) leave; the rest run ONE decode
    forward over the batch cache, which gives the logits of the next step.
 
@@ -37,6 +38,7 @@ class BatchHost(Protocol):
     model: Any
     device: Any
     model_lock: threading.Lock
+    sampler: str
 
     def finish_of(self, request: GenerationRequest) -> tuple[Any, int | str | None]: ...
 
@@ -203,7 +205,8 @@ class DecodeBatcher:
         if not self._rows:
             return
         params = [r.params for r in self._rows]
-        tokens, ids, logprobs = sample_rows(self._logits, params, [r.generator for r in self._rows])
+        tokens, ids, logprobs = sample_rows(self._logits, params, [r.generator for r in self._rows],
+                                            sampler=self.engine.sampler)
         done: list[int] = []
         for i, request in enumerate(self._rows):
             request.output_ids.append(ids[i])

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .base import Completion, FinishReason, SamplingParams
-from .sampling import GREEDY_BELOW, GenerationRequest, sample_token
+from .sampling import GREEDY_BELOW, GenerationRequest, check_sampler, sample_token
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -52,6 +52,16 @@ class HFEngine:
     `batching` picks how concurrent requests run (default: batched on CUDA, one at a time elsewhere; see
     the module docstring); `max_batch` caps the rows of one batched decode step and `max_prefill_tokens`
     the padded prompt tokens prefilled together in one step (more requests wait for the next step).
+
+    `sampler` picks how a sampled token is drawn from its request's seeded generator, the same in both
+    ways (`agentgraphs.engines.sampling`): "multinomial" (the default; `torch.multinomial`, one exponential
+    draw per vocabulary entry) or "inverse_cdf" (one float64 uniform per row, searched in the row's
+    cumulative probabilities: the same distribution, filtered-out tokens never drawn, other draws than
+    "multinomial" for the same seed). On CPU (bench/engine_batching.py, 64 requests) it cut the batched
+    engine's sampling time ~4x and raised its tokens/s ~2.7x; not measured on CUDA. Anything else: ConfigError.
+
+    >>> HFEngine.from_dir(ensure_tiny_model(), sampler="inverse_cdf").sampler
+    'inverse_cdf'
     """
 
     def __init__(
@@ -65,9 +75,11 @@ class HFEngine:
         batching: bool | None = None,
         max_batch: int = 256,
         max_prefill_tokens: int = 16384,
+        sampler: str = "multinomial",
     ) -> None:
         import torch
 
+        self.sampler = check_sampler(sampler)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -182,7 +194,7 @@ class HFEngine:
         request.logits = logits[-1]
 
     def _step(self, request: GenerationRequest) -> None:
-        token, logprob = sample_token(request.logits, request.params, request.generator)
+        token, logprob = sample_token(request.logits, request.params, request.generator, self.sampler)
         request.output_ids.append(token)
         request.logprobs.append(logprob)
         request.finish, request.matched = self.finish_of(request)

@@ -4,6 +4,19 @@ A sampled token's log-prob is log_softmax(logits / temperature) at that token, i
 top-k/top-p/min-p filtering (at temperature ~0: greedy, unscaled log_softmax). `GenerationRequest` is one
 generation in flight, as the one-at-a-time path (`agentgraphs.engines.hf`) and the batch driver
 (`agentgraphs.engines.batching`) both hold it.
+
+Two ways to draw a sampled row's token from its (filtered) probabilities, each from the row's own generator
+(`SAMPLERS`; HFEngine's `sampler` option picks one for both of its paths):
+- "multinomial" (the default): `torch.multinomial`, one exponential draw per vocabulary entry;
+- "inverse_cdf": ONE uniform u per row; the token is the first index whose cumulative probability exceeds
+  u * total (total: the row's cumulative sum's last value, so rounding in the sum cannot bias the top
+  end). The sum and u are float64: a float32 running sum (units of ~6e-8 near 1) would give each token
+  of a 152K-id tail a width of zero or whole units, not its probability. The search runs in two levels:
+  the masses of blocks of `BLOCK` ids (each summed in the probabilities' dtype, so to their own rounding,
+  ~1e-7 relative in float32; cumulated in float64), then the float64 running sum of the chosen block's
+  ids: one fast reduction over the vocabulary instead of a slow float64 running sum over all of it.
+  Tokens of zero probability (filtered out) have no width and are never picked. The same exact
+  distribution as "multinomial", other draws (seeded results differ between the two, not within one).
 """
 
 from __future__ import annotations
@@ -11,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError, EngineError
 from .base import FinishReason, SamplingParams
 
 if TYPE_CHECKING:
@@ -20,17 +34,87 @@ if TYPE_CHECKING:
 # SGLang samples greedily (and reports unscaled log-probs) below this temperature
 GREEDY_BELOW = 1e-6
 
+# how a sampled row draws its token (see the module docstring); the first is the default
+SAMPLERS = ("multinomial", "inverse_cdf")
+# inverse_cdf searches the mass of blocks of this many ids, then the ids of the chosen block
+BLOCK = 1024
+
+
+def check_sampler(sampler: object) -> str:
+    """`sampler` if it names one of SAMPLERS, else a ConfigError naming the field and the choices.
+
+    >>> check_sampler("inverse_cdf")
+    'inverse_cdf'
+    """
+    if sampler not in SAMPLERS:
+        raise ConfigError(f"sampler={sampler!r} is not a sampler; choose one of {', '.join(map(repr, SAMPLERS))} "
+                          f"(default {SAMPLERS[0]!r})")
+    return str(sampler)
+
+
+def draw(probs: "torch.Tensor", generators: list[Any], sampler: str = "multinomial") -> "torch.Tensor":
+    """One index per row of a [rows, n] tensor of (unnormalised, filtered) probabilities, row i drawing from
+    `generators[i]` (None: torch's default generator) with `sampler` (see the module docstring).
+
+    >>> import torch
+    >>> draw(torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]]), [None, None], "inverse_cdf").tolist()
+    [2, 1]
+    """
+    import torch
+
+    if check_sampler(sampler) == "multinomial":
+        return torch.cat([torch.multinomial(probs[j], 1, generator=g) for j, g in enumerate(generators)])
+    rows, n = probs.shape
+    whole = n // BLOCK * BLOCK
+    # the mass of each block of BLOCK ids (the last one partial): a reduction in the probabilities' own
+    # dtype (fast; a float64 pass over the vocabulary costs several times more on CPU), exact to that
+    # dtype's rounding, i.e. to the precision the probabilities have anyway; summed over blocks in float64
+    blocks = probs[:, :whole].reshape(rows, whole // BLOCK, BLOCK).sum(dim=-1)
+    if whole < n:
+        blocks = torch.cat([blocks, probs[:, whole:].sum(dim=-1, keepdim=True)], dim=1)
+    blocks = blocks.double()
+    before_block = blocks.cumsum(dim=-1)
+    total = before_block[:, -1:].contiguous()
+    if not bool(torch.isfinite(total).all() and (total > 0).all()):
+        raise EngineError(f"inverse_cdf sampling: a row's probabilities sum to {total.flatten().tolist()} (nan, inf "
+                          "or no mass): the logits hold nan/inf; check the model's dtype and inputs")
+    # one uniform per row, drawn on its generator's device (that is what keeps a seed's draws its own)
+    u = torch.cat([torch.rand(1, dtype=torch.float64, generator=g, device=g.device if g is not None else probs.device)
+                   .to(probs.device) for g in generators]).unsqueeze(1)
+    target = u * total
+    block = _first_above(before_block, target)
+    start = before_block.gather(1, block) - blocks.gather(1, block)  # the mass before the chosen block
+    columns = block * BLOCK + torch.arange(BLOCK, device=probs.device)
+    inside = probs.gather(1, columns.clamp(max=n - 1)).masked_fill(columns >= n, 0.0)
+    return (columns.gather(1, _first_above(inside.cumsum(dim=-1, dtype=torch.float64), target - start))).squeeze(1)
+
+
+def _first_above(cumulative: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor":
+    """Per row, the first index whose cumulative sum exceeds `target` ([rows, 1]), or, where rounding puts
+    `target` at or past the row's total, the first index where the sum reaches its total: the last one of
+    non-zero width. A zero-probability entry adds nothing to the sum, so neither search lands on one."""
+    import torch
+
+    above = torch.searchsorted(cumulative, target, right=True)
+    last = torch.searchsorted(cumulative, cumulative[:, -1:].contiguous(), right=False)
+    return torch.minimum(above, last)
+
 
 def sample_token(
-    logits: "torch.Tensor", params: SamplingParams, generator: "torch.Generator | None" = None
+    logits: "torch.Tensor", params: SamplingParams, generator: "torch.Generator | None" = None,
+    sampler: str = "multinomial",
 ) -> tuple[int, float]:
-    """Pick the next token from one row of logits; return (token id, its log-prob).
+    """Pick the next token from one row of logits; return (token id, its log-prob). `sampler`: one of SAMPLERS.
 
     >>> import torch
     >>> sample_token(torch.tensor([0.0, 2.0, 1.0]), SamplingParams(temperature=0))[0]
     1
+    >>> sample_token(torch.tensor([0.0, 9.0, 1.0]), SamplingParams(top_k=1), sampler="inverse_cdf")[0]
+    1
     """
     import torch
+
+    check_sampler(sampler)
 
     logits = logits.float()
     if params.temperature < GREEDY_BELOW or params.top_k == 1:
@@ -50,20 +134,21 @@ def sample_token(
         sorted_probs[(cumulative - sorted_probs) > params.top_p] = 0.0
         if params.min_p > 0.0:
             sorted_probs[sorted_probs < sorted_probs[0] * params.min_p] = 0.0
-        token = int(order[torch.multinomial(sorted_probs, 1, generator=generator)])
+        token = int(order[draw(sorted_probs.unsqueeze(0), [generator], sampler)[0]])
     else:
-        token = int(torch.multinomial(probs, 1, generator=generator))
+        token = int(draw(probs.unsqueeze(0), [generator], sampler)[0])
     return token, float(logprobs[token])
 
 
 def sample_rows(
-    logits: "torch.Tensor", params: list[SamplingParams], generators: list[Any]
+    logits: "torch.Tensor", params: list[SamplingParams], generators: list[Any], sampler: str = "multinomial"
 ) -> tuple["torch.Tensor", list[int], list[float]]:
     """`sample_token` for every row of a [rows, vocab] logits batch: (ids on the device, ids, log-probs).
 
-    Row i follows `params[i]` and draws from `generators[i]` with the same rules as `sample_token` (the
-    greedy rule, log_softmax(logits / T) in float32 before filtering, SGLang's top-k/top-p/min-p filter on
-    sorted probabilities); the softmax, sort and filter run once for all rows, the draw once per row.
+    Row i follows `params[i]` and draws from `generators[i]` with the same rules and `sampler` as
+    `sample_token` (the greedy rule, log_softmax(logits / T) in float32 before filtering, SGLang's
+    top-k/top-p/min-p filter on sorted probabilities); the softmax, sort and filter run once for all rows,
+    the draw once per row ("multinomial") or once for all rows from one uniform per row ("inverse_cdf").
 
     >>> import torch
     >>> sample_rows(torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]), [SamplingParams(temperature=0)] * 2, [None] * 2)[1]
@@ -71,6 +156,7 @@ def sample_rows(
     """
     import torch
 
+    check_sampler(sampler)
     logits = logits.float()
     rows, vocab = logits.shape
     device = logits.device
@@ -85,9 +171,8 @@ def sample_rows(
         plain = [i for i in drawn if i not in filtered]
         picks: dict[int, Any] = {}
         if plain:
-            probs = logprobs[plain].exp()
-            for j, i in enumerate(plain):
-                picks[i] = torch.multinomial(probs[j], 1, generator=generators[i])
+            plain_picks = draw(logprobs[plain].exp(), [generators[i] for i in plain], sampler)
+            picks.update(zip(plain, plain_picks.split(1)))
         if filtered:
             sorted_probs, order = logprobs[filtered].exp().sort(dim=-1, descending=True)
             ranks = torch.arange(vocab, device=device).unsqueeze(0)
@@ -98,8 +183,8 @@ def sample_rows(
             cumulative = sorted_probs.cumsum(dim=-1)
             sorted_probs = sorted_probs.masked_fill((cumulative - sorted_probs) > top_p.unsqueeze(1), 0.0)
             sorted_probs = sorted_probs.masked_fill(sorted_probs < sorted_probs[:, :1] * min_p.unsqueeze(1), 0.0)
-            for j, i in enumerate(filtered):
-                picks[i] = order[j][torch.multinomial(sorted_probs[j], 1, generator=generators[i])]
+            ranked = draw(sorted_probs, [generators[i] for i in filtered], sampler)
+            picks.update(zip(filtered, order.gather(1, ranked.unsqueeze(1)).squeeze(1).split(1)))
         index = torch.tensor(drawn, device=device)
         tokens = tokens.index_put((index,), torch.cat([picks[i] for i in drawn]))
     chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)

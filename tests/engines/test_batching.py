@@ -58,17 +58,18 @@ def test_default_is_one_at_a_time_on_cpu(tiny_engine: HFEngine, batched: HFEngin
     assert batched.batching is True
 
 
+@pytest.mark.parametrize("sampler", ["multinomial", "inverse_cdf"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_sample_rows_draws_as_sample_token(seed: int) -> None:
+def test_sample_rows_draws_as_sample_token(seed: int, sampler: str) -> None:
     """Row by row, the batched sampler picks what `sample_token` picks from the same generator state."""
     logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(seed)) * 3
     params = [SamplingParams(temperature=0), SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.8),
               SamplingParams(temperature=1.3, top_k=5), SamplingParams(temperature=0.9, min_p=0.2),
               SamplingParams(temperature=0.5, top_k=1)]
     gens = [torch.Generator().manual_seed(100 + i) for i in range(6)]
-    _, ids, lps = sample_rows(logits, params, gens)
+    _, ids, lps = sample_rows(logits, params, gens, sampler=sampler)
     for i, p in enumerate(params):
-        token, lp = sample_token(logits[i], p, torch.Generator().manual_seed(100 + i))
+        token, lp = sample_token(logits[i], p, torch.Generator().manual_seed(100 + i), sampler)
         assert ids[i] == token
         assert lps[i] == pytest.approx(lp, abs=1e-6)
 
