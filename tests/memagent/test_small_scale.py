@@ -173,7 +173,8 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     # an untrained model never answers right: every group flat, so --skip-flat took no optimizer step
     assert curve[0]["reward_std"] == 0.0 and curve[0]["skipped"] == 1.0
     # a second run of two optimizer steps per rollout batch, resumed in another process: the curve and AdamW go on
-    arm = ("--prompts", "2", "--samples", "2", "--device", "cpu", "--steps-per-rollout", "2", "--lr-warmup", "3")
+    arm = ("--prompts", "2", "--samples", "2", "--device", "cpu", "--steps-per-rollout", "2", "--lr-warmup", "3",
+           "--sampler", "inverse_cdf")
     run("rl", "--init", str(w / "warm"), "--out", str(w / "rl2"), "--steps", "1", *arm)
     run("rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "2", "--resume", *arm)
     stage = json.loads((w / "rl2" / "stage.json").read_text())
@@ -182,6 +183,7 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     assert stage["calls"][0]["seed"] != stage["calls"][1]["seed"]  # the resumed part samples with other seeds
     # the seed's KL loss to where RL started, in both parts; the warm-up goes on where the first call left it
     assert stage["reference"] == str(w / "warm") and stage["args"]["kl_coef"] == 0.001
+    assert [c["sampler"] for c in stage["calls"]] == ["inverse_cdf"] * 2
     # computed (nan without the KL loss) and 0: every group is flat here, so no gradient ever moved the weights
     assert [c["kl"] for c in stage["curve"]] == [0.0, 0.0]
     assert [c["lr"] for c in stage["curve"]] == [5e-5 / 3, 5e-5]  # optimizer steps 0-1, then 2-3 of a 3-step ramp

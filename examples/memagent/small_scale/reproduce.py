@@ -27,18 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pipeline as P  # noqa: E402
 
 
-def _engine(ckpt: Path, device: str, seed: int) -> Any:
+def _engine(ckpt: Path, device: str, seed: int, sampler: str = "multinomial") -> Any:
     import torch
 
     from agentgraphs.engines.hf import HFEngine
 
     # full fp32 (no TF32) for generation: the recorded log-probs are what the audit's re-score computes
     torch.backends.cuda.matmul.allow_tf32 = False
-    return HFEngine.from_dir(ckpt, device=device, dtype=torch.float32, seed=seed, batching=True, max_batch=512,
-                             max_prefill_tokens=65536 if device == "cuda" else 8192)
+    return HFEngine.from_dir(ckpt, device=device, dtype=torch.float32, seed=seed, sampler=sampler, batching=True,
+                             max_batch=512, max_prefill_tokens=65536 if device == "cuda" else 8192)
 
 
-def _open(ckpt: Path, device: str, part: int = 0) -> tuple[P.ReproConfig, Any, Any]:
+def _open(ckpt: Path, device: str, part: int = 0, sampler: str = "multinomial") -> tuple[P.ReproConfig, Any, Any]:
     """A stage's start: the checkpoint's settings, torch and the engine seeded from them (and `part`: a resumed
     stage's later part draws other sampling seeds than its first), its engine and the filler pool."""
     import torch
@@ -48,7 +48,7 @@ def _open(ckpt: Path, device: str, part: int = 0) -> tuple[P.ReproConfig, Any, A
     cfg = P.ReproConfig.load(ckpt)
     seed = _seed(cfg, part)
     torch.manual_seed(seed)
-    engine = _engine(ckpt, device, seed)
+    engine = _engine(ckpt, device, seed, sampler)
     return cfg, engine, build_filler_pool(engine.tokenizer)
 
 
@@ -220,7 +220,7 @@ def stage_rl(args: argparse.Namespace) -> None:
     init, out = Path(args.init), Path(args.out)
     earlier = _earlier_rl(init, args)
     part = len(earlier.get("curve", []))
-    cfg, engine, pool = _open(init, args.device, part=part)
+    cfg, engine, pool = _open(init, args.device, part=part, sampler=args.sampler)
     audits: list[dict[str, Any]] = []
     # the seed's GRPO flags (run_memagent_7b.sh): --use-kl-loss --kl-loss-coef 0.001 --kl-loss-type low_var_kl
     # --eps-clip 0.2 --eps-clip-high 0.3 --weight-decay 0.1 --adam-beta2 0.98; the lr is ours (see --lr)
@@ -297,7 +297,7 @@ def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
                          "continue, or drop --resume to start RL from a warm start)")
     was = stage["args"]
     same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout", "kl_coef", "kl_type",
-            "lr_warmup", "weight_decay")
+            "lr_warmup", "weight_decay", "sampler")
     changed = [k for k in same if was.get(k) != getattr(args, k)]
     if changed:
         raise SystemExit(f"--resume: {', '.join(f'{k} was {was.get(k)!r}, now {getattr(args, k)!r}' for k in changed)}"
@@ -425,6 +425,9 @@ def main() -> None:
     r.add_argument("--lr-warmup", type=int, default=0,
                    help="optimizer steps of linear warm-up from 0 (Megatron's --lr-warmup-iters; the seed: none)")
     r.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's (the seed: 0.1)")
+    r.add_argument("--sampler", default="multinomial", choices=("multinomial", "inverse_cdf"),
+                   help="how the rollouts' engine draws a sampled token (HFEngine's sampler: the same distribution; "
+                        "inverse_cdf draws one uniform per row, batched)")
     r.add_argument("--resume", action="store_true",
                    help="--init is an RL checkpoint of this arm: continue its curve, documents and AdamW state")
     r.add_argument("--skip-flat", action=argparse.BooleanOptionalAction, default=False,

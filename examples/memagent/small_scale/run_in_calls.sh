@@ -19,6 +19,7 @@ R="python3 $here/reproduce.py"
 : "${WS_STOP_AT:=30}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=16}" "${RL_SAMPLES:=16}" "${RL_LR:=1e-4}" "${RL_MIN_S:=240}"
 : "${RL_STEPS_PER_ROLLOUT:=2}" "${RL_TOTAL_S:=720}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
 : "${RL_WARMUP:=10}" "${RL_KL:=0.001}"  # optimizer steps of lr warm-up; the seed's KL loss coefficient (low_var_kl)
+: "${RL_SAMPLER:=multinomial}"  # the rollouts' engine sampler (multinomial | inverse_cdf: same distribution)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
@@ -67,7 +68,7 @@ if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S 
   else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
   minutes=$(awk -v s="$(left)" -v e="$reserve" -v t="$want" 'BEGIN{m = (s - e - 50) / 60; if (t / 60 < m) m = t / 60; printf "%.2f", m}')
   rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
-      --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
+      --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --sampler "$RL_SAMPLER" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
   if both; then
     stamp "RL and control resumed after $(rl_s "$w/rl") s, $minutes min each"
     from_a=(--init "$w/rl" --resume); from_b=(--init "$w/rl_permuted" --resume)
