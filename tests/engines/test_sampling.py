@@ -161,3 +161,23 @@ async def test_batched_and_one_at_a_time_engines_agree(tiny_model_dir: Path, sam
     for a, b in zip(one, many):
         assert a.token_ids == b.token_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+async def test_inverse_cdf_records_each_tokens_own_log_prob_as_plain_transformers_scores_it(
+        tiny_model_dir: Path, batching: bool) -> None:
+    """Invariant 1 under inverse_cdf: every recorded log-prob is log_softmax(logits / T) of the plain
+    transformers forward over the prompt and the tokens before it, at the id the engine returned."""
+    engine = HFEngine.from_dir(tiny_model_dir, device="cpu", batching=batching, sampler="inverse_cdf")
+    prompts = [[151644, 872, 198, 9707, 13], [151644, 872, 198, 40, 1075, 14796, 323, 279, 9396, 13]]
+    settings = [SamplingParams(temperature=0.8, max_new_tokens=9, ignore_eos=True, sampling_seed=4),
+                SamplingParams(temperature=1.2, top_k=50, max_new_tokens=7, ignore_eos=True, sampling_seed=5)]
+    outs = await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts, settings)))
+    for prompt, params, out in zip(prompts, settings, outs):
+        assert len(out.token_ids) == params.max_new_tokens
+        ids = torch.tensor([prompt + out.token_ids])
+        with torch.no_grad():
+            logits = engine.model(input_ids=ids).logits[0].float() / params.temperature
+        expected = torch.log_softmax(logits, -1)[len(prompt) - 1:-1].gather(
+            1, torch.tensor(out.token_ids).unsqueeze(1)).squeeze(1)
+        assert out.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
