@@ -67,6 +67,23 @@ def test_oracle_rollouts_are_training_rows(engine: Any, rows: list[dict[str, Any
         assert lps == pytest.approx(engine.score(tokens[:-n], tokens[-n:], 1.0), abs=1e-4)
 
 
+def test_an_oracle_out_of_device_memory_is_refused_saying_what_to_lower(engine: Any,
+                                                                         rows: list[dict[str, Any]]) -> None:
+    """Run 6 lost a device call to 14 demonstration workers on one H200: the refusal names the knob."""
+    import torch
+
+    class OutOfMemoryScorer:  # the engine, except that scoring runs out of device memory as CUDA's would
+        def __getattr__(self, name: str) -> Any:
+            return getattr(engine, name)
+
+        async def score_async(self, *args: Any, **kwargs: Any) -> list[float]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 384.00 MiB.")
+
+    with pytest.raises(P.OracleOutOfMemory, match=r"ran out of device memory.*lower `--demo-workers`") as info:
+        P.oracle_data(OutOfMemoryScorer(), rows, CFG)
+    assert "Tried to allocate 384.00 MiB" in str(info.value)  # the device's own words kept
+
+
 def test_a_shorter_secret_code_is_read_and_answered_by_the_oracle(engine: Any) -> None:
     """`value_digits` makes the task easier for a model trained from scratch: the answer is that many digits,
     and the oracle carries exactly that value from the section through the memory into the box."""
@@ -153,12 +170,17 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
         "--intermediate-size", "64", "--chunk-tokens", "128", "--memory-tokens", "24", "--final-tokens", "16",
         "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths", "150", "--eval-per-length", "2")
     run("warmstart", "--init", str(w / "model"), "--out", str(w / "warm"), "--demos", "5", "--batch", "8",
-        "--max-steps", "2", "--eval-every", "2", "--eval-from", "1", "--probe-per-length", "1", "--device", "cpu",
-        "--demo-workers", "2", "--schedule", "cosine", "--stop-at", "0", "--confirm-per-length", "1")
+        "--max-steps", "3", "--eval-every", "1", "--eval-from", "1", "--probe-per-length", "1", "--device", "cpu",
+        "--demo-workers", "2", "--schedule", "cosine", "--stop-at", "0", "--settle", "2", "--confirm-per-length", "1")
     stage = json.loads((w / "warm" / "stage.json").read_text())
-    # a mark of 0 % is reached by the first probe (step 2); the stop waits for the confirmation on new documents
-    assert stage["stop"]["step"] == 2 and "confirmed on new documents: 0.0%" in stage["stop"]["reason"]
+    # a mark of 0 % is reached by every probe; --settle 2 waits for the second in a row (step 2), and the stop
+    # for the confirmation on new documents, asked only then
+    assert stage["stop"]["step"] == 2 and "(2 probes in a row), confirmed on new documents: 0.0%" in stage["stop"]["reason"]
     assert {"probe_strict", "probe_digits", "confirm_strict"} <= set(stage["curve"][-1])
+    assert "probe_strict" in stage["curve"][0] and "confirm_strict" not in stage["curve"][0]
+    bad = subprocess.run(script + ["warmstart", "--init", str(w / "model"), "--out", str(w / "x"), "--settle", "0"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "--settle: '0': a whole number of probes, 1 or more" in bad.stderr
     cfg = P.ReproConfig.load(w / "model")
     tok = engine.tokenizer  # the same Qwen2.5 vocabulary
     docs = [r["metadata"]["context"] for k, n in ((0, 3), (1, 2))

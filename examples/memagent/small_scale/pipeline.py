@@ -227,11 +227,16 @@ def pooled(results: Sequence[dict[str, Any]], lengths: Sequence[int], metric: st
     return 100 * sum(group) / len(group) if group else float("nan")
 
 
+class OracleOutOfMemory(RuntimeError):
+    """The engine ran out of device memory scoring the oracle's rollouts: fewer at once is the fix."""
+
+
 def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, concurrency: int = 512) -> dict[str, Any]:
     """Roll the oracle through MemAgent's graph over `rows` and convert its samples with `to_train_data`.
 
     Every turn is trained (memory updates and the answer); each rollout must score reward 1 (the oracle
     reads the needle from the chunk text: a miss means a needle cut by a chunk boundary, and stops here).
+    A rollout failed by the device's memory raises `OracleOutOfMemory`, which says what to lower.
     """
     ctx_opts = options(cfg)
     samples: list[Any] = []
@@ -240,6 +245,13 @@ def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, c
         ctx = AgentContext(policy=policy, tokenizer=engine.tokenizer, sampling=sampling(cfg, 1.0))
         part = rows[start:start + concurrency]
         for i, (row, rollout) in enumerate(zip(part, asyncio.run(run_all(part, ctx, ctx_opts, concurrency)))):
+            if "OutOfMemoryError" in (rollout.reason or ""):
+                raise OracleOutOfMemory(
+                    f"oracle rollout {start + i}: the engine ran out of device memory ({rollout.reason}). Up to "
+                    f"{concurrency} rollouts are scored at once in each process that rolls demonstrations, and every "
+                    "such process holds its own engine on the same device: lower `--demo-workers` (run_in_calls.sh: "
+                    "DEMO_WORKERS; on an H200 beside the untrained model's evaluation 8 fit and 14 did not) or "
+                    "`concurrency`")
             if rollout.status != "completed" or rollout.reward != 1.0:
                 raise RuntimeError(f"oracle rollout {start + i} scored {rollout.reward} ({rollout.status}: "
                                    f"{rollout.reason}); answer {rollout.answer!r}, gold {row['label']}")

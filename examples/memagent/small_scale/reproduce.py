@@ -93,6 +93,15 @@ def stage_model(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------- 2. warm start
 
+def _at_least_one(text: str) -> int:
+    """`--settle`'s count: a whole number >= 1 (0 would stop on a probe under the mark)."""
+    import argparse
+
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of probes, 1 or more (1: the first probe over the mark)")
+    return int(text)
+
+
 def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> float:
     """Linear warm-up, then constant or a cosine down to 10 % over the stage (its step cap or its time budget,
     whichever comes first)."""
@@ -165,6 +174,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
     autocast = engine.device.type == "cuda"
     curve: list[dict[str, Any]] = []
     stop: dict[str, Any] = {"reason": f"max_steps {args.max_steps} reached"}
+    over = 0  # probes over the mark in a row
     for step in range(1, args.max_steps + 1):
         if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
             stop = {"reason": f"time budget of {args.max_minutes} min spent"}
@@ -194,8 +204,10 @@ def stage_warmstart(args: argparse.Namespace) -> None:
             point["probe_digits"] = round(P.pooled(results, cfg.train_lengths, "digits"), 2)
             _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
                  f"digits right {point['probe_digits']:.1f}%")
-            if point["probe_strict"] >= args.stop_at and _confirmed(engine, cfg, args, step, point, pool):
+            over = over + 1 if point["probe_strict"] >= args.stop_at else 0
+            if over >= args.settle and _confirmed(engine, cfg, args, step, point, pool):
                 stop = {"reason": f"probe strict sub_em {point['probe_strict']:.1f}% >= {args.stop_at}% at step {step}"
+                        + (f" ({over} probes in a row)" if args.settle > 1 else "")
                         + (f", confirmed on new documents: {point['confirm_strict']:.1f}%" if "confirm_strict" in point
                            else "")}
                 curve.append(point)
@@ -395,10 +407,15 @@ def main() -> None:
     w.add_argument("--eval-from", type=int, default=25, help="first step at which the probe is evaluated")
     w.add_argument("--probe-per-length", type=int, default=16, help="held-out probe documents per training length")
     w.add_argument("--stop-at", type=float, default=30.0, help="stop once probe strict sub_em (%%) reaches this")
+    w.add_argument("--settle", type=_at_least_one, default=1,
+                   help="stop only once this many probes in a row reach --stop-at (the copy appears as a jump; a stop at "
+                        "the first probe after it keeps a copy too fresh to survive long documents: run 5)")
     w.add_argument("--confirm-per-length", type=int, default=0,
                    help="before stopping, check the probe's verdict on this many new documents per training length "
                         "(0: stop on the probe alone)")
-    w.add_argument("--demo-workers", type=int, default=1, help="processes rolling the oracle's demonstrations")
+    w.add_argument("--demo-workers", type=int, default=1, help="processes rolling the oracle's demonstrations (each "
+                   "holds its own engine on the device and scores up to 512 rollouts at once: 8 fit an H200 beside "
+                   "an evaluation, 14 ran out of memory)")
     w.add_argument("--demo-split", default="demo", help="family of demonstration documents (another name, other "
                    "documents: a continued warm start trains on new ones)")
     w.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
