@@ -16,10 +16,12 @@ export TQDM_DISABLE=1  # no progress bars in the logs
 R="python3 $here/reproduce.py"
 : "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=8}"
 : "${WS_LR:=1e-3}" "${WS_SCHEDULE:=constant}" "${WS_EVAL_EVERY:=50}" "${WS_EVAL_FROM:=150}" "${PROBE:=16}"
-: "${WS_STOP_AT:=30}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=16}" "${RL_SAMPLES:=16}" "${RL_LR:=1e-4}" "${RL_MIN_S:=240}"
+: "${WS_STOP_AT:=30}" "${WS_SETTLE:=1}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=16}" "${RL_SAMPLES:=16}" "${RL_LR:=1e-4}" "${RL_MIN_S:=240}"
 : "${RL_STEPS_PER_ROLLOUT:=2}" "${RL_TOTAL_S:=720}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
 : "${RL_WARMUP:=10}" "${RL_KL:=0.001}"  # optimizer steps of lr warm-up; the seed's KL loss coefficient (low_var_kl)
-: "${RL_SAMPLER:=multinomial}"  # the rollouts' engine sampler (multinomial | inverse_cdf: same distribution)
+: "${RL_SAMPLER:=inverse_cdf}"  # the rollouts' engine sampler (inverse_cdf | multinomial: the same distribution;
+# inverse_cdf batched 1.69x multinomial's tokens/s at 256 requests on the H200: bench/README "engine_batching.py")
+# DEMO_WORKERS: each worker holds its own engine on the GPU (8 fit an H200 beside an evaluation; 14 ran out of memory)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
@@ -50,7 +52,7 @@ if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS"
   stamp "warm start round $k from $init, $minutes min"
   timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
-    --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --confirm-per-length "$CONFIRM" $WS_ARGS \
+    --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --settle "$WS_SETTLE" --confirm-per-length "$CONFIRM" $WS_ARGS \
     > "$r/warmstart$k.log" 2>&1
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
   wait; stamp "call ends after warm start round $k"; pack; exit 0
