@@ -5,7 +5,8 @@
 # (run_in_calls.sh does the same over several commands of a few minutes each.)
 # Usage: bash run_gpu.sh OUT_DIR [WORK_DIR]   (checkpoints go to WORK_DIR, default /tmp/repro; figures and logs
 # to OUT_DIR, packed into $PACK (default OUT_DIR.tgz) after every stage). Sizes: the variables below; the
-# defaults are run 5's settings (bench/README.md, "Run 5") with run 6's rollout sampler (inverse_cdf), RL for RL_MINUTES per arm.
+# defaults are run 5's settings (bench/README.md, "Run 5") with run 6's rollout sampler (inverse_cdf), RL for
+# RL_MINUTES per arm.
 set -u
 out=${1:?usage: run_gpu.sh OUT_DIR [WORK_DIR]}; w=${2:-/tmp/repro}
 here=$(cd "$(dirname "$0")" && pwd); mkdir -p "$out" "$w"
