@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import AgentGraphsError
-from .service import MAX_QUERY_CHARS
+from .service import DEFAULT_KEEP_ALIVE_S, MAX_QUERY_CHARS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="The retrieval service: BM25 (default) or dense indexes over a JSONL corpus.")
@@ -46,13 +46,15 @@ def serve_command(
     max_query_chars: int = typer.Option(MAX_QUERY_CHARS, min=1,
                                         help="longest query in characters; a longer one is a 400"),
     workers: int = typer.Option(4, min=1, help="searches that run at once (a slow one holds only its own)"),
+    keep_alive_s: int = typer.Option(DEFAULT_KEEP_ALIVE_S, min=1, help="seconds an idle connection stays open; "
+                                     "keep it above the clients' keep-alive expiry (httpx: 5 s)"),
 ) -> None:
     """Serve an index: POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}, GET /health."""
     from .service import serve
 
     try:
         serve(index_dir, host=host, port=port, max_topk=max_topk, batch_window_s=batch_window_ms / 1000,
-              max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers)
+              max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers, keep_alive_s=keep_alive_s)
     except AgentGraphsError as exc:
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None

@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from .batcher import SearchBatcher
 from .index import Hit, SearchIndex, load_index
 
-__all__ = ["make_app", "serve", "DEFAULT_PORT", "MAX_QUERY_CHARS", "parse_request"]
+__all__ = ["make_app", "serve", "DEFAULT_PORT", "DEFAULT_KEEP_ALIVE_S", "MAX_QUERY_CHARS", "parse_request"]
 
 DEFAULT_PORT = 8000
 DEFAULT_TOPK = 3
@@ -36,6 +36,11 @@ MAX_TOPK = 100
 MAX_QUERIES = 512
 MAX_QUERY_CHARS = 8192
 INLINE_JSON_BYTES = 64 * 1024  # larger bodies are parsed on a thread, off the event loop
+# How long an idle keep-alive connection stays open. uvicorn's default (5 s) equals httpx's default client
+# expiry (`keepalive_expiry=5.0`, which slime's shared client keeps), so a client could send on a socket the
+# server was closing at that moment: httpx.ReadError, seen with a slime-style client at 1,024 concurrent
+# ToolOrchestra rollouts (bench/scale.py). Longer than any usual client expiry, the client always closes first.
+DEFAULT_KEEP_ALIVE_S = 75
 
 
 class RequestError(ValueError):
@@ -164,8 +169,12 @@ def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: fl
 
 def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           max_topk: int = MAX_TOPK, batch_window_s: float = 0.0, max_batch_queries: int = 128,
-          max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4) -> None:
-    """Load the index and serve it until interrupted (what `agentgraphs retrieval serve` runs)."""
+          max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4, keep_alive_s: int = DEFAULT_KEEP_ALIVE_S) -> None:
+    """Load the index and serve it until interrupted (what `agentgraphs retrieval serve` runs). An idle
+    connection stays open `keep_alive_s` seconds (`DEFAULT_KEEP_ALIVE_S`: longer than clients' own expiry)."""
+    if keep_alive_s < 1:
+        raise ConfigError(f"keep_alive_s={keep_alive_s}: an idle connection must stay open at least 1 s; keep it "
+                          f"above the clients' keep-alive expiry (httpx: 5 s), e.g. the default {DEFAULT_KEEP_ALIVE_S}")
     try:
         import uvicorn
     except ImportError:
@@ -173,4 +182,4 @@ def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT
                           "pip install 'agentgraphs[retrieval]'") from None
     app = make_app(load_index(index_dir), max_topk=max_topk, batch_window_s=batch_window_s,
                    max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=keep_alive_s)

@@ -104,6 +104,43 @@ def test_bm25_service_returns_the_planted_fact_over_http(bm25_service: tuple[Ser
     assert health == {"status": "ok", "kind": "bm25", "passages": 512}
 
 
+def _get_health(sock: socket.socket, port: int) -> bytes:
+    """One HTTP/1.1 GET /health on an open socket; the whole response (headers + Content-Length body)."""
+    sock.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data  # the server closed the connection
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_an_idle_connection_outlives_the_clients_keep_alive_expiry(bm25_service: tuple[Service, dict[str, str]]
+                                                                     ) -> None:
+    """A slime-style client (one shared httpx client, httpx's default 5 s keep-alive expiry) reuses a socket
+    idle for up to 5 s; with uvicorn's default 5 s the server could close it just as a request went out
+    (httpx.ReadError at 1,024 rollouts). The service keeps idle sockets past any such expiry."""
+    service, _ = bm25_service
+    idle_s = httpx.Limits().keepalive_expiry + 1.0  # past what httpx itself would keep (and uvicorn's default)
+    with socket.create_connection(("127.0.0.1", service.port), timeout=30) as sock:
+        assert _get_health(sock, service.port).startswith(b"HTTP/1.1 200")
+        threading.Event().wait(idle_s)
+        assert _get_health(sock, service.port).startswith(b"HTTP/1.1 200")  # the same socket still served
+
+
+def test_a_keep_alive_under_a_second_is_refused(tmp_path: Path) -> None:
+    from agentgraphs.errors import ConfigError
+    from agentgraphs.retrieval.service import serve
+
+    with pytest.raises(ConfigError, match=r"keep_alive_s=0: .*above the clients' keep-alive expiry"):
+        serve(tmp_path, keep_alive_s=0)
+
+
 def _ids_scores(hits: list[list[dict]]) -> list[list[tuple[str, float]]]:
     return [[(h["document"]["id"], h["score"]) for h in q] for q in hits]
 
