@@ -54,7 +54,8 @@ def serve_command(
 
     try:
         serve(index_dir, host=host, port=port, max_topk=max_topk, batch_window_s=batch_window_ms / 1000,
-              max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers, keep_alive_s=keep_alive_s)
+              max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers,
+              keep_alive_s=keep_alive_s)
     except AgentGraphsError as exc:
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None

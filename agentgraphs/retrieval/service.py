@@ -169,7 +169,8 @@ def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: fl
 
 def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           max_topk: int = MAX_TOPK, batch_window_s: float = 0.0, max_batch_queries: int = 128,
-          max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4, keep_alive_s: int = DEFAULT_KEEP_ALIVE_S) -> None:
+          max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4,
+          keep_alive_s: int = DEFAULT_KEEP_ALIVE_S) -> None:
     """Load the index and serve it until interrupted (what `agentgraphs retrieval serve` runs). An idle
     connection stays open `keep_alive_s` seconds (`DEFAULT_KEEP_ALIVE_S`: longer than clients' own expiry)."""
     if keep_alive_s < 1:

@@ -114,7 +114,8 @@ def _get_health(sock: socket.socket, port: int) -> bytes:
             return data  # the server closed the connection
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
     while len(body) < length:
         body += sock.recv(65536)
     return head + b"\r\n\r\n" + body

@@ -98,7 +98,8 @@ def _at_least_one(text: str) -> int:
     import argparse
 
     if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of probes, 1 or more (1: the first probe over the mark)")
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of probes, 1 or more "
+                                         "(1: the first probe over the mark)")
     return int(text)
 
 
@@ -408,8 +409,8 @@ def main() -> None:
     w.add_argument("--probe-per-length", type=int, default=16, help="held-out probe documents per training length")
     w.add_argument("--stop-at", type=float, default=30.0, help="stop once probe strict sub_em (%%) reaches this")
     w.add_argument("--settle", type=_at_least_one, default=1,
-                   help="stop only once this many probes in a row reach --stop-at (the copy appears as a jump; a stop at "
-                        "the first probe after it keeps a copy too fresh to survive long documents: run 5)")
+                   help="stop only once this many probes in a row reach --stop-at (the copy appears as a jump; a stop "
+                        "at the first probe after it keeps a copy too fresh to survive long documents: run 5)")
     w.add_argument("--confirm-per-length", type=int, default=0,
                    help="before stopping, check the probe's verdict on this many new documents per training length "
                         "(0: stop on the probe alone)")
