@@ -245,7 +245,7 @@ def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, c
         ctx = AgentContext(policy=policy, tokenizer=engine.tokenizer, sampling=sampling(cfg, 1.0))
         part = rows[start:start + concurrency]
         for i, (row, rollout) in enumerate(zip(part, asyncio.run(run_all(part, ctx, ctx_opts, concurrency)))):
-            if "OutOfMemoryError" in (rollout.reason or ""):
+            if rollout.reason.startswith("graph raised OutOfMemoryError"):  # torch's, as rollout.py words it
                 raise OracleOutOfMemory(
                     f"oracle rollout {start + i}: the engine ran out of device memory ({rollout.reason}). Up to "
                     f"{concurrency} rollouts are scored at once in each process that rolls demonstrations, and every "
