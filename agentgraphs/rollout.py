@@ -24,6 +24,7 @@ from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInp
 from .trace import Layout, Turn, build_sequences, check_sequence
 
 logger = logging.getLogger(__name__)
+_GRAPH_RAISED = "graph raised "  # the reason's start when the graph raised an exception (+ "<class name>: <message>")
 
 
 def rollout_input(prompt: Any, label: Any = None, metadata: Mapping[str, Any] | None = None,
@@ -116,7 +117,7 @@ async def _run(
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in a user's node must not escape into slime
-            failed = _failed(started, f"graph raised {type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
+            failed = _failed(started, f"{_GRAPH_RAISED}{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
         else:
             rollout = await _finish(spec, inp, ctx, opts, dict(last), started, compute_reward, ledger)
             rollout.path, rollout.path_rids = path, path_rids
@@ -249,6 +250,20 @@ async def score(spec: AgentSpec, rin: RewardInput, ctx: AgentContext | None) -> 
     if inspect.isawaitable(value):
         value = await value
     return value  # type: ignore[return-value]
+
+
+def raised_in_graph(rollout: Rollout, exc_name: str) -> bool:
+    """Whether `rollout` failed because its graph raised an exception of class `exc_name` (e.g. torch's
+    "OutOfMemoryError"), read from the reason `run_rollout` wrote, so that no caller matches its wording.
+
+    >>> from agentgraphs.records import Rollout
+    >>> raised_in_graph(Rollout(status="failed", reason="graph raised OutOfMemoryError: CUDA out of memory"),
+    ...                 "OutOfMemoryError")
+    True
+    >>> raised_in_graph(Rollout(status="completed", reason="ok"), "OutOfMemoryError")
+    False
+    """
+    return rollout.status == "failed" and rollout.reason.startswith(f"{_GRAPH_RAISED}{exc_name}:")
 
 
 def _failed(started: float, reason: str, exc: BaseException, turns: list[Turn] | None = None) -> Rollout:

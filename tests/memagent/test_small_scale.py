@@ -72,16 +72,24 @@ def test_an_oracle_out_of_device_memory_is_refused_saying_what_to_lower(engine: 
     """Run 6 lost a device call to 14 demonstration workers on one H200: the refusal names the knob."""
     import torch
 
-    class OutOfMemoryScorer:  # the engine, except that scoring runs out of device memory as CUDA's would
+    class FailingScorer:  # the engine, except that scoring raises `error` (out of device memory as CUDA's would)
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
         def __getattr__(self, name: str) -> Any:
             return getattr(engine, name)
 
         async def score_async(self, *args: Any, **kwargs: Any) -> list[float]:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 384.00 MiB.")
+            raise self.error
 
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 384.00 MiB.")
     with pytest.raises(P.OracleOutOfMemory, match=r"ran out of device memory.*lower `--demo-workers`") as info:
-        P.oracle_data(OutOfMemoryScorer(), rows, CFG)
+        P.oracle_data(FailingScorer(oom), rows, CFG)
     assert "Tried to allocate 384.00 MiB" in str(info.value)  # the device's own words kept
+    # another failure, even one that mentions memory, is not taken for the device's: it is named as it is
+    with pytest.raises(RuntimeError, match=r"oracle rollout 0 .*graph raised ValueError: OutOfMemoryError") as info:
+        P.oracle_data(FailingScorer(ValueError("OutOfMemoryError in a message")), rows, CFG)
+    assert not isinstance(info.value, P.OracleOutOfMemory)
 
 
 def test_a_shorter_secret_code_is_read_and_answered_by_the_oracle(engine: Any) -> None:

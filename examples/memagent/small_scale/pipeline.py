@@ -31,7 +31,7 @@ from agentgraphs.engines import SamplingParams
 from agentgraphs.memagent import SPEC
 from agentgraphs.memagent.synthetic import FillerPool, build_filler_pool, make_needle_example
 from agentgraphs.records import SEQUENCE_KEYS, Rollout, sample_fields, trace_record
-from agentgraphs.rollout import rollout_input, run_rollout
+from agentgraphs.rollout import raised_in_graph, rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample
 from agentgraphs.train_data import TrainDataSettings, to_train_data
@@ -245,7 +245,7 @@ def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, c
         ctx = AgentContext(policy=policy, tokenizer=engine.tokenizer, sampling=sampling(cfg, 1.0))
         part = rows[start:start + concurrency]
         for i, (row, rollout) in enumerate(zip(part, asyncio.run(run_all(part, ctx, ctx_opts, concurrency)))):
-            if rollout.reason.startswith("graph raised OutOfMemoryError"):  # torch's, as rollout.py words it
+            if raised_in_graph(rollout, "OutOfMemoryError"):  # torch's
                 raise OracleOutOfMemory(
                     f"oracle rollout {start + i}: the engine ran out of device memory ({rollout.reason}). Up to "
                     f"{concurrency} rollouts are scored at once in each process that rolls demonstrations, and every "
