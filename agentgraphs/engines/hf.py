@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .base import Completion, FinishReason, SamplingParams
-from .sampling import GREEDY_BELOW, GenerationRequest, check_sampler, sample_token
+from .sampling import DEFAULT_SAMPLER, GREEDY_BELOW, GenerationRequest, check_sampler, sample_token
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class HFEngine:
         batching: bool | None = None,
         max_batch: int = 256,
         max_prefill_tokens: int = 16384,
-        sampler: str = "multinomial",
+        sampler: str = DEFAULT_SAMPLER,
     ) -> None:
         import torch
 

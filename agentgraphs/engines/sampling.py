@@ -36,6 +36,7 @@ GREEDY_BELOW = 1e-6
 
 # how a sampled row draws its token (see the module docstring); the first is the default
 SAMPLERS = ("multinomial", "inverse_cdf")
+DEFAULT_SAMPLER = SAMPLERS[0]
 # inverse_cdf searches the mass of blocks of this many ids, then the ids of the chosen block
 BLOCK = 1024
 
@@ -48,11 +49,11 @@ def check_sampler(sampler: object) -> str:
     """
     if sampler not in SAMPLERS:
         raise ConfigError(f"sampler={sampler!r} is not a sampler; choose one of {', '.join(map(repr, SAMPLERS))} "
-                          f"(default {SAMPLERS[0]!r})")
+                          f"(default {DEFAULT_SAMPLER!r})")
     return str(sampler)
 
 
-def draw(probs: "torch.Tensor", generators: list[Any], sampler: str = "multinomial") -> "torch.Tensor":
+def draw(probs: "torch.Tensor", generators: list[Any], sampler: str = DEFAULT_SAMPLER) -> "torch.Tensor":
     """One index per row of a [rows, n] tensor of (unnormalised, filtered) probabilities, row i drawing from
     `generators[i]` (None: torch's default generator) with `sampler` (see the module docstring).
 
@@ -102,7 +103,7 @@ def _first_above(cumulative: "torch.Tensor", target: "torch.Tensor") -> "torch.T
 
 def sample_token(
     logits: "torch.Tensor", params: SamplingParams, generator: "torch.Generator | None" = None,
-    sampler: str = "multinomial",
+    sampler: str = DEFAULT_SAMPLER,
 ) -> tuple[int, float]:
     """Pick the next token from one row of logits; return (token id, its log-prob). `sampler`: one of SAMPLERS.
 
@@ -141,7 +142,7 @@ def sample_token(
 
 
 def sample_rows(
-    logits: "torch.Tensor", params: list[SamplingParams], generators: list[Any], sampler: str = "multinomial"
+    logits: "torch.Tensor", params: list[SamplingParams], generators: list[Any], sampler: str = DEFAULT_SAMPLER
 ) -> tuple["torch.Tensor", list[int], list[float]]:
     """`sample_token` for every row of a [rows, vocab] logits batch: (ids on the device, ids, log-probs).
 

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pipeline as P  # noqa: E402
 
-from agentgraphs.engines.sampling import SAMPLERS  # noqa: E402
+from agentgraphs.engines.sampling import DEFAULT_SAMPLER, SAMPLERS  # noqa: E402
 
 
-def _engine(ckpt: Path, device: str, seed: int, sampler: str = SAMPLERS[0]) -> Any:
+def _engine(ckpt: Path, device: str, seed: int, sampler: str = DEFAULT_SAMPLER) -> Any:
     import torch
 
     from agentgraphs.engines.hf import HFEngine
@@ -40,7 +40,7 @@ def _engine(ckpt: Path, device: str, seed: int, sampler: str = SAMPLERS[0]) -> A
                              max_batch=512, max_prefill_tokens=65536 if device == "cuda" else 8192)
 
 
-def _open(ckpt: Path, device: str, part: int = 0, sampler: str = SAMPLERS[0]) -> tuple[P.ReproConfig, Any, Any]:
+def _open(ckpt: Path, device: str, part: int = 0, sampler: str = DEFAULT_SAMPLER) -> tuple[P.ReproConfig, Any, Any]:
     """A stage's start: the checkpoint's settings, torch and the engine seeded from them (and `part`: a resumed
     stage's later part draws other sampling seeds than its first), its engine and the filler pool."""
     import torch
@@ -445,7 +445,7 @@ def main() -> None:
     r.add_argument("--lr-warmup", type=int, default=0,
                    help="optimizer steps of linear warm-up from 0 (Megatron's --lr-warmup-iters; the seed: none)")
     r.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's (the seed: 0.1)")
-    r.add_argument("--sampler", default=SAMPLERS[0], choices=SAMPLERS,
+    r.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
                    help="how the rollouts' engine draws a sampled token (HFEngine's sampler: the same distribution; "
                         "inverse_cdf draws one uniform per row, batched)")
     r.add_argument("--resume", action="store_true",
