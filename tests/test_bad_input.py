@@ -260,7 +260,12 @@ def test_wrong_args_raise_naming_the_field(server: SGLangTestServer, tiny_model_
 
 @pytest.mark.parametrize("sp, words", [
     ({"temperature": -1.0}, "temperature"),
+    # a nan would pass `< 0` and go out as JSON null (SGLang's default, 1.0): refused, as inf is
+    ({"temperature": float("nan")}, "temperature must be a finite number"),
+    ({"temperature": float("inf")}, "temperature must be a finite number"),
     ({"top_p": 0.0}, "top_p"),
+    ({"min_p": 1.5}, "min_p"),
+    ({"min_p": float("nan")}, "min_p"),
     ({"max_new_tokens": -3}, "max_new_tokens"),
 ])
 def test_wrong_sampling_params_raise_naming_the_field(server: SGLangTestServer, tiny_model_dir: Path,

@@ -6,6 +6,7 @@ of each, as sampled. Nothing here knows about chat templates or LangGraph.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -40,10 +41,12 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not self.temperature >= 0 or math.isinf(self.temperature):  # `not >=`: nan fails it too
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1] (0 = off), got {self.min_p}")
 
     def replace(self, **changes: object) -> "SamplingParams":
         import dataclasses
