@@ -21,7 +21,7 @@ The hand loop runs with two HTTP arrangements:
   target is measured against it.
 - strict: the free list of single-connection httpx clients SGLangEngine itself keeps (httpx's own pool
   scans every connection on every request; with 256 connections that costs more CPU than everything
-  else here), its body encoded as SGLangEngine encodes it (`request_body`: the same bytes). Same HTTP
+  else here), its body encoded as SGLangEngine encodes it (`request_body`: the same JSON). Same HTTP
   work as ours, so the difference is the framework: the CPU target uses it, and its wall ratio is
   reported as well.
 The server's CPU is in another process, so each side's process CPU time is its own client work.

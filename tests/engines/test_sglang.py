@@ -87,6 +87,28 @@ async def test_request_bytes_are_the_standard_librarys_json(srv: SGLangTestServe
     assert sent.content == json.dumps(received, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
+def test_request_body_floats_parse_to_the_same_doubles() -> None:
+    """Some floats are spelled otherwise than json.dumps spells them (0.00001 for 1e-05): the same double."""
+    import json
+    import random
+
+    from agentgraphs.engines.sglang import request_body
+
+    rng = random.Random(5)
+    floats = [1e-05, 2.5e-08, 0.1, 0.7, 1e-300, 5e-324, 1.7976931348623157e308, -0.0] + [
+        rng.uniform(0, 1) * 10 ** rng.randint(-12, 12) for _ in range(2000)]
+    parsed = json.loads(request_body({"sampling_params": {"xs": floats}}))["sampling_params"]["xs"]
+    assert len(parsed) == len(floats)
+    assert all(a == b and str(a) == str(b) for a, b in zip(parsed, floats))
+
+
+def test_request_body_refuses_an_int_beyond_64_bits() -> None:
+    from agentgraphs.engines.sglang import request_body
+
+    with pytest.raises(ConfigError, match="sampling_seed must be an int that fits in 64 bits"):
+        request_body({"input_ids": [1, 2], "sampling_params": {"sampling_seed": 2**70}})
+
+
 async def test_request_body_holds_only_documented_keys(srv: SGLangTestServer) -> None:
     async with client(srv) as engine:
         out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=4, stop=["?"], sampling_seed=3))
