@@ -265,6 +265,7 @@ def test_wrong_args_raise_naming_the_field(server: SGLangTestServer, tiny_model_
     ({"temperature": float("inf")}, "temperature must be a finite number"),
     ({"top_p": 0.0}, "top_p"),
     ({"min_p": 1.5}, "min_p"),
+    ({"top_k": 0}, "top_k must be -1"),  # SGLang refuses 0; HFEngine would have taken it for "off"
     ({"min_p": float("nan")}, "min_p"),
     ({"max_new_tokens": -3}, "max_new_tokens"),
 ])

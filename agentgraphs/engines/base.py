@@ -45,6 +45,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (self.top_k == -1 or self.top_k >= 1):
+            raise ValueError(f"top_k must be -1 (off) or >= 1, as SGLang accepts it, got {self.top_k}")
         if not 0 <= self.min_p <= 1:
             raise ValueError(f"min_p must be in [0, 1] (0 = off), got {self.min_p}")
 
