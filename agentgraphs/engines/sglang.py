@@ -55,13 +55,13 @@ def request_body(payload: dict[str, Any]) -> bytes:
     Traceback (most recent call last):
     ...
     agentgraphs.errors.ConfigError: the /generate body cannot be sent as JSON (Integer exceeds 64-bit range): \
-every token id and the sampling_seed must be an int that fits in 64 bits
+token ids and the sampling_seed must be Python ints within 64 bits (a numpy array: pass ids.tolist())
     """
     try:
         return orjson.dumps(payload)
     except orjson.JSONEncodeError as err:
-        raise ConfigError(f"the /generate body cannot be sent as JSON ({err}): every token id and the sampling_seed "
-                          "must be an int that fits in 64 bits") from err
+        raise ConfigError(f"the /generate body cannot be sent as JSON ({err}): token ids and the sampling_seed must "
+                          "be Python ints within 64 bits (a numpy array: pass ids.tolist())") from err
 
 
 class _Retryable(Exception):

@@ -102,11 +102,15 @@ def test_request_body_floats_parse_to_the_same_doubles() -> None:
     assert all(a == b and str(a) == str(b) for a, b in zip(parsed, floats))
 
 
-def test_request_body_refuses_an_int_beyond_64_bits() -> None:
+def test_request_body_refuses_what_json_cannot_carry_naming_the_fix() -> None:
+    import numpy as np
+
     from agentgraphs.engines.sglang import request_body
 
-    with pytest.raises(ConfigError, match="sampling_seed must be an int that fits in 64 bits"):
+    with pytest.raises(ConfigError, match="Integer exceeds 64-bit range.*Python ints within 64 bits"):
         request_body({"input_ids": [1, 2], "sampling_params": {"sampling_seed": 2**70}})
+    with pytest.raises(ConfigError, match=r"numpy.int64.*pass ids.tolist\(\)"):
+        request_body({"input_ids": list(np.array([1, 2]))})
 
 
 async def test_request_body_holds_only_documented_keys(srv: SGLangTestServer) -> None:
