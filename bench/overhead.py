@@ -67,7 +67,7 @@ from agentgraphs.memagent.spec import SPEC  # noqa: E402
 from agentgraphs.memagent.synthetic import make_dataset  # noqa: E402
 from agentgraphs.records import sample_fields  # noqa: E402
 from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
-from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, SGLangEngine, request_body  # noqa: E402
+from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, REQUEST_HEADERS, SGLangEngine, request_body  # noqa: E402
 from agentgraphs.gc_tuning import ROLLOUT_THRESHOLDS  # noqa: E402
 
 NAME = "overhead"
@@ -126,7 +126,7 @@ class _Slots:
     @staticmethod
     def body(payload: dict[str, Any]) -> dict[str, Any]:
         """The request as SGLangEngine encodes it (`request_body`): identical HTTP work to ours."""
-        return {"content": request_body(payload), "headers": {"Content-Type": "application/json"}}
+        return {"content": request_body(payload), "headers": REQUEST_HEADERS}
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self._all))

@@ -325,10 +325,10 @@ class _SlotsClient:
                                                        write=DEFAULT_TIMEOUT.write, pool=DEFAULT_TIMEOUT.pool))
 
     async def post(self, url: str, json: Any) -> Any:
-        from agentgraphs.engines.sglang import request_body
+        from agentgraphs.engines.sglang import REQUEST_HEADERS, request_body
 
         async with self._slots.lend() as client:
-            return await client.post(url, content=request_body(json), headers={"Content-Type": "application/json"})
+            return await client.post(url, content=request_body(json), headers=REQUEST_HEADERS)
 
     async def __aenter__(self) -> "_SlotsClient":
         return self

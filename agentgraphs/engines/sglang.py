@@ -36,16 +36,19 @@ _FINISH_TYPES: frozenset[str] = frozenset({"stop", "length", "abort"})
 # below the 5 s keep-alive of SGLang's uvicorn: never reuse a socket the server is closing
 _KEEPALIVE_EXPIRY_S = 4.0
 _CONTROL_CONNECTIONS = 4
-_JSON_HEADERS = {"Content-Type": "application/json"}
+# the headers that go with `request_body`'s bytes (httpx's `json=` sets the same)
+REQUEST_HEADERS = {"Content-Type": "application/json"}
 
 
 def request_body(payload: dict[str, Any]) -> bytes:
     """The bytes SGLangEngine posts for `payload`: the compact JSON httpx's `json=` would send, made by orjson.
 
     The same JSON as `json.dumps(payload, ensure_ascii=False, separators=(",", ":"))` for what the engine
-    sends (ints, strings, bools, finite floats: `SamplingParams` refuses the others), byte for byte except
-    that a float may be spelled otherwise (`0.00001` for `1e-05`: the same double), at ~1/12 of its CPU: a
-    32K-token prompt's `input_ids` take ~0.3 ms instead of ~3.5 ms, on every call of every rollout.
+    sends (ints, strings, bools, finite floats), byte for byte except that a float may be spelled otherwise
+    (`0.00001` for `1e-05`: the same double), at ~1/12 of its CPU: a 32K-token prompt's `input_ids` take
+    ~0.3 ms instead of ~3.5 ms, on every call of every rollout. orjson would write a nan or an infinity as
+    null (SGLang's default for a sampling field: silently another setting), so they are refused here, as
+    httpx's `json=` refuses them; `input_ids` is not walked (ints: SGLang answers 400 to anything else).
 
     >>> import json
     >>> body = {"input_ids": [151644, 872, 198], "sampling_params": {"temperature": 0.7, "stop": ["é"]}}
@@ -56,12 +59,32 @@ def request_body(payload: dict[str, Any]) -> bytes:
     ...
     agentgraphs.errors.ConfigError: the /generate body cannot be sent as JSON (Integer exceeds 64-bit range): \
 token ids and the sampling_seed must be Python ints within 64 bits (a numpy array: pass ids.tolist())
+    >>> request_body({"sampling_params": {"temperature": float("nan")}})
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: the /generate body holds nan at sampling_params.temperature: JSON has no nan or \
+infinity (orjson would send null, the server's default); give a finite number
     """
+    for key, value in payload.items():
+        if key != "input_ids":
+            _refuse_non_finite(value, key)
     try:
         return orjson.dumps(payload)
     except orjson.JSONEncodeError as err:
         raise ConfigError(f"the /generate body cannot be sent as JSON ({err}): token ids and the sampling_seed must "
                           "be Python ints within 64 bits (a numpy array: pass ids.tolist())") from err
+
+
+def _refuse_non_finite(value: Any, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"the /generate body holds {value} at {where}: JSON has no nan or infinity (orjson would "
+                          "send null, the server's default); give a finite number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_non_finite(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _refuse_non_finite(item, f"{where}[{i}]")
 
 
 class _Retryable(Exception):
@@ -236,7 +259,7 @@ class SGLangEngine:
         self, rid: str, prompt_ids: list[int], params: SamplingParams
     ) -> dict[str, Any]:
         body = {
-            "input_ids": list(prompt_ids),
+            "input_ids": prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids),
             "sampling_params": params.to_sglang(),
             "return_logprob": True,
             "logprob_start_len": -1,  # log-probs of the output only, not the prompt
@@ -247,7 +270,7 @@ class SGLangEngine:
         try:
             async with self._lend() as client:
                 sent = True
-                resp = await client.post(f"{self.base_url}/generate", content=data, headers=_JSON_HEADERS,
+                resp = await client.post(f"{self.base_url}/generate", content=data, headers=REQUEST_HEADERS,
                                          timeout=self._timeout)
         except asyncio.CancelledError:
             if sent:  # a request still waiting for a slot never reached the server

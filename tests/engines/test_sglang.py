@@ -111,6 +111,11 @@ def test_request_body_refuses_what_json_cannot_carry_naming_the_fix() -> None:
         request_body({"input_ids": [1, 2], "sampling_params": {"sampling_seed": 2**70}})
     with pytest.raises(ConfigError, match=r"numpy.int64.*pass ids.tolist\(\)"):
         request_body({"input_ids": list(np.array([1, 2]))})
+    # orjson alone would write null for these (the server's default: another setting, silently)
+    with pytest.raises(ConfigError, match=r"holds nan at sampling_params.temperature: .*give a finite number"):
+        request_body({"input_ids": [1, 2], "sampling_params": {"temperature": float("nan")}})
+    with pytest.raises(ConfigError, match=r"holds -inf at sampling_params.custom\.xs\[1\]"):
+        request_body({"sampling_params": {"custom.xs": [0.5, float("-inf")]}})
 
 
 async def test_request_body_holds_only_documented_keys(srv: SGLangTestServer) -> None:
