@@ -230,8 +230,15 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
 
 
 def _eval_file(path: Path, name: str, scores: dict[int, list[int]]) -> str:
-    results = [{"length": n, "gold": f"{n}-{i}", "sub_em_strict": s, "em": s, "sub_em": 1, "answered": 1}
-               for n, ss in scores.items() for i, s in enumerate(ss)]
+    """An evaluation whose misses answer the gold reversed at 1K and a code with one digit in place elsewhere."""
+    def gold(n: int, i: int) -> str:
+        return f"{n // 1000}{i + 5}"  # 1K: 15, 16, ...: no palindrome
+
+    def answer(n: int, i: int, s: int) -> str:
+        g = gold(n, i)
+        return "\\boxed{" + (g if s else g[::-1] if n == 1000 else g[:-1] + "x") + "}"
+    results = [{"length": n, "gold": gold(n, i), "answer": answer(n, i, s), "sub_em_strict": s, "em": s,
+                "sub_em": 1, "answered": 1} for n, ss in scores.items() for i, s in enumerate(ss)]
     by_length = {str(n): {"sub_em_strict": 100 * sum(ss) / len(ss)} for n, ss in scores.items()}
     path.write_text(json.dumps({"name": name, "train_lengths": [1000, 2000], "by_length": by_length,
                                 "results": results}))
@@ -250,6 +257,14 @@ def test_compare_pairs_documents_and_counts_mcnemar_by_hand(tmp_path: Path) -> N
                                        "won": 4, "lost": 1, "mcnemar_z": 1.34}
     assert row["8x_and_more"]["won"] == 1 and row["kept_at_8x"] == round(50.0 / 75.0, 3)  # 16K is 8x 2K
     assert "+37.50 points, won 4 / lost 1, McNemar z +1.34" in printed
+    # the misses by kind: warm misses 1K #0 #1 (reversed) and 2K #0-#2 (one digit in place); RL 1K #3, 2K #2
+    answers = json.loads(out.read_text())["answers"]
+    assert answers["warm"]["training_lengths"] == {"right": 3, "reversed": 2, "one_place": 3, "other_code": 0,
+                                                   "unboxed": 0}
+    assert answers["RL"]["training_lengths"] == {"right": 6, "reversed": 1, "one_place": 1, "other_code": 0,
+                                                 "unboxed": 0}
+    assert answers["RL"]["8x_and_more"] == {"right": 2, "reversed": 0, "one_place": 2, "other_code": 0, "unboxed": 0}
+    assert "RL: answers at [1000, 2000]: right 6, reversed 1, one_place 1" in printed
     other = _eval_file(tmp_path / "o.json", "other", {1000: [1, 1, 1, 1, 1], 2000: [1, 1, 1, 1]})
     refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "compare", base, other],
                              capture_output=True, text=True, cwd=ROOT)

@@ -206,10 +206,48 @@ def digits_right(answer: str, gold: str) -> float:
     >>> digits_right("so \\\\boxed{1284}", "1234"), digits_right("\\\\boxed{12}", "1234"), digits_right("1234", "1234")
     (0.75, 0.5, 0.0)
     """
+    got = last_box(answer)
+    return 0.0 if got is None else sum(a == b for a, b in zip(got, gold)) / len(gold)
+
+
+def last_box(answer: str) -> str | None:
+    """The stripped content of the last `\\boxed{...}` in `answer`, None without one."""
     boxes = re.findall(r"\\boxed\{([^{}]*)\}", answer)
-    if not boxes:
-        return 0.0
-    return sum(a == b for a, b in zip(boxes[-1].strip(), gold)) / len(gold)
+    return boxes[-1].strip() if boxes else None
+
+
+ANSWER_KINDS = ("right", "reversed", "one_place", "other_code", "unboxed")
+
+
+def answer_kind(result: dict[str, Any]) -> str:
+    """What an evaluated answer got wrong, by its last boxed answer against the gold code: `right` (the strict
+    metric's hit), `reversed` (the gold's digits in reverse order), `one_place` (of the gold's length, some digit
+    at its place), `other_code` (another boxed answer), `unboxed` (no box). The kinds tell a copy that loses
+    a digit from one that loses the order.
+
+    >>> kind = lambda answer: answer_kind({"answer": answer, "gold": "51", "sub_em_strict": 0.0})
+    >>> kind("\\\\boxed{15}"), kind("\\\\boxed{41}"), kind("\\\\boxed{7}"), kind("51")
+    ('reversed', 'one_place', 'other_code', 'unboxed')
+    """
+    if result["sub_em_strict"]:
+        return "right"
+    got, gold = last_box(result["answer"]), result["gold"]
+    if got is None:
+        return "unboxed"
+    if got == gold[::-1] and gold != gold[::-1]:
+        return "reversed"
+    if len(got) == len(gold) and any(a == b for a, b in zip(got, gold)):
+        return "one_place"
+    return "other_code"
+
+
+def answer_kinds(results: Sequence[dict[str, Any]], lengths: Sequence[int]) -> dict[str, int]:
+    """How many answers at `lengths` are of each `answer_kind` (every kind listed, 0 included)."""
+    counts = dict.fromkeys(ANSWER_KINDS, 0)
+    for r in results:
+        if r["length"] in set(lengths):
+            counts[answer_kind(r)] += 1
+    return counts
 
 
 def by_length(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -358,7 +358,13 @@ def stage_compare(args: argparse.Namespace) -> None:
     base, train = evals[0], evals[0]["train_lengths"]
     far = [n for n in (int(k) for k in base["by_length"]) if n >= 8 * max(train)]
     report: dict[str, Any] = {"base": base["name"], "metric": args.metric, "train_lengths": train,
-                              "lengths_8x": far, "vs_base": []}
+                              "lengths_8x": far, "vs_base": [], "answers": {}}
+    for e in evals:  # what the misses are, model by model (pipeline.answer_kind)
+        kinds = {"training_lengths": P.answer_kinds(e["results"], train)}
+        if far:
+            kinds["8x_and_more"] = P.answer_kinds(e["results"], far)
+        report["answers"][e["name"]] = kinds
+        print(f"{e['name']}: answers at {train}: " + ", ".join(f"{k} {v}" for k, v in kinds["training_lengths"].items()))
     for path, e in zip(args.evals[1:], evals[1:]):
         row: dict[str, Any] = {"training_lengths": P.paired(base, e, train, args.metric)}
         if far:
