@@ -106,6 +106,8 @@ class StepStats(TypedDict):
     step: int
     reward_mean: float
     reward_std: float
+    group_means: list[float]  # each prompt's mean reward over its n_samples_per_prompt rollouts, in group order
+    flat_groups: int  # groups whose rollouts all got one reward: advantage 0, no policy-gradient signal
     statuses: dict[str, int]
     sequences: int
     trained_tokens: int
@@ -201,9 +203,14 @@ class GRPOTrainer:
         statuses: dict[str, int] = {}
         for s in samples:
             statuses[s.status.value] = statuses.get(s.status.value, 0) + 1
+        groups: dict[int, list[float]] = {}
+        for s, r in zip(samples, rewards):
+            groups.setdefault(s.group_index, []).append(r)
         result = StepStats(step=len(self.history), reward_mean=mean,
                            reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-                           statuses=statuses, sequences=len(data["tokens"]), rollout_s=rollout_s,
+                           group_means=[sum(g) / len(g) for _, g in sorted(groups.items())],
+                           flat_groups=sum(1 for g in groups.values() if max(g) == min(g)), statuses=statuses,
+                           sequences=len(data["tokens"]), rollout_s=rollout_s,
                            train_s=time.perf_counter() - started, **stats)  # type: ignore[typeddict-item]
         self.history.append(result)
         return result

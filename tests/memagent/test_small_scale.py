@@ -203,6 +203,7 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     assert curve[0]["audit"]["breaches"] == 0 and curve[0]["sequences"] > 0
     # an untrained model never answers right: every group flat, so --skip-flat took no optimizer step
     assert curve[0]["reward_std"] == 0.0 and curve[0]["skipped"] == 1.0
+    assert curve[0]["group_means"] == [0.0, 0.0] and curve[0]["flat_groups"] == 2
     # a second run of two optimizer steps per rollout batch, resumed in another process: the curve and AdamW go on
     arm = ("--prompts", "2", "--samples", "2", "--device", "cpu", "--steps-per-rollout", "2", "--lr-warmup", "3",
            "--sampler", "inverse_cdf")

@@ -309,6 +309,26 @@ def test_approx_kl_refuses_an_unknown_estimator() -> None:
         approx_kl(torch.zeros(1), torch.zeros(1), "k4")
 
 
+def test_step_counts_each_groups_mean_reward_and_the_flat_groups() -> None:
+    """Group 0 always scores 1 and group 1 always 0 (flat: GRPO's advantage is 0 there), group 2 the share."""
+    import dataclasses
+
+    engine = build_check_engine(hidden_size=32, num_layers=1, seed=0, device="cpu")
+    base = learning_spec(frozenset(range(0, 151936, 2)))
+
+    def reward(rin: Any, ctx: Any) -> float:
+        return {0: 1.0, 1: 0.0}.get(rin["metadata"]["i"], rin["trace_summary"]["target_share"])
+
+    spec = dataclasses.replace(base, reward=reward)
+    trainer = GRPOTrainer(spec, engine, learning_rows(3), GRPOConfig(n_samples_per_prompt=4),
+                          options={"max_new_tokens": 4})
+    stats = trainer.step()
+    shares = [r.summary["target_share"] for r in trainer.last_rollouts[8:]]  # group 2's four rollouts
+    assert stats["group_means"][:2] == [1.0, 0.0] and math.isclose(stats["group_means"][2], sum(shares) / 4)
+    assert stats["flat_groups"] == 2 + (len(set(shares)) == 1)
+    assert math.isclose(stats["reward_mean"], sum(stats["group_means"]) / 3)
+
+
 def test_kl_reference_defaults_to_a_frozen_copy_of_the_starting_weights() -> None:
     engine = build_check_engine(hidden_size=32, num_layers=1, init_scale=0.2, seed=0, device="cpu")
     spec = learning_spec(target_ids(engine.model), "share")

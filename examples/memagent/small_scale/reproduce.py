@@ -270,14 +270,16 @@ def stage_rl(args: argparse.Namespace) -> None:
             break
         trainer.rows = rows_for(step)
         s = trainer.step()
-        point = {k: s[k] for k in ("reward_mean", "reward_std", "sequences", "trained_tokens", "loss", "clipfrac",
-                                   "entropy", "kl", "logp_diff_max", "ratio_min", "ratio_max", "grad_norm", "optimizer_steps",
-                                   "skipped", "rollout_s", "train_s")}
+        point = {k: s[k] for k in ("reward_mean", "reward_std", "group_means", "flat_groups", "sequences",
+                                   "trained_tokens", "loss", "clipfrac", "entropy", "kl", "logp_diff_max", "ratio_min",
+                                   "ratio_max", "grad_norm", "optimizer_steps", "skipped", "rollout_s", "train_s")}
         point = {"step": step, **point, "lr": trainer.optimizer.param_groups[0]["lr"],  # its last optimizer step's
                  "audit": audits[-1] if audits else None}
         curve.append(point)
-        _log(f"step {step}: reward {s['reward_mean']:.3f} (sd {s['reward_std']:.3f}) entropy {s['entropy']:.3f} "
-             f"kl {s['kl']:.2e} |dlogp| {s['logp_diff_max']:.1e} seqs {s['sequences']} rollout {s['rollout_s']:.1f}s "
+        flat = f"{s['flat_groups']}/{len(s['group_means'])} ({sum(1 for m in s['group_means'] if m == 0)} at 0)"
+        _log(f"step {step}: reward {s['reward_mean']:.3f} (sd {s['reward_std']:.3f}) flat groups {flat} "
+             f"entropy {s['entropy']:.3f} kl {s['kl']:.2e} |dlogp| {s['logp_diff_max']:.1e} seqs {s['sequences']} "
+             f"rollout {s['rollout_s']:.1f}s "
              f"train {s['train_s']:.1f}s" + (f" audit max|d| {audits[-1]['max_abs_delta']:.1e}" if audits else ""))
     _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "permuted": args.permute, "steps": len(curve),
                              "reference": str(reference_dir) if reference is not None else "",
