@@ -150,12 +150,74 @@ def test_warm_start_learning_rate_warms_up_then_follows_its_schedule() -> None:
     assert R._warmstart_lr(args, 10, 60.0) == pytest.approx(5.5e-4)
 
 
+def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
+    import asyncio
+
+    from agentgraphs.context import AgentContext
+    from agentgraphs.testing.scripted import ScriptedPolicy
+
+    ctx = AgentContext(policy=ScriptedPolicy(engine, reply, name="oracle"), tokenizer=engine.tokenizer,
+                       sampling=P.sampling(CFG, 1.0))
+    return asyncio.run(P.run_all(rows, ctx, P.options(CFG), 8))
+
+
+def _result(row: dict[str, Any], rollout: Any, engine: Any) -> dict[str, Any]:
+    """What `evaluate` records of a rollout, for rollouts of a scripted policy."""
+    return {"length": row["metadata"]["length"], "gold": row["label"][0], "answer": rollout.answer,
+            "sub_em_strict": rollout.metrics["sub_em_strict"], "needle_chunk": row["metadata"]["needle_chunk"],
+            "memory_codes": P.run_lengths(P.memory_codes(rollout, engine.tokenizer))}
+
+
+def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:
+    """The oracle through MemAgent's graph: no code before the needle's chunk, the gold from the update that
+    read it to the answer. An oracle that reverses the code in the update after storing it (where there is
+    one) misses with the code reversed, lost in memory; one that answers it reversed loses it answering."""
+    tok = engine.tokenizer
+    chunks = [-(-len(tok.encode(r["metadata"]["context"], add_special_tokens=False)) // CFG.chunk_tokens) for r in rows]
+    for row, rollout, n in zip(rows, _roll(engine, rows, P.oracle_reply), chunks):
+        at, gold = row["metadata"]["needle_chunk"], row["label"][0]
+        assert P.memory_codes(rollout, tok) == [""] * (at + 1) + [gold] * (n - at)  # n updates + the answer
+        assert P.miss_step(_result(row, rollout, engine)) == "right"
+
+    stored: dict[str, str] = {}  # the memory sentence as the oracle first stored it, by document question
+
+    def reverse_in_memory(call: Any) -> str:
+        reply, text = P.oracle_reply(call), call.prompt_text
+        memory = P._between(text, "<memory>\n", "\n</memory>")
+        if "<section>\n" not in text or not P.NEEDLE.search(memory):
+            return reply
+        first = stored.setdefault(P._between(text, "<problem>", "</problem>"), memory)
+        code = P.NEEDLE.search(first).group(1)  # reverse the stored code once, then carry it
+        return first.replace(f"is {code}.", f"is {code[::-1]}.") if memory == first else memory
+
+    def reverse_answering(call: Any) -> str:
+        reply = P.oracle_reply(call)
+        return "\\boxed{" + reply[7:-1][::-1] + "}" if reply.startswith("\\boxed{") else reply
+
+    later = [r for r, n in zip(rows, chunks) if r["metadata"]["needle_chunk"] < n - 1]  # an update after the needle
+    assert later, "the fixture needs a document whose needle is not in its last chunk"
+    for row, rollout in zip(later, _roll(engine, later, reverse_in_memory)):
+        result = _result(row, rollout, engine)
+        assert (P.answer_kind(result), P.miss_step(result)) == ("reversed", "lost_in_memory")
+    for row, rollout in zip(rows, _roll(engine, rows, reverse_answering)):
+        result = _result(row, rollout, engine)
+        assert (P.answer_kind(result), P.miss_step(result)) == ("reversed", "lost_answering")
+    kinds = P.answer_kinds([_result(r, o, engine) for r, o in zip(rows, _roll(engine, rows, reverse_answering))],
+                           [r["metadata"]["length"] for r in rows])
+    assert kinds == {"right": 0, "reversed": len(rows), "one_place": 0, "other_code": 0, "unboxed": 0,
+                     "stored_wrong": 0, "lost_in_memory": 0, "lost_answering": len(rows)}
+
+
 def test_evaluation_scores_as_the_seed_and_prints_its_table(engine: Any) -> None:
     rows = P.eval_rows(engine.tokenizer, CFG, [200], 2, "eval")
     results = P.evaluate(engine, rows, CFG)
     assert [r["length"] for r in results] == [200, 200]
     for r in results:  # an untrained model: no box, so the seed's sub_em counts a hit and the strict one does not
         assert r["sub_em_strict"] == 0.0 and (r["sub_em"] == 1.0) == (r["answered"] == 0.0)
+    for r, row in zip(results, rows):  # one memory code per engine call: each update's and the answer's
+        ids = engine.tokenizer.encode(row["metadata"]["context"], add_special_tokens=False)
+        assert sum(n for _, n in r["memory_codes"]) == -(-len(ids) // CFG.chunk_tokens) + 1
+        assert r["needle_chunk"] == row["metadata"]["needle_chunk"]
     table = P.by_length(results)
     assert table["200"]["n"] == 2 and P.pooled(results, [200]) == 0.0
     text = P.seed_table([{"name": "untrained", "by_length": table}], "sub_em_strict")

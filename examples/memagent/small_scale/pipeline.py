@@ -195,8 +195,58 @@ def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, conc
     rollouts = asyncio.run(run_all(rows, ctx, options(cfg), concurrency))
     return [{"length": row["metadata"]["length"], "status": r.status, "answer": r.answer[-80:],
              "gold": row["label"][0], **{k: r.metrics.get(k, 0.0) for k in METRICS},
-             "digits": digits_right(r.answer, row["label"][0])}
+             "digits": digits_right(r.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
+             "memory_codes": run_lengths(memory_codes(r, engine.tokenizer))}
             for row, r in zip(rows, rollouts)]
+
+
+def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
+    """The code each engine call of a MemAgent rollout found in its memory, call by call: read from the
+    `<memory>` block of the prompt the call was given (what the graph held, exactly), its last run of digits
+    ("" for none). Call k sees the memory after k updates; the last call, the final answer's, the final memory."""
+    codes = []
+    for turn in rollout.turns:
+        memory = _between(tokenizer.decode(turn["prompt_ids"]), "<memory>\n", "\n</memory>")
+        digits = re.findall(r"\d+", memory)
+        codes.append(digits[-1] if digits else "")
+    return codes
+
+
+def run_lengths(items: Sequence[str]) -> list[list[Any]]:
+    """[[item, times in a row], ...]: a 32K document's 65 memories in a few pairs.
+
+    >>> run_lengths(["", "", "51", "51", "15"])
+    [['', 2], ['51', 2], ['15', 1]]
+    """
+    out: list[list[Any]] = []
+    for item in items:
+        if out and out[-1][0] == item:
+            out[-1][1] += 1
+        else:
+            out.append([item, 1])
+    return out
+
+
+MISS_STEPS = ("right", "stored_wrong", "lost_in_memory", "lost_answering")
+
+
+def miss_step(result: dict[str, Any]) -> str:
+    """Which step of MemAgent's copy lost the gold code of a missed answer, from `memory_codes`: the update
+    that read the needle's chunk stored another code or none (`stored_wrong`), a later update changed it
+    (`lost_in_memory`), or the memory carried it to the end and the answer did not (`lost_answering`).
+
+    >>> miss = {"sub_em_strict": 0.0, "gold": "51", "needle_chunk": 1}
+    >>> codes = [[["", 2], ["15", 2]], [["", 2], ["51", 1], ["15", 1]], [["", 2], ["51", 2]]]
+    >>> [miss_step({**miss, "memory_codes": c}) for c in codes]
+    ['stored_wrong', 'lost_in_memory', 'lost_answering']
+    """
+    if result["sub_em_strict"]:
+        return "right"
+    codes = [code for code, times in result["memory_codes"] for _ in range(times)]
+    after = codes[result["needle_chunk"] + 1:]  # the memories after the update that read the needle
+    if not after or after[0] != result["gold"]:
+        return "stored_wrong"
+    return "lost_in_memory" if any(code != result["gold"] for code in after) else "lost_answering"
 
 
 def digits_right(answer: str, gold: str) -> float:
@@ -242,11 +292,18 @@ def answer_kind(result: dict[str, Any]) -> str:
 
 
 def answer_kinds(results: Sequence[dict[str, Any]], lengths: Sequence[int]) -> dict[str, int]:
-    """How many answers at `lengths` are of each `answer_kind` (every kind listed, 0 included)."""
+    """How many answers at `lengths` are of each `answer_kind` (every kind listed, 0 included) and, for
+    evaluations that recorded `memory_codes`, how many misses each step of the copy lost (`miss_step`)."""
     counts = dict.fromkeys(ANSWER_KINDS, 0)
-    for r in results:
-        if r["length"] in set(lengths):
-            counts[answer_kind(r)] += 1
+    picked = [r for r in results if r["length"] in set(lengths)]
+    for r in picked:
+        counts[answer_kind(r)] += 1
+    if picked and all("memory_codes" in r for r in picked):
+        counts.update(dict.fromkeys(MISS_STEPS[1:], 0))
+        for r in picked:
+            step = miss_step(r)
+            if step != "right":
+                counts[step] += 1
     return counts
 
 
