@@ -130,13 +130,13 @@ def appended_roles(ids: Sequence[int], decode: Callable[[int], str], scaffold: G
     return roles
 
 
-def to_runs(roles: Sequence[int]) -> list[list[int]]:
-    """Run-length encoding: [[role, count], ...].
+def to_runs(roles: Sequence[Any]) -> list[list[Any]]:
+    """Run-length encoding: [[role, count], ...] (of any items that compare with ==).
 
-    >>> to_runs([0, 0, 1, 2, 2, 2])
-    [[0, 2], [1, 1], [2, 3]]
+    >>> to_runs([0, 0, 1, 2, 2, 2]), to_runs(["", "51", "51"])
+    ([[0, 2], [1, 1], [2, 3]], [['', 1], ['51', 2]])
     """
-    runs: list[list[int]] = []
+    runs: list[list[Any]] = []
     for r in roles:
         if runs and runs[-1][0] == r:
             runs[-1][1] += 1

@@ -38,6 +38,14 @@ def rows(engine: Any) -> list[dict[str, Any]]:
     return P.needle_rows(engine.tokenizer, [200, 330, 450], "test", CFG)
 
 
+def test_pipeline_docstring_examples_run() -> None:
+    """tests/test_doctests.py covers the packages; this example's own module is checked here."""
+    import doctest
+
+    result = doctest.testmod(P, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 10 and result.failed == 0
+
+
 def test_needles_sit_inside_one_chunk(engine: Any, rows: list[dict[str, Any]]) -> None:
     tok = engine.tokenizer
     for row in rows:
@@ -165,7 +173,7 @@ def _result(row: dict[str, Any], rollout: Any, engine: Any) -> dict[str, Any]:
     """What `evaluate` records of a rollout, for rollouts of a scripted policy."""
     return {"length": row["metadata"]["length"], "gold": row["label"][0], "answer": rollout.answer,
             "sub_em_strict": rollout.metrics["sub_em_strict"], "needle_chunk": row["metadata"]["needle_chunk"],
-            "memory_codes": P.run_lengths(P.memory_codes(rollout, engine.tokenizer))}
+            "memory_codes": P.to_runs(P.memory_codes(rollout, engine.tokenizer))}
 
 
 def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:

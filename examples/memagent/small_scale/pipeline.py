@@ -36,6 +36,7 @@ from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample
 from agentgraphs.train_data import TrainDataSettings, to_train_data
 from agentgraphs.viewer.check import CheckReport, check_run, prefetched_scorer
+from agentgraphs.viewer.roles import to_runs
 
 CONFIG_FILE = "repro.json"
 METRICS = ("sub_em", "sub_em_strict", "em", "answered")
@@ -196,7 +197,7 @@ def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, conc
     return [{"length": row["metadata"]["length"], "status": r.status, "answer": r.answer[-80:],
              "gold": row["label"][0], **{k: r.metrics.get(k, 0.0) for k in METRICS},
              "digits": digits_right(r.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
-             "memory_codes": run_lengths(memory_codes(r, engine.tokenizer))}
+             "memory_codes": to_runs(memory_codes(r, engine.tokenizer))}
             for row, r in zip(rows, rollouts)]
 
 
@@ -210,21 +211,6 @@ def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
         digits = re.findall(r"\d+", memory)
         codes.append(digits[-1] if digits else "")
     return codes
-
-
-def run_lengths(items: Sequence[str]) -> list[list[Any]]:
-    """[[item, times in a row], ...]: a 32K document's 65 memories in a few pairs.
-
-    >>> run_lengths(["", "", "51", "51", "15"])
-    [['', 2], ['51', 2], ['15', 1]]
-    """
-    out: list[list[Any]] = []
-    for item in items:
-        if out and out[-1][0] == item:
-            out[-1][1] += 1
-        else:
-            out.append([item, 1])
-    return out
 
 
 MISS_STEPS = ("right", "stored_wrong", "lost_in_memory", "lost_answering")
