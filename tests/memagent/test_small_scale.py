@@ -170,10 +170,7 @@ def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
 
 
 def _result(row: dict[str, Any], rollout: Any, engine: Any) -> dict[str, Any]:
-    """What `evaluate` records of a rollout, for rollouts of a scripted policy."""
-    return {"length": row["metadata"]["length"], "gold": row["label"][0], "answer": rollout.answer,
-            "sub_em_strict": rollout.metrics["sub_em_strict"], "needle_chunk": row["metadata"]["needle_chunk"],
-            "memory_codes": P.to_runs(P.memory_codes(rollout, engine.tokenizer))}
+    return P.result_of(row, rollout, engine.tokenizer)  # what `evaluate` keeps of each rollout
 
 
 def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:

@@ -194,11 +194,16 @@ def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, conc
     ctx = AgentContext(policy=engine, tokenizer=engine.tokenizer, evaluation=True,
                        sampling=sampling(cfg, cfg.eval_temperature, cfg.eval_top_p))
     rollouts = asyncio.run(run_all(rows, ctx, options(cfg), concurrency))
-    return [{"length": row["metadata"]["length"], "status": r.status, "answer": r.answer[-80:],
-             "gold": row["label"][0], **{k: r.metrics.get(k, 0.0) for k in METRICS},
-             "digits": digits_right(r.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
-             "memory_codes": to_runs(memory_codes(r, engine.tokenizer))}
-            for row, r in zip(rows, rollouts)]
+    return [result_of(row, r, engine.tokenizer) for row, r in zip(rows, rollouts)]
+
+
+def result_of(row: dict[str, Any], rollout: Rollout, tokenizer: Any) -> dict[str, Any]:
+    """What the evaluation keeps of one document's rollout: its length, status, answer (the last 80
+    characters), gold, the seed's metrics, `digits`, where the needle sat and the `memory_codes` (run-length)."""
+    return {"length": row["metadata"]["length"], "status": rollout.status, "answer": rollout.answer[-80:],
+            "gold": row["label"][0], **{k: rollout.metrics.get(k, 0.0) for k in METRICS},
+            "digits": digits_right(rollout.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
+            "memory_codes": to_runs(memory_codes(rollout, tokenizer))}
 
 
 def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
