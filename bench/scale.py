@@ -316,8 +316,10 @@ class _SlotsClient:
     def __init__(self, n: int) -> None:
         import httpx
 
-        from agentgraphs.engines.sglang import DEFAULT_TIMEOUT
+        from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, REQUEST_HEADERS, request_body
         from agentgraphs.http_slots import ConnectionSlots
+
+        self._encode, self._headers = request_body, REQUEST_HEADERS  # imported once, not on every post
 
         # SGLangEngine retries a connection the server was too busy to accept within 5 s; this loop does not
         # retry, so it waits longer instead (256 connects at once to a CPU-starved stand-in took longer)
@@ -325,10 +327,8 @@ class _SlotsClient:
                                                        write=DEFAULT_TIMEOUT.write, pool=DEFAULT_TIMEOUT.pool))
 
     async def post(self, url: str, json: Any) -> Any:
-        from agentgraphs.engines.sglang import REQUEST_HEADERS, request_body
-
         async with self._slots.lend() as client:
-            return await client.post(url, content=request_body(json), headers=REQUEST_HEADERS)
+            return await client.post(url, content=self._encode(json), headers=self._headers)
 
     async def __aenter__(self) -> "_SlotsClient":
         return self

@@ -169,10 +169,6 @@ def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
     return asyncio.run(P.run_all(rows, ctx, P.options(CFG), 8))
 
 
-def _result(row: dict[str, Any], rollout: Any, engine: Any) -> dict[str, Any]:
-    return P.result_of(row, rollout, engine.tokenizer)  # what `evaluate` keeps of each rollout
-
-
 def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:
     """The oracle through MemAgent's graph: no code before the needle's chunk, the gold from the update that
     read it to the answer. An oracle that reverses the code in the update after storing it (where there is
@@ -182,7 +178,7 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
     for row, rollout, n in zip(rows, _roll(engine, rows, P.oracle_reply), chunks):
         at, gold = row["metadata"]["needle_chunk"], row["label"][0]
         assert P.memory_codes(rollout, tok) == [""] * (at + 1) + [gold] * (n - at)  # n updates + the answer
-        assert P.miss_step(_result(row, rollout, engine)) == "right"
+        assert P.miss_step(P.result_of(row, rollout, tok)) == "right"
 
     stored: dict[str, str] = {}  # the memory sentence as the oracle first stored it, by document question
 
@@ -202,12 +198,12 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
     later = [r for r, n in zip(rows, chunks) if r["metadata"]["needle_chunk"] < n - 1]  # an update after the needle
     assert later, "the fixture needs a document whose needle is not in its last chunk"
     for row, rollout in zip(later, _roll(engine, later, reverse_in_memory)):
-        result = _result(row, rollout, engine)
+        result = P.result_of(row, rollout, tok)
         assert (P.answer_kind(result), P.miss_step(result)) == ("reversed", "lost_in_memory")
     for row, rollout in zip(rows, _roll(engine, rows, reverse_answering)):
-        result = _result(row, rollout, engine)
+        result = P.result_of(row, rollout, tok)
         assert (P.answer_kind(result), P.miss_step(result)) == ("reversed", "lost_answering")
-    kinds = P.answer_kinds([_result(r, o, engine) for r, o in zip(rows, _roll(engine, rows, reverse_answering))],
+    kinds = P.answer_kinds([P.result_of(r, o, tok) for r, o in zip(rows, _roll(engine, rows, reverse_answering))],
                            [r["metadata"]["length"] for r in rows])
     assert kinds == {"right": 0, "reversed": len(rows), "one_place": 0, "other_code": 0, "unboxed": 0,
                      "stored_wrong": 0, "lost_in_memory": 0, "lost_answering": len(rows)}

@@ -29,6 +29,7 @@ from agentgraphs.batch import JsonlWriter
 from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
 from agentgraphs.memagent import SPEC
+from agentgraphs.memagent.reward import REWARD_TAIL_CHARS, ruler_answer
 from agentgraphs.memagent.synthetic import FillerPool, build_filler_pool, make_needle_example
 from agentgraphs.records import SEQUENCE_KEYS, Rollout, sample_fields, trace_record
 from agentgraphs.rollout import raised_in_graph, rollout_input, run_rollout
@@ -198,9 +199,11 @@ def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, conc
 
 
 def result_of(row: dict[str, Any], rollout: Rollout, tokenizer: Any) -> dict[str, Any]:
-    """What the evaluation keeps of one document's rollout: its length, status, answer (the last 80
-    characters), gold, the seed's metrics, `digits`, where the needle sat and the `memory_codes` (run-length)."""
-    return {"length": row["metadata"]["length"], "status": rollout.status, "answer": rollout.answer[-80:],
+    """What the evaluation keeps of one document's rollout: its length, status, answer (the window the seed
+    scores: its last REWARD_TAIL_CHARS characters, so `ruler_answer` reads it as the metrics did), gold, the
+    seed's metrics, `digits`, where the needle sat and the `memory_codes` (run-length)."""
+    return {"length": row["metadata"]["length"], "status": rollout.status,
+            "answer": rollout.answer.strip()[-REWARD_TAIL_CHARS:],
             "gold": row["label"][0], **{k: rollout.metrics.get(k, 0.0) for k in METRICS},
             "digits": digits_right(rollout.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
             "memory_codes": to_runs(memory_codes(rollout, tokenizer))}
@@ -241,39 +244,36 @@ def miss_step(result: dict[str, Any]) -> str:
 
 
 def digits_right(answer: str, gold: str) -> float:
-    """The share of the gold code's digits that the last boxed answer has at the same place (0 without a box):
+    """The share of the gold code's digits that the scored answer (`ruler_answer`: the last box of the last 300
+    characters) has at the same place (0 without a box):
     a copy forming shows here long before exact match does.
 
     >>> digits_right("so \\\\boxed{1284}", "1234"), digits_right("\\\\boxed{12}", "1234"), digits_right("1234", "1234")
     (0.75, 0.5, 0.0)
     """
-    got = last_box(answer)
-    return 0.0 if got is None else sum(a == b for a, b in zip(got, gold)) / len(gold)
-
-
-def last_box(answer: str) -> str | None:
-    """The stripped content of the last `\\boxed{...}` in `answer`, None without one."""
-    boxes = re.findall(r"\\boxed\{([^{}]*)\}", answer)
-    return boxes[-1].strip() if boxes else None
+    got = ruler_answer(answer)  # the answer the metrics score ("" without a box)
+    return sum(a == b for a, b in zip(got, gold)) / len(gold)
 
 
 ANSWER_KINDS = ("right", "reversed", "one_place", "other_code", "unboxed")
 
 
 def answer_kind(result: dict[str, Any]) -> str:
-    """What an evaluated answer got wrong, by its last boxed answer against the gold code: `right` (the strict
-    metric's hit), `reversed` (the gold's digits in reverse order), `one_place` (of the gold's length, some digit
-    at its place), `other_code` (another boxed answer), `unboxed` (no box). The kinds tell a copy that loses
-    a digit from one that loses the order.
+    """What an evaluated answer got wrong, by the answer the metrics scored (`ruler_answer`) against the gold
+    code: `right` (the strict metric's hit), `reversed` (the gold's digits in reverse order), `one_place` (of
+    the gold's length, some digit at its place), `other_code` (another boxed answer), `unboxed` (no box). The
+    kinds tell a copy that loses a digit from one that loses the order.
 
     >>> kind = lambda answer: answer_kind({"answer": answer, "gold": "51", "sub_em_strict": 0.0})
     >>> kind("\\\\boxed{15}"), kind("\\\\boxed{41}"), kind("\\\\boxed{7}"), kind("51")
     ('reversed', 'one_place', 'other_code', 'unboxed')
+    >>> kind("$\\\\boxed 15$"), kind("\\\\boxed{15")  # read as the seed's scorer reads a box: closed, or the space form
+    ('reversed', 'unboxed')
     """
     if result["sub_em_strict"]:
         return "right"
-    got, gold = last_box(result["answer"]), result["gold"]
-    if got is None:
+    got, gold = ruler_answer(result["answer"]), result["gold"]  # what the metrics scored
+    if not got:
         return "unboxed"
     if got == gold[::-1] and gold != gold[::-1]:
         return "reversed"
@@ -285,8 +285,8 @@ def answer_kind(result: dict[str, Any]) -> str:
 def answer_kinds(results: Sequence[dict[str, Any]], lengths: Sequence[int]) -> dict[str, int]:
     """How many answers at `lengths` are of each `answer_kind` (every kind listed, 0 included) and, for
     evaluations that recorded `memory_codes`, how many misses each step of the copy lost (`miss_step`)."""
-    counts = dict.fromkeys(ANSWER_KINDS, 0)
-    picked = [r for r in results if r["length"] in set(lengths)]
+    counts, wanted = dict.fromkeys(ANSWER_KINDS, 0), set(lengths)
+    picked = [r for r in results if r["length"] in wanted]
     for r in picked:
         counts[answer_kind(r)] += 1
     if picked and all("memory_codes" in r for r in picked):
@@ -309,7 +309,8 @@ def by_length(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def pooled(results: Sequence[dict[str, Any]], lengths: Sequence[int], metric: str = "sub_em_strict") -> float:
-    group = [r[metric] for r in results if r["length"] in set(lengths)]
+    wanted = set(lengths)
+    group = [r[metric] for r in results if r["length"] in wanted]
     return 100 * sum(group) / len(group) if group else float("nan")
 
 
