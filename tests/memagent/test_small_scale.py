@@ -206,7 +206,7 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
     kinds = P.answer_kinds([P.result_of(r, o, tok) for r, o in zip(rows, _roll(engine, rows, reverse_answering))],
                            [r["metadata"]["length"] for r in rows])
     assert kinds == {"right": 0, "reversed": len(rows), "one_place": 0, "other_code": 0, "unboxed": 0,
-                     "stored_wrong": 0, "lost_in_memory": 0, "lost_answering": len(rows)}
+                     "stored_wrong": 0, "lost_in_memory": 0, "lost_answering": len(rows), "not_completed": 0}
 
 
 def test_evaluation_scores_as_the_seed_and_prints_its_table(engine: Any) -> None:

@@ -221,21 +221,26 @@ def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
     return codes
 
 
-MISS_STEPS = ("right", "stored_wrong", "lost_in_memory", "lost_answering")
+MISS_STEPS = ("right", "stored_wrong", "lost_in_memory", "lost_answering", "not_completed")
 
 
 def miss_step(result: dict[str, Any]) -> str:
     """Which step of MemAgent's copy lost the gold code of a missed answer, from `memory_codes`: the update
     that read the needle's chunk stored another code or none (`stored_wrong`), a later update changed it
-    (`lost_in_memory`), or the memory carried it to the end and the answer did not (`lost_answering`).
+    (`lost_in_memory`), or the memory carried it to the end and the answer did not (`lost_answering`). A
+    failed or aborted rollout (its calls stopped early) is `not_completed`, not a copy step.
 
-    >>> miss = {"sub_em_strict": 0.0, "gold": "51", "needle_chunk": 1}
+    >>> miss = {"sub_em_strict": 0.0, "gold": "51", "needle_chunk": 1, "status": "completed"}
     >>> codes = [[["", 2], ["15", 2]], [["", 2], ["51", 1], ["15", 1]], [["", 2], ["51", 2]]]
     >>> [miss_step({**miss, "memory_codes": c}) for c in codes]
     ['stored_wrong', 'lost_in_memory', 'lost_answering']
+    >>> miss_step({**miss, "status": "failed", "memory_codes": [["", 2]]})
+    'not_completed'
     """
     if result["sub_em_strict"]:
         return "right"
+    if result["status"] in ("failed", "aborted"):  # a truncated one (a turn hit its cap) made every call
+        return "not_completed"
     codes = [code for code, times in result["memory_codes"] for _ in range(times)]
     after = codes[result["needle_chunk"] + 1:]  # the memories after the update that read the needle
     if not after or after[0] != result["gold"]:
