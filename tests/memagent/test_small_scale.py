@@ -335,10 +335,11 @@ def test_compare_pairs_documents_and_counts_mcnemar_by_hand(tmp_path: Path) -> N
     assert refused.returncode != 0 and "not of the same documents" in refused.stderr
 
 
-# run_in_calls.sh at a size a 2-core CPU runs in about a minute and a half. Each call gets BUDGET 65 s: the
-# script keeps 50 s of a call for loading and saving the RL processes, so RL steps 15 s a call; RL_TOTAL_S 88
-# with the script's 60 s tolerance means "done at 28 s": the first RL call (15 s and part of a step) ends short
-# of it, the second (15 s more) reaches it. Warm start rounds never reach the probe mark (101 %), so both run.
+# run_in_calls.sh at a size a 2-core CPU runs in about a minute and a half. The script keeps 50 s of a call for
+# loading and saving the RL processes: a call of BUDGET 65 s steps RL 15 s; the second call (80 s) steps what
+# is left after its warm start round (30 s less the round's time). RL_TOTAL_S 88 with the script's 60 s
+# tolerance means "done at 28 s": the second call ends short of it, a later one reaches it. Warm start rounds
+# never reach the probe mark (101 %), so both run, and RL follows the last in its own call.
 CALLS_ENV = {
     "MODEL_ARGS": "--hidden-size 32 --layers 1 --heads 2 --kv-heads 1 --intermediate-size 64 --chunk-tokens 128 "
                   "--memory-tokens 16 --final-tokens 10 --train-min-tokens 100 --train-max-tokens 120 "
@@ -350,7 +351,7 @@ CALLS_ENV = {
     # an untrained model never scores: every group is flat, and --skip-flat would take no AdamW step to resume
     "RL_ARGS": "--no-skip-flat",
 }
-BUDGET, SHORT_BUDGET, RL_DONE_S = 65, 20, 88 - 60
+BUDGET, ROUND_2_BUDGET, SHORT_BUDGET, RL_DONE_S = 65, 80, 20, 88 - 60
 VERDICTS = re.compile(r"call ends after warm start round \d|.*: call again.*|evaluations next call.*|all stages done")
 
 
@@ -383,7 +384,8 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     env = {**os.environ, **CALLS_ENV, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
     calls: list[dict[str, Any]] = []
     for i in range(8):
-        budget = SHORT_BUDGET if i == 2 else BUDGET  # the third call: a user's shorter call, under RL_MIN_S
+        # the second call: the last warm start round, then RL; the third: a user's shorter call, under RL_MIN_S
+        budget = {1: ROUND_2_BUDGET, 2: SHORT_BUDGET}.get(i, BUDGET)
         done = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(work)], capture_output=True,
                               text=True, env={**env, "BUDGET": str(budget)}, cwd=ROOT, timeout=budget + 120,
                               check=False)
@@ -400,49 +402,53 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     else:
         pytest.fail(f"no 'all stages done' after {len(calls)} calls: {[c['said'][-1] for c in calls]}")
 
-    first, second, short, rl_a, rl_b = calls[:5]
+    first, second, short = calls[:3]
     # 1: the model, its evaluation beside the first warm start round (waited for), and the call ends
     assert first["said"][1] == "model" and first["said"][2].startswith(f"warm start round 1 from {work / 'model'},")
     assert first["said"][-1] == "call ends after warm start round 1"
     assert {"eval_untrained.json", "warmstart1_stage.json", "model.log"} <= set(first["packed"])
     ws1 = json.loads(first["packed"]["warmstart1_stage.json"])
     assert ws1["stop"]["reason"] == "max_steps 2 reached"  # under the probe mark: another round follows
-    # 2: a second round on new documents, from the first
+    # 2: a second round on new documents, from the first; WS_ROUNDS reached, so RL and its control start from it
+    # in the same call (RL_MIN_S was left), and end short of RL_TOTAL_S: "call again"
     assert second["said"][1].startswith(f"warm start round 2 from {work / 'warm1'}")
-    assert second["said"][-1] == "call ends after warm start round 2"
     ws2 = json.loads(second["packed"]["warmstart2_stage.json"])
     assert ws2["args"]["init"] == str(work / "warm1") and ws2["args"]["demo_split"] == "demo2"
-    # 3: WS_ROUNDS reached, RL next, but the call is shorter than RL_MIN_S: nothing started
+    went_on = [s for s in second["said"] if s.startswith("warm start done")]
+    assert len(went_on) == 1 and re.fullmatch(r"warm start done after round 2, \d+ s left: RL in this call", went_on[0])
+    assert int(went_on[0].split(", ")[1].split()[0]) >= 30  # RL_MIN_S
+    assert second["said"][second["said"].index(went_on[0]) + 1].startswith(f"RL and control from {work / 'warm2'},")
+    ended = re.fullmatch(r"call ends after (\d+) s of RL: call again", second["said"][-1])
+    assert ended and int(ended.group(1)) == int(second["rl"]["seconds"]) < RL_DONE_S
+    assert {"rl_stage.json", "rl_permuted_stage.json", "eval_warmstart.json"} <= set(second["packed"])
+    assert not {"eval_rl.json", "table.md", "compare.json"} & set(second["packed"])
+    # 3: RL not done, but the call is shorter than RL_MIN_S: nothing started, nothing changed
     assert len(short["said"]) == 2 and re.fullmatch(r"too little time left for RL \(\d+ s, RL_MIN_S=30\): call again "
                                                     r"\(with BUDGET over RL_MIN_S\)", short["said"][1])
-    assert short["work"] == second["work"] == ["model", "results", "warm1", "warm2"]
-    # 4: RL and its control from the last round; short of RL_TOTAL_S, so "call again"
-    assert rl_a["said"][1].startswith(f"RL and control from {work / 'warm2'},")
-    ended = re.fullmatch(r"call ends after (\d+) s of RL: call again", rl_a["said"][-1])
-    assert ended and int(ended.group(1)) == int(rl_a["rl"]["seconds"]) < RL_DONE_S
-    assert {"rl_stage.json", "rl_permuted_stage.json", "eval_warmstart.json"} <= set(rl_a["packed"])
-    assert not {"eval_rl.json", "table.md", "compare.json"} & set(rl_a["packed"])
-    # 5: both arms resumed from their own checkpoints, with their AdamW state and curve
-    assert re.fullmatch(rf"RL and control resumed after {ended.group(1)} s, 0\.\d\d min each", rl_b["said"][1])
+    assert short["work"] == second["work"] == ["model", "results", "rl", "rl_permuted", "warm1", "warm2"]
+    assert short["rl"] == second["rl"] and short["control"] == second["control"]
+    # 4 and on: both arms resumed from their own checkpoints, with their AdamW state and curve, until RL_TOTAL_S
+    resumed = [c for c in calls[3:] if any(s.startswith("RL and control") for s in c["said"])]
+    assert resumed and calls[3:3 + len(resumed)] == resumed  # RL first, then only the evaluations
+    assert re.fullmatch(rf"RL and control resumed after {ended.group(1)} s, 0\.\d\d min each", resumed[0]["said"][1])
     final = calls[-1]
     for arm, d in (("rl", "rl"), ("control", "rl_permuted")):
-        before, after = rl_a[arm], final[arm]
-        assert len(before["calls"]) == 1 and len(after["calls"]) == 2
-        assert after["calls"][1]["resume"] and after["calls"][1]["init"] == str(work / d)
-        assert after["reference"] == before["reference"] == str(work / "warm2")  # the KL loss's, in both calls
+        before, after = second[arm], final[arm]
+        assert len(before["calls"]) == 1 and len(after["calls"]) == 1 + len(resumed)
+        assert all(c["resume"] and c["init"] == str(work / d) for c in after["calls"][1:])
+        assert after["reference"] == before["reference"] == str(work / "warm2")  # the KL loss's, in every call
         n = len(before["curve"])
         assert after["curve"][:n] == before["curve"] and len(after["curve"]) > n
         assert [c["step"] for c in after["curve"]] == list(range(len(after["curve"])))  # no gap, no repeat
-        # AdamW's step count: every optimizer step of both calls (2 a step), so the second call went on from
-        # the first's moments rather than a fresh optimizer
+        # AdamW's step count: every optimizer step of all calls (2 a step), so each call went on from the
+        # last's moments rather than a fresh optimizer
         for stage in (before, after):
             assert stage["adam_steps"] == {float(sum(c["optimizer_steps"] for c in stage["curve"]))}
         assert all(c["optimizer_steps"] == 2 for c in after["curve"])
     assert final["rl"]["seconds"] >= RL_DONE_S
-    # RL done in two calls; the evaluations in the second or in the calls after it, then the table
-    assert all(not any(s.startswith("RL and control") for s in c["said"]) for c in calls[5:])
+    # the evaluations in RL's last call or in the calls after it, then the table
     assert all(c["said"][-1].startswith("evaluations next call") or c["said"][-1].startswith("an evaluation")
-               for c in calls[4:-1])
+               for c in calls[3 + len(resumed):-1])
     packed = final["packed"]
     evals = {f: json.loads(packed[f"eval_{f}.json"]) for f in ("untrained", "warmstart", "rl", "rl_permuted")}
     assert {f: e["ckpt"] for f, e in evals.items()} == {

@@ -5,7 +5,8 @@
 # logs, stage files, evaluations and the table go to WORK_DIR/results, packed into OUT_DIR/results.tgz at the
 # end of every call.
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
-#   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation),
+#   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation; in the
+#   warm start's own call when RL_MIN_S seconds are left),
 #   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds
 #   -> evaluations of RL and control -> the seed's table.
 # Usage: bash run_in_calls.sh OUT_DIR [WORK_DIR]   (sizes: the variables below)
@@ -48,14 +49,21 @@ evaluate "$w/model" "untrained" untrained
 k=1; while [ -f "$w/warm$k/stage.json" ]; do k=$((k + 1)); done; last=$((k - 1))
 if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS" ]; }; then
   init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
-  minutes=$(awk -v s="$(left)" 'BEGIN{printf "%.2f", (s - 45) / 60}')
+  minutes=$(awk -v s="$(left)" 'BEGIN{m = (s - 45) / 60; printf "%.2f", m < 0.01 ? 0.01 : m}')  # 0 means no cap
   stamp "warm start round $k from $init, $minutes min"
   timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
     --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --settle "$WS_SETTLE" --confirm-per-length "$CONFIRM" $WS_ARGS \
     > "$r/warmstart$k.log" 2>&1
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
-  wait; stamp "call ends after warm start round $k"; pack; exit 0
+  # the warm start is done (its probe reached the stop, or it was the last round): RL goes on in this call if
+  # RL_MIN_S is left, so that the time an early stop leaves is not lost
+  if [ -f "$w/warm$k/stage.json" ] && { in_band "$w/warm$k" || [ "$k" -ge "$WS_ROUNDS" ]; } \
+     && [ "$(left)" -ge "$RL_MIN_S" ]; then
+    stamp "warm start done after round $k, $(left) s left: RL in this call"; last=$k
+  else
+    wait; stamp "call ends after warm start round $k"; pack; exit 0
+  fi
 fi
 warm="$w/warm$last"
 
@@ -68,7 +76,8 @@ if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S 
   reserve=0  # keep time for the evaluations when RL can finish in this call anyway
   if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
   else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
-  minutes=$(awk -v s="$(left)" -v e="$reserve" -v t="$want" 'BEGIN{m = (s - e - 50) / 60; if (t / 60 < m) m = t / 60; printf "%.2f", m}')
+  minutes=$(awk -v s="$(left)" -v e="$reserve" -v t="$want" \
+    'BEGIN{m = (s - e - 50) / 60; if (t / 60 < m) m = t / 60; printf "%.2f", m < 0.01 ? 0.01 : m}')  # 0: no cap
   rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
       --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --sampler "$RL_SAMPLER" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
   if both; then
