@@ -462,3 +462,43 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert compare["base"] == "warm start" and [r["name"] for r in compare["vs_base"]] == [
         "RL", "RL, permuted rewards (control)"]
     assert all(r["training_lengths"]["documents"] == 2 for r in compare["vs_base"])
+
+
+@pytest.mark.parametrize("run", ["run8", "run9"])
+def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
+    """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
+    re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
+    import math
+
+    published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_{run}.json").read_text())
+    train, at_8x = [1000, 2000, 4000], [32000]
+
+    def score(evaluation: dict[str, Any], lengths: list[int]) -> float:
+        hits = [r["sub_em_strict"] for r in evaluation["results"] if r["length"] in lengths]
+        return 100 * sum(hits) / len(hits)
+
+    evals = {k: published[f"eval_{k}"] for k in ("untrained", "warmstart", "rl", "rl_permuted")}
+    for evaluation in evals.values():
+        assert len(evaluation["results"]) == 48 * 6
+        for n, row in evaluation["by_length"].items():
+            assert row["sub_em_strict"] == pytest.approx(score(evaluation, [int(n)]), abs=0.01)
+        assert evaluation["train_strict"] == pytest.approx(score(evaluation, train), abs=0.01)
+    base = evals["warmstart"]
+    for arm, shown in zip(("rl", "rl_permuted"), published["compare_strict"]["vs_base"]):
+        pairs = [(b["sub_em_strict"], a["sub_em_strict"]) for b, a in zip(base["results"], evals[arm]["results"])
+                 if b["length"] in train]
+        assert [b["gold"] for b in base["results"]] == [a["gold"] for a in evals[arm]["results"]]  # same documents
+        won, lost = sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+        assert shown["training_lengths"]["won"] == won and shown["training_lengths"]["lost"] == lost
+        assert shown["training_lengths"]["mcnemar_z"] == pytest.approx((won - lost) / math.sqrt(won + lost), abs=0.01)
+        gain = score(evals[arm], train) - score(base, train)
+        assert shown["training_lengths"]["gain_points"] == pytest.approx(gain, abs=0.01)
+        assert shown["kept_at_8x"] == pytest.approx(score(evals[arm], at_8x) / score(evals[arm], train), abs=0.01)
+    targets, (rl, control) = published["targets"], published["compare_strict"]["vs_base"]
+    assert targets["rl_gain_points_ge_15"]["passed"] == (rl["training_lengths"]["gain_points"] >= 15)
+    assert targets["keeps_80pct_at_8x"]["passed"] == (rl["kept_at_8x"] >= 0.8)
+    assert targets["control_within_noise"]["passed"] == (abs(control["training_lengths"]["mcnemar_z"]) < 1.96)
+    assert targets["untrained_strict_near_0"]["passed"] == (score(evals["untrained"], train) == 0.0)
+    audits = [p["audit"] for arm in ("rl_stage", "rl_permuted_stage") for p in published[arm]["curve"]]
+    assert targets["every_rollout_checked"]["rollouts"] == sum(a["rollouts"] for a in audits) > 0
+    assert targets["every_rollout_checked"]["passed"] == (sum(a["breaches"] for a in audits) == 0)
