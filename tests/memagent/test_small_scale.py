@@ -288,6 +288,15 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     refused = subprocess.run(script + ["rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "3",
                                        "--resume", "--lr", "1e-3", *arm], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode != 0 and "lr was 5e-05, now 0.001" in refused.stderr
+    # the seed's clip (0.2 below, 0.3 above) unless told otherwise; a resumed run keeps its clip too
+    assert (stage["args"]["eps_clip"], stage["args"]["eps_clip_high"]) == (0.2, 0.3)
+    refused = subprocess.run(script + ["rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "3",
+                                       "--resume", "--eps-clip-high", "0.2", *arm], capture_output=True, text=True,
+                             cwd=ROOT)
+    assert refused.returncode != 0 and "eps_clip_high was 0.3, now 0.2" in refused.stderr
+    bad = subprocess.run(script + ["rl", "--init", str(w / "warm"), "--out", str(w / "rl3"), "--eps-clip", "0"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "--eps-clip: '0': a clip range is a number over 0" in bad.stderr
     run("eval", "--ckpt", str(w / "rl"), "--name", "RL", "--out", str(w / "eval.json"), "--device", "cpu")
     printed = run("table", str(w / "eval.json"))
     assert "| RL |" in printed and "strict sub_em" in printed

@@ -240,7 +240,8 @@ def stage_rl(args: argparse.Namespace) -> None:
     # the seed's GRPO flags (run_memagent_7b.sh): --use-kl-loss --kl-loss-coef 0.001 --kl-loss-type low_var_kl
     # --eps-clip 0.2 --eps-clip-high 0.3 --weight-decay 0.1 --adam-beta2 0.98; the lr is ours (see --lr)
     config = GRPOConfig(steps=args.steps, n_samples_per_prompt=args.samples, lr=args.lr, temperature=1.0,
-                        max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=0.2, eps_clip_high=0.3,
+                        max_new_tokens=max(cfg.memory_tokens, cfg.final_tokens), eps_clip=args.eps_clip,
+                        eps_clip_high=args.eps_clip_high,
                         micro_batch_size=args.micro_batch, concurrency=args.prompts * args.samples, tf32=args.tf32,
                         skip_flat_updates=args.skip_flat, num_steps_per_rollout=args.steps_per_rollout,
                         use_kl_loss=args.kl_coef > 0, kl_loss_coef=args.kl_coef, kl_loss_type=args.kl_type,
@@ -303,6 +304,21 @@ def _reference(ckpt: Path, device: str) -> Any:
     return AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device)
 
 
+def _positive(text: str) -> float:
+    """A PPO clip range: a number over 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a clip range is a number over 0 (the seed: 0.2 below, 0.3 above)")
+    return value
+
+
+# settings a stage file written before they were flags ran with
+_BEFORE_FLAGS = {"eps_clip": 0.2, "eps_clip_high": 0.3}
+
+
 def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
     """With --resume: the stage file of the RL run in `init` (same arm, same settings), else {}."""
     if not args.resume:
@@ -314,7 +330,8 @@ def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
                          "continue, or drop --resume to start RL from a warm start)")
     was = stage["args"]
     same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout", "kl_coef", "kl_type",
-            "lr_warmup", "weight_decay", "sampler")
+            "lr_warmup", "weight_decay", "sampler", "eps_clip", "eps_clip_high")
+    was = {**_BEFORE_FLAGS, **was}
     changed = [k for k in same if was.get(k) != getattr(args, k)]
     if changed:
         raise SystemExit(f"--resume: {', '.join(f'{k} was {was.get(k)!r}, now {getattr(args, k)!r}' for k in changed)}"
@@ -453,6 +470,9 @@ def main() -> None:
     r.add_argument("--lr-warmup", type=int, default=0,
                    help="optimizer steps of linear warm-up from 0 (Megatron's --lr-warmup-iters; the seed: none)")
     r.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's (the seed: 0.1)")
+    r.add_argument("--eps-clip", type=_positive, default=0.2, help="PPO clip below 1 (the seed: 0.2)")
+    r.add_argument("--eps-clip-high", type=_positive, default=0.3,
+                   help="PPO clip above 1 (the seed: 0.3, clip-higher; = --eps-clip for a symmetric clip)")
     r.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
                    help="how the rollouts' engine draws a sampled token (HFEngine's sampler: the same distribution; "
                         "inverse_cdf draws one uniform per row, batched)")
