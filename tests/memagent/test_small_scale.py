@@ -261,8 +261,11 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     assert stage["sequences"] == sum(-(-len(tok.encode(d, add_special_tokens=False)) // cfg.chunk_tokens) + 1
                                      for d in docs)
     run("rl", "--init", str(w / "warm"), "--out", str(w / "rl"), "--steps", "1", "--prompts", "2", "--samples", "2",
-        "--device", "cpu", "--skip-flat")
-    curve = json.loads((w / "rl" / "stage.json").read_text())["curve"]
+        "--device", "cpu", "--skip-flat", "--eps-clip-high", "0.25")
+    rl_stage = json.loads((w / "rl" / "stage.json").read_text())
+    # what the trainer ran with: the flag's clip above 1, the seed's below
+    assert (rl_stage["trainer"]["eps_clip"], rl_stage["trainer"]["eps_clip_high"]) == (0.2, 0.25)
+    curve = rl_stage["curve"]
     assert curve[0]["audit"]["breaches"] == 0 and curve[0]["sequences"] > 0
     # an untrained model never answers right: every group flat, so --skip-flat took no optimizer step
     assert curve[0]["reward_std"] == 0.0 and curve[0]["skipped"] == 1.0
@@ -289,7 +292,7 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
                                        "--resume", "--lr", "1e-3", *arm], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode != 0 and "lr was 5e-05, now 0.001" in refused.stderr
     # the seed's clip (0.2 below, 0.3 above) unless told otherwise; a resumed run keeps its clip too
-    assert (stage["args"]["eps_clip"], stage["args"]["eps_clip_high"]) == (0.2, 0.3)
+    assert (stage["trainer"]["eps_clip"], stage["trainer"]["eps_clip_high"]) == (0.2, 0.3)
     refused = subprocess.run(script + ["rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "3",
                                        "--resume", "--eps-clip-high", "0.2", *arm], capture_output=True, text=True,
                              cwd=ROOT)

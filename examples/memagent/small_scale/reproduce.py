@@ -282,7 +282,8 @@ def stage_rl(args: argparse.Namespace) -> None:
              f"entropy {s['entropy']:.3f} kl {s['kl']:.2e} |dlogp| {s['logp_diff_max']:.1e} seqs {s['sequences']} "
              f"rollout {s['rollout_s']:.1f}s "
              f"train {s['train_s']:.1f}s" + (f" audit max|d| {audits[-1]['max_abs_delta']:.1e}" if audits else ""))
-    _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "permuted": args.permute, "steps": len(curve),
+    _save(engine, out, cfg, {"stage": "rl", "args": _args(args), "trainer": config.model_dump(mode="json"),
+                             "permuted": args.permute, "steps": len(curve),
                              "reference": str(reference_dir) if reference is not None else "",
                              "seconds": round(seconds + time.perf_counter() - started, 1), "curve": curve,
                              "calls": list(earlier.get("calls", [])) + [{**_args(args), "seed": _seed(cfg, part)}],
