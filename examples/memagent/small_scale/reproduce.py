@@ -316,8 +316,8 @@ def _positive(text: str) -> float:
     return value
 
 
-# settings a stage file written before they were flags ran with
-_BEFORE_FLAGS = {"eps_clip": 0.2, "eps_clip_high": 0.3}
+# the seed's PPO clip (run_memagent_7b.sh), the flags' defaults; stage files written before the flags ran with it
+SEED_CLIP = {"eps_clip": 0.2, "eps_clip_high": 0.3}
 
 
 def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -332,7 +332,7 @@ def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
     was = stage["args"]
     same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout", "kl_coef", "kl_type",
             "lr_warmup", "weight_decay", "sampler", "eps_clip", "eps_clip_high")
-    was = {**_BEFORE_FLAGS, **was}
+    was = {**SEED_CLIP, **was}
     changed = [k for k in same if was.get(k) != getattr(args, k)]
     if changed:
         raise SystemExit(f"--resume: {', '.join(f'{k} was {was.get(k)!r}, now {getattr(args, k)!r}' for k in changed)}"
@@ -471,9 +471,9 @@ def main() -> None:
     r.add_argument("--lr-warmup", type=int, default=0,
                    help="optimizer steps of linear warm-up from 0 (Megatron's --lr-warmup-iters; the seed: none)")
     r.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's (the seed: 0.1)")
-    r.add_argument("--eps-clip", type=_positive, default=0.2, help="PPO clip below 1 (the seed: 0.2)")
-    r.add_argument("--eps-clip-high", type=_positive, default=0.3,
-                   help="PPO clip above 1 (the seed: 0.3, clip-higher; = --eps-clip for a symmetric clip)")
+    r.add_argument("--eps-clip", type=_positive, default=SEED_CLIP["eps_clip"], help="PPO clip below 1 (the seed's)")
+    r.add_argument("--eps-clip-high", type=_positive, default=SEED_CLIP["eps_clip_high"],
+                   help="PPO clip above 1 (the seed's: clip-higher; = --eps-clip for a symmetric clip)")
     r.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
                    help="how the rollouts' engine draws a sampled token (HFEngine's sampler: the same distribution; "
                         "inverse_cdf draws one uniform per row, batched)")

@@ -27,6 +27,7 @@ R="python3 $here/reproduce.py"
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
 cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0 would mean none
+as_minutes() { awk -v s="$1" 'BEGIN{m = s / 60; printf "%.2f", m < 0.01 ? 0.01 : m}'; }  # a stage's 0 means no cap
 stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
 pack() { tar czf "$out/results.tgz.tmp" -C "$r" . && mv "$out/results.tgz.tmp" "$out/results.tgz"; }
 in_band() { python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
@@ -49,7 +50,7 @@ evaluate "$w/model" "untrained" untrained
 k=1; while [ -f "$w/warm$k/stage.json" ]; do k=$((k + 1)); done; last=$((k - 1))
 if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS" ]; }; then
   init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
-  minutes=$(awk -v s="$(left)" 'BEGIN{m = (s - 45) / 60; printf "%.2f", m < 0.01 ? 0.01 : m}')  # 0 means no cap
+  minutes=$(as_minutes $(( $(left) - 45 )))
   stamp "warm start round $k from $init, $minutes min"
   timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
@@ -76,8 +77,7 @@ if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S 
   reserve=0  # keep time for the evaluations when RL can finish in this call anyway
   if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
   else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
-  minutes=$(awk -v s="$(left)" -v e="$reserve" -v t="$want" \
-    'BEGIN{m = (s - e - 50) / 60; if (t / 60 < m) m = t / 60; printf "%.2f", m < 0.01 ? 0.01 : m}')  # 0: no cap
+  step_s=$(( $(left) - reserve - 50 )); [ "$want" -lt "$step_s" ] && step_s=$want; minutes=$(as_minutes "$step_s")
   rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
       --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --sampler "$RL_SAMPLER" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
   if both; then
