@@ -476,6 +476,43 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert all(r["training_lengths"]["documents"] == 2 for r in compare["vs_base"])
 
 
+def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
+    def arm(path: Path, permuted: bool, init: str, steps: list[tuple[float, float, float, int | None]]) -> str:
+        curve = [{"step": i, "reward_mean": r, "entropy": e, "kl": k, **({} if f is None else {"flat_groups": f})}
+                 for i, (r, e, k, f) in enumerate(steps)]
+        path.write_text(json.dumps({"permuted": permuted, "calls": [{"init": init}], "curve": curve}))
+        return str(path)
+
+    nan = float("nan")  # a skipped step's entropy
+    rl = arm(tmp_path / "rl.json", False, "w", [(0.25, 0.1, 0.0, 2), (0.5, 0.2, 0.01, 4), (0.75, 0.3, 0.02, 0)])
+    control = arm(tmp_path / "c.json", True, "w", [(0.25, 0.1, 0.0, 2), (0.25, nan, 0.03, 8), (0.0, 0.5, 0.05, 16),
+                                                   (0.5, 0.5, 0.5, 0)])  # a 4th step RL did not take: left out
+    out = tmp_path / "curves.json"
+    printed = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "curves", rl, control, "--window", "2",
+                              "--out", str(out)], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    windows = json.loads(out.read_text())["windows"]
+    # by hand: steps 0-1 RL (0.25 + 0.5) / 2, control (0.25 + 0.25) / 2, difference (0 + 0.25) / 2; the NaN
+    # entropy is left out of the control's mean; step 2 alone in the second window
+    assert windows == [
+        {"steps": [0, 1], "reward": {"rl": 0.375, "control": 0.25}, "difference": 0.125,
+         "entropy": {"rl": 0.15, "control": 0.1}, "kl": {"rl": 0.005, "control": 0.015},
+         "flat_groups": {"rl": 3.0, "control": 5.0}},
+        {"steps": [2, 2], "reward": {"rl": 0.75, "control": 0.0}, "difference": 0.75,
+         "entropy": {"rl": 0.3, "control": 0.5}, "kl": {"rl": 0.02, "control": 0.05},
+         "flat_groups": {"rl": 0.0, "control": 16.0}}]
+    assert "0-1 | 0.375 / 0.25 (+0.125)" in printed
+    older = arm(tmp_path / "old.json", False, "w", [(0.5, 0.1, 0.0, None)])  # before run 9: no flat groups kept
+    assert P.curve_windows(json.loads(Path(older).read_text()), json.loads(Path(control).read_text()), 10)[0][
+        "flat_groups"] == {"rl": None, "control": 2.0}  # one step both took
+    for a, b, said in ((control, rl, "RL's stage file first"), (rl, arm(tmp_path / "x.json", True, "v", []),
+                                                               "not one run's arms")):
+        refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "curves", a, b],
+                                 capture_output=True, text=True, cwd=ROOT)
+        assert refused.returncode == 1 and said in refused.stderr
+    with pytest.raises(ValueError, match="window=0"):
+        P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
+
+
 @pytest.mark.parametrize("run", ["run8", "run9"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is

@@ -405,6 +405,44 @@ def seed_table(evals: Sequence[dict[str, Any]], metric: str) -> str:
     return "\n".join(lines)
 
 
+def _mean(values: Sequence[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]  # a skipped step's entropy is NaN
+    return round(sum(finite) / len(finite), 3) if finite else None
+
+
+def curve_windows(run: dict[str, Any], control: dict[str, Any], window: int = 10) -> list[dict[str, Any]]:
+    """RL's training curve beside its permuted-reward control's, `window` steps at a time over the steps both
+    took. Both arms roll the same documents at a step, so a window's `difference` (RL - control, step by step,
+    averaged) is paired. Per arm: the mean training reward (the rewarded share of a step's rollouts, at the
+    rollouts' temperature), the entropy and KL to the start at the trained tokens, and the flat groups (None
+    where the curve did not keep that figure: stage files before run 5 have no KL, before run 9 no flat groups).
+
+    >>> arm = lambda permuted, rewards: {"permuted": permuted, "calls": [{"init": "w"}], "curve": [
+    ...     {"reward_mean": r, "entropy": 0.1, "kl": 0.0, "flat_groups": 0} for r in rewards]}
+    >>> [w["difference"] for w in curve_windows(arm(False, [.5, .7, .9]), arm(True, [.5, .4, .3]), 2)]
+    [0.15, 0.6]
+    """
+    if window < 1:
+        raise ValueError(f"curve_windows: window={window}; give a number of steps >= 1")
+    if run.get("permuted") or not control.get("permuted"):
+        raise ValueError("curve_windows: give RL's stage file first and its control's (rl --permute) second")
+    if run["calls"][0]["init"] != control["calls"][0]["init"]:
+        raise ValueError(f"curve_windows: RL started from {run['calls'][0]['init']} and the control from "
+                         f"{control['calls'][0]['init']}: not one run's arms, their steps' documents differ")
+    n = min(len(run["curve"]), len(control["curve"]))  # the steps both took
+    a, b = run["curve"][:n], control["curve"][:n]
+    out = []
+    for start in range(0, n, window):
+        ra, rb = a[start:start + window], b[start:start + window]
+        arms = {"rl": ra, "control": rb}
+        out.append({"steps": [start, start + len(ra) - 1],
+                    "reward": {k: _mean([s["reward_mean"] for s in v]) for k, v in arms.items()},
+                    "difference": _mean([x["reward_mean"] - y["reward_mean"] for x, y in zip(ra, rb)]),
+                    **{key: {k: _mean([s.get(key) for s in v]) for k, v in arms.items()}  # None: not kept then
+                       for key in ("entropy", "kl", "flat_groups")}})
+    return out
+
+
 def paired(before: dict[str, Any], after: dict[str, Any], lengths: Sequence[int],
            metric: str = "sub_em_strict") -> dict[str, Any]:
     """Two evaluations of the SAME documents compared document by document at `lengths`: the scores, the

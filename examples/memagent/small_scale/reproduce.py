@@ -6,6 +6,8 @@
     python reproduce.py rl        --init W/warm  --out W/rl_perm --permute   # the control: rewards permuted
     python reproduce.py eval      --ckpt W/rl --name RL --out W/eval_rl.json  # 4. the seed's RULER-HQA protocol
     python reproduce.py table     W/eval_*.json                   # the seed's table, strict and as the seed scores
+    python reproduce.py compare   W/eval_warmstart.json W/eval_rl.json W/eval_rl_perm.json  # paired, by document
+    python reproduce.py curves    W/rl/stage.json W/rl_perm/stage.json  # RL's curve beside its control's, by step
 
 Each stage reads the previous stage's checkpoint directory (a Hugging Face model directory plus
 `repro.json`, the shared settings) and writes its own, with `stage.json` (settings, curve, timings).
@@ -400,6 +402,21 @@ def stage_compare(args: argparse.Namespace) -> None:
         P.write_json(Path(args.out), report)
 
 
+def stage_curves(args: argparse.Namespace) -> None:
+    """RL's curve beside its control's, window by window (pipeline.curve_windows)."""
+    run, control = (json.loads(Path(p).read_text()) for p in (args.rl, args.control))
+    windows = P.curve_windows(run, control, args.window)
+    print("steps | reward RL / control (difference, same documents) | entropy RL / control | KL RL / control "
+          "| flat groups RL / control")
+    for w in windows:
+        pair = lambda key: f"{w[key]['rl']} / {w[key]['control']}"  # noqa: E731
+        print(f"{w['steps'][0]}-{w['steps'][1]} | {pair('reward')} ({w['difference']:+.3f}) | {pair('entropy')} | "
+              f"{pair('kl')} | {pair('flat_groups')}")
+    if args.out:
+        P.write_json(Path(args.out), {"rl": args.rl, "control": args.control, "window": args.window,
+                                      "windows": windows})
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="stage", required=True)
@@ -502,6 +519,13 @@ def main() -> None:
     c.add_argument("--metric", default="sub_em_strict", choices=P.METRICS)
     c.add_argument("--out", default="")
     c.set_defaults(run=stage_compare)
+
+    v = sub.add_parser("curves", help="RL's training curve beside its control's, window by window (paired by step)")
+    v.add_argument("rl", help="RL's stage.json")
+    v.add_argument("control", help="its permuted-reward control's stage.json (the same run)")
+    v.add_argument("--window", type=int, default=10, help="steps per window")
+    v.add_argument("--out", default="")
+    v.set_defaults(run=stage_curves)
 
     t = sub.add_parser("table", help="print the seed's table from eval JSON files")
     t.add_argument("evals", nargs="+")
