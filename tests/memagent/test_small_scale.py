@@ -513,7 +513,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
         P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
 
 
-@pytest.mark.parametrize("run", ["run8", "run9"])
+@pytest.mark.parametrize("run", ["run8", "run9", "run10"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -551,3 +551,15 @@ def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     audits = [p["audit"] for arm in ("rl_stage", "rl_permuted_stage") for p in published[arm]["curve"]]
     assert targets["every_rollout_checked"]["rollouts"] == sum(a["rollouts"] for a in audits) > 0
     assert targets["every_rollout_checked"]["passed"] == (sum(a["breaches"] for a in audits) == 0)
+    # run 10 on: RL's curve beside its control's, 10 steps at a time, re-derived from the two stage files
+    assert ("curves" in published) == (run not in ("run8", "run9"))
+    if "curves" in published:
+        rl_curve, control_curve = published["rl_stage"]["curve"], published["rl_permuted_stage"]["curve"]
+        n = min(len(rl_curve), len(control_curve))
+        for w, start in zip(published["curves"]["windows"], range(0, n, 10), strict=True):
+            a, b = rl_curve[start:min(start + 10, n)], control_curve[start:min(start + 10, n)]
+            assert w["steps"] == [start, start + len(a) - 1]
+            assert w["reward"]["rl"] == pytest.approx(sum(s["reward_mean"] for s in a) / len(a), abs=1e-3)
+            assert w["reward"]["control"] == pytest.approx(sum(s["reward_mean"] for s in b) / len(b), abs=1e-3)
+            assert w["difference"] == pytest.approx(w["reward"]["rl"] - w["reward"]["control"], abs=2e-3)
+            assert w["kl"]["control"] == pytest.approx(sum(s["kl"] for s in b) / len(b), abs=1e-3)
