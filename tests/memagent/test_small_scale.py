@@ -474,6 +474,11 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert compare["base"] == "warm start" and [r["name"] for r in compare["vs_base"]] == [
         "RL", "RL, permuted rewards (control)"]
     assert all(r["training_lengths"]["documents"] == 2 for r in compare["vs_base"])
+    curves = json.loads(packed["curves.json"])["windows"]  # RL's curve beside its control's, from the stage files
+    steps = min(len(final["rl"]["curve"]), len(final["control"]["curve"]))
+    assert curves[0]["steps"][0] == 0 and curves[-1]["steps"][1] == steps - 1
+    assert curves[0]["reward"]["rl"] == pytest.approx(
+        sum(c["reward_mean"] for c in final["rl"]["curve"][:10]) / len(final["rl"]["curve"][:10]), abs=1e-3)
 
 
 def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@
 #   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation; in the
 #   warm start's own call when RL_MIN_S seconds are left),
 #   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds
-#   -> evaluations of RL and control -> the seed's table.
+#   -> evaluations of RL and control -> the seed's table, the paired comparison and the two arms' curves.
 # Usage: bash run_in_calls.sh OUT_DIR [WORK_DIR]   (sizes: the variables below)
 set -u
 out=${1:?usage: run_in_calls.sh OUT_DIR [WORK_DIR]}; w=${2:-/tmp/repro}
@@ -107,6 +107,7 @@ for f in untrained warmstart rl rl_permuted; do tail -1 "$r/eval_$f.log" | tee -
 if [ -f "$r/eval_untrained.json" ] && [ -f "$r/eval_warmstart.json" ] && [ -f "$r/eval_rl.json" ] && [ -f "$r/eval_rl_permuted.json" ]; then
   $R table "$r/eval_untrained.json" "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/table.md"
   $R compare "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/compare.json" | tee -a "$r/calls.log"
+  $R curves "$w/rl/stage.json" "$w/rl_permuted/stage.json" --out "$r/curves.json" | tee -a "$r/calls.log"
   stamp "all stages done"
 else
   stamp "an evaluation is missing (eval_*.log): call again"
