@@ -344,7 +344,8 @@ def test_compare_pairs_documents_and_counts_mcnemar_by_hand(tmp_path: Path) -> N
     other = _eval_file(tmp_path / "o.json", "other", {1000: [1, 1, 1, 1, 1], 2000: [1, 1, 1, 1]})
     refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "compare", base, other],
                              capture_output=True, text=True, cwd=ROOT)
-    assert refused.returncode != 0 and "not of the same documents" in refused.stderr
+    assert refused.returncode == 1 and "not of the same documents" in refused.stderr
+    assert "Traceback" not in refused.stderr and refused.stderr.startswith(other)  # which file, no traceback
 
 
 # run_in_calls.sh at a size a 2-core CPU runs in about a minute and a half. The script keeps 50 s of a call for
@@ -513,7 +514,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
                                                                "not one run's arms")):
         refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "curves", a, b],
                                  capture_output=True, text=True, cwd=ROOT)
-        assert refused.returncode == 1 and said in refused.stderr
+        assert refused.returncode == 1 and said in refused.stderr and "Traceback" not in refused.stderr
     with pytest.raises(ValueError, match="window=0"):
         P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
 

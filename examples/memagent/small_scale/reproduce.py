@@ -388,7 +388,10 @@ def stage_compare(args: argparse.Namespace) -> None:
         report["answers"][e["name"]] = kinds
         print(f"{e['name']}: answers at {train}: " + ", ".join(f"{k} {v}" for k, v in kinds["training_lengths"].items()))
     for path, e in zip(args.evals[1:], evals[1:]):
-        row: dict[str, Any] = {"training_lengths": P.paired(base, e, train, args.metric)}
+        try:
+            row: dict[str, Any] = {"training_lengths": P.paired(base, e, train, args.metric)}
+        except ValueError as refused:  # evaluations of other documents: the message says what to do
+            raise SystemExit(f"{path}: {refused}") from None
         if far:
             row["8x_and_more"] = P.paired(base, e, far, args.metric)
             at_train, at_far = P.pooled(e["results"], train, args.metric), P.pooled(e["results"], far, args.metric)
@@ -405,7 +408,10 @@ def stage_compare(args: argparse.Namespace) -> None:
 def stage_curves(args: argparse.Namespace) -> None:
     """RL's curve beside its control's, window by window (pipeline.curve_windows)."""
     run, control = (json.loads(Path(p).read_text()) for p in (args.rl, args.control))
-    windows = P.curve_windows(run, control, args.window)
+    try:
+        windows = P.curve_windows(run, control, args.window)
+    except ValueError as refused:  # a user's mistake: the message says which, no traceback
+        raise SystemExit(str(refused)) from None
     print("steps | reward RL / control (difference, same documents) | entropy RL / control | KL RL / control "
           "| flat groups RL / control")
     for w in windows:
