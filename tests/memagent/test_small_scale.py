@@ -483,10 +483,12 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
 
 
 def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
-    def arm(path: Path, permuted: bool, init: str, steps: list[tuple[float, float, float, int | None]]) -> str:
+    def arm(path: Path, permuted: bool, init: str, steps: list[tuple[float, float, float, int | None]],
+            prompts: int = 16) -> str:
         curve = [{"step": i, "reward_mean": r, "entropy": e, "kl": k, **({} if f is None else {"flat_groups": f})}
                  for i, (r, e, k, f) in enumerate(steps)]
-        path.write_text(json.dumps({"permuted": permuted, "calls": [{"init": init}], "curve": curve}))
+        path.write_text(json.dumps({"permuted": permuted, "calls": [{"init": init, "prompts": prompts}],
+                                    "curve": curve}))
         return str(path)
 
     nan = float("nan")  # a skipped step's entropy
@@ -510,8 +512,10 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
     older = arm(tmp_path / "old.json", False, "w", [(0.5, 0.1, 0.0, None)])  # before run 9: no flat groups kept
     assert P.curve_windows(json.loads(Path(older).read_text()), json.loads(Path(control).read_text()), 10)[0][
         "flat_groups"] == {"rl": None, "control": 2.0}  # one step both took
-    for a, b, said in ((control, rl, "RL's stage file first"), (rl, arm(tmp_path / "x.json", True, "v", []),
-                                                               "not one run's arms")):
+    for a, b, said in ((control, rl, "RL's stage file first"),
+                       (rl, arm(tmp_path / "x.json", True, "v", []), "RL's init is 'w' and the control's 'v'"),
+                       (rl, arm(tmp_path / "y.json", True, "w", [], prompts=8),
+                        "RL's prompts is 16 and the control's 8")):
         refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "curves", a, b],
                                  capture_output=True, text=True, cwd=ROOT)
         assert refused.returncode == 1 and said in refused.stderr and "Traceback" not in refused.stderr

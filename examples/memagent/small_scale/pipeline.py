@@ -426,9 +426,11 @@ def curve_windows(run: dict[str, Any], control: dict[str, Any], window: int = 10
         raise ValueError(f"curve_windows: window={window}; give a number of steps >= 1")
     if run.get("permuted") or not control.get("permuted"):
         raise ValueError("curve_windows: give RL's stage file first and its control's (rl --permute) second")
-    if run["calls"][0]["init"] != control["calls"][0]["init"]:
-        raise ValueError(f"curve_windows: RL started from {run['calls'][0]['init']} and the control from "
-                         f"{control['calls'][0]['init']}: not one run's arms, their steps' documents differ")
+    for key in ("init", "prompts"):  # what decides a step's documents: the start's settings and documents a step
+        ours, theirs = run["calls"][0].get(key), control["calls"][0].get(key)
+        if ours != theirs:
+            raise ValueError(f"curve_windows: RL's {key} is {ours!r} and the control's {theirs!r}: not one run's "
+                             "arms, their steps' documents differ (give the two arms of one run_in_calls run)")
     n = min(len(run["curve"]), len(control["curve"]))  # the steps both took
     a, b = run["curve"][:n], control["curve"][:n]
     out = []
