@@ -169,6 +169,79 @@ def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
     return asyncio.run(P.run_all(rows, ctx, P.options(CFG), 8))
 
 
+def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`warmstart --stop-above`: a probe over the band's top sends the stage back to the last probe under it
+    (weights, AdamW's moments, the batch sampler) and probes more often from there. The probe's scores are
+    scripted (a tiny CPU model scores 0); the training is real, and on CPU bit-reproducible: the run that went
+    back must end with the very weights and losses of a run that never overshot."""
+    import reproduce as R
+    from safetensors.torch import load_file
+
+    def stage(*argv: str) -> None:
+        monkeypatch.setattr(sys, "argv", ["reproduce.py", *argv])
+        R.main()
+
+    def scripted(probes: list[float], confirms: list[float] = ()) -> None:  # the scores, in the order asked
+        asked, confirmed = iter(probes), iter(confirms)
+        monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: {"probe_strict": next(asked), "probe_digits": 0.0})
+
+        def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
+            if args.confirm_per_length <= 0:
+                return None
+            point["confirm_strict"] = next(confirmed)
+            return point["confirm_strict"]
+        monkeypatch.setattr(R, "_confirm", confirm)
+
+    model = tmp_path / "model"
+    stage("model", "--out", str(model), "--hidden-size", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1",
+          "--intermediate-size", "64", "--chunk-tokens", "128", "--memory-tokens", "24", "--final-tokens", "16",
+          "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths", "150", "--eval-per-length", "1")
+
+    def warm(name: str, *flags: str) -> dict[str, Any]:
+        stage("warmstart", "--init", str(model), "--out", str(tmp_path / name), "--demos", "3", "--batch", "4",
+              "--warmup", "2", "--max-steps", "8", "--probe-per-length", "1", "--device", "cpu", "--stop-at", "30",
+              *flags)
+        return json.loads((tmp_path / name / "stage.json").read_text())
+
+    scripted([40.0, 45.0])  # never overshoots: probes at steps 3 and 4, both in the band: stop at 4
+    straight = warm("straight", "--eval-every", "1", "--eval-from", "3", "--settle", "2")
+    scripted([0.0, 80.0, 40.0, 45.0])  # step 2 under, step 4 over -> back to 2; then 3 and 4 in the band
+    back = warm("back", "--eval-every", "2", "--eval-from", "2", "--settle", "2", "--stop-above", "50",
+                "--refine-by", "2")
+    assert back["stop"]["overshoots"] == [{"step": 4, "probe_strict": 80.0, "back_to": 2, "probe_every": 1}]
+    assert back["stop"]["step"] == straight["stop"]["step"] == 4
+    assert back["stop"]["reason"].startswith("probe strict sub_em 45.0% in the band 30.0-50.0% at step 4")
+    assert "after 1 overshoot" in back["stop"]["reason"]
+    assert [p["step"] for p in back["curve"]] == [1, 2, 3, 4]  # the steps gone back over are not in the curve
+    assert [p["loss"] for p in back["curve"]] == [p["loss"] for p in straight["curve"]]
+    a, b = load_file(tmp_path / "back" / "model.safetensors"), load_file(tmp_path / "straight" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)  # 4 steps, not 6
+
+    scripted([0.0, 40.0, 40.0], [90.0, 35.0])  # the probe at 4 is in, its confirmation over: back to 2
+    confirmed = warm("confirmed", "--eval-every", "2", "--eval-from", "2", "--stop-above", "50", "--refine-by", "2",
+                     "--confirm-per-length", "1")
+    assert confirmed["stop"]["overshoots"] == [{"step": 4, "probe_strict": 40.0, "confirm_strict": 90.0,
+                                                "back_to": 2, "probe_every": 1}]
+    assert confirmed["stop"]["step"] == 3 and "confirmed on new documents: 35.0%" in confirmed["stop"]["reason"]
+    scripted([0.0, 80.0])  # no refinement left: the overshoot stops the stage, and says so
+    spent = warm("spent", "--eval-every", "2", "--eval-from", "2", "--stop-above", "50", "--refines", "0")
+    assert spent["stop"]["step"] == 4 and spent["stop"]["overshoots"] == []
+    assert "over the band's top 50.0% with no refinement left (--refines 0)" in spent["stop"]["reason"]
+    for flags, said in ((["--stop-above", "20"], "--stop-above 20.0 must be over --stop-at 30.0"),
+                        (["--refine-by", "1"], "--refine-by: '1': a whole number, 2 or more"),
+                        (["--refines", "-1"], "--refines -1: a count of overshoots")):
+        bad = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "warmstart", "--init", str(model), "--out",
+                              str(tmp_path / "x"), *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert bad.returncode == 2 and said in bad.stderr, bad.stderr
+
+
+def torch_equal(a: Any, b: Any) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
 def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:
     """The oracle through MemAgent's graph: no code before the needle's chunk, the gold from the update that
     read it to the answer. An oracle that reverses the code in the update after storing it (where there is
@@ -359,6 +432,7 @@ CALLS_ENV = {
                   "--eval-lengths 110",
     "EVAL_PER_LENGTH": "2", "DEMOS": "4", "DEMO_WORKERS": "1", "WS_ARGS": "--batch 8 --max-steps 2",
     "WS_EVAL_EVERY": "2", "WS_EVAL_FROM": "2", "PROBE": "1", "CONFIRM": "1", "WS_STOP_AT": "101", "WS_ROUNDS": "2",
+    "WS_STOP_ABOVE": "102", "WS_REFINES": "1",
     "RL_PROMPTS": "2", "RL_SAMPLES": "2", "RL_STEPS_PER_ROLLOUT": "2", "RL_WARMUP": "3", "RL_MIN_S": "30",
     "RL_TOTAL_S": "88", "EVAL_S": "30",
     # an untrained model never scores: every group is flat, and --skip-flat would take no AdamW step to resume
@@ -422,6 +496,7 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert {"eval_untrained.json", "warmstart1_stage.json", "model.log"} <= set(first["packed"])
     ws1 = json.loads(first["packed"]["warmstart1_stage.json"])
     assert ws1["stop"]["reason"] == "max_steps 2 reached"  # under the probe mark: another round follows
+    assert ws1["args"]["stop_above"] == 102.0 and ws1["args"]["refines"] == 1 and ws1["stop"]["overshoots"] == []
     # 2: a second round on new documents, from the first; WS_ROUNDS reached, so RL and its control start from it
     # in the same call (RL_MIN_S was left), and end short of RL_TOTAL_S: "call again"
     assert second["said"][1].startswith(f"warm start round 2 from {work / 'warm1'}")

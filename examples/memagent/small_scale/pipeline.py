@@ -319,6 +319,21 @@ def pooled(results: Sequence[dict[str, Any]], lengths: Sequence[int], metric: st
     return 100 * sum(group) / len(group) if group else float("nan")
 
 
+def band_verdict(score: float, stop_at: float, stop_above: float | None) -> str:
+    """Where a warm start's probe (strict sub_em, %) sits against its stop band [stop_at, stop_above]:
+    "under" (train on), "in" (counts toward the stop), or "over" (an overshoot: go back and probe finer).
+    No top (None) means no overshoot: any score from stop_at up is "in".
+
+    >>> [band_verdict(s, 30.0, 50.0) for s in (10.4, 30.0, 50.0, 70.8)]
+    ['under', 'in', 'in', 'over']
+    >>> band_verdict(97.9, 30.0, None)
+    'in'
+    """
+    if score < stop_at:
+        return "under"
+    return "over" if stop_above is not None and score > stop_above else "in"
+
+
 class OracleOutOfMemory(RuntimeError):
     """The engine ran out of device memory scoring the oracle's rollouts: fewer at once is the fix."""
 

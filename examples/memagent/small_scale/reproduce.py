@@ -17,12 +17,13 @@ Each stage reads the previous stage's checkpoint directory (a Hugging Face model
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -107,6 +108,14 @@ def _at_least_one(text: str) -> int:
     return int(text)
 
 
+def _at_least_two(text: str) -> int:
+    """`--refine-by`'s factor: a whole number >= 2 (1 would probe no denser after an overshoot)."""
+    if not text.strip().isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number, 2 or more (5: a probe every 10 steps after "
+                                         "probes every 50)")
+    return int(text)
+
+
 def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> float:
     """Linear warm-up, then constant or a cosine down to 10 % over the stage (its step cap or its time budget,
     whichever comes first)."""
@@ -119,17 +128,47 @@ def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> floa
     return lr
 
 
-def _confirmed(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: int, point: dict[str, Any],
-               pool: Any) -> bool:
-    """Whether a probe over the stop mark holds on documents no probe has seen (`--confirm-per-length` of
-    them; 0: no confirmation). The first probe over the mark is the maximum of noisy draws: run 3's read 31 %
-    on 48 documents and the checkpoint scored 14.6 % on the evaluation's 144. A fresh sample is unbiased."""
+def _probe(engine: Any, probe: list[dict[str, Any]], cfg: P.ReproConfig) -> dict[str, float]:
+    """The held-out probe's scores at the training lengths: strict sub_em, the seed's sub_em, digits right."""
+    results = P.evaluate(engine, probe, cfg)
+    return {f"probe_{name}": round(P.pooled(results, cfg.train_lengths, metric), 2)
+            for name, metric in (("strict", "sub_em_strict"), ("sub_em", "sub_em"), ("digits", "digits"))}
+
+
+def _confirm(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: int, point: dict[str, Any],
+             pool: Any) -> float | None:
+    """Strict sub_em on `--confirm-per-length` documents no probe has seen, before a stop (None: no
+    confirmation asked). The first probe over the mark is the maximum of noisy draws: run 3's read 31 % on 48
+    documents and the checkpoint scored 14.6 % on the evaluation's 144. A fresh sample is unbiased."""
     if args.confirm_per_length <= 0:
-        return True
+        return None
     rows = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.confirm_per_length, f"confirm-{step}", pool)
     point["confirm_strict"] = round(P.pooled(P.evaluate(engine, rows, cfg), cfg.train_lengths), 2)
     _log(f"step {step}: confirmation on {len(rows)} new documents: strict sub_em {point['confirm_strict']:.1f}%")
-    return point["confirm_strict"] >= args.stop_at
+    return point["confirm_strict"]
+
+
+class _Snapshot(NamedTuple):
+    """The warm start as it stood at a probe under the band's top: where an overshoot goes back to."""
+    step: int
+    over: int  # probes over the mark in a row, then
+    curve_len: int
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    rng: Any
+
+
+def _snapshot(step: int, over: int, curve_len: int, model: Any, optimizer: Any, rng: Any) -> _Snapshot:
+    return _Snapshot(step, over, curve_len, {k: v.detach().clone() for k, v in model.state_dict().items()},
+                     copy.deepcopy(optimizer.state_dict()), rng.get_state())
+
+
+def _restore(snap: _Snapshot, model: Any, optimizer: Any, rng: Any) -> None:
+    """Weights, AdamW's moments and the batch sampler's state, exactly as at `snap` (a copy: an optimizer
+    loads its state by reference, and a second overshoot may go back to the same snapshot)."""
+    model.load_state_dict(snap.model)
+    optimizer.load_state_dict(copy.deepcopy(snap.optimizer))
+    rng.set_state(snap.rng)
 
 
 def _demo_part(init: str, device: str, split: str, n: int) -> dict[str, Any]:
@@ -159,6 +198,17 @@ def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace
             and key not in ("rollout_ids", "group_ids")}
 
 
+def _stop_reason(args: argparse.Namespace, point: dict[str, Any], over: int, verdict: str, overshoots: int) -> str:
+    """Why the warm start stopped where it did, in words (`run_in_calls.sh` reads its first word: "probe")."""
+    mark = (f">= {args.stop_at}%" if args.stop_above is None
+            else f"in the band {args.stop_at}-{args.stop_above}%" if verdict == "in"
+            else f"over the band's top {args.stop_above}% with no refinement left (--refines {args.refines})")
+    return (f"probe strict sub_em {point['probe_strict']:.1f}% {mark} at step {point['step']}"
+            + (f" ({over} probes in a row)" if args.settle > 1 else "")
+            + (f", confirmed on new documents: {point['confirm_strict']:.1f}%" if "confirm_strict" in point else "")
+            + (f", after {overshoots} overshoot{'s' * (overshoots > 1)} (stop['overshoots'])" if overshoots else ""))
+
+
 def stage_warmstart(args: argparse.Namespace) -> None:
     import torch
 
@@ -180,7 +230,12 @@ def stage_warmstart(args: argparse.Namespace) -> None:
     curve: list[dict[str, Any]] = []
     stop: dict[str, Any] = {"reason": f"max_steps {args.max_steps} reached"}
     over = 0  # probes over the mark in a row
-    for step in range(1, args.max_steps + 1):
+    top, every, refines = args.stop_above, args.eval_every, args.refines  # the band's top; probe spacing
+    overshoots: list[dict[str, Any]] = []
+    snap = _snapshot(0, 0, 0, model, optimizer, rng) if top is not None else None
+    step = 0
+    while step < args.max_steps:
+        step += 1
         if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
             stop = {"reason": f"time budget of {args.max_minutes} min spent"}
             break
@@ -202,25 +257,38 @@ def stage_warmstart(args: argparse.Namespace) -> None:
             optimizer.step()
             model.eval()
         point: dict[str, Any] = {"step": step, "loss": round(loss_sum, 4), "s": round(time.perf_counter() - started, 1)}
-        if step >= args.eval_from and step % args.eval_every == 0:
-            results = P.evaluate(engine, probe, cfg)
-            point["probe_strict"] = round(P.pooled(results, cfg.train_lengths), 2)
-            point["probe_sub_em"] = round(P.pooled(results, cfg.train_lengths, "sub_em"), 2)
-            point["probe_digits"] = round(P.pooled(results, cfg.train_lengths, "digits"), 2)
-            _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
-                 f"digits right {point['probe_digits']:.1f}%")
-            over = over + 1 if point["probe_strict"] >= args.stop_at else 0
-            if over >= args.settle and _confirmed(engine, cfg, args, step, point, pool):
-                stop = {"reason": f"probe strict sub_em {point['probe_strict']:.1f}% >= {args.stop_at}% at step {step}"
-                        + (f" ({over} probes in a row)" if args.settle > 1 else "")
-                        + (f", confirmed on new documents: {point['confirm_strict']:.1f}%" if "confirm_strict" in point
-                           else "")}
-                curve.append(point)
-                break
-        elif step % 10 == 0:
-            _log(f"step {step}: loss {loss_sum:.3f}")
         curve.append(point)
-    stop.update(step=curve[-1]["step"], seconds=round(time.perf_counter() - started, 1))
+        if not (step >= args.eval_from and step % every == 0):
+            if step % 10 == 0:
+                _log(f"step {step}: loss {loss_sum:.3f}")
+            continue
+        point.update(_probe(engine, probe, cfg))
+        _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
+             f"digits right {point['probe_digits']:.1f}%")
+        verdict = P.band_verdict(point["probe_strict"], args.stop_at, top)
+        if verdict != "over" or not refines:  # with no refinement left, an overshoot counts as over the mark
+            over = over + 1 if verdict != "under" else 0
+            if over >= args.settle:
+                confirmed = _confirm(engine, cfg, args, step, point, pool)
+                if confirmed is not None:  # the unbiased figure decides; under the mark: not confirmed, train on
+                    verdict = P.band_verdict(confirmed, args.stop_at, top)
+                if verdict == "in" or (verdict == "over" and not refines):
+                    stop = {"reason": _stop_reason(args, point, over, verdict, len(overshoots))}
+                    break
+        if verdict == "over" and refines:  # back to the last probe under the top; probe `--refine-by`x as often
+            assert snap is not None
+            every = max(1, every // args.refine_by)
+            refines -= 1
+            overshoots.append({"step": step, **{k: point[k] for k in ("probe_strict", "confirm_strict") if k in point},
+                               "back_to": snap.step, "probe_every": every})
+            _log(f"step {step}: over the band's top ({top}%): back to step {snap.step}, a probe every {every} steps")
+            _restore(snap, model, optimizer, rng)
+            step, over, curve = snap.step, snap.over, curve[:snap.curve_len]
+        elif top is not None and verdict != "over":
+            snap = _snapshot(step, over, len(curve), model, optimizer, rng)
+    if top is not None:
+        stop["overshoots"] = overshoots
+    stop.update(step=curve[-1]["step"] if curve else 0, seconds=round(time.perf_counter() - started, 1))
     _log(f"stopped: {stop['reason']}")
     _save(engine, out, cfg, {"stage": "warmstart", "args": _args(args), "demos": args.demos,
                              "sequences": len(data["tokens"]), "demo_s": round(demo_s, 1), "stop": stop, "curve": curve})
@@ -462,6 +530,14 @@ def main() -> None:
     w.add_argument("--settle", type=_at_least_one, default=1,
                    help="stop only once this many probes in a row reach --stop-at (the copy appears as a jump; a stop "
                         "at the first probe after it keeps a copy too fresh to survive long documents: run 5)")
+    w.add_argument("--stop-above", type=float, default=None,
+                   help="the stop band's top (%%): a probe or confirmation over it is an overshoot; the stage goes "
+                        "back to the last probe under it (weights, AdamW, batches) and probes --refine-by times as "
+                        "often, --refines times at most (the copy forms as a jump: run 11 went 10.4 -> 70.8 -> 91.7 %% "
+                        "in 100 steps); default: no top")
+    w.add_argument("--refine-by", type=_at_least_two, default=5, help="how much denser the probes get at an overshoot")
+    w.add_argument("--refines", type=int, default=2,
+                   help="overshoots to go back from; after that an overshoot stops the stage, saying so")
     w.add_argument("--confirm-per-length", type=int, default=0,
                    help="before stopping, check the probe's verdict on this many new documents per training length "
                         "(0: stop on the probe alone)")
@@ -539,6 +615,11 @@ def main() -> None:
     t.set_defaults(run=stage_table)
 
     args = p.parse_args()
+    if args.stage == "warmstart" and args.stop_above is not None and args.stop_above <= args.stop_at:
+        p.error(f"--stop-above {args.stop_above} must be over --stop-at {args.stop_at}: the stop band is "
+                "[--stop-at, --stop-above]")
+    if args.stage == "warmstart" and args.refines < 0:
+        p.error(f"--refines {args.refines}: a count of overshoots to go back from, 0 or more")
     args.run(args)
 
 
