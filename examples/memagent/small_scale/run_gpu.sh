@@ -14,7 +14,7 @@ R="python3 $here/reproduce.py"
 : "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${WS_MAX_STEPS:=100000}" "${WS_EVAL_EVERY:=50}" "${WS_EVAL_FROM:=150}"
 : "${WS_STOP_AT:=30}" "${WS_SETTLE:=1}" "${PROBE:=16}" "${CONFIRM:=32}" "${RL_STEPS:=1000}" "${RL_PROMPTS:=16}" "${RL_SAMPLES:=16}" "${RL_LR:=1e-4}"
 : "${RL_STEPS_PER_ROLLOUT:=2}" "${RL_WARMUP:=10}" "${RL_KL:=0.001}" "${DEMO_WORKERS:=8}" "${RL_SAMPLER:=inverse_cdf}" "${WS_MAX_MINUTES:=0}"
-: "${RL_MINUTES:=17}" "${PACK:=$out.tgz}"
+: "${RL_MINUTES:=17}" "${PACK:=$out.tgz}" "${WS_STOP_ABOVE:=}" "${WS_REFINES:=2}"  # WS_STOP_ABOVE: the band's top (none)
 pack() { tar czf "$PACK.tmp" -C "$out" . && mv "$PACK.tmp" "$PACK"; }
 stamp() { echo "[$(date +%T)] $*"; }
 
@@ -24,7 +24,8 @@ $R eval --ckpt "$w/model" --name "untrained" --out "$out/eval_untrained.json" > 
 stamp warmstart
 $R warmstart --init "$w/model" --out "$w/warm" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
    --max-steps "$WS_MAX_STEPS" --max-minutes "$WS_MAX_MINUTES" \
-   --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --settle "$WS_SETTLE" --confirm-per-length "$CONFIRM" > "$out/warmstart.log" 2>&1
+   --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --settle "$WS_SETTLE" --confirm-per-length "$CONFIRM" \
+   ${WS_STOP_ABOVE:+--stop-above "$WS_STOP_ABOVE" --refines "$WS_REFINES"} > "$out/warmstart.log" 2>&1
 cp "$w/warm/stage.json" "$out/warmstart_stage.json" 2>/dev/null; tail -3 "$out/warmstart.log"; pack
 $R eval --ckpt "$w/warm" --name "warm start" --out "$out/eval_warmstart.json" > "$out/eval_warmstart.log" 2>&1 &
 stamp rl
