@@ -176,6 +176,7 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
     scripted (a tiny CPU model scores 0); the training is real, and on CPU bit-reproducible: the run that went
     back must end with the very weights and losses of a run that never overshot."""
     import reproduce as R
+    import torch
     from safetensors.torch import load_file
 
     def stage(*argv: str) -> None:
@@ -216,7 +217,7 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
     assert [p["step"] for p in back["curve"]] == [1, 2, 3, 4]  # the steps gone back over are not in the curve
     assert [p["loss"] for p in back["curve"]] == [p["loss"] for p in straight["curve"]]
     a, b = load_file(tmp_path / "back" / "model.safetensors"), load_file(tmp_path / "straight" / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)  # 4 steps, not 6
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # 4 steps, not 6
 
     scripted([0.0, 40.0, 40.0], [90.0, 35.0])  # the probe at 4 is in, its confirmation over: back to 2
     confirmed = warm("confirmed", "--eval-every", "2", "--eval-from", "2", "--stop-above", "50", "--refine-by", "2",
@@ -234,12 +235,6 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
         bad = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "warmstart", "--init", str(model), "--out",
                               str(tmp_path / "x"), *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert bad.returncode == 2 and said in bad.stderr, bad.stderr
-
-
-def torch_equal(a: Any, b: Any) -> bool:
-    import torch
-
-    return bool(torch.equal(a, b))
 
 
 def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:
