@@ -98,22 +98,14 @@ def stage_model(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------- 2. warm start
 
-def _at_least_one(text: str) -> int:
-    """`--settle`'s count: a whole number >= 1 (0 would stop on a probe under the mark)."""
-    import argparse
+def _whole_number(minimum: int, what: str, example: str) -> Any:
+    """An argparse `type` for a whole number >= `minimum`, its refusal naming `what` it counts and an example."""
 
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of probes, 1 or more "
-                                         "(1: the first probe over the mark)")
-    return int(text)
-
-
-def _at_least_two(text: str) -> int:
-    """`--refine-by`'s factor: a whole number >= 2 (1 would probe no denser after an overshoot)."""
-    if not text.strip().isdigit() or int(text) < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number, 2 or more (5: a probe every 10 steps after "
-                                         "probes every 50)")
-    return int(text)
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what}, {minimum} or more ({example})")
+        return int(text)
+    return parse
 
 
 def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> float:
@@ -150,16 +142,15 @@ def _confirm(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: in
 
 class _Snapshot(NamedTuple):
     """The warm start as it stood at a probe under the band's top: where an overshoot goes back to."""
-    step: int
+    step: int  # the curve's length then too: it holds one point a step, from step 1
     over: int  # probes over the mark in a row, then
-    curve_len: int
     model: dict[str, Any]
     optimizer: dict[str, Any]
     rng: Any
 
 
-def _snapshot(step: int, over: int, curve_len: int, model: Any, optimizer: Any, rng: Any) -> _Snapshot:
-    return _Snapshot(step, over, curve_len, {k: v.detach().clone() for k, v in model.state_dict().items()},
+def _snapshot(step: int, over: int, model: Any, optimizer: Any, rng: Any) -> _Snapshot:
+    return _Snapshot(step, over, {k: v.detach().clone() for k, v in model.state_dict().items()},
                      copy.deepcopy(optimizer.state_dict()), rng.get_state())
 
 
@@ -232,7 +223,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
     over = 0  # probes over the mark in a row
     top, every, refines = args.stop_above, args.eval_every, args.refines  # the band's top; probe spacing
     overshoots: list[dict[str, Any]] = []
-    snap = _snapshot(0, 0, 0, model, optimizer, rng) if top is not None else None
+    snap = _snapshot(0, 0, model, optimizer, rng) if top is not None else None
     step = 0
     while step < args.max_steps:
         step += 1
@@ -283,9 +274,9 @@ def stage_warmstart(args: argparse.Namespace) -> None:
                                "back_to": snap.step, "probe_every": every})
             _log(f"step {step}: over the band's top ({top}%): back to step {snap.step}, a probe every {every} steps")
             _restore(snap, model, optimizer, rng)
-            step, over, curve = snap.step, snap.over, curve[:snap.curve_len]
+            step, over, curve = snap.step, snap.over, curve[:snap.step]
         elif top is not None and verdict != "over":
-            snap = _snapshot(step, over, len(curve), model, optimizer, rng)
+            snap = _snapshot(step, over, model, optimizer, rng)
     if top is not None:
         stop["overshoots"] = overshoots
     stop.update(step=curve[-1]["step"] if curve else 0, seconds=round(time.perf_counter() - started, 1))
@@ -527,7 +518,8 @@ def main() -> None:
     w.add_argument("--eval-from", type=int, default=25, help="first step at which the probe is evaluated")
     w.add_argument("--probe-per-length", type=int, default=16, help="held-out probe documents per training length")
     w.add_argument("--stop-at", type=float, default=30.0, help="stop once probe strict sub_em (%%) reaches this")
-    w.add_argument("--settle", type=_at_least_one, default=1,
+    w.add_argument("--settle", type=_whole_number(1, "a whole number of probes", "1: the first probe over the mark"),
+                   default=1,
                    help="stop only once this many probes in a row reach --stop-at (the copy appears as a jump; a stop "
                         "at the first probe after it keeps a copy too fresh to survive long documents: run 5)")
     w.add_argument("--stop-above", type=float, default=None,
@@ -535,7 +527,8 @@ def main() -> None:
                         "back to the last probe under it (weights, AdamW, batches) and probes --refine-by times as "
                         "often, --refines times at most (the copy forms as a jump: run 11 went 10.4 -> 70.8 -> 91.7 %% "
                         "in 100 steps); default: no top")
-    w.add_argument("--refine-by", type=_at_least_two, default=5, help="how much denser the probes get at an overshoot")
+    w.add_argument("--refine-by", default=5, help="how much denser the probes get at an overshoot",
+                   type=_whole_number(2, "a whole number", "5: a probe every 10 steps after probes every 50"))
     w.add_argument("--refines", type=int, default=2,
                    help="overshoots to go back from; after that an overshoot stops the stage, saying so")
     w.add_argument("--confirm-per-length", type=int, default=0,

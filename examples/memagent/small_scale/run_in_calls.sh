@@ -31,7 +31,8 @@ cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0
 as_minutes() { awk -v s="$1" 'BEGIN{m = s / 60; printf "%.2f", m < 0.01 ? 0.01 : m}'; }  # a stage's 0 means no cap
 stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
 pack() { tar czf "$out/results.tgz.tmp" -C "$r" . && mv "$out/results.tgz.tmp" "$out/results.tgz"; }
-in_band() { python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
+probe_stopped() {  # the warm start stopped on its probe (not its step cap or time budget)
+  python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
 declare -A started=()  # the evaluations this call started (a second one would truncate the first's log)
 evaluate() {  # evaluate CKPT NAME FILE, in the background, once a call
   { [ -f "$r/eval_$3.json" ] || [ -n "${started[$3]:-}" ]; } && return 0
@@ -49,7 +50,7 @@ evaluate "$w/model" "untrained" untrained
 
 # warm start: rounds of new documents, each from the last, until the probe reaches the stop or WS_ROUNDS ran
 k=1; while [ -f "$w/warm$k/stage.json" ]; do k=$((k + 1)); done; last=$((k - 1))
-if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS" ]; }; then
+if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS" ]; }; then
   init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
   minutes=$(as_minutes $(( $(left) - 45 )))
   stamp "warm start round $k from $init, $minutes min"
@@ -61,7 +62,7 @@ if [ "$last" -lt 1 ] || { ! in_band "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS"
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
   # the warm start is done (its probe reached the stop, or it was the last round): RL goes on in this call if
   # RL_MIN_S is left, so that the time an early stop leaves is not lost
-  if [ -f "$w/warm$k/stage.json" ] && { in_band "$w/warm$k" || [ "$k" -ge "$WS_ROUNDS" ]; } \
+  if [ -f "$w/warm$k/stage.json" ] && { probe_stopped "$w/warm$k" || [ "$k" -ge "$WS_ROUNDS" ]; } \
      && [ "$(left)" -ge "$RL_MIN_S" ]; then
     stamp "warm start done after round $k, $(left) s left: RL in this call"; last=$k
   else
