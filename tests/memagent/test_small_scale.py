@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -420,7 +421,8 @@ def test_compare_pairs_documents_and_counts_mcnemar_by_hand(tmp_path: Path) -> N
 # loading and saving the RL processes: a call of BUDGET 65 s steps RL 15 s; the second call (80 s) steps what
 # is left after its warm start round (30 s less the round's time). RL_TOTAL_S 88 with the script's 60 s
 # tolerance means "done at 28 s": the second call ends short of it, a later one reaches it. Warm start rounds
-# never reach the probe mark (101 %), so both run, and RL follows the last in its own call.
+# never reach the probe mark (101 %), so both run, and RL follows the last in its own call. The fourth call is
+# the user's last (LAST_CALL=1): RL for what it leaves after the evaluations (~20 s), then the evaluations.
 CALLS_ENV = {
     "MODEL_ARGS": "--hidden-size 32 --layers 1 --heads 2 --kv-heads 1 --intermediate-size 64 --chunk-tokens 128 "
                   "--memory-tokens 16 --final-tokens 10 --train-min-tokens 100 --train-max-tokens 120 "
@@ -434,6 +436,7 @@ CALLS_ENV = {
     "RL_ARGS": "--no-skip-flat",
 }
 BUDGET, ROUND_2_BUDGET, SHORT_BUDGET, RL_DONE_S = 65, 80, 20, 88 - 60
+LAST_BUDGET, LAST_EVAL_S = 120, 50  # RL: 120 - 50 - 50 (loading and saving the arms) = 20 s, less the call's start
 VERDICTS = re.compile(r"call ends after warm start round \d|.*: call again.*|evaluations next call.*|all stages done")
 
 
@@ -466,11 +469,13 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     env = {**os.environ, **CALLS_ENV, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
     calls: list[dict[str, Any]] = []
     for i in range(8):
-        # the second call: the last warm start round, then RL; the third: a user's shorter call, under RL_MIN_S
-        budget = {1: ROUND_2_BUDGET, 2: SHORT_BUDGET}.get(i, BUDGET)
+        # the second call: the last warm start round, then RL; the third: a user's shorter call, under RL_MIN_S;
+        # the fourth: the last call
+        budget = {1: ROUND_2_BUDGET, 2: SHORT_BUDGET, 3: LAST_BUDGET}.get(i, BUDGET)
+        last_call = {"LAST_CALL": "1", "EVAL_S": str(LAST_EVAL_S)} if i == 3 else {}
         done = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(work)], capture_output=True,
-                              text=True, env={**env, "BUDGET": str(budget)}, cwd=ROOT, timeout=budget + 120,
-                              check=False)
+                              text=True, env={**env, "BUDGET": str(budget), **last_call}, cwd=ROOT,
+                              timeout=budget + 120, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         said = [m.group(1) for m in re.finditer(r"^\[\d\d:\d\d:\d\d\] (.*)$", done.stdout, re.MULTILINE)]
         packed = _packed(out / "results.tgz")
@@ -510,14 +515,17 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
                                                     r"\(with BUDGET over RL_MIN_S\)", short["said"][1])
     assert short["work"] == second["work"] == ["model", "results", "rl", "rl_permuted", "warm1", "warm2"]
     assert short["rl"] == second["rl"] and short["control"] == second["control"]
-    # 4 and on: both arms resumed from their own checkpoints, with their AdamW state and curve, until RL_TOTAL_S
-    resumed = [c for c in calls[3:] if any(s.startswith("RL and control") for s in c["said"])]
-    assert resumed and calls[3:3 + len(resumed)] == resumed  # RL first, then only the evaluations
-    assert re.fullmatch(rf"RL and control resumed after {ended.group(1)} s, 0\.\d\d min each", resumed[0]["said"][1])
-    final = calls[-1]
+    # 4, the last call: both arms resumed from their own checkpoints, with their AdamW state and curve, for what
+    # the call leaves after the evaluations (RL_TOTAL_S aside), then the evaluations and the table: done
+    assert len(calls) == 4
+    final = calls[3]
+    more = re.fullmatch(r"last call: RL (\d+) s more, then the evaluations", final["said"][1])
+    assert more and 10 <= int(more.group(1)) <= LAST_BUDGET - LAST_EVAL_S - 50
+    assert re.fullmatch(rf"RL and control resumed after {ended.group(1)} s, 0\.\d\d min each", final["said"][2])
+    assert "evaluations" in final["said"][3:] and final["said"][-1] == "all stages done"
     for arm, d in (("rl", "rl"), ("control", "rl_permuted")):
         before, after = second[arm], final[arm]
-        assert len(before["calls"]) == 1 and len(after["calls"]) == 1 + len(resumed)
+        assert len(before["calls"]) == 1 and len(after["calls"]) == 2
         assert all(c["resume"] and c["init"] == str(work / d) for c in after["calls"][1:])
         assert after["reference"] == before["reference"] == str(work / "warm2")  # the KL loss's, in every call
         n = len(before["curve"])
@@ -528,10 +536,8 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
         for stage in (before, after):
             assert stage["adam_steps"] == {float(sum(c["optimizer_steps"] for c in stage["curve"]))}
         assert all(c["optimizer_steps"] == 2 for c in after["curve"])
-    assert final["rl"]["seconds"] >= RL_DONE_S
-    # the evaluations in RL's last call or in the calls after it, then the table
-    assert all(c["said"][-1].startswith("evaluations next call") or c["said"][-1].startswith("an evaluation")
-               for c in calls[3 + len(resumed):-1])
+        # the time asked for, stepped (the step that crosses it ends the call's stepping; minutes to 2 places)
+        assert after["seconds"] >= before["seconds"] + int(more.group(1)) - 1
     packed = final["packed"]
     evals = {f: json.loads(packed[f"eval_{f}.json"]) for f in ("untrained", "warmstart", "rl", "rl_permuted")}
     assert {f: e["ckpt"] for f, e in evals.items()} == {
@@ -550,6 +556,21 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert curves[0]["steps"][0] == 0 and curves[-1]["steps"][1] == steps - 1
     assert curves[0]["reward"]["rl"] == pytest.approx(
         sum(c["reward_mean"] for c in final["rl"]["curve"][:10]) / len(final["rl"]["curve"][:10]), abs=1e-3)
+    # a last call that cannot start RL before the evaluations says so and changes nothing; a LAST_CALL that is
+    # neither 0 nor 1 is refused before anything runs
+    fresh = tmp_path / "fresh"  # the warm start done, RL never started
+    shutil.copytree(work, fresh, ignore=shutil.ignore_patterns("rl", "rl_permuted"))
+    short_last = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(fresh)], capture_output=True,
+                                text=True, env={**env, "BUDGET": str(LAST_EVAL_S + 55), **last_call}, cwd=ROOT,
+                                timeout=120, check=False)
+    assert short_last.returncode == 0 and re.search(
+        r"\] too little time left for RL before the evaluations \(\d+ s, EVAL_S=50\): call again \(with a larger "
+        r"BUDGET\)\n$", short_last.stdout), short_last.stdout
+    assert sorted(p.name for p in fresh.iterdir()) == ["model", "results", "warm1", "warm2"]
+    refused = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(fresh)], capture_output=True,
+                             text=True, env={**env, "LAST_CALL": "yes"}, cwd=ROOT, timeout=60, check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == "LAST_CALL=yes: set 1 (this call ends the run) or 0 (the default)\n"
 
 
 def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:

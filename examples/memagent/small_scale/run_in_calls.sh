@@ -7,7 +7,8 @@
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
 #   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation; in the
 #   warm start's own call when RL_MIN_S seconds are left),
-#   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds
+#   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds (or, in a call
+#   with LAST_CALL=1, for what that call leaves after the evaluations)
 #   -> evaluations of RL and control -> the seed's table, the paired comparison and the two arms' curves.
 # Usage: bash run_in_calls.sh OUT_DIR [WORK_DIR]   (sizes: the variables below)
 set -u
@@ -25,6 +26,10 @@ R="python3 $here/reproduce.py"
 # inverse_cdf batched 1.69x multinomial's tokens/s at 256 requests on the H200: bench/README "engine_batching.py")
 # DEMO_WORKERS: each worker holds its own engine on the GPU (8 fit an H200 beside an evaluation; 14 ran out of memory)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
+: "${LAST_CALL:=0}"  # 1: this call ends the run: RL steps what it leaves after EVAL_S (RL_TOTAL_S aside), then
+# the evaluations and the table, so that the last call's RL need not be worked out by hand
+case "$LAST_CALL" in 0|1) ;; *) echo "LAST_CALL=$LAST_CALL: set 1 (this call ends the run) or 0 (the default)" >&2
+  exit 2;; esac
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
 cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0 would mean none
@@ -74,14 +79,9 @@ warm="$w/warm$last"
 # RL and its control: RL_TOTAL_S seconds of stepping each (0: what one call leaves), over as many calls as that takes
 rl_s() { python3 -c "import json; print(int(json.load(open('$1/stage.json'))['seconds']))" 2>/dev/null || echo 0; }
 both() { [ -f "$w/rl/stage.json" ] && [ -f "$w/rl_permuted/stage.json" ]; }
-if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; }; then
-  [ "$(left)" -lt "$RL_MIN_S" ] && { wait; stamp "too little time left for RL ($(left) s, RL_MIN_S=$RL_MIN_S): call again (with BUDGET over RL_MIN_S)"; pack; exit 0; }
-  want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(both && rl_s "$w/rl" || echo 0) : 100000 ))
-  reserve=0  # keep time for the evaluations when RL can finish in this call anyway
-  if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
-  else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
-  step_s=$(( $(left) - reserve - 50 )); [ "$want" -lt "$step_s" ] && step_s=$want; minutes=$(as_minutes "$step_s")
-  rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
+step_rl() {  # step_rl SECONDS: both arms step SECONDS more each (fresh from the warm start, or resumed), in parallel
+  local minutes a b from_a from_b; minutes=$(as_minutes "$1")
+  local rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
       --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --sampler "$RL_SAMPLER" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
   if both; then
     stamp "RL and control resumed after $(rl_s "$w/rl") s, $minutes min each"
@@ -95,6 +95,22 @@ if ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S 
   timeout "$(cap)" $R rl --out "$w/rl_permuted" --permute "${from_b[@]}" "${rl[@]}" >> "$r/rl_permuted.log" 2>&1 & b=$!
   wait $a $b
   for d in rl rl_permuted; do cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"; done
+}
+if [ "$LAST_CALL" = 1 ]; then  # what is left after the evaluations (and 50 s to load and save the arms) is RL's
+  extra=$(( $(left) - EVAL_S - 50 ))
+  if [ "$extra" -ge 10 ]; then stamp "last call: RL ${extra} s more, then the evaluations"; step_rl "$extra"
+  elif ! both; then
+    wait; stamp "too little time left for RL before the evaluations ($(left) s, EVAL_S=$EVAL_S): call again" \
+      "(with a larger BUDGET)"; pack; exit 0
+  fi
+elif ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; }; then
+  [ "$(left)" -lt "$RL_MIN_S" ] && { wait; stamp "too little time left for RL ($(left) s, RL_MIN_S=$RL_MIN_S): call again (with BUDGET over RL_MIN_S)"; pack; exit 0; }
+  want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(both && rl_s "$w/rl" || echo 0) : 100000 ))
+  reserve=0  # keep time for the evaluations when RL can finish in this call anyway
+  if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
+  else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
+  step_s=$(( $(left) - reserve - 50 )); [ "$want" -lt "$step_s" ] && step_s=$want
+  step_rl "$step_s"
   if [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; then
     wait; stamp "call ends after $(rl_s "$w/rl") s of RL: call again"; pack; exit 0
   fi
