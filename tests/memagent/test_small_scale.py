@@ -40,11 +40,15 @@ def rows(engine: Any) -> list[dict[str, Any]]:
 
 
 def test_pipeline_docstring_examples_run() -> None:
-    """tests/test_doctests.py covers the packages; this example's own module is checked here."""
+    """tests/test_doctests.py covers the packages; this example's own modules are checked here."""
     import doctest
+
+    import publish
 
     result = doctest.testmod(P, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 10 and result.failed == 0
+    result = doctest.testmod(publish)
+    assert result.attempted >= 1 and result.failed == 0
 
 
 def test_needles_sit_inside_one_chunk(engine: Any, rows: list[dict[str, Any]]) -> None:
@@ -652,6 +656,23 @@ def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     audits = [p["audit"] for arm in ("rl_stage", "rl_permuted_stage") for p in published[arm]["curve"]]
     assert targets["every_rollout_checked"]["rollouts"] == sum(a["rollouts"] for a in audits) > 0
     assert targets["every_rollout_checked"]["passed"] == (sum(a["breaches"] for a in audits) == 0)
+    # run 9 on: the paired comparisons beyond the training lengths, and RL against its own control
+    longer = [8000, 16000, 32000]
+    assert ("paired_more" in published) == (run != "run8")
+    for label, arms in published.get("paired_more", {}).items():
+        spans = {"8K-32K": longer, "32K": at_8x, "all": train + longer, "RL_vs_control_1K-4K": train}
+        compared = ({"RL": (evals["rl_permuted"], evals["rl"])} if label.startswith("RL_vs") else
+                    {"RL": (base, evals["rl"]), "control": (base, evals["rl_permuted"])})
+        for arm, (before, after) in compared.items():
+            shown = arms if label.startswith("RL_vs") else arms[arm]
+            pairs = [(b["sub_em_strict"], a["sub_em_strict"]) for b, a in zip(before["results"], after["results"])
+                     if b["length"] in spans[label]]
+            won, lost = sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+            assert (shown["documents"], shown["won"], shown["lost"]) == (len(pairs), won, lost)
+            assert shown["mcnemar_z"] == pytest.approx((won - lost) / math.sqrt(won + lost), abs=0.01)
+            assert shown["before"] == pytest.approx(score(before, spans[label]), abs=0.01)
+            assert shown["after"] == pytest.approx(score(after, spans[label]), abs=0.01)
+            assert shown["gain_points"] == pytest.approx(shown["after"] - shown["before"], abs=0.011)
     # run 10 on: RL's curve beside its control's, 10 steps at a time, re-derived from the two stage files
     assert ("curves" in published) == (run not in ("run8", "run9"))
     if "curves" in published:
@@ -664,3 +685,47 @@ def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
             assert w["reward"]["control"] == pytest.approx(sum(s["reward_mean"] for s in b) / len(b), abs=1e-3)
             assert w["difference"] == pytest.approx(w["reward"]["rl"] - w["reward"]["control"], abs=2e-3)
             assert w["kl"]["control"] == pytest.approx(sum(s["kl"] for s in b) / len(b), abs=1e-3)
+
+
+PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed files)
+    "run11": ["--changes-from", "10", "--failure", "call 1 first failed at import (the carried wheels lacked sniffio; "
+              "3.5 s, nothing ran); it was rerun at once with BUDGET=530"],
+    "run12": ["--changes-from", "11"],
+}
+
+
+@pytest.mark.parametrize("run", ["run11", "run12"])
+def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
+    """publish.py on the files a run's last call packed gives back the published results file: its paired
+    figures, audit totals, training rewards and target verdicts were worked out by separate scripts for these
+    runs (and are re-derived by plain arithmetic in the test above)."""
+    published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_{run}.json").read_text())
+    results = tmp_path / "results"  # what `tar xzf results.tgz` gives: the packed files, by their names
+    results.mkdir()
+    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage",
+             "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict", "curves.json": "curves",
+             **{f"eval_{k}.json": f"eval_{k}" for k in ("untrained", "warmstart", "rl", "rl_permuted")}}
+    for name, key in files.items():
+        (results / name).write_text(json.dumps(published[key]))
+    (results / "table.md").write_text(published["table"])
+    (results / "calls.log").write_text(published["calls_log"])
+    changes = next(v for k, v in published.items() if k.startswith("changes_from_run_"))
+    out = tmp_path / "published.json"
+    publish = [sys.executable, str(HERE / "publish.py"), str(results), "--out", str(out), "--when", published["when"],
+               "--command", published["command"], "--device-seconds", str(published["device_seconds"]),
+               "--changes", changes, "--machine", published["machine"], *PUBLISHED_META[run]]
+    done = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == published
+    verdicts = {k: "PASS" if t["passed"] else "MISS" for k, t in published["targets"].items()}
+    assert done.stdout.splitlines() == [f"{k}: {v}" for k, v in verdicts.items()]
+    # a results directory without the last call's files, or with an evaluation in the wrong place, is refused
+    (results / "curves.json").unlink()
+    refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert refused.returncode == 1 and refused.stderr.startswith(f"{results / 'curves.json'}: missing; unpack the "
+                                                                 "results.tgz of the run's last call")
+    (results / "curves.json").write_text(json.dumps(published["curves"]))
+    (results / "eval_rl.json").write_text(json.dumps(published["eval_rl_permuted"]))
+    refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr == "eval_rl.json: its model is 'RL, permuted rewards (control)', not 'RL'\n"

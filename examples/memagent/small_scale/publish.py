@@ -1,0 +1,145 @@
+"""One run of `run_in_calls.sh` as the results file `bench/results/` keeps: every file its last call packed
+(stage files, evaluations, table, comparison, curves, calls.log) and the figures the targets are read from,
+computed here from those files, so that no published figure is worked out by hand.
+
+    python examples/memagent/small_scale/publish.py RESULTS_DIR --out bench/results/memagent_small_scale_run13.json \\
+        --when "2026-12-03 10:00-10:27 UTC (device clock)" --command "call 1: env ... BUDGET=535 ..." \\
+        --device-seconds 1644 --changes-from 12 --changes "run 12's settings with RL_KL=0.01"
+
+RESULTS_DIR is `results.tgz` of the run's last call, unpacked. What the figures mean: bench/README.md ("Run 12"
+and the target rows); `tests/memagent/test_small_scale.py` re-derives them from a published file by plain
+arithmetic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pipeline as P
+
+MACHINE = "one NVIDIA H200 (device machine), 16 cores"
+REWARD_NOTE = "the rewarded share of each step's 256 rollouts at temperature 1.0 (the evaluation samples at 0.7)"
+ARMS = {"untrained": "untrained", "warmstart": "warm start", "rl": "RL", "rl_permuted": "RL, permuted rewards (control)"}
+
+
+class Unpublishable(ValueError):
+    """The results directory lacks what a published run needs; the message names the file and the fix."""
+
+
+def _read(results: Path, name: str) -> Any:
+    path = results / name
+    if not path.is_file():
+        raise Unpublishable(f"{path}: missing; unpack the results.tgz of the run's last call (the one that printed "
+                            "'all stages done') into RESULTS_DIR")
+    return path.read_text() if path.suffix in (".md", ".log") else json.loads(path.read_text())
+
+
+def _kilo(lengths: list[int]) -> str:
+    """A label for a span of lengths in tokens.
+
+    >>> _kilo([8000, 16000, 32000]), _kilo([32000])
+    ('8K-32K', '32K')
+    """
+    ks = [f"{n // 1000}K" for n in (min(lengths), max(lengths))]
+    return ks[0] if ks[0] == ks[1] else f"{ks[0]}-{ks[1]}"
+
+
+def _mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 3)
+
+
+def audit_total(*stages: dict[str, Any]) -> dict[str, Any]:
+    """The per-step `check_run` audits of the RL arms, summed (the largest |delta| of all)."""
+    audits = [point["audit"] for stage in stages for point in stage["curve"]]
+    if not audits:
+        raise Unpublishable("no RL step was audited: the stage files hold no step (RL never ran, or ran with "
+                            "--no-audit, which a published run may not)")
+    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
+    return {**total, "max_abs_delta": max(a["max_abs_delta"] for a in audits),
+            "over_threshold": sum(a["over_threshold"] for a in audits)}
+
+
+def published(results: Path, *, when: str, command: str, device_seconds: int, changes_from: int, changes: str,
+              failures: list[str], machine: str = MACHINE) -> dict[str, Any]:
+    """The results file's contents (the keys of `bench/results/memagent_small_scale_run12.json`)."""
+    rounds = sorted(results.glob("warmstart*_stage.json"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
+    if not rounds:
+        raise Unpublishable(f"{results}: no warmstart<k>_stage.json; unpack the last call's results.tgz there")
+    rl, control = _read(results, "rl_stage.json"), _read(results, "rl_permuted_stage.json")
+    evals = {k: _read(results, f"eval_{k}.json") for k in ARMS}
+    for key, name in ARMS.items():
+        if evals[key]["name"] != name:
+            raise Unpublishable(f"eval_{key}.json: its model is {evals[key]['name']!r}, not {name!r}")
+    compare = _read(results, "compare.json")
+    train, far = compare["train_lengths"], compare["lengths_8x"]
+    longer = sorted(n for n in (int(k) for k in evals["warmstart"]["by_length"]) if n > max(train))
+    base = evals["warmstart"]
+    paired_more: dict[str, Any] = {
+        label: {"RL": P.paired(base, evals["rl"], lengths), "control": P.paired(base, evals["rl_permuted"], lengths)}
+        for label, lengths in ((_kilo(longer), longer), (_kilo(far), far),
+                               ("all", sorted(set(train) | set(longer))))}
+    paired_more[f"RL_vs_control_{_kilo(train)}"] = P.paired(evals["rl_permuted"], evals["rl"], train)
+    audit = audit_total(rl, control)
+    vs_rl, vs_control = compare["vs_base"]
+    after = f"after_{rl['seconds'] / 60:.1f}_min"
+    untrained = P.pooled(evals["untrained"]["results"], train)
+    warm_train = P.pooled(base["results"], train)
+    warm_kept = round(P.pooled(base["results"], far) / warm_train, 2) if warm_train else None  # None: 0 at 1K-4K
+    return {
+        "when": when, "machine": machine, "command": command, "device_seconds": device_seconds,
+        "calls_log": _read(results, "calls.log"), f"changes_from_run_{changes_from}": changes, "failures": failures,
+        "warmstart_stage": json.loads(rounds[-1].read_text()), "rl_stage": rl, "rl_permuted_stage": control,
+        **{f"eval_{k}": e for k, e in evals.items()},
+        "table": _read(results, "table.md"), "compare_strict": compare, "audit": audit,
+        "training_reward_at_t1": {
+            **{arm: {"steps_0_4": _mean([p["reward_mean"] for p in s["curve"][:5]]),
+                     "last_10": _mean([p["reward_mean"] for p in s["curve"][-10:]])}
+               for arm, s in (("rl", rl), ("control", control))},
+            "note": REWARD_NOTE},
+        "paired_more": paired_more,
+        "curves": _read(results, "curves.json"),
+        "targets": {
+            "rl_gain_points_ge_15": {after: vs_rl["training_lengths"]["gain_points"],
+                                     "mcnemar_z": vs_rl["training_lengths"]["mcnemar_z"],
+                                     "passed": vs_rl["training_lengths"]["gain_points"] >= 15},
+            "keeps_80pct_at_8x": {after: vs_rl["kept_at_8x"], "warm_start": warm_kept,
+                                  "passed": vs_rl["kept_at_8x"] >= 0.8},
+            "control_within_noise": {after: vs_control["training_lengths"],
+                                     "passed": abs(vs_control["training_lengths"]["mcnemar_z"]) < 1.96},
+            "untrained_strict_near_0": {"strict": untrained, "passed": untrained == 0.0},
+            "every_rollout_checked": {**audit, "passed": audit["breaches"] == 0}},
+    }
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli.add_argument("results", type=Path, help="the unpacked results.tgz of the run's last call")
+    cli.add_argument("--out", type=Path, required=True, help="bench/results/memagent_small_scale_run<N>.json")
+    cli.add_argument("--when", required=True, help='e.g. "2026-12-02 14:56-15:23 UTC (device clock)"')
+    cli.add_argument("--command", required=True, help="the calls' commands, as a user would repeat them")
+    cli.add_argument("--device-seconds", type=int, required=True, help="device time the run used")
+    cli.add_argument("--changes-from", type=int, required=True, help="the run this one changes")
+    cli.add_argument("--changes", required=True, help="what changed from that run, and why")
+    cli.add_argument("--failure", action="append", default=[], help="a call that failed, and what was done")
+    cli.add_argument("--machine", default=MACHINE)
+    args = cli.parse_args()
+    try:
+        data = published(args.results, when=args.when, command=args.command, device_seconds=args.device_seconds,
+                         changes_from=args.changes_from, changes=args.changes, failures=args.failure,
+                         machine=args.machine)
+    except Unpublishable as refused:
+        raise SystemExit(str(refused)) from None
+    args.out.write_text(json.dumps(data, indent=1) + "\n")  # as bench/results keeps them: a diff per figure
+    for name, target in data["targets"].items():
+        print(f"{name}: {'PASS' if target['passed'] else 'MISS'}")
+
+
+if __name__ == "__main__":
+    main()
