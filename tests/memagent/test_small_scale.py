@@ -696,9 +696,10 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
 
 @pytest.mark.parametrize("run", ["run11", "run12"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
-    """publish.py on the files a run's last call packed gives back the published results file: its paired
-    figures, audit totals, training rewards and target verdicts were worked out by separate scripts for these
-    runs (and are re-derived by plain arithmetic in the test above)."""
+    """publish.py on the files a run's last call packed gives back the published results file. Its audit
+    totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
+    figures (`paired_more`, rounded as `compare.json` rounds) are re-derived by plain arithmetic in the test
+    above."""
     published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_{run}.json").read_text())
     results = tmp_path / "results"  # what `tar xzf results.tgz` gives: the packed files, by their names
     results.mkdir()
@@ -729,3 +730,15 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert refused.returncode == 1
     assert refused.stderr == "eval_rl.json: its model is 'RL, permuted rewards (control)', not 'RL'\n"
+    (results / "eval_rl.json").write_text(json.dumps(published["eval_rl"]))
+    unaudited = copy.deepcopy(published["rl_permuted_stage"])
+    del unaudited["curve"][3]["audit"]
+    (results / "rl_permuted_stage.json").write_text(json.dumps(unaudited))
+    refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert refused.returncode == 1 and refused.stderr.startswith("RL steps not audited (control step 3): every "
+                                                                 "rollout of a published run is checked")
+    (results / "rl_permuted_stage.json").write_text(json.dumps(published["rl_permuted_stage"]))
+    (results / "compare.json").write_text(json.dumps({**published["compare_strict"], "lengths_8x": []}))
+    refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert refused.returncode == 1 and refused.stderr.startswith("compare.json: no evaluation length is 8x the "
+                                                                 "longest training length 4000")

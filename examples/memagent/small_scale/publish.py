@@ -57,10 +57,13 @@ def _mean(values: list[float]) -> float:
 
 def audit_total(*stages: dict[str, Any]) -> dict[str, Any]:
     """The per-step `check_run` audits of the RL arms, summed (the largest |delta| of all)."""
-    audits = [point["audit"] for stage in stages for point in stage["curve"]]
-    if not audits:
-        raise Unpublishable("no RL step was audited: the stage files hold no step (RL never ran, or ran with "
-                            "--no-audit, which a published run may not)")
+    points = [point for stage in stages for point in stage["curve"]]
+    unaudited = [f"{'control' if stage['permuted'] else 'RL'} step {point['step']}" for stage in stages
+                 for point in stage["curve"] if "audit" not in point]
+    if not points or unaudited:
+        raise Unpublishable(f"RL steps not audited ({', '.join(unaudited[:3]) or 'no step at all'}): every rollout "
+                            "of a published run is checked before it is trained on; run RL without --no-audit")
+    audits = [point["audit"] for point in points]
     total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
     return {**total, "max_abs_delta": max(a["max_abs_delta"] for a in audits),
             "over_threshold": sum(a["over_threshold"] for a in audits)}
@@ -79,6 +82,9 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
             raise Unpublishable(f"eval_{key}.json: its model is {evals[key]['name']!r}, not {name!r}")
     compare = _read(results, "compare.json")
     train, far = compare["train_lengths"], compare["lengths_8x"]
+    if not far:
+        raise Unpublishable(f"compare.json: no evaluation length is 8x the longest training length {max(train)}, so "
+                            "the 8x target cannot be read; evaluate at that length too (`model --eval-lengths`)")
     longer = sorted(n for n in (int(k) for k in evals["warmstart"]["by_length"]) if n > max(train))
     base = evals["warmstart"]
     paired_more: dict[str, Any] = {
