@@ -742,3 +742,58 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith("compare.json: no evaluation length is 8x the "
                                                                  "longest training length 4000")
+
+
+# the example README's "Results in short": run | warm start | RL | RL at 32K | control | figures file
+RESULT_ROW = re.compile(r"^\| \**(\d+)\**[^|]*" + r"\|([^|]*)" * 4 + r"\| `memagent_small_scale_run\1\.json` \|$",
+                        re.MULTILINE)
+SHOWN = re.compile(r"(\d+\.\d) %(?: \(([+-]\d+\.\d)(?:, z (-?\d+\.\d))?)?")
+
+
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12])
+def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
+    """Each row of the example README's results table (runs 5-12: every one whose file holds the final
+    evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
+    z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
+    import math
+    from fractions import Fraction
+
+    rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
+    warm_cell, rl_cell, far_cell, control_cell = rows[run]
+    published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_run{run}.json").read_text())
+    warm, rl, control = (published[f"eval_{k}"]["results"] for k in ("warmstart", "rl", "rl_permuted"))
+
+    def score(results: list[dict[str, Any]], lengths: list[int]) -> Fraction:
+        hits = [r["sub_em_strict"] for r in results if r["length"] in lengths]
+        return Fraction(100 * round(sum(hits)), len(hits))
+
+    def z(before: list[dict[str, Any]], after: list[dict[str, Any]], lengths: list[int]) -> float:
+        pairs = [(b["sub_em_strict"], a["sub_em_strict"]) for b, a in zip(before, after) if b["length"] in lengths]
+        won, lost = sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+        return (won - lost) / math.sqrt(won + lost)  # irrational or whole: never a tie at the shown digit
+
+    def shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]:
+        """x as printed to `places`: halves rounded up, or (an exact half only) to even, as Python prints."""
+        q = math.floor(abs(Fraction(x)) * 10 ** places + Fraction(1, 2))
+        sign = "-" if x < 0 and q else ("+" if plus else "")
+        half_up = f"{sign}{q // 10 ** places}.{q % 10 ** places:0{places}d}"
+        return {half_up, f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
+
+    def check(cell: str, before: list[dict[str, Any]], after: list[dict[str, Any]], lengths: list[int]) -> None:
+        found = SHOWN.search(cell)
+        assert found, cell
+        value, gain, shown_z = found.groups()
+        assert value in shown(score(after, lengths)), cell
+        if gain is not None:
+            assert gain in shown(score(after, lengths) - score(before, lengths), plus=True), cell
+        if shown_z is not None:
+            assert shown_z in shown(z(before, after, lengths)), cell
+        kept = re.search(r"\((\d\.\d\d)x\)", cell)
+        if kept:
+            assert kept.group(1) in shown(score(after, [32000]) / score(after, [1000, 2000, 4000]), 2), cell
+
+    train = [1000, 2000, 4000]
+    assert SHOWN.search(warm_cell).group(1) in shown(score(warm, train))
+    check(rl_cell, warm, rl, train)
+    check(far_cell, warm, rl, [32000])
+    check(control_cell, warm, control, train)
