@@ -742,6 +742,16 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith("compare.json: no evaluation length is 8x the "
                                                                  "longest training length 4000")
+    # a warm start in two rounds: the second is the one RL started from, the first is kept beside it
+    import publish as B
+
+    (results / "compare.json").write_text(json.dumps(published["compare_strict"]))
+    round_2 = {**published["warmstart_stage"], "args": {**published["warmstart_stage"]["args"], "demo_split": "demo2"}}
+    (results / "warmstart2_stage.json").write_text(json.dumps(round_2))
+    meta = {"when": "w", "command": "c", "device_seconds": 1, "changes_from": 1, "changes": "x", "failures": []}
+    two = B.published(results, **meta)
+    assert two["warmstart_stage"] == round_2 and two["warmstart_earlier_rounds"] == [published["warmstart_stage"]]
+    assert "warmstart_earlier_rounds" not in published
 
 
 # the example README's "Results in short": run | warm start | RL | RL at 32K | control | figures file

@@ -71,7 +71,8 @@ def audit_total(*stages: dict[str, Any]) -> dict[str, Any]:
 
 def published(results: Path, *, when: str, command: str, device_seconds: int, changes_from: int, changes: str,
               failures: list[str], machine: str = MACHINE) -> dict[str, Any]:
-    """The results file's contents (the keys of `bench/results/memagent_small_scale_run12.json`)."""
+    """The results file's contents (the keys of `bench/results/memagent_small_scale_run12.json`, and
+    `warmstart_earlier_rounds` when the warm start ran in more than one round)."""
     rounds = sorted(results.glob("warmstart*_stage.json"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
     if not rounds:
         raise Unpublishable(f"{results}: no warmstart<k>_stage.json; unpack the last call's results.tgz there")
@@ -101,7 +102,9 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
     return {
         "when": when, "machine": machine, "command": command, "device_seconds": device_seconds,
         "calls_log": _read(results, "calls.log"), f"changes_from_run_{changes_from}": changes, "failures": failures,
-        "warmstart_stage": json.loads(rounds[-1].read_text()), "rl_stage": rl, "rl_permuted_stage": control,
+        "warmstart_stage": json.loads(rounds[-1].read_text()),  # the round RL started from; earlier ones below
+        **({"warmstart_earlier_rounds": [json.loads(p.read_text()) for p in rounds[:-1]]} if len(rounds) > 1 else {}),
+        "rl_stage": rl, "rl_permuted_stage": control,
         **{f"eval_{k}": e for k, e in evals.items()},
         "table": _read(results, "table.md"), "compare_strict": compare, "audit": audit,
         "training_reward_at_t1": {
