@@ -26,7 +26,8 @@ import pipeline as P
 
 MACHINE = "one NVIDIA H200 (device machine), 16 cores"
 REWARD_NOTE = "the rewarded share of each step's 256 rollouts at temperature 1.0 (the evaluation samples at 0.7)"
-ARMS = {"untrained": "untrained", "warmstart": "warm start", "rl": "RL", "rl_permuted": "RL, permuted rewards (control)"}
+ARMS = {"untrained": "untrained", "warmstart": "warm start", "rl": "RL",
+        "rl_permuted": "RL, permuted rewards (control)"}  # eval_<key>.json: the model's name in it
 
 
 class Unpublishable(ValueError):

@@ -104,7 +104,10 @@ if [ "$LAST_CALL" = 1 ]; then  # what is left after the evaluations (and 50 s to
       "(with a larger BUDGET)"; pack; exit 0
   fi
 elif ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; }; then
-  [ "$(left)" -lt "$RL_MIN_S" ] && { wait; stamp "too little time left for RL ($(left) s, RL_MIN_S=$RL_MIN_S): call again (with BUDGET over RL_MIN_S)"; pack; exit 0; }
+  if [ "$(left)" -lt "$RL_MIN_S" ]; then
+    wait; stamp "too little time left for RL ($(left) s, RL_MIN_S=$RL_MIN_S): call again (with BUDGET over RL_MIN_S)"
+    pack; exit 0
+  fi
   want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(both && rl_s "$w/rl" || echo 0) : 100000 ))
   reserve=0  # keep time for the evaluations when RL can finish in this call anyway
   if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
