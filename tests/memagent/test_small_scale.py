@@ -732,7 +732,7 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     assert refused.stderr == "eval_rl.json: its model is 'RL, permuted rewards (control)', not 'RL'\n"
     (results / "eval_rl.json").write_text(json.dumps(published["eval_rl"]))
     unaudited = copy.deepcopy(published["rl_permuted_stage"])
-    del unaudited["curve"][3]["audit"]
+    unaudited["curve"][3]["audit"] = None  # what `rl --no-audit` writes
     (results / "rl_permuted_stage.json").write_text(json.dumps(unaudited))
     refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith("RL steps not audited (control step 3): every "

@@ -420,7 +420,8 @@ def seed_table(evals: Sequence[dict[str, Any]], metric: str) -> str:
     return "\n".join(lines)
 
 
-def _mean(values: Sequence[float | None]) -> float | None:
+def mean3(values: Sequence[float | None]) -> float | None:
+    """The mean to 3 places of the finite values (None: none)."""
     finite = [v for v in values if v is not None and math.isfinite(v)]  # a skipped step's entropy is NaN
     return round(sum(finite) / len(finite), 3) if finite else None
 
@@ -453,9 +454,9 @@ def curve_windows(run: dict[str, Any], control: dict[str, Any], window: int = 10
         ra, rb = a[start:start + window], b[start:start + window]
         arms = {"rl": ra, "control": rb}
         out.append({"steps": [start, start + len(ra) - 1],
-                    "reward": {k: _mean([s["reward_mean"] for s in v]) for k, v in arms.items()},
-                    "difference": _mean([x["reward_mean"] - y["reward_mean"] for x, y in zip(ra, rb)]),
-                    **{key: {k: _mean([s.get(key) for s in v]) for k, v in arms.items()}  # None: not kept then
+                    "reward": {k: mean3([s["reward_mean"] for s in v]) for k, v in arms.items()},
+                    "difference": mean3([x["reward_mean"] - y["reward_mean"] for x, y in zip(ra, rb)]),
+                    **{key: {k: mean3([s.get(key) for s in v]) for k, v in arms.items()}  # None: not kept then
                        for key in ("entropy", "kl", "flat_groups")}})
     return out
 

@@ -52,15 +52,11 @@ def _kilo(lengths: list[int]) -> str:
     return ks[0] if ks[0] == ks[1] else f"{ks[0]}-{ks[1]}"
 
 
-def _mean(values: list[float]) -> float:
-    return round(sum(values) / len(values), 3)
-
-
 def audit_total(*stages: dict[str, Any]) -> dict[str, Any]:
     """The per-step `check_run` audits of the RL arms, summed (the largest |delta| of all)."""
     points = [point for stage in stages for point in stage["curve"]]
     unaudited = [f"{'control' if stage['permuted'] else 'RL'} step {point['step']}" for stage in stages
-                 for point in stage["curve"] if "audit" not in point]
+                 for point in stage["curve"] if point.get("audit") is None]  # `rl --no-audit` writes None
     if not points or unaudited:
         raise Unpublishable(f"RL steps not audited ({', '.join(unaudited[:3]) or 'no step at all'}): every rollout "
                             "of a published run is checked before it is trained on; run RL without --no-audit")
@@ -87,12 +83,12 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
     if not far:
         raise Unpublishable(f"compare.json: no evaluation length is 8x the longest training length {max(train)}, so "
                             "the 8x target cannot be read; evaluate at that length too (`model --eval-lengths`)")
-    longer = sorted(n for n in (int(k) for k in evals["warmstart"]["by_length"]) if n > max(train))
     base = evals["warmstart"]
+    every = sorted(int(k) for k in base["by_length"])
+    longer = [n for n in every if n > max(train)]
     paired_more: dict[str, Any] = {
         label: {"RL": P.paired(base, evals["rl"], lengths), "control": P.paired(base, evals["rl_permuted"], lengths)}
-        for label, lengths in ((_kilo(longer), longer), (_kilo(far), far),
-                               ("all", sorted(set(train) | set(longer))))}
+        for label, lengths in ((_kilo(longer), longer), (_kilo(far), far), ("all", every))}
     paired_more[f"RL_vs_control_{_kilo(train)}"] = P.paired(evals["rl_permuted"], evals["rl"], train)
     audit = audit_total(rl, control)
     vs_rl, vs_control = compare["vs_base"]
@@ -109,8 +105,8 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
         **{f"eval_{k}": e for k, e in evals.items()},
         "table": _read(results, "table.md"), "compare_strict": compare, "audit": audit,
         "training_reward_at_t1": {
-            **{arm: {"steps_0_4": _mean([p["reward_mean"] for p in s["curve"][:5]]),
-                     "last_10": _mean([p["reward_mean"] for p in s["curve"][-10:]])}
+            **{arm: {"steps_0_4": P.mean3([p["reward_mean"] for p in s["curve"][:5]]),
+                     "last_10": P.mean3([p["reward_mean"] for p in s["curve"][-10:]])}
                for arm, s in (("rl", rl), ("control", control))},
             "note": REWARD_NOTE},
         "paired_more": paired_more,

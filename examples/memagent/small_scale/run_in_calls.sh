@@ -79,6 +79,7 @@ warm="$w/warm$last"
 # RL and its control: RL_TOTAL_S seconds of stepping each (0: what one call leaves), over as many calls as that takes
 rl_s() { python3 -c "import json; print(int(json.load(open('$1/stage.json'))['seconds']))" 2>/dev/null || echo 0; }
 both() { [ -f "$w/rl/stage.json" ] && [ -f "$w/rl_permuted/stage.json" ]; }
+before_evals() { echo $(( $(left) - EVAL_S - 50 )); }  # RL's seconds before the evaluations (50: load, save the arms)
 step_rl() {  # step_rl SECONDS: both arms step SECONDS more each (fresh from the warm start, or resumed), in parallel
   local minutes a b from_a from_b; minutes=$(as_minutes "$1")
   local rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
@@ -96,8 +97,8 @@ step_rl() {  # step_rl SECONDS: both arms step SECONDS more each (fresh from the
   wait $a $b
   for d in rl rl_permuted; do cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"; done
 }
-if [ "$LAST_CALL" = 1 ]; then  # what is left after the evaluations (and 50 s to load and save the arms) is RL's
-  extra=$(( $(left) - EVAL_S - 50 ))
+if [ "$LAST_CALL" = 1 ]; then  # what is left before the evaluations is RL's
+  extra=$(before_evals)
   if [ "$extra" -ge 10 ]; then stamp "last call: RL ${extra} s more, then the evaluations"; step_rl "$extra"
   elif ! both; then
     wait; stamp "too little time left for RL before the evaluations ($(left) s, EVAL_S=$EVAL_S): call again" \
@@ -110,7 +111,7 @@ elif ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_
   fi
   want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(both && rl_s "$w/rl" || echo 0) : 100000 ))
   reserve=0  # keep time for the evaluations when RL can finish in this call anyway
-  if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le $(( $(left) - EVAL_S - 50 )) ] && reserve=$EVAL_S
+  if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le "$(before_evals)" ] && reserve=$EVAL_S
   else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
   step_s=$(( $(left) - reserve - 50 )); [ "$want" -lt "$step_s" ] && step_s=$want
   step_rl "$step_s"
