@@ -742,6 +742,11 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith("compare.json: no evaluation length is 8x the "
                                                                  "longest training length 4000")
+    swapped = {**published["compare_strict"], "vs_base": published["compare_strict"]["vs_base"][::-1]}
+    (results / "compare.json").write_text(json.dumps(swapped))  # the control's row where RL's is read
+    refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert refused.returncode == 1 and refused.stderr.startswith(
+        "compare.json compares ['warm start', 'RL, permuted rewards (control)', 'RL']; the targets read RL")
     # a warm start in two rounds: the second is the one RL started from, the first is kept beside it
     import publish as B
 

@@ -79,6 +79,10 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
         if evals[key]["name"] != name:
             raise Unpublishable(f"eval_{key}.json: its model is {evals[key]['name']!r}, not {name!r}")
     compare = _read(results, "compare.json")
+    compared = [compare["base"], *(row["name"] for row in compare["vs_base"])]
+    if compared != [ARMS["warmstart"], ARMS["rl"], ARMS["rl_permuted"]]:
+        raise Unpublishable(f"compare.json compares {compared}; the targets read RL and its control against the warm "
+                            "start: run `reproduce.py compare eval_warmstart.json eval_rl.json eval_rl_permuted.json`")
     train, far = compare["train_lengths"], compare["lengths_8x"]
     if not far:
         raise Unpublishable(f"compare.json: no evaluation length is 8x the longest training length {max(train)}, so "
