@@ -234,6 +234,18 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
     spent = warm("spent", "--eval-every", "2", "--eval-from", "2", "--stop-above", "50", "--refines", "0")
     assert spent["stop"]["step"] == 4 and spent["stop"]["overshoots"] == []
     assert "over the band's top 50.0% with no refinement left (--refines 0)" in spent["stop"]["reason"]
+    # each figure says where it sits, and the confirmation decides (run 13, call 1, read "probe 52.1% in the band
+    # 30.0-50.0%" for a probe over the top whose confirmation, 44.8 %, was in the band)
+    for probe, confirm, said in (
+            (80.0, 40.0, "probe strict sub_em 80.0% over the band's top 50.0% at step 4, confirmed on new documents: "
+                         "40.0% in the band 30.0-50.0% (the confirmation decides)"),
+            (40.0, 90.0, "probe strict sub_em 40.0% in the band 30.0-50.0% at step 4, confirmed on new documents: "
+                         "90.0% over the band's top 50.0% with no refinement left (--refines 0) (the confirmation "
+                         "decides)")):
+        scripted([0.0, probe], [confirm])
+        decided = warm("decided", "--eval-every", "2", "--eval-from", "2", "--stop-above", "50", "--refines", "0",
+                       "--confirm-per-length", "1")
+        assert decided["stop"]["step"] == 4 and decided["stop"]["reason"] == said
     for flags, said in ((["--stop-above", "20"], "--stop-above 20.0 must be over --stop-at 30.0"),
                         (["--refine-by", "1"], "--refine-by: '1': a whole number, 2 or more"),
                         (["--refines", "-1"], "--refines -1: a count of overshoots")):

@@ -190,14 +190,26 @@ def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace
 
 
 def _stop_reason(args: argparse.Namespace, point: dict[str, Any], over: int, verdict: str, overshoots: int) -> str:
-    """Why the warm start stopped where it did, in words (`run_in_calls.sh` reads its first word: "probe")."""
-    mark = (f">= {args.stop_at}%" if args.stop_above is None
-            else f"in the band {args.stop_at}-{args.stop_above}%" if verdict == "in"
-            else f"over the band's top {args.stop_above}% with no refinement left (--refines {args.refines})")
-    return (f"probe strict sub_em {point['probe_strict']:.1f}% {mark} at step {point['step']}"
-            + (f" ({over} probes in a row)" if args.settle > 1 else "")
-            + (f", confirmed on new documents: {point['confirm_strict']:.1f}%" if "confirm_strict" in point else "")
-            + (f", after {overshoots} overshoot{'s' * (overshoots > 1)} (stop['overshoots'])" if overshoots else ""))
+    """Why the warm start stopped where it did, in words (`run_in_calls.sh` reads its first word: "probe").
+    Each figure says where it sits against the band, and the confirmation, where there is one, decides
+    (`verdict`): a probe over the top with no refinement left can stop on a confirmation inside the band."""
+    def place(score: float) -> str:
+        if args.stop_above is None:
+            return f">= {args.stop_at}%"
+        inside = P.band_verdict(score, args.stop_at, args.stop_above) == "in"
+        return f"in the band {args.stop_at}-{args.stop_above}%" if inside else f"over the band's top {args.stop_above}%"
+
+    spent = f" with no refinement left (--refines {args.refines})" if verdict == "over" else ""
+    confirmed = point.get("confirm_strict")
+    text = f"probe strict sub_em {point['probe_strict']:.1f}% {place(point['probe_strict'])}"
+    text += (spent if confirmed is None else "") + f" at step {point['step']}"
+    text += f" ({over} probes in a row)" if args.settle > 1 else ""
+    if confirmed is not None:
+        text += f", confirmed on new documents: {confirmed:.1f}%"
+        if args.stop_above is not None:
+            differs = place(confirmed) != place(point["probe_strict"])
+            text += f" {place(confirmed)}{spent}" + (" (the confirmation decides)" if differs else "")
+    return text + (f", after {overshoots} overshoot{'s' * (overshoots > 1)} (stop['overshoots'])" if overshoots else "")
 
 
 def stage_warmstart(args: argparse.Namespace) -> None:
