@@ -3,7 +3,9 @@
 # minutes a command). Each call does the next unfinished stages within BUDGET seconds and stops; call it again
 # (WORK_DIR must survive between calls) until it prints "all stages done". Checkpoints stay in WORK_DIR;
 # logs, stage files, evaluations and the table go to WORK_DIR/results, packed into OUT_DIR/results.tgz at the
-# end of every call.
+# end of every call, and when a signal cuts it (TERM: the machine's limit, `timeout`). Set RESUME=1 on every call
+# after the first: a WORK_DIR that lost the run (a machine given back between calls) is then refused at once
+# instead of silently starting over.
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
 #   (at most WS_ROUNDS) -> RL and its permuted-reward control in parallel (+ the warm start's evaluation; in the
 #   warm start's own call when RL_MIN_S seconds are left),
@@ -13,7 +15,7 @@
 # Usage: bash run_in_calls.sh OUT_DIR [WORK_DIR]   (sizes: the variables below)
 set -u
 out=${1:?usage: run_in_calls.sh OUT_DIR [WORK_DIR]}; w=${2:-/tmp/repro}
-here=$(cd "$(dirname "$0")" && pwd); r="$w/results"; mkdir -p "$out" "$r"
+here=$(cd "$(dirname "$0")" && pwd); r="$w/results"
 export TQDM_DISABLE=1  # no progress bars in the logs
 R="python3 $here/reproduce.py"
 : "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=8}"
@@ -30,6 +32,16 @@ R="python3 $here/reproduce.py"
 # the evaluations and the table, so that the last call's RL need not be worked out by hand
 case "$LAST_CALL" in 0|1) ;; *) echo "LAST_CALL=$LAST_CALL: set 1 (this call ends the run) or 0 (the default)" >&2
   exit 2;; esac
+: "${RESUME:=0}"  # 1: this call goes on with a run an earlier call began; refused if WORK_DIR holds none
+case "$RESUME" in 0|1) ;; *) echo "RESUME=$RESUME: set 1 (this call goes on with a run) or 0 (the default)" >&2
+  exit 2;; esac
+if [ "$RESUME" = 1 ] && [ ! -f "$w/model/repro.json" ]; then
+  echo "RESUME=1: WORK_DIR $w holds no model, so there is no run to go on with (on the device machine: it was" \
+    "given back between calls, and this call's fresh machine has an empty /tmp). Nothing was run. Start the run" \
+    "again from its first call (RESUME=0)." >&2
+  exit 3
+fi
+mkdir -p "$out" "$r"
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
 cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0 would mean none
@@ -44,11 +56,23 @@ evaluate() {  # evaluate CKPT NAME FILE, in the background, once a call
   started[$3]=1
   timeout "$(cap)" $R eval --ckpt "$1" --name "$2" --out "$r/eval_$3.json" > "$r/eval_$3.log" 2>&1 &
 }
+# a long stage runs as a job the shell waits for: a trapped signal interrupts `wait` (never a foreground command),
+# and `timeout` puts its command in a process group of its own, which a signal to ours does not reach: cut stops it
+interruptible() { local log=$1; shift; "$@" > "$log" 2>&1 & wait $!; }  # interruptible LOG COMMAND...
+cut() {  # cut "SIGNAL" CODE: the call's limit (or a Ctrl-C) came first: stop the stages, pack what is done
+  trap - TERM INT HUP
+  local pids; pids=$(jobs -p); [ -n "$pids" ] && kill $pids 2>/dev/null; wait
+  stamp "call cut by SIG$1 after $(( $(date +%s) - t0 )) s: packed what was done (a stage cut short runs again" \
+    "in the next call)"
+  pack; exit $((128 + $2))
+}
+trap 'cut TERM 15' TERM; trap 'cut INT 2' INT; trap 'cut HUP 1' HUP
 stamp "call starts, budget ${BUDGET}s"
 
 if [ ! -f "$w/model/repro.json" ]; then
   stamp model
-  $R model --out "$w/model" --eval-per-length "$EVAL_PER_LENGTH" --value-digits "$VALUE_DIGITS" $MODEL_ARGS > "$r/model.log" 2>&1 \
+  interruptible "$r/model.log" $R model --out "$w/model" --eval-per-length "$EVAL_PER_LENGTH" \
+    --value-digits "$VALUE_DIGITS" $MODEL_ARGS \
     || { cat "$r/model.log"; exit 1; }
 fi
 evaluate "$w/model" "untrained" untrained
@@ -59,11 +83,10 @@ if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" && [ "$last" -lt "$WS_R
   init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
   minutes=$(as_minutes $(( $(left) - 45 )))
   stamp "warm start round $k from $init, $minutes min"
-  timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
+  interruptible "$r/warmstart$k.log" timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
     --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --settle "$WS_SETTLE" --confirm-per-length "$CONFIRM" \
-    ${WS_STOP_ABOVE:+--stop-above "$WS_STOP_ABOVE" --refines "$WS_REFINES"} $WS_ARGS \
-    > "$r/warmstart$k.log" 2>&1
+    ${WS_STOP_ABOVE:+--stop-above "$WS_STOP_ABOVE" --refines "$WS_REFINES"} $WS_ARGS
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
   # the warm start is done (its probe reached the stop, or it was the last round): RL goes on in this call if
   # RL_MIN_S is left, so that the time an early stop leaves is not lost
