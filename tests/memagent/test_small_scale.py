@@ -589,6 +589,77 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert refused.stderr == "LAST_CALL=yes: set 1 (this call ends the run) or 0 (the default)\n"
 
 
+@pytest.mark.slow
+def test_run_in_calls_packs_a_cut_call_and_refuses_to_resume_a_lost_run(tmp_path: Path,
+                                                                        agentgraphs_cache: Path) -> None:
+    """Run 13 lost its run twice: the device machine was given back between calls, so the next call found an empty
+    /tmp and silently started over; and its last call, killed at the device's limit just before packing, returned
+    nothing. Now a call with RESUME=1 refuses a WORK_DIR with no run, before anything runs, and a signal (the
+    machine's limit) stops the stages and packs what is done."""
+    import signal
+    import time
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (shim / "python3").chmod(0o755)
+    env = {**os.environ, **CALLS_ENV, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    script = ["bash", str(HERE / "run_in_calls.sh"), str(out), str(work)]
+
+    lost = subprocess.run(script, capture_output=True, text=True, env={**env, "RESUME": "1"}, cwd=ROOT, timeout=60,
+                          check=False)
+    assert lost.returncode == 3 and lost.stdout == ""
+    assert lost.stderr == (f"RESUME=1: WORK_DIR {work} holds no model, so there is no run to go on with (on the device "
+                           "machine: it was given back between calls, and this call's fresh machine has an empty "
+                           "/tmp). Nothing was run. Start the run again from its first call (RESUME=0).\n")
+    assert not out.exists() and not work.exists()  # refused before anything was made
+    wrong = subprocess.run(script, capture_output=True, text=True, env={**env, "RESUME": "yes"}, cwd=ROOT, timeout=60,
+                           check=False)
+    assert wrong.returncode == 2 and wrong.stderr == "RESUME=yes: set 1 (this call goes on with a run) or 0 (the default)\n"
+
+    # a call cut while its warm start trains (a probe mark never reached, a step cap never met) and the untrained
+    # model's evaluation runs beside it: the whole process group gets SIGTERM, as `timeout` and the device send it
+    long_warm = {"BUDGET": "300", "WS_STOP_AT": "101", "WS_ARGS": "--batch 8 --max-steps 100000"}
+    call = subprocess.Popen(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**env, **long_warm}, cwd=ROOT, start_new_session=True)
+    log = work / "results" / "calls.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "warm start round 1" in log.read_text()):
+        assert call.poll() is None and time.monotonic() < deadline, "the call never reached its warm start"
+        time.sleep(0.5)
+    time.sleep(3)
+    os.killpg(call.pid, signal.SIGTERM)
+    stdout, _ = call.communicate(timeout=60)
+    assert call.returncode == 128 + signal.SIGTERM
+    said = re.findall(r"^\[\d\d:\d\d:\d\d\] (.*)$", stdout, re.MULTILINE)
+    assert re.fullmatch(r"call cut by SIGTERM after \d+ s: packed what was done \(a stage cut short runs again in "
+                        r"the next call\)", said[-1]), said
+    packed = _packed(out / "results.tgz")
+    assert packed["calls.log"].splitlines()[-1].endswith(said[-1]) and "model.log" in packed
+    assert "warmstart1_stage.json" not in packed and not (work / "warm1" / "stage.json").exists()
+    # the stages were stopped with it (`timeout` runs each in a process group of its own, which the signal to the
+    # call's group does not reach): no process is left working in WORK_DIR
+    def working() -> list[str]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmdline.read_bytes().replace(b"\0", b" ").decode()
+            except OSError:  # gone meanwhile
+                continue
+            if str(work) in text:
+                found.append(text)
+        return found
+    assert working() == []
+
+    # the model survived the cut: a RESUME=1 call goes on from it (the cut warm start round runs again)
+    again = subprocess.run(script, capture_output=True, text=True, env={**env, "RESUME": "1", "BUDGET": "2"},
+                           cwd=ROOT, timeout=120, check=False)
+    said = re.findall(r"^\[\d\d:\d\d:\d\d\] (.*)$", again.stdout, re.MULTILINE)
+    assert again.returncode == 0 and said[0] == "call starts, budget 2s" and "model" not in said, again.stdout
+    assert said[1].startswith(f"warm start round 1 from {work / 'model'},")
+
+
 def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
     def arm(path: Path, permuted: bool, init: str, steps: list[tuple[float, float, float, int | None]],
             prompts: int = 16) -> str:
@@ -824,3 +895,50 @@ def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
     check(rl_cell, warm, rl, train)
     check(far_cell, warm, rl, [32000])
     check(control_cell, warm, control, train)
+
+
+def test_run_13s_lost_calls_hold_what_bench_readme_says() -> None:
+    """Run 13 was lost (the machine given back between calls); its first two calls' packed files came back and
+    are kept. bench/README's "Run 13, lost" table rows and audit line, rebuilt here from those files."""
+    from fractions import Fraction
+
+    readme = (ROOT / "bench" / "README.md").read_text()
+    section = readme[readme.index("**Run 13, lost**"):readme.index("## Fixes these benchmarks led to")]
+    kept = ROOT / "bench" / "results" / "memagent_small_scale_run13_lost"
+
+    def pct(hits: list[float]) -> str:  # as printed: one place, halves up (exact fractions)
+        q = Fraction(100 * round(sum(hits)), len(hits)) * 10 + Fraction(1, 2)
+        return f"{int(q) // 10}.{int(q) % 10}"
+
+    audits, rollouts = [], []
+    for call in (1, 2):
+        files = _packed(kept / f"call{call}_results.tgz")
+        stop = json.loads(files["warmstart1_stage.json"])["stop"]
+        warm = json.loads(files["eval_warmstart.json"])["results"]
+        assert {r["length"] for r in warm} == {1000, 2000, 4000, 8000, 16000, 32000}
+        train = [r["sub_em_strict"] for r in warm if r["length"] <= 4000]
+        far = [r["sub_em_strict"] for r in warm if r["length"] == 32000]
+        ratio = Fraction(100 * round(sum(far)), len(far)) / Fraction(100 * round(sum(train)), len(train))
+        shots = stop["overshoots"]
+        if len({s["step"] for s in shots}) == 1:
+            gone = f"{len(shots)} ({shots[0]['step']}: {shots[0]['probe_strict']:.1f} %, twice)"
+        else:
+            gone = f"{len(shots)} (" + ", ".join(f"{s['step']}: {s['probe_strict']:.1f} %" for s in shots) + ")"
+        confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stop["reason"]).group(1)
+        rl = json.loads(files["rl_stage.json"])
+        row = (f"| {call} | step {stop['step']} | {gone} | {confirmed} % | {pct(train)} % | {pct(far)} % | "
+               f"{float(ratio):.2f}x | {len(rl['curve'])} ({int(rl['seconds'])}) |")
+        assert row in section.splitlines(), row
+        for arm in ("rl_stage.json", "rl_permuted_stage.json"):
+            curve = json.loads(files[arm])["curve"]
+            audits += [c["audit"] for c in curve]
+            rollouts.append([c["reward_mean"] for c in curve])
+    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens")}
+    assert len(audits) == 36 and all(a["breaches"] == 0 and a["over_threshold"] == 0 for a in audits)
+    said = (f"The 18 RL steps of each arm that came back (calls 1-2: {total['rollouts']:,} rollouts, "
+            f"{total['sequences']:,} sequences, {round(total['rescored_tokens'] / 1000)}K trained tokens)")
+    assert said in " ".join(section.split()), said
+    assert f"max |delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-") in section
+    rl2, control2 = rollouts[2], rollouts[3]  # call 2's arms, steps 0 and 9
+    assert (f"RL {rl2[0]:.2f} -> {rl2[9]:.2f}, control {control2[0]:.2f} -> {control2[9]:.2f}"
+            in " ".join(section.split()))
