@@ -51,6 +51,27 @@ def test_pipeline_docstring_examples_run() -> None:
     assert result.attempted >= 1 and result.failed == 0
 
 
+def test_a_json_written_by_the_pipeline_is_whole_or_the_old_one(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_in_calls.sh takes an evaluation whose file exists as done: a write killed halfway (the machine's limit)
+    must leave the old file or none, never a truncated one."""
+    path = tmp_path / "eval_rl.json"
+    P.write_json(path, {"results": [1, 2]})
+    real = Path.write_text
+
+    def killed_halfway(self: Path, text: str, *args: Any, **kwargs: Any) -> int:
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise KeyboardInterrupt  # the signal, in the middle of the write
+
+    monkeypatch.setattr(Path, "write_text", killed_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        P.write_json(path, {"results": list(range(1000))})
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"results": [1, 2]}
+    P.write_json(path, {"results": [3]})
+    assert json.loads(path.read_text()) == {"results": [3]}
+
+
 def test_needles_sit_inside_one_chunk(engine: Any, rows: list[dict[str, Any]]) -> None:
     tok = engine.tokenizer
     for row in rows:
@@ -359,8 +380,24 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     arm = ("--prompts", "2", "--samples", "2", "--device", "cpu", "--steps-per-rollout", "2", "--lr-warmup", "3",
            "--sampler", "inverse_cdf")
     run("rl", "--init", str(w / "warm"), "--out", str(w / "rl2"), "--steps", "1", *arm)
+    shutil.copytree(w / "rl2", w / "rl2_first")
     run("rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "2", "--resume", *arm)
     stage = json.loads((w / "rl2" / "stage.json").read_text())
+    # each save commits with stage.json, moved in last, which holds every other file's sha256 (read here by plain
+    # hashlib); a save cut after the new files moved in but before its stage.json leaves the last call's stage.json
+    # beside them, and --resume refuses it instead of mixing one call's curve with another's weights and moments
+    import hashlib
+    assert sorted(p.name for p in (w / "rl2").iterdir()) == sorted([*stage["files"], "stage.json"])
+    assert {"model.safetensors", "optimizer.pt"} <= set(stage["files"])
+    assert all(hashlib.sha256((w / "rl2" / n).read_bytes()).hexdigest() == d for n, d in stage["files"].items())
+    shutil.copytree(w / "rl2", w / "rl2_cut")
+    shutil.copy(w / "rl2_first" / "stage.json", w / "rl2_cut" / "stage.json")
+    cut = subprocess.run(script + ["rl", "--init", str(w / "rl2_cut"), "--out", str(w / "rl2_cut"), "--steps", "3",
+                                   "--resume", *arm], capture_output=True, text=True, cwd=ROOT)
+    assert cut.returncode != 0 and re.search(
+        rf"--resume: {re.escape(str(w / 'rl2_cut'))}/(model\.safetensors|optimizer\.pt) is not the file "
+        rf"{re.escape(str(w / 'rl2_cut' / 'stage.json'))} was saved with \(a save cut short, or a file changed "
+        r"since\): the checkpoint's parts disagree", cut.stderr), cut.stderr
     assert [c["step"] for c in stage["curve"]] == [0, 1] and len(stage["calls"]) == 2
     assert [c["optimizer_steps"] for c in stage["curve"]] == [2, 2]
     assert stage["calls"][0]["seed"] != stage["calls"][1]["seed"]  # the resumed part samples with other seeds

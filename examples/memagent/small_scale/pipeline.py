@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import re
 import tempfile
@@ -403,8 +404,12 @@ def audit_step(model: Any, rollouts: Sequence[Rollout], samples: Sequence[Any], 
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write `data` to `path` whole or not at all (a temporary file moved over it): a process killed while
+    writing leaves the old file or none, never a truncated one that a later call would take as done."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------- the table

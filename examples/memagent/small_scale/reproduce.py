@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,12 +64,47 @@ def _seed(cfg: P.ReproConfig, part: int) -> int:
     return cfg.seed + 1_000_003 * part
 
 
-def _save(engine: Any, out: Path, cfg: P.ReproConfig, stage: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    engine.model.save_pretrained(out)
-    engine.tokenizer.save_pretrained(out)
-    cfg.save(out)
-    P.write_json(out / "stage.json", stage)
+SAVING = ".saving"  # a checkpoint's files are written here first, then moved in; stage.json, moved last, commits
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _save(engine: Any, out: Path, cfg: P.ReproConfig, stage: dict[str, Any],
+          extra: Callable[[Path], None] | None = None) -> None:
+    """Write a checkpoint so that a process killed at any moment leaves one that says what it is: every file is
+    written under out/.saving, its sha256 recorded in stage.json's `files`, moved into `out`, and stage.json, the
+    commit, moved in last. A save cut before that leaves the last stage.json, whose digests the new files then
+    fail (`--resume` refuses); `extra(dir)` writes more files (AdamW's state) with the checkpoint's."""
+    tmp = out / SAVING
+    shutil.rmtree(tmp, ignore_errors=True)  # what a cut save left
+    tmp.mkdir(parents=True)
+    engine.model.save_pretrained(tmp)
+    engine.tokenizer.save_pretrained(tmp)
+    cfg.save(tmp)
+    if extra is not None:
+        extra(tmp)
+    names = sorted(f.name for f in tmp.iterdir())
+    stage = {**stage, "files": {name: _digest(tmp / name) for name in names}}
+    P.write_json(tmp / "stage.json", stage)
+    for name in names:
+        os.replace(tmp / name, out / name)
+    os.replace(tmp / "stage.json", out / "stage.json")
+    tmp.rmdir()
+
+
+def _check_files(ckpt: Path, stage: dict[str, Any]) -> None:
+    """The files a checkpoint's stage.json was saved with, unchanged (stage files before the digests: none)."""
+    for name, digest in stage.get("files", {}).items():
+        if not (ckpt / name).exists() or _digest(ckpt / name) != digest:
+            raise SystemExit(f"--resume: {ckpt / name} is not the file {ckpt / 'stage.json'} was saved with (a save "
+                             "cut short, or a file changed since): the checkpoint's parts disagree. Resume from a "
+                             "checkpoint whose files match, or start this arm again from its warm start")
 
 
 def _args(args: argparse.Namespace) -> dict[str, Any]:
@@ -360,8 +398,8 @@ def stage_rl(args: argparse.Namespace) -> None:
                              "reference": str(reference_dir) if reference is not None else "",
                              "seconds": round(seconds + time.perf_counter() - started, 1), "curve": curve,
                              "calls": list(earlier.get("calls", [])) + [{**_args(args), "seed": _seed(cfg, part)}],
-                             "batch_stats": vars(engine.batcher.stats) if engine.batcher else None})
-    torch.save(trainer.optimizer.state_dict(), out / OPTIMIZER)
+                             "batch_stats": vars(engine.batcher.stats) if engine.batcher else None},
+          extra=lambda d: torch.save(trainer.optimizer.state_dict(), d / OPTIMIZER))
 
 
 OPTIMIZER = "optimizer.pt"  # AdamW's state beside an RL checkpoint: `rl --resume` continues from it
@@ -402,6 +440,7 @@ def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
     if stage.get("stage") != "rl" or not (init / OPTIMIZER).exists():
         raise SystemExit(f"--resume: {init} is not an RL checkpoint with {OPTIMIZER} (give --init the run to "
                          "continue, or drop --resume to start RL from a warm start)")
+    _check_files(init, stage)
     was = stage["args"]
     same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout", "kl_coef", "kl_type",
             "lr_warmup", "weight_decay", "sampler", "eps_clip", "eps_clip_high")
