@@ -499,6 +499,16 @@ def _packed(tgz: Path) -> dict[str, str]:
         return {m.name.removeprefix("./"): tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
 
 
+def _calls_env(tmp_path: Path) -> dict[str, str]:
+    """run_in_calls.sh's environment for a CPU run: CALLS_ENV's sizes, and a `python3` on PATH that is this
+    interpreter, with its torch and agentgraphs (the script runs `python3`)."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (shim / "python3").chmod(0o755)
+    return {**os.environ, **CALLS_ENV, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+
+
 def _rl_arm(d: Path) -> dict[str, Any] | None:
     """An RL arm's stage file as a call left it, with the step count of AdamW's state beside it."""
     import torch
@@ -515,11 +525,7 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     """run_in_calls.sh as a user runs it: fresh processes `bash run_in_calls.sh OUT WORK`, called again until it
     prints "all stages done"; what each call did, read from its output, OUT/results.tgz and the checkpoints."""
     out, work = tmp_path / "out", tmp_path / "work"
-    shim = tmp_path / "bin"  # the script runs `python3`: this interpreter, with its torch and agentgraphs
-    shim.mkdir()
-    (shim / "python3").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
-    (shim / "python3").chmod(0o755)
-    env = {**os.environ, **CALLS_ENV, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    env = _calls_env(tmp_path)
     calls: list[dict[str, Any]] = []
     for i in range(8):
         # the second call: the last warm start round, then RL; the third: a user's shorter call, under RL_MIN_S;
@@ -637,11 +643,7 @@ def test_run_in_calls_packs_a_cut_call_and_refuses_to_resume_a_lost_run(tmp_path
     import time
 
     out, work = tmp_path / "out", tmp_path / "work"
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    (shim / "python3").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
-    (shim / "python3").chmod(0o755)
-    env = {**os.environ, **CALLS_ENV, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    env = _calls_env(tmp_path)
     script = ["bash", str(HERE / "run_in_calls.sh"), str(out), str(work)]
 
     lost = subprocess.run(script, capture_output=True, text=True, env={**env, "RESUME": "1"}, cwd=ROOT, timeout=60,
@@ -653,7 +655,8 @@ def test_run_in_calls_packs_a_cut_call_and_refuses_to_resume_a_lost_run(tmp_path
     assert not out.exists() and not work.exists()  # refused before anything was made
     wrong = subprocess.run(script, capture_output=True, text=True, env={**env, "RESUME": "yes"}, cwd=ROOT, timeout=60,
                            check=False)
-    assert wrong.returncode == 2 and wrong.stderr == "RESUME=yes: set 1 (this call goes on with a run) or 0 (the default)\n"
+    assert wrong.returncode == 2
+    assert wrong.stderr == "RESUME=yes: set 1 (this call goes on with a run) or 0 (the default)\n"
 
     # a call cut while its warm start trains (a probe mark never reached, a step cap never met) and the untrained
     # model's evaluation runs beside it: the whole process group gets SIGTERM, as `timeout` and the device send it

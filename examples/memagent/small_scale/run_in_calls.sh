@@ -83,7 +83,8 @@ if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" && [ "$last" -lt "$WS_R
   init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
   minutes=$(as_minutes $(( $(left) - 45 )))
   stamp "warm start round $k from $init, $minutes min"
-  interruptible "$r/warmstart$k.log" timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
+  interruptible "$r/warmstart$k.log" timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" \
+    --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
     --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --settle "$WS_SETTLE" --confirm-per-length "$CONFIRM" \
     ${WS_STOP_ABOVE:+--stop-above "$WS_STOP_ABOVE" --refines "$WS_REFINES"} $WS_ARGS
