@@ -146,7 +146,7 @@ def main() -> None:
                          machine=args.machine)
     except Unpublishable as refused:
         raise SystemExit(str(refused)) from None
-    args.out.write_text(json.dumps(data, indent=1) + "\n")  # as bench/results keeps them: a diff per figure
+    P.write_json(args.out, data)  # indented as bench/results keeps them (a diff per figure), whole or not at all
     for name, target in data["targets"].items():
         print(f"{name}: {'PASS' if target['passed'] else 'MISS'}")
 
