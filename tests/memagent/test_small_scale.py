@@ -743,7 +743,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
         P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
 
 
-@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12"])
+@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -811,13 +811,19 @@ def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
 
 
 PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed files)
-    "run11": ["--changes-from", "10", "--failure", "call 1 first failed at import (the carried wheels lacked sniffio; "
-              "3.5 s, nothing ran); it was rerun at once with BUDGET=530"],
+    "run11": ["--changes-from", "10", "--failure", ("call 1 first failed at import (the carried wheels lacked "
+                                                     "sniffio; 3.5 s, nothing ran); it was rerun at once with "
+                                                     "BUDGET=530")],
     "run12": ["--changes-from", "11"],
+    "run14": ["--changes-from", "12", "--failure", ("a first attempt (22:11-22:19 device clock, BUDGET=535) stopped "
+                                                     "its warm start at step 600 (confirmed 43.8 %) and ran 4 RL "
+                                                     "steps; the machine was given back before call 2, whose "
+                                                     "RESUME=1 was refused in 1.5 s (rc 3). The run was started again "
+                                                     "from nothing (this file)")],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -906,9 +912,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-12: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-14: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -947,7 +953,7 @@ def test_run_13s_lost_calls_hold_what_bench_readme_says() -> None:
     """Run 13 was lost (the machine given back between calls); its first two calls' packed files came back and
     are kept. bench/README's "Run 13, lost" table rows and audit line, rebuilt here from those files."""
     readme = (ROOT / "bench" / "README.md").read_text()
-    section = readme[readme.index("**Run 13, lost**"):readme.index("## Fixes these benchmarks led to")]
+    section = readme[readme.index("**Run 13, lost**"):readme.index("**Run 14**")]
     kept = ROOT / "bench" / "results" / "memagent_small_scale_run13_lost"
     audits, rollouts = [], []
     for call in (1, 2):
@@ -979,3 +985,90 @@ def test_run_13s_lost_calls_hold_what_bench_readme_says() -> None:
     rl2, control2 = rollouts[2], rollouts[3]  # call 2's arms, steps 0 and 9
     assert (f"RL {rl2[0]:.2f} -> {rl2[9]:.2f}, control {control2[0]:.2f} -> {control2[9]:.2f}"
             in " ".join(section.split()))
+
+
+def _bench_section(start: str, end: str) -> str:
+    """bench/README's text from `start` to `end`, whitespace folded (a figure may be wrapped across lines)."""
+    readme = (ROOT / "bench" / "README.md").read_text()
+    return " ".join(readme[readme.index(start):readme.index(end)].split())
+
+
+def test_run_14s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 14": its score table, paired figures, answer table and curve table, rebuilt here from
+    the published file's per-document results and stage files; the first attempt's line from its packed call."""
+    section = _bench_section("**Run 14**", "**Run 15, lost**")
+    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run14.json").read_text())
+    evals = {k: published[f"eval_{k}"]["results"] for k in ("untrained", "warmstart", "rl", "rl_permuted")}
+    train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
+    rl_stage, control_stage = published["rl_stage"], published["rl_permuted_stage"]
+    labels = {"untrained": "untrained", "warmstart": "warm start",
+              "rl": f"RL after {rl_stage['seconds'] / 60:.1f} min ({len(rl_stage['curve'])} steps)",
+              "rl_permuted": f"RL, permuted rewards (control), {control_stage['seconds'] / 60:.1f} min"}
+    for key, label in labels.items():
+        cells = [_printed(_strict_score(evals[key], [n]), 2) for n in train + longer]
+        total = _printed(_strict_score(evals[key], train))
+        if key in ("rl", "rl_permuted"):
+            total = f"**{total}**"
+        assert f"| {label} | {' | '.join(cells)} | {total} |" in section, label
+
+    def paired(before: str, after: str, lengths: list[int]) -> tuple[int, int, str, str]:
+        pairs = [(b["sub_em_strict"], a["sub_em_strict"]) for b, a in zip(evals[before], evals[after])
+                 if b["length"] in lengths]
+        won, lost = sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+        gain = _strict_score(evals[after], lengths) - _strict_score(evals[before], lengths)
+        return won, lost, _printed(gain, 1, plus=True), f"{(won - lost) / math.sqrt(won + lost):.2f}"
+
+    won, lost, gain, z = paired("warmstart", "rl", train)
+    assert f"at 1K-4K won {won} / lost {lost} (**{gain} points, z {z}**)" in section
+    for arm, span, lengths in (("rl", "8K-32K", longer), ("rl", "32K", [32000]), ("rl_permuted", "8K-32K", longer)):
+        won, lost, gain, z = paired("warmstart", arm, lengths)
+        assert f"at {span} won {won} / lost {lost} ({gain}, z {z})" in section, (arm, span)
+    won, lost, gain, z = paired("warmstart", "rl_permuted", train)
+    assert f"The control at 1K-4K won {won} / lost {lost} (**{gain}, z {z}**)" in section
+    answers = published["compare_strict"]["answers"]
+    kinds = ("right", "reversed", "one_place", "other_code", "unboxed", "stored_wrong", "lost_in_memory",
+             "lost_answering")
+    for name, shown in answers.items():
+        row = f"| {name} | " + " | ".join(str(shown["training_lengths"][k]) for k in kinds) + " |"
+        assert row in section, row
+    rl_curve, control_curve = rl_stage["curve"], control_stage["curve"]
+    for start in range(0, len(rl_curve), 10):
+        a, b = rl_curve[start:start + 10], control_curve[start:start + 10]
+
+        def mean(steps: list[dict[str, Any]], key: str, places: int) -> str:
+            return f"{sum(s[key] for s in steps) / len(steps):.{places}f}"
+
+        difference = (sum(s["reward_mean"] for s in a) / len(a)) - (sum(s["reward_mean"] for s in b) / len(b))
+        row = (f"| {start}-{start + len(a) - 1} | {mean(a, 'reward_mean', 2)} / {mean(b, 'reward_mean', 2)} | "
+               f"{difference:+.2f} | {mean(a, 'entropy', 3)} / {mean(b, 'entropy', 3)} | "
+               f"{mean(a, 'kl', 3)} / {mean(b, 'kl', 3)} | {mean(a, 'flat_groups', 1)} / {mean(b, 'flat_groups', 1)} |")
+        assert row in section, row
+    first = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run14_first_attempt" / "call1_results.tgz")
+    stop = json.loads(first["warmstart1_stage.json"])["stop"]
+    shots = ", ".join(f"{s['step']}: {s['probe_strict']:.1f} %" for s in stop["overshoots"])
+    warm = json.loads(first["eval_warmstart.json"])["results"]
+    steps = {len(json.loads(first[arm])["curve"]) for arm in ("rl_stage.json", "rl_permuted_stage.json")}
+    confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stop["reason"]).group(1)
+    assert (f"went back from {len(stop['overshoots'])} overshoots ({shots}), stopped its warm start at step "
+            f"{stop['step']} (confirmed {confirmed} %; evaluated {_printed(_strict_score(warm, train))} % at 1K-4K, "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K) and ran {steps.pop()} RL steps"
+            ).replace("from 2 overshoots", "from two overshoots") in section
+
+
+def test_run_15s_lost_call_holds_what_bench_readme_says() -> None:
+    """Run 15 was lost after its first call: bench/README's "Run 15, lost" against that call's packed files."""
+    section = _bench_section("**Run 15, lost**", "## Fixes these benchmarks led to")
+    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run15_lost" / "call1_results.tgz")
+    probes = [(int(m.group(1)), m.group(2)) for m in re.finditer(r"step (\d+): loss [\d.]+, probe strict sub_em "
+                                                                  r"([\d.]+)%", call["warmstart1.log"])]
+    last_step, last_probe = probes[-1]
+    assert f"the call ended at step {last_step} ({last_probe} %)" in section
+    assert json.loads(call["warmstart1_stage.json"])["stop"]["reason"] == "time budget of 8.02 min spent"
+    assert "in the call's 8.0 minutes" in section
+    spans = [[float(p) for step, p in probes if lo <= step <= hi] for lo, hi in ((0, 800), (850, 1050), (1100, 1300))]
+    assert (f"probe {min(spans[0]):.0f}-{max(spans[0]):.1f} % to step 800, {min(spans[1]):.0f}-{max(spans[1]):.1f} % "
+            f"to step 1050, then {min(spans[2]):.1f}-{max(spans[2]):.1f} % at steps 1100-1300") in section
+    assert all(p < 30 for _, p in probes for p in [float(p)])  # never in the band: no stop, RL never began
+    untrained = json.loads(call["eval_untrained.json"])["results"]
+    assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
+    assert "RL" not in call["calls.log"]
