@@ -1072,3 +1072,49 @@ def test_run_15s_lost_call_holds_what_bench_readme_says() -> None:
     untrained = json.loads(call["eval_untrained.json"])["results"]
     assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
     assert "RL" not in call["calls.log"]
+
+
+def test_where_the_copy_formed_in_each_warm_start() -> None:
+    """bench/README's table "Where the copy forms" (runs 4-16), each row from that warm start's curve: the first
+    probe at >= 10 % and >= 30 % strict sub_em, and the step it stopped at (time: the call's budget ran out)."""
+    section = _bench_section("Where the copy forms.", "## Fixes these benchmarks led to")
+    results = ROOT / "bench" / "results"
+    stages = {f"run {n}": json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["warmstart_stage"]
+              for n in (4, 5, 6, 7, 8, 9, 10, 11, 12, 14)}
+    kept = {"run 13, call 1": "run13_lost/call1", "run 13, call 2": "run13_lost/call2",
+            "run 14, first attempt": "run14_first_attempt/call1", "run 15": "run15_lost/call1",
+            "run 16": "run16_stopped/call1"}
+    for name, where in kept.items():
+        folder, call = where.split("/")
+        files = _packed(results / f"memagent_small_scale_{folder}" / f"{call}_results.tgz")
+        stages[name] = json.loads(files["warmstart1_stage.json"])
+
+    def first(curve: list[dict[str, Any]], mark: float) -> str:
+        return next((str(c["step"]) for c in curve if c.get("probe_strict", -1) >= mark), "-")
+
+    for name, stage in stages.items():
+        assert stage["args"]["init"].endswith("/model") and stage["args"]["demo_split"] == "demo1", name
+        timed_out = stage["stop"]["reason"].startswith("time budget")
+        stopped = f"{len(stage['curve'])} (time)" if timed_out else str(stage["stop"]["step"])
+        row = f"| {name} | {first(stage['curve'], 10)} | {first(stage['curve'], 30)} | {stopped} |"
+        assert row in section, row
+    assert section.count("| run ") == len(stages) == 15
+
+
+def test_run_16s_call_holds_what_bench_readme_says() -> None:
+    """Run 16 was stopped after its first call (its copy never formed): bench/README's "Run 16, stopped"
+    against that call's packed files."""
+    section = _bench_section("**Run 16, stopped**", "Where the copy forms.")
+    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run16_stopped" / "call1_results.tgz")
+    probes = [(int(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in re.finditer(
+        r"step (\d+): loss ([\d.]+), probe strict sub_em ([\d.]+)%, digits right ([\d.]+)%", call["warmstart1.log"])]
+    losses = [loss for step, loss, _, _ in probes if step >= 250]
+    assert f"loss {min(losses):.2f}-{max(losses):.2f} from step 250 to {probes[-1][0]}" in section
+    assert f"probe {min(p for _, _, p, _ in probes):.0f}-{max(p for _, _, p, _ in probes):.1f} %" in section
+    digits = [d for _, _, _, d in probes]
+    assert f"digits right {math.floor(min(digits)):.0f}-{round(max(digits)):.0f} %" in section
+    stage = json.loads(call["warmstart1_stage.json"])
+    assert stage["stop"]["reason"] == f"time budget of {stage['args']['max_minutes']} min spent"
+    assert f"the call ended after step {len(stage['curve'])}" in section
+    untrained = json.loads(call["eval_untrained.json"])["results"]
+    assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
