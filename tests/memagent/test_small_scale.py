@@ -103,6 +103,46 @@ def test_oracle_rollouts_are_training_rows(engine: Any, rows: list[dict[str, Any
         assert lps == pytest.approx(engine.score(tokens[:-n], tokens[-n:], 1.0), abs=1e-4)
 
 
+def test_first_writes_are_the_rows_that_read_the_code_out_of_a_chunk(engine: Any, rows: list[dict[str, Any]]) -> None:
+    """`first_writes` on real oracle rows (the Qwen2.5 tokenizer): one row per rollout, the memory update whose
+    chunk holds the needle, read here from the decoded texts, not from digit ids."""
+    data = P.oracle_data(engine, rows, CFG)
+    texts = [engine.tokenizer.decode(t[len(t) - n:]) for t, n in zip(data["tokens"], data["response_lengths"])]
+    starts = [i for i, index in enumerate(data["sample_indices"]) if i == 0 or data["sample_indices"][i - 1] != index]
+    expected = []
+    for start, end, row in zip(starts, [*starts[1:], len(texts)], rows, strict=True):
+        needle = next(i for i in range(start, end) if texts[i].startswith("The secret code of"))
+        assert all(t == "No previous memory<|im_end|>" for t in texts[start:needle])
+        assert row["label"][0] in texts[needle]
+        expected.append(needle)
+    assert P.first_writes(data, P.digit_ids(engine.tokenizer)) == expected
+    assert P.digit_ids(engine.tokenizer) == {engine.tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)}
+
+
+def test_a_warm_start_batch_draws_its_share_of_first_writes() -> None:
+    """`warmstart --write-share`: that share of each batch comes from the first-write rows, the rest uniformly
+    from every trained row; share 0 draws exactly what the stage drew before the flag (runs 4-16 replay)."""
+    import reproduce as R
+    import torch
+
+    trained, writes = list(range(100)), [7, 31, 64]
+    rng, old = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    for _ in range(3):
+        assert R._batch_rows(trained, writes, 16, 0.0, rng) == [
+            trained[int(i)] for i in torch.randint(len(trained), (16,), generator=old)]
+    rng = torch.Generator().manual_seed(1)
+    drawn = [R._batch_rows(trained, writes, 16, 0.5, rng) for _ in range(200)]
+    assert all(len(b) == 16 and set(b[:8]) <= set(writes) for b in drawn)
+    rest = [r for b in drawn for r in b[8:]]
+    assert len(set(rest)) > 90  # uniform over all 100 rows
+    assert sum(r in writes for r in rest) < 0.1 * len(rest)
+    for bad in ("1", "-0.1", "half"):
+        refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "warmstart", "--init", "m", "--out",
+                                  "o", "--write-share", bad], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                                 check=False)
+        assert refused.returncode == 2 and f"--write-share: {bad!r}: a share of each batch" in refused.stderr
+
+
 def test_an_oracle_out_of_device_memory_is_refused_saying_what_to_lower(engine: Any,
                                                                          rows: list[dict[str, Any]]) -> None:
     """Run 6 lost a device call to 14 demonstration workers on one H200: the refusal names the knob."""
@@ -269,6 +309,10 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
         decided = warm("decided", "--eval-every", "2", "--eval-from", "2", "--stop-above", "50", "--refines", "0",
                        "--confirm-per-length", "1")
         assert decided["stop"]["step"] == 4 and decided["stop"]["reason"] == said
+    scripted([0.0, 40.0, 45.0])  # the same stop, half of each batch from the rows that first write the code
+    shared = warm("shared", "--eval-every", "1", "--eval-from", "2", "--settle", "2", "--write-share", "0.5")
+    assert shared["args"]["write_share"] == 0.5 and shared["stop"]["step"] == 4
+    assert [p["loss"] for p in shared["curve"]] != [p["loss"] for p in straight["curve"]]
     for flags, said in ((["--stop-above", "20"], "--stop-above 20.0 must be over --stop-at 30.0"),
                         (["--refine-by", "1"], "--refine-by: '1': a whole number, 2 or more"),
                         (["--refines", "-1"], "--refines -1: a count of overshoots")):

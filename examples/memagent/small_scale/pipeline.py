@@ -21,8 +21,9 @@ import os
 import random
 import re
 import tempfile
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -368,6 +369,38 @@ def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, c
             samples.append(Sample(group_index=start + i, index=start + i, prompt=row["prompt"], label=row["label"],
                                   **fields))
     return to_train_data(samples, TrainDataSettings(n_samples_per_prompt=1))
+
+
+def digit_ids(tokenizer: Any) -> set[int]:
+    """The ids of the ten digits, each written alone (Qwen2.5's tokenizer splits a number into its digits)."""
+    ids = {d: tokenizer.encode(str(d), add_special_tokens=False) for d in range(10)}
+    if any(len(i) != 1 for i in ids.values()):
+        raise ValueError(f"a digit is not one token in this tokenizer ({ids}): first_writes reads digits by id")
+    return {i[0] for i in ids.values()}
+
+
+def first_writes(data: Mapping[str, Any], digit_ids: Collection[int]) -> list[int]:
+    """The training rows of oracle demonstrations that first write the code into memory: in each rollout (the
+    consecutive rows of one `sample_indices` value), the first row whose trained tokens hold a digit. The
+    oracle's memory holds none before the needle ("No previous memory"), so that row is the one that read the
+    code out of its chunk; the rows after it copy the code from memory, and the last answers with it.
+
+    >>> data = {"sample_indices": [0, 0, 0, 1, 1], "tokens": [[5, 7], [5, 16], [5, 16], [16, 9], [7, 16]],
+    ...         "response_lengths": [1, 1, 1, 1, 1], "loss_masks": [[1], [1], [1], [1], [1]]}
+    >>> first_writes(data, {16})
+    [1, 4]
+    """
+    rows: list[int] = []
+    owner: Any = object()
+    written = False
+    for row, (index, tokens, n, mask) in enumerate(zip(data["sample_indices"], data["tokens"],
+                                                       data["response_lengths"], data["loss_masks"], strict=True)):
+        if index != owner:
+            owner, written = index, False
+        if not written and any(m and t in digit_ids for t, m in zip(tokens[len(tokens) - n:], mask, strict=True)):
+            rows.append(row)
+            written = True
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------- the audit

@@ -147,6 +147,16 @@ def _whole_number(minimum: int, what: str, example: str) -> Any:
     return parse
 
 
+def _batch_rows(trained: list[int], writes: list[int], batch: int, share: float, rng: Any) -> list[int]:
+    """One warm-start step's training rows, drawn with replacement: uniformly from the trained rows, or with
+    `share` of them from `writes` (the rows that first write the code into memory) and the rest uniformly."""
+    import torch
+
+    k = round(share * batch)
+    picked = [writes[int(i)] for i in torch.randint(len(writes), (k,), generator=rng)] if k else []
+    return picked + [trained[int(i)] for i in torch.randint(len(trained), (batch - k,), generator=rng)]
+
+
 def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> float:
     """Linear warm-up, then constant or a cosine down to 10 % over the stage (its step cap or its time budget,
     whichever comes first)."""
@@ -264,6 +274,12 @@ def stage_warmstart(args: argparse.Namespace) -> None:
     trained = [r for r, m in enumerate(data["loss_masks"]) if any(m)]
     _log(f"{args.demos} oracle rollouts -> {len(data['tokens'])} training sequences "
          f"({sum(map(sum, data['loss_masks']))} trained tokens) in {demo_s:.1f}s")
+    writes = P.first_writes(data, P.digit_ids(engine.tokenizer)) if args.write_share else []
+    if args.write_share:
+        if not writes:
+            raise SystemExit("--write-share: no demonstration row writes a digit into memory (is the code made of "
+                             "digits? --value-digits at the model stage); pass --write-share 0")
+        _log(f"{len(writes)} rows first write the code into memory: {args.write_share:.0%} of each batch from them")
     probe = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.probe_per_length, "probe", pool)
     model = engine.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
@@ -283,7 +299,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
             break
         for group in optimizer.param_groups:
             group["lr"] = _warmstart_lr(args, step, time.perf_counter() - started)
-        pick = [trained[int(i)] for i in torch.randint(len(trained), (args.batch,), generator=rng)]
+        pick = _batch_rows(trained, writes, args.batch, args.write_share, rng)
         total = sum(sum(data["loss_masks"][r]) for r in pick)
         with engine.model_lock:
             model.train()
@@ -415,6 +431,18 @@ def _reference(ckpt: Path, device: str) -> Any:
         raise SystemExit(f"the KL reference {ckpt} is not a checkpoint (it must stay where RL started from, "
                          "or pass --kl-coef 0)")
     return AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device)
+
+
+def _share(text: str) -> float:
+    """`--write-share`: a fraction of each batch, 0 or more and under 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share of each batch, 0 (the default: uniform) up to but not 1 "
+                                         "(0.5: half of each batch)")
+    return value
 
 
 def _positive(text: str) -> float:
@@ -594,6 +622,9 @@ def main() -> None:
     w.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
                    help="learning rate after the warm-up: constant, or a cosine to 10 %% over the stage")
     w.add_argument("--max-minutes", type=float, default=0.0, help="stop (and save) after this wall time (0: no cap)")
+    w.add_argument("--write-share", type=_share, default=0.0,
+                   help="share of each batch drawn from the rows that first write the code into memory (one per "
+                        "rollout; 0: every trained row alike)")
     w.add_argument("--device", default=dev)
     w.set_defaults(run=stage_warmstart)
 
