@@ -1162,3 +1162,25 @@ def test_run_16s_call_holds_what_bench_readme_says() -> None:
     assert f"the call ended after step {len(stage['curve'])}" in section
     untrained = json.loads(call["eval_untrained.json"])["results"]
     assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
+
+
+def test_the_write_share_warm_start_holds_what_bench_readme_says() -> None:
+    """bench/README's paragraph on the one `--write-share 0.5` warm start, against its stage file; its "4 of 15
+    by step 450" against the table of uniform warm starts above it."""
+    section = _bench_section("Where the copy forms.", "## Fixes these benchmarks led to")
+    stage = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_write_share" / "warmstart_stage.json")
+                       .read_text())
+    assert stage["args"]["write_share"] == 0.5 and stage["args"]["demo_split"] == "demo1"
+    probes = [(c["step"], c["probe_strict"]) for c in stage["curve"] if "probe_strict" in c]
+    formed = next(k for k, (_, score) in enumerate(probes) if score >= 30)
+    (before, low), (at, high) = probes[formed - 1], probes[formed]
+    assert f"formed between steps {before} and {at} (probe {low:.1f} -> {high:.1f} %)" in section
+    shots = stage["stop"]["overshoots"]
+    assert all(s["back_to"] == at for s in shots) and len(shots) == 2
+    assert (f"went back to step {at}, whose replays read {shots[1]['probe_strict']:.1f} % (step {shots[1]['step']}) "
+            f"and {probes[-1][1]:.1f} % ({probes[-1][0]})") in section
+    confirmed = re.search(r"confirmed on new documents: (\d+\.\d)% over the band's top", stage["stop"]["reason"])
+    assert f"stopped at {stage['stop']['step']} over the band (confirmed {confirmed.group(1)} %" in section
+    uniform = re.findall(r"\| run [^|]+\| [^|]+\| (\d+|-) \| [^|]+ \|", section)
+    assert len(uniform) == 15
+    assert f"({sum(x != '-' and int(x) <= at for x in uniform)} of 15 by step {at})" in section
