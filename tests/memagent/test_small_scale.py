@@ -46,11 +46,13 @@ def test_pipeline_docstring_examples_run() -> None:
     import doctest
 
     import publish
+    import reproduce
 
     result = doctest.testmod(P, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 10 and result.failed == 0
-    result = doctest.testmod(publish)
-    assert result.attempted >= 1 and result.failed == 0
+    for module in (publish, reproduce):
+        result = doctest.testmod(module)
+        assert result.attempted >= 1 and result.failed == 0, module
 
 
 def test_a_json_written_by_the_pipeline_is_whole_or_the_old_one(tmp_path: Path,
@@ -116,6 +118,14 @@ def test_first_writes_are_the_rows_that_read_the_code_out_of_a_chunk(engine: Any
         assert row["label"][0] in texts[needle]
         expected.append(needle)
     assert P.first_writes(data, P.digit_ids(engine.tokenizer)) == expected
+    # --demo-workers: parts that each rolled one document, merged, keep their rollouts apart
+    import reproduce as R
+
+    parts = [dict(P.oracle_data(engine, [row], CFG)) for row in rows]
+    assert all(set(part["sample_indices"]) == {0} for part in parts)  # each part numbers its rollouts from 0
+    merged = R._merged(parts, [1] * len(parts))
+    assert merged["tokens"] == data["tokens"] and merged["loss_masks"] == data["loss_masks"]
+    assert P.first_writes(merged, P.digit_ids(engine.tokenizer)) == expected
     assert P.digit_ids(engine.tokenizer) == {engine.tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)}
 
 
@@ -313,6 +323,10 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
     shared = warm("shared", "--eval-every", "1", "--eval-from", "2", "--settle", "2", "--write-share", "0.5")
     assert shared["args"]["write_share"] == 0.5 and shared["stop"]["step"] == 4
     assert [p["loss"] for p in shared["curve"]] != [p["loss"] for p in straight["curve"]]
+    monkeypatch.setattr(P, "first_writes", lambda data, digits: [])  # as if no rollout wrote its code
+    with pytest.raises(SystemExit, match=r"--write-share: 0 rows first write a digit into memory for 3 oracle "
+                                         r"rollouts, where each writes its code once"):
+        warm("none", "--eval-every", "1", "--eval-from", "2", "--write-share", "0.5")
     for flags, said in ((["--stop-above", "20"], "--stop-above 20.0 must be over --stop-at 30.0"),
                         (["--refine-by", "1"], "--refine-by: '1': a whole number, 2 or more"),
                         (["--refines", "-1"], "--refines -1: a count of overshoots")):
@@ -944,6 +958,13 @@ def _strict_score(results: list[dict[str, Any]], lengths: list[int]) -> Fraction
     return Fraction(100 * round(sum(hits)), len(hits))
 
 
+def _won_lost(before: list[dict[str, Any]], after: list[dict[str, Any]], lengths: list[int]) -> tuple[int, int]:
+    """Documents at `lengths` that `after` gets right and `before` not (won), and the other way (lost)."""
+    pairs = [(b["sub_em_strict"], a["sub_em_strict"]) for b, a in zip(before, after, strict=True)
+             if b["length"] in lengths]
+    return sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+
+
 def _printed(x: Fraction | float, places: int = 1, plus: bool = False) -> str:
     """x to `places` with halves rounded up (exact arithmetic: a figure is not rounded twice)."""
     q = math.floor(abs(Fraction(x)) * 10 ** places + Fraction(1, 2))
@@ -969,8 +990,7 @@ def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
     score, shown = _strict_score, _shown
 
     def z(before: list[dict[str, Any]], after: list[dict[str, Any]], lengths: list[int]) -> float:
-        pairs = [(b["sub_em_strict"], a["sub_em_strict"]) for b, a in zip(before, after) if b["length"] in lengths]
-        won, lost = sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+        won, lost = _won_lost(before, after, lengths)
         return (won - lost) / math.sqrt(won + lost)  # irrational or whole: never a tie at the shown digit
 
     def check(cell: str, before: list[dict[str, Any]], after: list[dict[str, Any]], lengths: list[int]) -> None:
@@ -1056,9 +1076,7 @@ def test_run_14s_section_shows_what_its_files_hold() -> None:
         assert f"| {label} | {' | '.join(cells)} | {total} |" in section, label
 
     def paired(before: str, after: str, lengths: list[int]) -> tuple[int, int, str, str]:
-        pairs = [(b["sub_em_strict"], a["sub_em_strict"]) for b, a in zip(evals[before], evals[after])
-                 if b["length"] in lengths]
-        won, lost = sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+        won, lost = _won_lost(evals[before], evals[after], lengths)
         gain = _strict_score(evals[after], lengths) - _strict_score(evals[before], lengths)
         return won, lost, _printed(gain, 1, plus=True), f"{(won - lost) / math.sqrt(won + lost):.2f}"
 
@@ -1112,7 +1130,7 @@ def test_run_15s_lost_call_holds_what_bench_readme_says() -> None:
     spans = [[float(p) for step, p in probes if lo <= step <= hi] for lo, hi in ((0, 800), (850, 1050), (1100, 1300))]
     assert (f"probe {min(spans[0]):.0f}-{max(spans[0]):.1f} % to step 800, {min(spans[1]):.0f}-{max(spans[1]):.1f} % "
             f"to step 1050, then {min(spans[2]):.1f}-{max(spans[2]):.1f} % at steps 1100-1300") in section
-    assert all(p < 30 for _, p in probes for p in [float(p)])  # never in the band: no stop, RL never began
+    assert all(float(p) < 30 for _, p in probes)  # never in the band: no stop, RL never began
     untrained = json.loads(call["eval_untrained.json"])["results"]
     assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
     assert "RL" not in call["calls.log"]

@@ -233,9 +233,23 @@ def _demos(engine: Any, init: Path, cfg: P.ReproConfig, args: argparse.Namespace
     with ProcessPoolExecutor(args.demo_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         parts = list(pool.map(_demo_part, [str(init)] * len(shares), [args.device] * len(shares),
                               [f"{args.demo_split}-{k}" for k in range(len(shares))], shares))
-    # the per-row lists, concatenated (counters and ids of one part's own rollouts mean nothing merged)
-    return {key: [x for part in parts for x in part[key]] for key in parts[0] if isinstance(parts[0][key], list)
-            and key not in ("rollout_ids", "group_ids")}
+    return _merged(parts, shares)
+
+
+def _merged(parts: list[dict[str, Any]], shares: list[int]) -> dict[str, Any]:
+    """The workers' per-row lists, concatenated. Each part numbers its rollouts from 0: `sample_indices` are
+    offset by the rollouts of the parts before (so that the rows of one rollout, and only they, share one),
+    and the other counters and ids of one part's own rollouts, meaning nothing merged, are dropped.
+
+    >>> _merged([{"sample_indices": [0, 0], "tokens": [[1], [2]], "rollout_ids": [0, 0]},
+    ...          {"sample_indices": [0], "tokens": [[3]], "rollout_ids": [0]}], [1, 1])
+    {'sample_indices': [0, 0, 1], 'tokens': [[1], [2], [3]]}
+    """
+    merged = {key: [x for part in parts for x in part[key]] for key in parts[0]
+              if isinstance(parts[0][key], list) and key not in ("rollout_ids", "group_ids", "sample_indices")}
+    offsets = [sum(shares[:k]) for k in range(len(parts))]
+    return {"sample_indices": [i + offset for part, offset in zip(parts, offsets, strict=True)
+                               for i in part["sample_indices"]], **merged}
 
 
 def _stop_reason(args: argparse.Namespace, point: dict[str, Any], over: int, verdict: str, overshoots: int) -> str:
@@ -274,11 +288,13 @@ def stage_warmstart(args: argparse.Namespace) -> None:
     trained = [r for r, m in enumerate(data["loss_masks"]) if any(m)]
     _log(f"{args.demos} oracle rollouts -> {len(data['tokens'])} training sequences "
          f"({sum(map(sum, data['loss_masks']))} trained tokens) in {demo_s:.1f}s")
-    writes = P.first_writes(data, P.digit_ids(engine.tokenizer)) if args.write_share else []
+    writes: list[int] = []
     if args.write_share:
-        if not writes:
-            raise SystemExit("--write-share: no demonstration row writes a digit into memory (is the code made of "
-                             "digits? --value-digits at the model stage); pass --write-share 0")
+        writes = P.first_writes(data, P.digit_ids(engine.tokenizer))
+        if len(writes) != args.demos:  # every oracle rollout writes its code once (it scored reward 1)
+            raise SystemExit(f"--write-share: {len(writes)} rows first write a digit into memory for {args.demos} "
+                             "oracle rollouts, where each writes its code once (is the code made of digits? "
+                             "--value-digits at the model stage); pass --write-share 0")
         _log(f"{len(writes)} rows first write the code into memory: {args.write_share:.0%} of each batch from them")
     probe = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.probe_per_length, "probe", pool)
     model = engine.model
