@@ -801,7 +801,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
         P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
 
 
-@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14"])
+@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -878,10 +878,11 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
                                                      "steps; the machine was given back before call 2, whose "
                                                      "RESUME=1 was refused in 1.5 s (rc 3). The run was started again "
                                                      "from nothing (this file)")],
+    "run17": ["--changes-from", "14"],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12", "run14"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -977,9 +978,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-14: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-17: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -1057,11 +1058,10 @@ def _bench_section(start: str, end: str) -> str:
     return " ".join(readme[readme.index(start):readme.index(end)].split())
 
 
-def test_run_14s_section_shows_what_its_files_hold() -> None:
-    """bench/README's "Run 14": its score table, paired figures, answer table and curve table, rebuilt here from
-    the published file's per-document results and stage files; the first attempt's line from its packed call."""
-    section = _bench_section("**Run 14**", "**Run 15, lost**")
-    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run14.json").read_text())
+def _check_run_section(section: str, published: dict[str, Any]) -> None:
+    """A run's bench/README section against its published file: the score table (strict sub_em per length), the
+    paired figures, the answer table and the 10-step curve table, each rebuilt from the per-document results and
+    the two arms' stage files."""
     evals = {k: published[f"eval_{k}"]["results"] for k in ("untrained", "warmstart", "rl", "rl_permuted")}
     train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
     rl_stage, control_stage = published["rl_stage"], published["rl_permuted_stage"]
@@ -1087,6 +1087,8 @@ def test_run_14s_section_shows_what_its_files_hold() -> None:
         assert f"at {span} won {won} / lost {lost} ({gain}, z {z})" in section, (arm, span)
     won, lost, gain, z = paired("warmstart", "rl_permuted", train)
     assert f"The control at 1K-4K won {won} / lost {lost} (**{gain}, z {z}**)" in section
+    won, lost, gain, z = paired("rl_permuted", "rl", train)
+    assert f"RL vs its own control at 1K-4K {gain} (z {z})" in section
     answers = published["compare_strict"]["answers"]
     kinds = ("right", "reversed", "one_place", "other_code", "unboxed", "stored_wrong", "lost_in_memory",
              "lost_answering")
@@ -1105,6 +1107,15 @@ def test_run_14s_section_shows_what_its_files_hold() -> None:
                f"{difference:+.2f} | {mean(a, 'entropy', 3)} / {mean(b, 'entropy', 3)} | "
                f"{mean(a, 'kl', 3)} / {mean(b, 'kl', 3)} | {mean(a, 'flat_groups', 1)} / {mean(b, 'flat_groups', 1)} |")
         assert row in section, row
+
+
+def test_run_14s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 14": its score table, paired figures, answer table and curve table, rebuilt here from
+    the published file's per-document results and stage files; the first attempt's line from its packed call."""
+    section = _bench_section("**Run 14**", "**Run 15, lost**")
+    _check_run_section(section, json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run14.json")
+                                           .read_text()))
+    train = [1000, 2000, 4000]
     first = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run14_first_attempt" / "call1_results.tgz")
     stop = json.loads(first["warmstart1_stage.json"])["stop"]
     shots = ", ".join(f"{s['step']}: {s['probe_strict']:.1f} %" for s in stop["overshoots"])
@@ -1139,7 +1150,7 @@ def test_run_15s_lost_call_holds_what_bench_readme_says() -> None:
 def test_where_the_copy_formed_in_each_warm_start() -> None:
     """bench/README's table "Where the copy forms" (runs 4-16), each row from that warm start's curve: the first
     probe at >= 10 % and >= 30 % strict sub_em, and the step it stopped at (time: the call's budget ran out)."""
-    section = _bench_section("Where the copy forms.", "## Fixes these benchmarks led to")
+    section = _bench_section("Where the copy forms.", "**Run 17**")
     results = ROOT / "bench" / "results"
     stages = {f"run {n}": json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["warmstart_stage"]
               for n in (4, 5, 6, 7, 8, 9, 10, 11, 12, 14)}
@@ -1185,7 +1196,7 @@ def test_run_16s_call_holds_what_bench_readme_says() -> None:
 def test_the_write_share_warm_start_holds_what_bench_readme_says() -> None:
     """bench/README's paragraph on the one `--write-share 0.5` warm start, against its stage file; its "4 of 15
     by step 450" against the table of uniform warm starts above it."""
-    section = _bench_section("Where the copy forms.", "## Fixes these benchmarks led to")
+    section = _bench_section("Where the copy forms.", "**Run 17**")
     stage = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_write_share" / "warmstart_stage.json")
                        .read_text())
     assert stage["args"]["write_share"] == 0.5 and stage["args"]["demo_split"] == "demo1"
@@ -1202,3 +1213,75 @@ def test_the_write_share_warm_start_holds_what_bench_readme_says() -> None:
     uniform = re.findall(r"\| run [^|]+\| [^|]+\| (\d+|-) \| [^|]+ \|", section)
     assert len(uniform) == 15
     assert f"({sum(x != '-' and int(x) <= at for x in uniform)} of 15 by step {at})" in section
+
+
+def test_run_17s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 17" (three calls, RL's lr halved, the write-share warm start): its tables and paired
+    figures as for run 14, and each figure of its reading (the warm start's probes and replay, the calls' gaps,
+    the arms' speed, entropy, all-wrong groups, KL and the answers' reversals) from the published file."""
+    section = _bench_section("**Run 17**", "## Fixes these benchmarks led to")
+    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run17.json").read_text())
+    _check_run_section(section, published)
+    rl, control = published["rl_stage"], published["rl_permuted_stage"]
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
+    assert published["warmstart_stage"]["args"]["write_share"] == 0.5
+    # the warm start: its probes, the step it went back to, the replayed loss, the confirmation and its times
+    stage = published["warmstart_stage"]
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    (shot,) = stage["stop"]["overshoots"]
+    assert (f"probe {probes[250]['probe_strict']:.1f} % at step 250, **{probes[300]['probe_strict']:.1f} %** at 300, "
+            f"{shot['probe_strict']:.1f} % at {shot['step']}") in section and shot["back_to"] == 300
+    log = published["calls_log"]
+    assert stage["stop"]["step"] == 310 and f"probed at 310 ({probes[310]['probe_strict']:.1f} %, 2 probes" in section
+    confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stage["stop"]["reason"]).group(1)
+    assert (f"confirmed {confirmed} % on 96 new documents ({round(stage['stop']['seconds'])} s; demonstrations "
+            f"{round(stage['demo_s'])} s)") in section
+    assert f"a loss of {probes[310]['loss']:.3f}" in section
+    first_warm = [p for p in stage["curve"] if p.get("probe_strict", 0) >= 30]
+    assert first_warm[0]["step"] == 300 and "the copy formed at step 300, the earliest of all 17 runs" in section
+    left = re.search(r"warm start done after round 1, (\d+) s left", log).group(1)
+    assert f"RL began in call 1 with {left} s left" in section
+    starts = [_clock(s) for s in re.findall(r"\[([\d:]+)\] call starts", log)]
+    ends = [_clock(s) for s in re.findall(r"\[([\d:]+)\] call ends after", log)]
+    assert len(starts) == 3 and len(ends) == 2
+    assert f"the gaps between calls were {starts[1] - ends[0]} and {starts[2] - ends[1]} s" in section
+    # the arms' time and speed
+    for name, arm in (("RL", rl), ("the control", control)):
+        assert f"{name} {round(arm['seconds']):,} s ({len(arm['curve'])} steps)" in section, name
+    assert (f"rollouts {sum(c['rollout_s'] for c in rl['curve']) / len(rl['curve']):.1f} s, update "
+            f"{sum(c['train_s'] for c in rl['curve']) / len(rl['curve']):.1f} s") in section
+    # why RL stopped short: its reward, entropy, the all-wrong groups, the reversed codes
+    rewards = [c["reward_mean"] for c in rl["curve"]]
+    assert f"rose from {rewards[0]:.2f} (step 0) to {sum(rewards[10:20]) / 10:.2f} over steps 10-19" in section
+    assert f"({sum(rewards[-10:]) / 10:.2f} over the last 10 steps)" in section
+    windows = [rl["curve"][k:k + 10] for k in range(0, len(rl["curve"]), 10)]
+    entropy = [sum(c["entropy"] for c in w) / len(w) for w in windows[1:]]
+    assert (f"entropy fell from {rl['curve'][0]['entropy']:.3f} to {min(entropy):.3f}-{max(entropy):.3f} a window"
+            in section)
+    wrong = [sum(g == 0 for c in w for g in c["group_means"]) / sum(len(c["group_means"]) for c in w)
+             for w in windows]
+    assert f"({round(100 * min(wrong))}-{round(100 * max(wrong))} % of groups all wrong" in section
+    answers = {k: v["training_lengths"] for k, v in published["compare_strict"]["answers"].items()}
+    misses = {k: 144 - v["right"] for k, v in answers.items()}
+    assert (f"{answers['RL']['reversed']} of its {misses['RL']} misses are the code's two digits reversed (the start "
+            f"had {answers['warm start']['reversed']} of {misses['warm start']})") in section
+    # the control held: its KL to the start below RL's in every window
+    control_windows = [control["curve"][k:k + 10] for k in range(0, len(control["curve"]), 10)]
+    kl = [(sum(c["kl"] for c in a) / len(a), sum(c["kl"] for c in b) / len(b))
+          for a, b in zip(windows, control_windows, strict=True)]
+    assert all(c < r for r, c in kl)
+    assert f"stayed under RL's in every window ({min(c for _, c in kl):.3f}-{max(c for _, c in kl):.3f})" in section
+    every = [1000, 2000, 4000, 8000, 16000, 32000]
+    before, after = published["eval_warmstart"]["results"], published["eval_rl_permuted"]["results"]
+    won, lost = _won_lost(before, after, every)
+    gain = _strict_score(after, every) - _strict_score(before, every)
+    assert f"over all 288 documents won {won} / lost {lost} ({_printed(gain)})" in section
+    audit = published["audit"]
+    assert (f"{audit['rollouts']:,} rollouts, {audit['sequences']:,} sequences, "
+            f"{audit['rescored_tokens'] / 1e6:.2f}M trained tokens") in section
+
+
+def _clock(hms: str) -> int:
+    """Seconds since midnight of a calls.log stamp, HH:MM:SS."""
+    h, m, s = (int(x) for x in hms.split(":"))
+    return 3600 * h + 60 * m + s
