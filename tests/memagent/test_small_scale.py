@@ -236,6 +236,27 @@ def test_warm_start_learning_rate_warms_up_then_follows_its_schedule() -> None:
     assert R._warmstart_lr(args, 10, 60.0) == pytest.approx(5.5e-4)
 
 
+
+def test_the_warm_start_probe_counts_reversed_codes_at_the_training_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's `probe_reversed`: the share (%) of answers at the training lengths that are the gold code
+    with its digits swapped; a longer document's answers and a palindrome code (51 and 15 differ, 77 does not)
+    never count."""
+    import reproduce as R
+
+    def doc(length: int, gold: str, answer: str) -> dict[str, Any]:
+        right = float(answer == f"\\boxed{{{gold}}}")
+        return {"length": length, "gold": gold, "answer": answer, "sub_em_strict": right, "sub_em": right,
+                "digits": right}
+
+    results = [doc(1000, "51", "\\boxed{15}"), doc(1000, "51", "\\boxed{51}"), doc(2000, "77", "\\boxed{77}"),
+               doc(2000, "30", "\\boxed{3}"), doc(4000, "28", "\\boxed{82}"), doc(8000, "46", "\\boxed{64}")]
+    monkeypatch.setattr(R.P, "evaluate", lambda engine, probe, cfg: results)
+    cfg = P.ReproConfig()  # the example's sizes: trained at 1K-4K, evaluated to 32K
+    assert cfg.train_lengths == [1000, 2000, 4000]
+    scores = R._probe(None, [], cfg)
+    assert scores["probe_reversed"] == 40.0  # 2 of the 5 answers at 1K-4K (51 -> 15, 28 -> 82); 8K not counted
+    assert scores["probe_strict"] == 40.0
+
 def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
     import asyncio
 
@@ -263,7 +284,8 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
 
     def scripted(probes: list[float], confirms: list[float] = ()) -> None:  # the scores, in the order asked
         asked, confirmed = iter(probes), iter(confirms)
-        monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: {"probe_strict": next(asked), "probe_digits": 0.0})
+        monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: {"probe_strict": next(asked), "probe_digits": 0.0,
+                                                                     "probe_reversed": 0.0})
 
         def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
             if args.confirm_per_length <= 0:
@@ -414,7 +436,7 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     # for the confirmation on new documents, asked only then
     assert stage["stop"]["step"] == 2
     assert "(2 probes in a row), confirmed on new documents: 0.0%" in stage["stop"]["reason"]
-    assert {"probe_strict", "probe_digits", "confirm_strict"} <= set(stage["curve"][-1])
+    assert {"probe_strict", "probe_digits", "probe_reversed", "confirm_strict"} <= set(stage["curve"][-1])
     assert "probe_strict" in stage["curve"][0] and "confirm_strict" not in stage["curve"][0]
     bad = subprocess.run(script + ["warmstart", "--init", str(w / "model"), "--out", str(w / "x"), "--settle", "0"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -1285,3 +1307,32 @@ def _clock(hms: str) -> int:
     """Seconds since midnight of a calls.log stamp, HH:MM:SS."""
     h, m, s = (int(x) for x in hms.split(":"))
     return 3600 * h + 60 * m + s
+
+
+def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
+    """bench/README's table "Reversed codes across the runs": each row from that run's published evaluations
+    (`answer_kind` at 1K-4K), and the reading under it (which starts reversed a fifth, what RL reversed after,
+    where run 17's reversals came in)."""
+    section = _bench_section("Reversed codes across the runs.", "## Fixes these benchmarks led to")
+    train, runs = [1000, 2000, 4000], (4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17)
+    counted: dict[int, dict[str, dict[str, int]]] = {}
+    for run in runs:
+        published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_run{run}.json").read_text())
+        counted[run] = {arm: P.answer_kinds(published[f"eval_{arm}"]["results"], train) for arm in ("warmstart", "rl")}
+        ws, rl = counted[run]["warmstart"], counted[run]["rl"]
+        gain = _printed(Fraction(100 * (rl["right"] - ws["right"]), 144), plus=True)
+        row = f"| {run} | {ws['right']} | {ws['reversed']} | {rl['right']} | {rl['reversed']} | {gain} |"
+        assert row in section, row
+    assert len(re.findall(r"\| \d+ \| \d+ \| \d+ \| \d+ \| \d+ \| [+-]\d+\.\d \|", section)) == len(runs)
+    reversing = [r for r in runs if counted[r]["warmstart"]["reversed"] >= 144 / 5]
+    assert reversing == [8, 12, 17]
+    assert "Three starts reversed a fifth or more of their codes (runs 8, 12 and 17" in section
+    starts = [counted[r]["warmstart"]["reversed"] for r in reversing]
+    after = [counted[r]["rl"]["reversed"] for r in reversing]
+    assert f"{min(starts)}-{max(starts)}) and RL still reversed {min(after)}-{max(after)} after" in section
+    others = max(counted[r]["rl"]["reversed"] for r in runs if r not in reversing)
+    assert f"in the other eight RL never reversed more than {others}" in section
+    run17 = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run17.json").read_text())["eval_rl"]
+    swapped = [r for r in run17["results"] if r["length"] in train and P.answer_kind(r) == "reversed"]
+    carried = sum(P.miss_step(r) == "lost_in_memory" for r in swapped)
+    assert f"{carried} of run 17's {len(swapped)} reversed RL answers had the code stored right" in section

@@ -170,10 +170,15 @@ def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> floa
 
 
 def _probe(engine: Any, probe: list[dict[str, Any]], cfg: P.ReproConfig) -> dict[str, float]:
-    """The held-out probe's scores at the training lengths: strict sub_em, the seed's sub_em, digits right."""
+    """The held-out probe's scores at the training lengths: strict sub_em, the seed's sub_em, digits right, and
+    the share of answers that are the code reversed (`answer_kind`): RL gained least from the starts that reversed
+    most (bench/README, "Run 17"), so the warm start's log shows it before RL begins."""
     results = P.evaluate(engine, probe, cfg)
-    return {f"probe_{name}": round(P.pooled(results, cfg.train_lengths, metric), 2)
-            for name, metric in (("strict", "sub_em_strict"), ("sub_em", "sub_em"), ("digits", "digits"))}
+    scores = {f"probe_{name}": round(P.pooled(results, cfg.train_lengths, metric), 2)
+              for name, metric in (("strict", "sub_em_strict"), ("sub_em", "sub_em"), ("digits", "digits"))}
+    kinds = P.answer_kinds(results, cfg.train_lengths)
+    scores["probe_reversed"] = round(100 * kinds["reversed"] / sum(kinds[k] for k in P.ANSWER_KINDS), 2)
+    return scores
 
 
 def _confirm(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: int, point: dict[str, Any],
@@ -338,7 +343,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
             continue
         point.update(_probe(engine, probe, cfg))
         _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
-             f"digits right {point['probe_digits']:.1f}%")
+             f"digits right {point['probe_digits']:.1f}%, reversed {point['probe_reversed']:.1f}%")
         verdict = P.band_verdict(point["probe_strict"], args.stop_at, top)
         if verdict != "over" or not refines:  # with no refinement left, an overshoot counts as over the mark
             over = over + 1 if verdict != "under" else 0
