@@ -172,7 +172,7 @@ def _warmstart_lr(args: argparse.Namespace, step: int, elapsed_s: float) -> floa
 def _probe(engine: Any, probe: list[dict[str, Any]], cfg: P.ReproConfig) -> dict[str, float]:
     """The held-out probe's scores at the training lengths: strict sub_em, the seed's sub_em, digits right, and
     the share of answers that are the code reversed (`answer_kind`): RL gained least from the starts that reversed
-    most (bench/README, "Run 17"), so the warm start's log shows it before RL begins."""
+    most (bench/README, "Reversed codes across the runs"), so the warm start's log shows it before RL begins."""
     results = P.evaluate(engine, probe, cfg)
     scores = {f"probe_{name}": round(P.pooled(results, cfg.train_lengths, metric), 2)
               for name, metric in (("strict", "sub_em_strict"), ("sub_em", "sub_em"), ("digits", "digits"))}
