@@ -258,7 +258,14 @@ def test_memory_of_several_processes_counts_together():
         return
     assert r["status"] == "memory_limit" and "memory" in r["limits_hit"], r  # killed, not left to its wall
     if "memory" in current_plan().controllers:  # a cgroup refuses the pages; the parent's count is polled
-        assert r["stdout"].count("holding") < 3, r
+        # the kernel's own high-water mark: the three never held their 3 x 48 MiB (+ interpreters) at once. Not
+        # how many printed "holding": under cgroup v1 an OOM kills one process, and the third can finish its
+        # allocation and print before the sandbox's poll kills the rest (CI, 2026-12-03: all three printed,
+        # peak exactly 112 MiB)
+        if r["peak_memory_bytes"] is not None:
+            assert r["peak_memory_bytes"] <= 112 * MiB < 3 * 48 * MiB, r
+        else:  # a cgroup v2 kernel without memory.peak (before 5.19): memory.oom.group kills them together
+            assert r["stdout"].count("holding") < 3, r
 
 
 def test_memory_outside_the_heap_counts_too():
