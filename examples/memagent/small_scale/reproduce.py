@@ -617,7 +617,8 @@ def main() -> None:
     w.add_argument("--max-steps", type=int, default=600)
     w.add_argument("--eval-every", type=int, default=5)
     w.add_argument("--eval-from", type=int, default=25, help="first step at which the probe is evaluated")
-    w.add_argument("--probe-per-length", type=int, default=16, help="held-out probe documents per training length")
+    w.add_argument("--probe-per-length", type=_whole_number(1, "a whole number of documents", "16: 48 at 1K-4K"),
+                   default=16, help="held-out probe documents per training length")
     w.add_argument("--stop-at", type=float, default=30.0, help="stop once probe strict sub_em (%%) reaches this")
     w.add_argument("--settle", type=_whole_number(1, "a whole number of probes", "1: the first probe over the mark"),
                    default=1,
