@@ -236,7 +236,6 @@ def test_warm_start_learning_rate_warms_up_then_follows_its_schedule() -> None:
     assert R._warmstart_lr(args, 10, 60.0) == pytest.approx(5.5e-4)
 
 
-
 def test_the_warm_start_probe_counts_reversed_codes_at_the_training_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe's `probe_reversed`: the share (%) of answers at the training lengths that are the gold code
     with its digits swapped; a longer document's answers and a palindrome code (51 and 15 differ, 77 does not)
@@ -256,6 +255,7 @@ def test_the_warm_start_probe_counts_reversed_codes_at_the_training_lengths(monk
     scores = R._probe(None, [], cfg)
     assert scores["probe_reversed"] == 40.0  # 2 of the 5 answers at 1K-4K (51 -> 15, 28 -> 82); 8K not counted
     assert scores["probe_strict"] == 40.0
+
 
 def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
     import asyncio
@@ -351,6 +351,8 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
         warm("none", "--eval-every", "1", "--eval-from", "2", "--write-share", "0.5")
     for flags, said in ((["--stop-above", "20"], "--stop-above 20.0 must be over --stop-at 30.0"),
                         (["--refine-by", "1"], "--refine-by: '1': a whole number, 2 or more"),
+                        (["--probe-per-length", "0"],
+                         "--probe-per-length: '0': a whole number of documents, 1 or more"),
                         (["--refines", "-1"], "--refines -1: a count of overshoots")):
         bad = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "warmstart", "--init", str(model), "--out",
                               str(tmp_path / "x"), *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -1117,9 +1119,8 @@ def _check_run_section(section: str, published: dict[str, Any]) -> None:
     for name, shown in answers.items():
         row = f"| {name} | " + " | ".join(str(shown["training_lengths"][k]) for k in kinds) + " |"
         assert row in section, row
-    rl_curve, control_curve = rl_stage["curve"], control_stage["curve"]
-    for start in range(0, len(rl_curve), 10):
-        a, b = rl_curve[start:start + 10], control_curve[start:start + 10]
+    for k, (a, b) in enumerate(zip(_windows(rl_stage["curve"]), _windows(control_stage["curve"]), strict=True)):
+        start = 10 * k
 
         def mean(steps: list[dict[str, Any]], key: str, places: int) -> str:
             return f"{sum(s[key] for s in steps) / len(steps):.{places}f}"
@@ -1276,7 +1277,7 @@ def test_run_17s_section_shows_what_its_files_hold() -> None:
     rewards = [c["reward_mean"] for c in rl["curve"]]
     assert f"rose from {rewards[0]:.2f} (step 0) to {sum(rewards[10:20]) / 10:.2f} over steps 10-19" in section
     assert f"({sum(rewards[-10:]) / 10:.2f} over the last 10 steps)" in section
-    windows = [rl["curve"][k:k + 10] for k in range(0, len(rl["curve"]), 10)]
+    windows = _windows(rl["curve"])
     entropy = [sum(c["entropy"] for c in w) / len(w) for w in windows[1:]]
     assert (f"entropy fell from {rl['curve'][0]['entropy']:.3f} to {min(entropy):.3f}-{max(entropy):.3f} a window"
             in section)
@@ -1288,9 +1289,8 @@ def test_run_17s_section_shows_what_its_files_hold() -> None:
     assert (f"{answers['RL']['reversed']} of its {misses['RL']} misses are the code's two digits reversed (the start "
             f"had {answers['warm start']['reversed']} of {misses['warm start']})") in section
     # the control held: its KL to the start below RL's in every window
-    control_windows = [control["curve"][k:k + 10] for k in range(0, len(control["curve"]), 10)]
     kl = [(sum(c["kl"] for c in a) / len(a), sum(c["kl"] for c in b) / len(b))
-          for a, b in zip(windows, control_windows, strict=True)]
+          for a, b in zip(windows, _windows(control["curve"]), strict=True)]
     assert all(c < r for r, c in kl)
     assert f"stayed under RL's in every window ({min(c for _, c in kl):.3f}-{max(c for _, c in kl):.3f})" in section
     every = [1000, 2000, 4000, 8000, 16000, 32000]
@@ -1301,6 +1301,11 @@ def test_run_17s_section_shows_what_its_files_hold() -> None:
     audit = published["audit"]
     assert (f"{audit['rollouts']:,} rollouts, {audit['sequences']:,} sequences, "
             f"{audit['rescored_tokens'] / 1e6:.2f}M trained tokens") in section
+
+
+def _windows(curve: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A stage's curve in the 10-step windows bench/README's curve tables show (the last one may be shorter)."""
+    return [curve[k:k + 10] for k in range(0, len(curve), 10)]
 
 
 def _clock(hms: str) -> int:
