@@ -1341,3 +1341,103 @@ def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
     swapped = [r for r in run17["results"] if r["length"] in train and P.answer_kind(r) == "reversed"]
     carried = sum(P.miss_step(r) == "lost_in_memory" for r in swapped)
     assert f"{carried} of run 17's {len(swapped)} reversed RL answers had the code stored right" in section
+
+
+def test_run_18s_lost_call_holds_what_bench_readme_says() -> None:
+    """Run 18 was lost after its first call (the machine given back before call 2): bench/README's "Run 18,
+    lost" against that call's packed files: the warm start's probes and stop, its evaluation and RL's call-1
+    steps."""
+    section = _bench_section("**Run 18, lost**", "Write-share warm starts and reversed codes.")
+    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run18_lost" / "call1_results.tgz")
+    stage = json.loads(call["warmstart1_stage.json"])
+    assert stage["args"]["write_share"] == 0 and stage["args"]["demo_split"] == "demo1"
+    probes = {int(m.group(1)): m.group(2) for m in re.finditer(r"step (\d+): loss [\d.]+, probe strict sub_em "
+                                                                r"([\d.]+)%", call["warmstart1.log"])}
+    (shot,) = stage["stop"]["overshoots"]
+    assert (f"probe {probes[350]} % at 350, {probes[400]} % at 400, {probes[450]} % at 450: over the band's top, "
+            f"back to {shot['back_to']})") in section and (shot["step"], shot["back_to"]) == (450, 400)
+    stop = next(c for c in stage["curve"] if c["step"] == stage["stop"]["step"])
+    assert (f"stopped at {stop['step']} ({stop['probe_strict']:.1f} %, 2 probes in a row; reversed "
+            f"{stop['probe_reversed']:.1f} %)") in section
+    confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stage["stop"]["reason"]).group(1)
+    assert f"confirmed {confirmed} % on 96 new documents" in section
+    train = [1000, 2000, 4000]
+    warm = json.loads(call["eval_warmstart.json"])["results"]
+    kinds = P.answer_kinds(warm, train)
+    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144 right, {kinds['reversed']} "
+            f"reversed), {_printed(_strict_score(warm, [32000]))} % at 32K") in section
+    untrained = json.loads(call["eval_untrained.json"])["results"]
+    assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
+    left = re.search(r"warm start done after round 1, (\d+) s left", call["calls.log"]).group(1)
+    rl_s = re.search(r"call ends after (\d+) s of RL", call["calls.log"]).group(1)
+    steps = {len(json.loads(call[arm])["curve"]) for arm in ("rl_stage.json", "rl_permuted_stage.json")}
+    assert {json.loads(call[arm])["args"]["lr"] for arm in ("rl_stage.json", "rl_permuted_stage.json")} == {5e-5}
+    assert f"began in call 1 with {left} s left and stepped {steps.pop()} steps each ({rl_s} s)" in section
+    assert not steps  # both arms stepped alike
+
+
+def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> None:
+    """bench/README's table of the `--write-share 0.5` warm starts beside run 18's uniform one, each row from
+    that start's stage file and evaluation, and the reading under it (the reversals of the flag's starts against
+    every uniform start with an evaluation, where the copy formed, what the probe told)."""
+    section = _bench_section("Write-share warm starts and reversed codes.", "## Fixes these benchmarks led to")
+    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    run17 = json.loads((results / "memagent_small_scale_run17.json").read_text())
+    run18 = _packed(results / "memagent_small_scale_run18_lost" / "call1_results.tgz")
+    draws = results / "memagent_small_scale_write_share_draws"
+    starts = {  # name in the table: (stage, evaluated results)
+        "run 17 (`--write-share 0.5`)": (run17["warmstart_stage"], run17["eval_warmstart"]["results"]),
+        **{f"draw {name} (`--write-share 0.5`)": (json.loads((draws / split / "warmstart_stage.json").read_text()),
+                                                 json.loads((draws / split / "eval_warmstart.json").read_text())
+                                                 ["results"]) for name, split in (("A", "demo1"), ("B", "demo2"))},
+        "run 18 (uniform)": (json.loads(run18["warmstart1_stage.json"]),
+                             json.loads(run18["eval_warmstart.json"])["results"])}
+    reversals = {}
+    for name, (stage, evaluated) in starts.items():
+        assert (stage["args"]["write_share"] == 0.5) == ("write-share" in name), name
+        formed = next(c["step"] for c in stage["curve"] if c.get("probe_strict", -1) >= 30)
+        stop = next(c for c in stage["curve"] if c["step"] == stage["stop"]["step"])
+        probe_reversed = f"{stop['probe_reversed']:.1f} %" if "probe_reversed" in stop else "-"
+        confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stage["stop"]["reason"]).group(1)
+        kinds = P.answer_kinds(evaluated, train)
+        swapped = [r for r in evaluated if r["length"] in train and P.answer_kind(r) == "reversed"]
+        where = [P.miss_step(r) for r in swapped]
+        reversals[name] = (kinds["reversed"], where.count("stored_wrong"))
+        row = (f"| {name} | {stage['args']['demo_split']} | {formed} | {stop['step']} | "
+               f"{stop['probe_strict']:.1f} % / {probe_reversed} | {confirmed} % | "
+               f"{_printed(_strict_score(evaluated, train))} % ({kinds['right']}) | {kinds['reversed']} | "
+               f"{where.count('stored_wrong')} / {where.count('lost_in_memory')} | "
+               f"{_printed(_strict_score(evaluated, [32000]))} % |")
+        assert row in section, row
+        assert len(swapped) == kinds["reversed"] == where.count("stored_wrong") + where.count("lost_in_memory")
+    flagged = sorted(n for name, (n, _) in reversals.items() if "write-share" in name)
+    assert f"The three starts with the flag reversed {flagged[0]}, {flagged[1]} and {flagged[2]} of their 144 " \
+           f"codes (median {flagged[1]})" in section
+    stored = sorted(s for name, (_, s) in reversals.items() if "write-share" in name)
+    assert f"({stored[0]}-{stored[-1]} of their reversals; run 18's: {reversals['run 18 (uniform)'][1]} of " \
+           f"{reversals['run 18 (uniform)'][0]})" in section
+    # every uniform warm start with an evaluation: its reversals and its 1K-4K score
+    uniform = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["eval_warmstart"]
+               ["results"] for n in (4, 5, 6, 7, 8, 9, 10, 11, 12, 14)}
+    uniform[18] = starts["run 18 (uniform)"][1]
+    counted = {n: P.answer_kinds(r, train)["reversed"] for n, r in uniform.items()}
+    banded = sorted(n for n, r in uniform.items() if 30 <= _strict_score(r, train) <= 55)
+    assert banded == [4, 5, 10, 12, 14, 18]
+    rev = sorted(counted[n] for n in banded)
+    assert f"reversed {rev[0]}-{rev[-1]} (median {(rev[2] + rev[3]) / 2:g})" in section
+    assert f"(runs 4-12, 14, 18) a median of {sorted(counted.values())[5]}" in section
+    # where the copy formed: the flag's four starts (the first, alone, in its own folder) against the uniform ones
+    alone = json.loads((results / "memagent_small_scale_write_share" / "warmstart_stage.json").read_text())
+    first_30 = [next(c["step"] for c in s["curve"] if c.get("probe_strict", -1) >= 30)
+                for s in (alone, *(stage for name, (stage, _) in starts.items() if "write-share" in name))]
+    assert f"by step 450 ({min(first_30)}-{max(first_30)})" in section and max(first_30) <= 450
+    copy_table = _bench_section("Where the copy forms.", "**Run 17**")
+    early = [x for x in re.findall(r"\| run [^|]+\| [^|]+\| (\d+|-) \| [^|]+ \|", copy_table)
+             if x != "-" and int(x) <= 450]
+    formed_18 = next(c["step"] for c in starts["run 18 (uniform)"][0]["curve"] if c.get("probe_strict", -1) >= 30)
+    assert f"against {len(early) + (formed_18 <= 450)} of the 16 uniform ones" in section
+    # what the probe told: draw B's probe at step 360 (an overshoot) and at its stop
+    (shot,) = [s for s in starts["draw B (`--write-share 0.5`)"][0]["stop"]["overshoots"] if s["step"] == 360]
+    log = (draws / "demo2" / "warmstart.log").read_text()
+    assert re.search(r"step 360: loss [\d.]+, probe strict sub_em [\d.]+%, digits right [\d.]+%, reversed 20\.8%", log)
+    assert shot["back_to"] == 350 and "probe at step 360 (8 steps on, before it went back) read 20.8 %" in section
