@@ -3,6 +3,7 @@ through MemAgent's graph, its training rows, the per-step `check` audit, the eva
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import types
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -255,6 +257,14 @@ def test_the_warm_start_probe_counts_reversed_codes_at_the_training_lengths(monk
     scores = R._probe(None, [], cfg)
     assert scores["probe_reversed"] == 40.0  # 2 of the 5 answers at 1K-4K (51 -> 15, 28 -> 82); 8K not counted
     assert scores["probe_strict"] == 40.0
+    # the confirmation before a stop reads the same share on its own new documents, beside its strict score
+    asked = []
+    monkeypatch.setattr(R.P, "eval_rows", lambda tokenizer, cfg, lengths, n, split, pool: asked.append(split) or
+                        [{}] * (n * len(lengths)))
+    point: dict[str, Any] = {}
+    args = argparse.Namespace(confirm_per_length=2)
+    assert R._confirm(types.SimpleNamespace(tokenizer=None), cfg, args, 7, point, None) == 40.0
+    assert point == {"confirm_strict": 40.0, "confirm_reversed": 40.0} and asked == ["confirm-7"]
 
 
 def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
@@ -438,7 +448,8 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
     # for the confirmation on new documents, asked only then
     assert stage["stop"]["step"] == 2
     assert "(2 probes in a row), confirmed on new documents: 0.0%" in stage["stop"]["reason"]
-    assert {"probe_strict", "probe_digits", "probe_reversed", "confirm_strict"} <= set(stage["curve"][-1])
+    assert {"probe_strict", "probe_digits", "probe_reversed", "confirm_strict", "confirm_reversed"} <= set(
+        stage["curve"][-1])
     assert "probe_strict" in stage["curve"][0] and "confirm_strict" not in stage["curve"][0]
     bad = subprocess.run(script + ["warmstart", "--init", str(w / "model"), "--out", str(w / "x"), "--settle", "0"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -176,21 +176,32 @@ def _probe(engine: Any, probe: list[dict[str, Any]], cfg: P.ReproConfig) -> dict
     results = P.evaluate(engine, probe, cfg)
     scores = {f"probe_{name}": round(P.pooled(results, cfg.train_lengths, metric), 2)
               for name, metric in (("strict", "sub_em_strict"), ("sub_em", "sub_em"), ("digits", "digits"))}
-    kinds = P.answer_kinds(results, cfg.train_lengths)
-    scores["probe_reversed"] = round(100 * kinds["reversed"] / sum(kinds[k] for k in P.ANSWER_KINDS), 2)
+    scores["probe_reversed"] = _reversed_share(results, cfg)
     return scores
+
+
+def _reversed_share(results: list[dict[str, Any]], cfg: P.ReproConfig) -> float:
+    """The share (%) of the answers at the training lengths that are the gold code with its digits swapped."""
+    kinds = P.answer_kinds(results, cfg.train_lengths)
+    return round(100 * kinds["reversed"] / sum(kinds[k] for k in P.ANSWER_KINDS), 2)
 
 
 def _confirm(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: int, point: dict[str, Any],
              pool: Any) -> float | None:
     """Strict sub_em on `--confirm-per-length` documents no probe has seen, before a stop (None: no
     confirmation asked). The first probe over the mark is the maximum of noisy draws: run 3's read 31 % on 48
-    documents and the checkpoint scored 14.6 % on the evaluation's 144. A fresh sample is unbiased."""
+    documents and the checkpoint scored 14.6 % on the evaluation's 144. A fresh sample is unbiased. Its answers'
+    reversed share (`confirm_reversed`) is a second reading of the probe's, on twice its documents by default: the
+    probe's 48 ranked two starts that reversed 13 and 11 of 144 codes the wrong way round (bench/README,
+    "Write-share warm starts and reversed codes")."""
     if args.confirm_per_length <= 0:
         return None
     rows = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.confirm_per_length, f"confirm-{step}", pool)
-    point["confirm_strict"] = round(P.pooled(P.evaluate(engine, rows, cfg), cfg.train_lengths), 2)
-    _log(f"step {step}: confirmation on {len(rows)} new documents: strict sub_em {point['confirm_strict']:.1f}%")
+    results = P.evaluate(engine, rows, cfg)
+    point["confirm_strict"] = round(P.pooled(results, cfg.train_lengths), 2)
+    point["confirm_reversed"] = _reversed_share(results, cfg)
+    _log(f"step {step}: confirmation on {len(rows)} new documents: strict sub_em {point['confirm_strict']:.1f}%, "
+         f"reversed {point['confirm_reversed']:.1f}%")
     return point["confirm_strict"]
 
 
