@@ -1067,7 +1067,7 @@ def test_run_13s_lost_calls_hold_what_bench_readme_says() -> None:
             gone = f"{len(shots)} ({shots[0]['step']}: {shots[0]['probe_strict']:.1f} %, twice)"
         else:
             gone = f"{len(shots)} (" + ", ".join(f"{s['step']}: {s['probe_strict']:.1f} %" for s in shots) + ")"
-        confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stop["reason"]).group(1)
+        confirmed = _confirmed(stop)
         rl = json.loads(files["rl_stage.json"])
         row = (f"| {call} | step {stop['step']} | {gone} | {confirmed} % | {_printed(train)} % | {_printed(far)} % | "
                f"{_printed(far / train, 2)}x | {len(rl['curve'])} ({int(rl['seconds'])}) |")
@@ -1155,7 +1155,7 @@ def test_run_14s_section_shows_what_its_files_hold() -> None:
     shots = ", ".join(f"{s['step']}: {s['probe_strict']:.1f} %" for s in stop["overshoots"])
     warm = json.loads(first["eval_warmstart.json"])["results"]
     steps = {len(json.loads(first[arm])["curve"]) for arm in ("rl_stage.json", "rl_permuted_stage.json")}
-    confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stop["reason"]).group(1)
+    confirmed = _confirmed(stop)
     assert (f"went back from {len(stop['overshoots'])} overshoots ({shots}), stopped its warm start at step "
             f"{stop['step']} (confirmed {confirmed} %; evaluated {_printed(_strict_score(warm, train))} % at 1K-4K, "
             f"{_printed(_strict_score(warm, [32000]))} % at 32K) and ran {steps.pop()} RL steps"
@@ -1197,7 +1197,8 @@ def test_where_the_copy_formed_in_each_warm_start() -> None:
         stages[name] = json.loads(files["warmstart1_stage.json"])
 
     def first(curve: list[dict[str, Any]], mark: float) -> str:
-        return next((str(c["step"]) for c in curve if c.get("probe_strict", -1) >= mark), "-")
+        step = _first_probe(curve, mark)
+        return "-" if step is None else str(step)
 
     for name, stage in stages.items():
         assert stage["args"]["init"].endswith("/model") and stage["args"]["demo_split"] == "demo1", name
@@ -1267,7 +1268,7 @@ def test_run_17s_section_shows_what_its_files_hold() -> None:
             f"{shot['probe_strict']:.1f} % at {shot['step']}") in section and shot["back_to"] == 300
     log = published["calls_log"]
     assert stage["stop"]["step"] == 310 and f"probed at 310 ({probes[310]['probe_strict']:.1f} %, 2 probes" in section
-    confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stage["stop"]["reason"]).group(1)
+    confirmed = _confirmed(stage["stop"])
     assert (f"confirmed {confirmed} % on 96 new documents ({round(stage['stop']['seconds'])} s; demonstrations "
             f"{round(stage['demo_s'])} s)") in section
     assert f"a loss of {probes[310]['loss']:.3f}" in section
@@ -1312,6 +1313,16 @@ def test_run_17s_section_shows_what_its_files_hold() -> None:
     audit = published["audit"]
     assert (f"{audit['rollouts']:,} rollouts, {audit['sequences']:,} sequences, "
             f"{audit['rescored_tokens'] / 1e6:.2f}M trained tokens") in section
+
+
+def _first_probe(curve: list[dict[str, Any]], mark: float) -> int | None:
+    """The step of a warm start's first probe at or over `mark` % strict sub_em (None: no probe reached it)."""
+    return next((c["step"] for c in curve if c.get("probe_strict", -1) >= mark), None)
+
+
+def _confirmed(stop: dict[str, Any]) -> str:
+    """The confirmation's strict sub_em (%) as a warm start's stop reason prints it."""
+    return re.search(r"confirmed on new documents: (\d+\.\d)%", stop["reason"]).group(1)
 
 
 def _windows(curve: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -1370,7 +1381,7 @@ def test_run_18s_lost_call_holds_what_bench_readme_says() -> None:
     stop = next(c for c in stage["curve"] if c["step"] == stage["stop"]["step"])
     assert (f"stopped at {stop['step']} ({stop['probe_strict']:.1f} %, 2 probes in a row; reversed "
             f"{stop['probe_reversed']:.1f} %)") in section
-    confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stage["stop"]["reason"]).group(1)
+    confirmed = _confirmed(stage["stop"])
     assert f"confirmed {confirmed} % on 96 new documents" in section
     train = [1000, 2000, 4000]
     warm = json.loads(call["eval_warmstart.json"])["results"]
@@ -1406,10 +1417,10 @@ def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> 
     reversals = {}
     for name, (stage, evaluated) in starts.items():
         assert (stage["args"]["write_share"] == 0.5) == ("write-share" in name), name
-        formed = next(c["step"] for c in stage["curve"] if c.get("probe_strict", -1) >= 30)
+        formed = _first_probe(stage["curve"], 30)
         stop = next(c for c in stage["curve"] if c["step"] == stage["stop"]["step"])
         probe_reversed = f"{stop['probe_reversed']:.1f} %" if "probe_reversed" in stop else "-"
-        confirmed = re.search(r"confirmed on new documents: (\d+\.\d)%", stage["stop"]["reason"]).group(1)
+        confirmed = _confirmed(stage["stop"])
         kinds = P.answer_kinds(evaluated, train)
         swapped = [r for r in evaluated if r["length"] in train and P.answer_kind(r) == "reversed"]
         where = [P.miss_step(r) for r in swapped]
@@ -1439,13 +1450,13 @@ def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> 
     assert f"(runs 4-12, 14, 18) a median of {sorted(counted.values())[5]}" in section
     # where the copy formed: the flag's four starts (the first, alone, in its own folder) against the uniform ones
     alone = json.loads((results / "memagent_small_scale_write_share" / "warmstart_stage.json").read_text())
-    first_30 = [next(c["step"] for c in s["curve"] if c.get("probe_strict", -1) >= 30)
+    first_30 = [_first_probe(s["curve"], 30)
                 for s in (alone, *(stage for name, (stage, _) in starts.items() if "write-share" in name))]
     assert f"by step 450 ({min(first_30)}-{max(first_30)})" in section and max(first_30) <= 450
     copy_table = _bench_section("Where the copy forms.", "**Run 17**")
     early = [x for x in re.findall(r"\| run [^|]+\| [^|]+\| (\d+|-) \| [^|]+ \|", copy_table)
              if x != "-" and int(x) <= 450]
-    formed_18 = next(c["step"] for c in starts["run 18 (uniform)"][0]["curve"] if c.get("probe_strict", -1) >= 30)
+    formed_18 = _first_probe(starts["run 18 (uniform)"][0]["curve"], 30)
     assert f"against {len(early) + (formed_18 <= 450)} of the 16 uniform ones" in section
     # what the probe told: draw B's probe at step 360 (an overshoot) and at its stop
     (shot,) = [s for s in starts["draw B (`--write-share 0.5`)"][0]["stop"]["overshoots"] if s["step"] == 360]
