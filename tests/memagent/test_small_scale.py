@@ -836,7 +836,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
         P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
 
 
-@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17"])
+@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -914,10 +914,14 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
                                                      "RESUME=1 was refused in 1.5 s (rc 3). The run was started again "
                                                      "from nothing (this file)")],
     "run17": ["--changes-from", "14"],
+    "run19": ["--changes-from", "18", "--failure", ("Six machine starts refused (11:49-12:53 UTC, 90 device-seconds "
+                                                     "each, 541 in all), five of them answered with a ~10 minute wait; "
+                                                     "the seventh started. The run then went in two chained calls with "
+                                                     "no failure; 67 device-seconds were left.")],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1013,9 +1017,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-17: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-19: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -1164,7 +1168,7 @@ def test_run_14s_section_shows_what_its_files_hold() -> None:
 
 def test_run_15s_lost_call_holds_what_bench_readme_says() -> None:
     """Run 15 was lost after its first call: bench/README's "Run 15, lost" against that call's packed files."""
-    section = _bench_section("**Run 15, lost**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 15, lost**", "**Run 19**")
     call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run15_lost" / "call1_results.tgz")
     probes = [(int(m.group(1)), m.group(2)) for m in re.finditer(r"step (\d+): loss [\d.]+, probe strict sub_em "
                                                                   r"([\d.]+)%", call["warmstart1.log"])]
@@ -1254,7 +1258,7 @@ def test_run_17s_section_shows_what_its_files_hold() -> None:
     """bench/README's "Run 17" (three calls, RL's lr halved, the write-share warm start): its tables and paired
     figures as for run 14, and each figure of its reading (the warm start's probes and replay, the calls' gaps,
     the arms' speed, entropy, all-wrong groups, KL and the answers' reversals) from the published file."""
-    section = _bench_section("**Run 17**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 17**", "**Run 19**")
     published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run17.json").read_text())
     _check_run_section(section, published)
     rl, control = published["rl_stage"], published["rl_permuted_stage"]
@@ -1340,7 +1344,7 @@ def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
     """bench/README's table "Reversed codes across the runs": each row from that run's published evaluations
     (`answer_kind` at 1K-4K), and the reading under it (which starts reversed a fifth, what RL reversed after,
     where run 17's reversals came in)."""
-    section = _bench_section("Reversed codes across the runs.", "## Fixes these benchmarks led to")
+    section = _bench_section("Reversed codes across the runs.", "**Run 19**")
     train, runs = [1000, 2000, 4000], (4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17)
     counted: dict[int, dict[str, dict[str, int]]] = {}
     for run in runs:
@@ -1402,7 +1406,7 @@ def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> 
     """bench/README's table of the `--write-share 0.5` warm starts beside run 18's uniform one, each row from
     that start's stage file and evaluation, and the reading under it (the reversals of the flag's starts against
     every uniform start with an evaluation, where the copy formed, what the probe told)."""
-    section = _bench_section("Write-share warm starts and reversed codes.", "## Fixes these benchmarks led to")
+    section = _bench_section("Write-share warm starts and reversed codes.", "**Run 19**")
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
     run17 = json.loads((results / "memagent_small_scale_run17.json").read_text())
     run18 = _packed(results / "memagent_small_scale_run18_lost" / "call1_results.tgz")
@@ -1463,3 +1467,107 @@ def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> 
     log = (draws / "demo2" / "warmstart.log").read_text()
     assert re.search(r"step 360: loss [\d.]+, probe strict sub_em [\d.]+%, digits right [\d.]+%, reversed 20\.8%", log)
     assert shot["back_to"] == 350 and "probe at step 360 (8 steps on, before it went back) read 20.8 %" in section
+
+
+def test_run_19s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 19" (run 18's plan in two calls): its tables and paired figures as for run 14, and each
+    figure of its reading (the warm start's probes, reversals and stop, the arms' time, the training reward, the
+    audits, and the reversals of every uniform start and of every RL run's start) from the kept files."""
+    section = _bench_section("**Run 19**", "## Fixes these benchmarks led to")
+    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    published = json.loads((results / "memagent_small_scale_run19.json").read_text())
+    _check_run_section(section, published)
+    flat = " ".join(section.split())
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
+    assert stage["args"]["write_share"] == 0.0 and published["device_seconds"] == 1192
+    (refusals,) = published["failures"]
+    assert "Six machine starts refused (11:49-12:53 UTC, 90 device-seconds each, 541 in all)" in refusals
+    assert "Six machine starts were refused first (11:49-12:53 UTC, 90 device-seconds each, 541 in all" in flat
+    log = published["calls_log"]
+    (ended,), starts = re.findall(r"\[([\d:]+)\] call ends after", log), re.findall(r"\[([\d:]+)\] call starts", log)
+    assert len(starts) == 2 and "LAST_CALL=1" in published["command"]
+    assert f"sent {_clock(starts[1]) - _clock(ended)} s after the first returned" in flat
+    # the warm start: where the copy formed, the two overshoots, the stop and its reversed shares
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    assert _first_probe(stage["curve"], 30) == 300
+    assert (f"probe {probes[250]['probe_strict']:.1f} % at step 250, {probes[300]['probe_strict']:.1f} % at 300, "
+            f"{stage['stop']['overshoots'][0]['probe_strict']:.1f} % at 350") in flat
+    first, second = stage["stop"]["overshoots"]
+    assert (first["step"], first["back_to"], second["step"], second["back_to"]) == (350, 300, 310, 300)
+    assert (f"(350: {first['probe_strict']:.1f} %; 310: {second['probe_strict']:.1f} %, confirmed "
+            f"{second['confirm_strict']:.1f} %) and stopped at {stage['stop']['step']}") in flat
+    stop = probes[stage["stop"]["step"]]
+    assert f"(probe {stop['probe_strict']:.1f} %, 2 probes in a row)" in flat
+    assert (f"over the band ({_confirmed(stage['stop'])} %) with no refinement left "
+            f"({round(stage['stop']['seconds'])} s; demonstrations {round(stage['demo_s'])} s)") in flat
+    assert (f"**{stop['probe_reversed']:.1f} %** of its answers reversed (the confirmation "
+            f"{stop['confirm_reversed']:.1f} %)") in flat
+    logs = [_packed(results / "memagent_small_scale_run18_lost" / "call1_results.tgz")["warmstart1.log"]] + [
+        (results / "memagent_small_scale_write_share_draws" / split / "warmstart.log").read_text()
+        for split in ("demo1", "demo2")]  # every probe of the other three starts, overshoots included
+    read = [float(x) for log in logs
+            for x in re.findall(r"probe strict sub_em [\d.]+%, digits right [\d.]+%, reversed ([\d.]+)%", log)]
+    assert len(read) > 20 and max(read) == 22.9 < stop["probe_reversed"] and "read at most 22.9 % at any probe" in flat
+    warm = published["eval_warmstart"]["results"]
+    kinds = P.answer_kinds(warm, train)
+    where = [P.miss_step(r) for r in warm if r["length"] in train and P.answer_kind(r) == "reversed"]
+    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
+            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), **{kinds['reversed']} codes "
+            f"reversed** ({where.count('stored_wrong')} stored reversed, {where.count('lost_in_memory')} reversed "
+            f"later)") in flat
+    # the arms: time, speed, the training reward at temperature 1.0
+    for name, arm in (("RL", rl), ("the control", control)):
+        assert f"{name} {round(arm['seconds'])} s ({len(arm['curve'])} steps)" in flat, name
+    assert (f"(rollouts {sum(c['rollout_s'] for c in rl['curve']) / len(rl['curve']):.1f} s, update "
+            f"{sum(c['train_s'] for c in rl['curve']) / len(rl['curve']):.1f} s, the audit)") in flat
+    for arm in (rl, control):  # the published training reward, re-derived from the stage files
+        rewards = [c["reward_mean"] for c in arm["curve"]]
+        key = "rl" if arm is rl else "control"
+        assert published["training_reward_at_t1"][key] == {"steps_0_4": round(sum(rewards[:5]) / 5, 3),
+                                                            "last_10": round(sum(rewards[-10:]) / 10, 3)}
+    shown = published["training_reward_at_t1"]
+    assert (f"from {shown['rl']['steps_0_4']:.2f} over steps 0-4 to {shown['rl']['last_10']:.2f} over the last 10, "
+            f"the control's stayed at {shown['control']['steps_0_4']:.2f}-{shown['control']['last_10']:.2f}") in flat
+    after = P.answer_kinds(published["eval_rl"]["results"], train)
+    assert after["right"] - kinds["right"] == 2 and "RL got 2 more documents right" in flat
+    assert (f"one digit in place {kinds['one_place']} -> {after['one_place']}, another code {kinds['other_code']} "
+            f"-> {after['other_code']}) and turned them into the two right digits in the wrong order (reversed "
+            f"{kinds['reversed']} -> {after['reversed']})") in flat
+    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
+    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
+    assert (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
+            f"{round(total['rescored_tokens'] / 1000)}K trained tokens re-scored before training, "
+            f"{total['breaches']} breaches, max |delta| "
+            f"{max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in flat
+    # every uniform start with an evaluation, and what RL made of the starts that reversed most
+    evaluated = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text())
+                 for n in (4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19)}
+    uniform = {n: P.answer_kinds(e["eval_warmstart"]["results"], train)["reversed"]
+               for n, e in evaluated.items() if n != 17}
+    uniform[18] = P.answer_kinds(json.loads(_packed(results / "memagent_small_scale_run18_lost" /
+                                                    "call1_results.tgz")["eval_warmstart.json"])["results"],
+                                 train)["reversed"]
+    counts = sorted(uniform.values())
+    assert len(counts) == 12 and f"the reversals are {counts[0]}-{counts[-1]}, median {(counts[5] + counts[6]) / 2:g}" \
+        in flat
+    heavy = sorted(n for n, c in uniform.items() if c >= 29)
+    assert heavy == [8, 12, 19] and "three of them reversed 29 or more (runs 8, 12, 19)" in flat
+    gains = {n: float(_strict_score(e["eval_rl"]["results"], train) - _strict_score(e["eval_warmstart"]["results"],
+                                                                                    train))
+             for n, e in evaluated.items()}
+    reversing = {n: P.answer_kinds(e["eval_warmstart"]["results"], train)["reversed"] for n, e in evaluated.items()}
+    over = sorted(n for n in evaluated if reversing[n] >= 28)
+    assert over == [8, 12, 17, 19]
+    assert ("gained " + f"{min(gains[n] for n in over):.1f}-{max(gains[n] for n in over):.1f} points (runs 8, 12, 17, "
+            "19: " + ", ".join(f"{gains[n]:+.1f}" for n in over) + ")") in flat
+    passed = sorted(n for n, e in evaluated.items() if e["targets"]["rl_gain_points_ge_15"]["passed"])
+    assert passed == [9, 14] and max(reversing[n] for n in passed) == 6
+    assert "both runs that met RL's target started from one reversing 6 or fewer (runs 9, 14)" in flat
+    rl_kinds = P.answer_kinds(published["eval_rl"]["results"], train)
+    assert (f"the row 19: {kinds['right']} right, {kinds['reversed']} reversed; RL {rl_kinds['right']} right, "
+            f"{rl_kinds['reversed']} reversed, {gains[19]:+.1f}") in flat
+    run14 = evaluated[14]["rl_stage"]
+    assert (f"run 14 gained {gains[14]:+.1f} in {run14['seconds'] / 60:.1f} minutes from a start reversing "
+            f"{reversing[14]}") in flat
