@@ -1340,6 +1340,19 @@ def _clock(hms: str) -> int:
     return 3600 * h + 60 * m + s
 
 
+def _run18_call() -> dict[str, str]:
+    """Run 18's only call, its packed files as they came back (the run was lost after it)."""
+    return _packed(ROOT / "bench" / "results" / "memagent_small_scale_run18_lost" / "call1_results.tgz")
+
+
+def _warm_start_results(runs: tuple[int, ...]) -> dict[int, list[dict[str, Any]]]:
+    """Each run's evaluated warm start (per-document results): its published file, or run 18's kept call."""
+    results = ROOT / "bench" / "results"
+    return {n: json.loads(_run18_call()["eval_warmstart.json"])["results"] if n == 18 else
+            json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["eval_warmstart"]["results"]
+            for n in runs}
+
+
 def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
     """bench/README's table "Reversed codes across the runs": each row from that run's published evaluations
     (`answer_kind` at 1K-4K), and the reading under it (which starts reversed a fifth, what RL reversed after,
@@ -1374,7 +1387,7 @@ def test_run_18s_lost_call_holds_what_bench_readme_says() -> None:
     lost" against that call's packed files: the warm start's probes and stop, its evaluation and RL's call-1
     steps."""
     section = _bench_section("**Run 18, lost**", "Write-share warm starts and reversed codes.")
-    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run18_lost" / "call1_results.tgz")
+    call = _run18_call()
     stage = json.loads(call["warmstart1_stage.json"])
     assert stage["args"]["write_share"] == 0 and stage["args"]["demo_split"] == "demo1"
     probes = {int(m.group(1)): m.group(2) for m in re.finditer(r"step (\d+): loss [\d.]+, probe strict sub_em "
@@ -1409,7 +1422,7 @@ def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> 
     section = _bench_section("Write-share warm starts and reversed codes.", "**Run 19**")
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
     run17 = json.loads((results / "memagent_small_scale_run17.json").read_text())
-    run18 = _packed(results / "memagent_small_scale_run18_lost" / "call1_results.tgz")
+    run18 = _run18_call()
     draws = results / "memagent_small_scale_write_share_draws"
     starts = {  # name in the table: (stage, evaluated results)
         "run 17 (`--write-share 0.5`)": (run17["warmstart_stage"], run17["eval_warmstart"]["results"]),
@@ -1443,9 +1456,7 @@ def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> 
     assert f"({stored[0]}-{stored[-1]} of their reversals; run 18's: {reversals['run 18 (uniform)'][1]} of " \
            f"{reversals['run 18 (uniform)'][0]})" in section
     # every uniform warm start with an evaluation: its reversals and its 1K-4K score
-    uniform = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["eval_warmstart"]
-               ["results"] for n in (4, 5, 6, 7, 8, 9, 10, 11, 12, 14)}
-    uniform[18] = starts["run 18 (uniform)"][1]
+    uniform = _warm_start_results((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 18))
     counted = {n: P.answer_kinds(r, train)["reversed"] for n, r in uniform.items()}
     banded = sorted(n for n, r in uniform.items() if 30 <= _strict_score(r, train) <= 55)
     assert banded == [4, 5, 10, 12, 14, 18]
@@ -1503,7 +1514,7 @@ def test_run_19s_section_shows_what_its_files_hold() -> None:
             f"({round(stage['stop']['seconds'])} s; demonstrations {round(stage['demo_s'])} s)") in flat
     assert (f"**{stop['probe_reversed']:.1f} %** of its answers reversed (the confirmation "
             f"{stop['confirm_reversed']:.1f} %)") in flat
-    logs = [_packed(results / "memagent_small_scale_run18_lost" / "call1_results.tgz")["warmstart1.log"]] + [
+    logs = [_run18_call()["warmstart1.log"]] + [
         (results / "memagent_small_scale_write_share_draws" / split / "warmstart.log").read_text()
         for split in ("demo1", "demo2")]  # every probe of the other three starts, overshoots included
     read = [float(x) for log in logs
@@ -1542,22 +1553,19 @@ def test_run_19s_section_shows_what_its_files_hold() -> None:
             f"{total['breaches']} breaches, max |delta| "
             f"{max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in flat
     # every uniform start with an evaluation, and what RL made of the starts that reversed most
-    evaluated = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text())
-                 for n in (4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19)}
-    uniform = {n: P.answer_kinds(e["eval_warmstart"]["results"], train)["reversed"]
-               for n, e in evaluated.items() if n != 17}
-    uniform[18] = P.answer_kinds(json.loads(_packed(results / "memagent_small_scale_run18_lost" /
-                                                    "call1_results.tgz")["eval_warmstart.json"])["results"],
-                                 train)["reversed"]
+    reversing = {n: P.answer_kinds(r, train)["reversed"]
+                 for n, r in _warm_start_results((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 18, 19)).items()}
+    uniform = {n: c for n, c in reversing.items() if n != 17}  # run 17's start had --write-share 0.5
     counts = sorted(uniform.values())
     assert len(counts) == 12 and f"the reversals are {counts[0]}-{counts[-1]}, median {(counts[5] + counts[6]) / 2:g}" \
         in flat
     heavy = sorted(n for n, c in uniform.items() if c >= 29)
     assert heavy == [8, 12, 19] and "three of them reversed 29 or more (runs 8, 12, 19)" in flat
+    evaluated = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text())
+                 for n in reversing if n != 18}  # the runs with an RL result
     gains = {n: float(_strict_score(e["eval_rl"]["results"], train) - _strict_score(e["eval_warmstart"]["results"],
                                                                                     train))
              for n, e in evaluated.items()}
-    reversing = {n: P.answer_kinds(e["eval_warmstart"]["results"], train)["reversed"] for n, e in evaluated.items()}
     over = sorted(n for n in evaluated if reversing[n] >= 28)
     assert over == [8, 12, 17, 19]
     assert ("gained " + f"{min(gains[n] for n in over):.1f}-{max(gains[n] for n in over):.1f} points (runs 8, 12, 17, "
