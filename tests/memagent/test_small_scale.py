@@ -278,6 +278,24 @@ def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
     return asyncio.run(P.run_all(rows, ctx, P.options(CFG), 8))
 
 
+def _repro_stage(monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
+    """`python reproduce.py ARGV...`, in this process (so that a test can script the probe)."""
+    import reproduce as R
+
+    monkeypatch.setattr(sys, "argv", ["reproduce.py", *argv])
+    R.main()
+
+
+def _tiny_repro_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The model stage at a size a warm start steps on CPU in milliseconds (one training length: 150 tokens)."""
+    model = tmp_path / "model"
+    _repro_stage(monkeypatch, "model", "--out", str(model), "--hidden-size", "32", "--layers", "1", "--heads", "2",
+                 "--kv-heads", "1", "--intermediate-size", "64", "--chunk-tokens", "128", "--memory-tokens", "24",
+                 "--final-tokens", "16", "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths",
+                 "150", "--eval-per-length", "1")
+    return model
+
+
 def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """`warmstart --stop-above`: a probe over the band's top sends the stage back to the last probe under it
@@ -287,10 +305,6 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
     import reproduce as R
     import torch
     from safetensors.torch import load_file
-
-    def stage(*argv: str) -> None:
-        monkeypatch.setattr(sys, "argv", ["reproduce.py", *argv])
-        R.main()
 
     def scripted(probes: list[float], confirms: list[float] = ()) -> None:  # the scores, in the order asked
         asked, confirmed = iter(probes), iter(confirms)
@@ -304,13 +318,10 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
             return point["confirm_strict"]
         monkeypatch.setattr(R, "_confirm", confirm)
 
-    model = tmp_path / "model"
-    stage("model", "--out", str(model), "--hidden-size", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1",
-          "--intermediate-size", "64", "--chunk-tokens", "128", "--memory-tokens", "24", "--final-tokens", "16",
-          "--train-min-tokens", "150", "--train-max-tokens", "250", "--eval-lengths", "150", "--eval-per-length", "1")
+    model = _tiny_repro_model(tmp_path, monkeypatch)
 
     def warm(name: str, *flags: str) -> dict[str, Any]:
-        stage("warmstart", "--init", str(model), "--out", str(tmp_path / name), "--demos", "3", "--batch", "4",
+        _repro_stage(monkeypatch, "warmstart", "--init", str(model), "--out", str(tmp_path / name), "--demos", "3", "--batch", "4",
               "--warmup", "2", "--max-steps", "8", "--probe-per-length", "1", "--device", "cpu", "--stop-at", "30",
               *flags)
         return json.loads((tmp_path / name / "stage.json").read_text())
@@ -367,6 +378,118 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
         bad = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "warmstart", "--init", str(model), "--out",
                               str(tmp_path / "x"), *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert bad.returncode == 2 and said in bad.stderr, bad.stderr
+
+
+def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`warmstart --restart-reversed PCT`: a stop whose answers read PCT % or more reversed (the probe's and the
+    confirmation's pooled) is rejected, and the warm start begins again from the init weights with a fresh AdamW,
+    its warm-up and batches of its own seed, `--restarts` times at most; if every attempt reverses as much, the
+    least reversed is kept. The probe's readings are scripted (a tiny CPU model scores 0); the training is real and
+    on CPU bit-reproducible, so each claim is checked on the weights and losses."""
+    import reproduce as R
+    import torch
+    from safetensors.torch import load_file
+
+    def scripted(probes: list[tuple[float, float]], confirms: list[tuple[float, float]] = ()) -> None:
+        """(strict, reversed) readings of the probe and of the confirmation, in the order asked."""
+        asked, confirmed = iter(probes), iter(confirms)
+        monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: dict(
+            zip(("probe_strict", "probe_reversed"), next(asked), strict=True), probe_digits=0.0))
+
+        def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
+            if args.confirm_per_length <= 0:
+                return None
+            point["confirm_strict"], point["confirm_reversed"] = next(confirmed)
+            return point["confirm_strict"]
+        monkeypatch.setattr(R, "_confirm", confirm)
+
+    drawn: list[list[int]] = []  # every step's training rows, in order
+    batch_rows = R._batch_rows
+    monkeypatch.setattr(R, "_batch_rows", lambda *a: drawn.append(batch_rows(*a)) or drawn[-1])
+    model = _tiny_repro_model(tmp_path, monkeypatch)
+
+    def warm(name: str, *flags: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        drawn.clear()
+        _repro_stage(monkeypatch, "warmstart", "--init", str(model), "--out", str(tmp_path / name), "--demos", "3",
+                     "--batch", "4", "--warmup", "2", "--max-steps", "6", "--probe-per-length", "1", "--device", "cpu",
+                     "--stop-at", "30", "--eval-every", "2", "--eval-from", "2", *flags)
+        return json.loads((tmp_path / name / "stage.json").read_text()), load_file(tmp_path / name /
+                                                                                   "model.safetensors")
+
+    def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    scripted([(40.0, 50.0)])  # without the flag a reversing stop stands, and the stage is as it always was
+    plain, plain_w = warm("plain")
+    plain_rows = list(drawn)
+    assert plain["stop"]["reason"] == "probe strict sub_em 40.0% >= 30.0% at step 2" and plain["stop"]["step"] == 2
+    assert "rejected" not in plain["stop"] and "attempt" not in plain["stop"]
+
+    scripted([(40.0, 50.0), (40.0, 0.0)])  # attempt 1 reverses half its answers: rejected; attempt 2 none: kept
+    again, again_w = warm("again", "--restart-reversed", "20")
+    stop = again["stop"]
+    assert stop["reason"] == ("probe strict sub_em 40.0% >= 30.0% at step 2, reversed 0.0% under --restart-reversed "
+                              "20.0% in attempt 2, after 1 restart (stop['rejected'])")
+    assert (stop["attempt"], stop["reversed"], stop["step"]) == (1, 0.0, 2)
+    [first] = stop["rejected"]
+    assert {k: first[k] for k in ("attempt", "reversed", "step", "reason", "probe_strict", "probe_reversed")} == {
+        "attempt": 0, "reversed": 50.0, "step": 2, "reason": plain["stop"]["reason"], "probe_strict": 40.0,
+        "probe_reversed": 50.0}
+    # the rejected attempt is the plain run (the flag changes nothing before a stop), and the kept one trained on
+    # other batches: its own seed
+    assert drawn[:2] == plain_rows and drawn[2:] != plain_rows and len(drawn) == 4
+    assert [p["loss"] for p in first["curve"]] == [p["loss"] for p in plain["curve"]]
+    assert [p["step"] for p in again["curve"]] == [1, 2] and not same(again_w, plain_w)
+
+    # begun again from the init weights, with a fresh AdamW and warm-up: on the same batches, attempt 2 trains
+    # exactly as attempt 1 did (kept moments, weights or lr would each change its losses and weights)
+    monkeypatch.setattr(R, "_batch_rows", lambda trained, writes, batch, share, rng: trained[:batch])
+    scripted([(40.0, 50.0), (40.0, 0.0)])
+    fixed, fixed_w = warm("fixed", "--restart-reversed", "20")
+    scripted([(40.0, 0.0)])
+    once, once_w = warm("once", "--restart-reversed", "20")
+    assert [p["loss"] for p in fixed["curve"]] == [p["loss"] for p in fixed["stop"]["rejected"][0]["curve"]] == [
+        p["loss"] for p in once["curve"]]
+    assert same(fixed_w, once_w) and once["stop"]["rejected"] == [] and once["stop"]["attempt"] == 0
+    monkeypatch.setattr(R, "_batch_rows", lambda *a: drawn.append(batch_rows(*a)) or drawn[-1])
+
+    # every attempt reverses as much: the least reversed (attempt 2, 30 %) is kept, weights and curve, saying so
+    scripted([(40.0, 50.0), (40.0, 30.0), (40.0, 40.0)])
+    kept, kept_w = warm("kept", "--restart-reversed", "20", "--restarts", "2")
+    assert kept["stop"]["reason"] == (
+        "probe strict sub_em 40.0% >= 30.0% at step 2, reversed 30.0%: every one of the 3 attempts read "
+        "--restart-reversed 20.0% or more (--restarts 2): kept attempt 2, the least reversed (stop['rejected'])")
+    assert [(r["attempt"], r["reversed"]) for r in kept["stop"]["rejected"]] == [(0, 50.0), (2, 40.0)]
+    assert kept["stop"]["attempt"] == 1 and same(kept_w, again_w)  # attempt 2 of both runs: the same seed
+    assert [p["loss"] for p in kept["curve"]] == [p["loss"] for p in again["curve"]]
+
+    # the probe's and the confirmation's answers pooled: all of the probe's 1 and none of the confirmation's 3
+    # reversed read 25 %
+    scripted([(40.0, 100.0)], [(40.0, 0.0)])
+    pooled, _ = warm("pooled", "--restart-reversed", "30", "--confirm-per-length", "3")
+    assert pooled["stop"]["reversed"] == 25.0 and pooled["stop"]["rejected"] == []
+    scripted([(40.0, 100.0), (40.0, 0.0)], [(40.0, 0.0), (40.0, 0.0)])  # 25 % reaches --restart-reversed 25
+    pooled, _ = warm("pooled2", "--restart-reversed", "25", "--confirm-per-length", "3", "--restarts", "1")
+    assert [r["reversed"] for r in pooled["stop"]["rejected"]] == [25.0] and pooled["stop"]["attempt"] == 1
+
+    # an attempt that never stops on its probe ends at the step cap (or the time budget), saying which attempt
+    scripted([(40.0, 50.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)])
+    capped, _ = warm("capped", "--restart-reversed", "20")
+    assert capped["stop"]["reason"] == "max_steps 6 reached in attempt 2, after 1 restart (stop['rejected'])"
+    assert capped["stop"]["attempt"] == 1 and [r["attempt"] for r in capped["stop"]["rejected"]] == [0]
+    assert [p["step"] for p in capped["curve"]] == [1, 2, 3, 4, 5, 6]
+
+    for flags, said in ((["--restart-reversed", "0"], "--restart-reversed: '0': a share of answers in %, over 0"),
+                        (["--restart-reversed", "120"], "--restart-reversed: '120': a share of answers in %"),
+                        (["--restart-reversed", "a fifth"], "--restart-reversed: 'a fifth': a share of answers"),
+                        (["--restarts", "0"], "--restarts: '0': a whole number of attempts after the first, 1 or more"),
+                        (["--restart-reversed", "20", "--schedule", "cosine", "--max-minutes", "5"],
+                         "--restart-reversed with --schedule cosine and --max-minutes: the cosine runs over")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as refused:  # argparse's refusal, before anything loads
+            _repro_stage(monkeypatch, "warmstart", "--init", str(model), "--out", str(tmp_path / "x"), *flags)
+        assert refused.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:
@@ -577,7 +700,7 @@ CALLS_ENV = {
                   "--eval-lengths 110",
     "EVAL_PER_LENGTH": "2", "DEMOS": "4", "DEMO_WORKERS": "1", "WS_ARGS": "--batch 8 --max-steps 2",
     "WS_EVAL_EVERY": "2", "WS_EVAL_FROM": "2", "PROBE": "1", "CONFIRM": "1", "WS_STOP_AT": "101", "WS_ROUNDS": "2",
-    "WS_STOP_ABOVE": "102", "WS_REFINES": "1",
+    "WS_STOP_ABOVE": "102", "WS_REFINES": "1", "WS_RESTART_REVERSED": "20", "WS_RESTARTS": "1",
     "RL_PROMPTS": "2", "RL_SAMPLES": "2", "RL_STEPS_PER_ROLLOUT": "2", "RL_WARMUP": "3", "RL_MIN_S": "30",
     "RL_TOTAL_S": "88", "EVAL_S": "30",
     # an untrained model never scores: every group is flat, and --skip-flat would take no AdamW step to resume
@@ -651,6 +774,8 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     ws1 = json.loads(first["packed"]["warmstart1_stage.json"])
     assert ws1["stop"]["reason"] == "max_steps 2 reached"  # under the probe mark: another round follows
     assert ws1["args"]["stop_above"] == 102.0 and ws1["args"]["refines"] == 1 and ws1["stop"]["overshoots"] == []
+    assert (ws1["args"]["restart_reversed"], ws1["args"]["restarts"]) == (20.0, 1)  # WS_RESTART_REVERSED, WS_RESTARTS
+    assert ws1["stop"]["attempt"] == 0 and ws1["stop"]["rejected"] == []  # no probe stop: nothing to begin again from
     # 2: a second round on new documents, from the first; WS_ROUNDS reached, so RL and its control start from it
     # in the same call (RL_MIN_S was left), and end short of RL_TOTAL_S: "call again"
     assert second["said"][1].startswith(f"warm start round 2 from {work / 'warm1'}")
