@@ -450,7 +450,8 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, data
             stop["reason"] += f", reversed {share:.1f}% under --restart-reversed {limit}%"
             stop["reason"] += f" in {tried}" if attempt else ""
             return run, {**stop, "attempt": attempt, "reversed": share, "rejected": rejected}
-        rejected.append({"attempt": attempt, "reversed": share, **stop, "seconds": round(time.perf_counter() - begun, 1),
+        seconds = round(time.perf_counter() - begun, 1)
+        rejected.append({"attempt": attempt, "reversed": share, **stop, "seconds": seconds,
                          **{k: point[k] for k in ("probe_strict", "probe_reversed", "confirm_strict",
                                                   "confirm_reversed") if k in point}, "curve": run.curve})
         if least is None or share < least[0]:
@@ -744,8 +745,8 @@ def main() -> None:
                    help="before stopping, check the probe's verdict on this many new documents per training length "
                         "(0: stop on the probe alone)")
     w.add_argument("--demo-workers", type=int, default=1, help="processes rolling the oracle's demonstrations (each "
-                   "holds its own engine on the device and scores up to 512 rollouts at once: 8 fit an H200 beside "
-                   "an evaluation, 14 ran out of memory)")
+                   "holds its own engine on the device and scores up to 512 rollouts at once: on an H200 8 fit "
+                   "beside an evaluation in most runs and ran out once (run 20), 6 fit, 14 ran out of memory)")
     w.add_argument("--demo-split", default="demo", help="family of demonstration documents (another name, other "
                    "documents: a continued warm start trains on new ones)")
     w.add_argument("--schedule", choices=("constant", "cosine"), default="constant",

@@ -29,7 +29,8 @@ R="python3 $here/reproduce.py"
 : "${RL_WARMUP:=10}" "${RL_KL:=0.001}"  # optimizer steps of lr warm-up; the seed's KL loss coefficient (low_var_kl)
 : "${RL_SAMPLER:=inverse_cdf}"  # the rollouts' engine sampler (inverse_cdf | multinomial: the same distribution;
 # inverse_cdf batched 1.69x multinomial's tokens/s at 256 requests on the H200: bench/README "engine_batching.py")
-# DEMO_WORKERS: each worker holds its own engine on the GPU (8 fit an H200 beside an evaluation; 14 ran out of memory)
+# DEMO_WORKERS: each worker holds its own engine on the GPU (on an H200: 8 fit beside an evaluation in most runs and
+# ran out once, bench/README "Run 20, lost"; 6 fit, 99.8 s for 8,192 demonstrations; 14 ran out of memory)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 : "${LAST_CALL:=0}"  # 1: this call ends the run: RL steps what it leaves after EVAL_S (RL_TOTAL_S aside), then
 # the evaluations and the table, so that the last call's RL need not be worked out by hand
