@@ -321,9 +321,9 @@ def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_
     model = _tiny_repro_model(tmp_path, monkeypatch)
 
     def warm(name: str, *flags: str) -> dict[str, Any]:
-        _repro_stage(monkeypatch, "warmstart", "--init", str(model), "--out", str(tmp_path / name), "--demos", "3", "--batch", "4",
-              "--warmup", "2", "--max-steps", "8", "--probe-per-length", "1", "--device", "cpu", "--stop-at", "30",
-              *flags)
+        _repro_stage(monkeypatch, "warmstart", "--init", str(model), "--out", str(tmp_path / name), "--demos", "3",
+                     "--batch", "4", "--warmup", "2", "--max-steps", "8", "--probe-per-length", "1", "--device", "cpu",
+                     "--stop-at", "30", *flags)
         return json.loads((tmp_path / name / "stage.json").read_text())
 
     scripted([40.0, 45.0])  # never overshoots: probes at steps 3 and 4, both in the band: stop at 4
@@ -1609,7 +1609,7 @@ def test_run_19s_section_shows_what_its_files_hold() -> None:
     """bench/README's "Run 19" (run 18's plan in two calls): its tables and paired figures as for run 14, and each
     figure of its reading (the warm start's probes, reversals and stop, the arms' time, the training reward, the
     audits, and the reversals of every uniform start and of every RL run's start) from the kept files."""
-    section = _bench_section("**Run 19**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 19**", "**Run 20, lost**")
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
     published = json.loads((results / "memagent_small_scale_run19.json").read_text())
     _check_run_section(section, published)
@@ -1704,3 +1704,99 @@ def test_run_19s_section_shows_what_its_files_hold() -> None:
     run14 = evaluated[14]["rl_stage"]
     assert (f"run 14 gained {gains[14]:+.1f} in {run14['seconds'] / 60:.1f} minutes from a start reversing "
             f"{reversing[14]}") in flat
+
+
+def test_run_20s_lost_calls_hold_what_bench_readme_says() -> None:
+    """Run 20 (run 18's plan with `--restart-reversed 20`) was lost after its second call: bench/README's "Run 20,
+    lost" against that call's packed files (the warm start, its stop's reversed reading, its evaluation, both
+    arms' 20 steps and audits), and the write-share try of the rule after it against its own files."""
+    section = _bench_section("**Run 20, lost**", "## Fixes these benchmarks led to")
+    kept = ROOT / "bench" / "results" / "memagent_small_scale_run20_lost"
+    call, train = _packed(kept / "call2_results.tgz"), [1000, 2000, 4000]
+    log = call["calls.log"]
+    (ended,) = re.findall(r"\[([\d:]+)\] call ends after warm", log)
+    starts = re.findall(r"\[([\d:]+)\] call starts", log)
+    assert len(starts) == 2 and f"sent back to back ({_clock(starts[1]) - _clock(ended)} s apart)" in section
+    # the warm start: the rule on, its probes, the overshoot, the stop and its reversed reading
+    stage = json.loads(call["warmstart1_stage.json"])
+    args, stop = stage["args"], stage["stop"]
+    assert (args["write_share"], args["restart_reversed"], args["restarts"]) == (0.0, 20.0, 2)
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    assert (f"probe {probes[800]['probe_strict']:.1f} % at step 800, {probes[950]['probe_strict']:.1f} % at 950, "
+            f"{probes[1000]['probe_strict']:.1f} % at 1000 and 1050, {probes[1100]['probe_strict']:.1f} % at 1100"
+            ) in section and probes[1000]["probe_strict"] == probes[1050]["probe_strict"] < 30
+    assert _first_probe(stage["curve"], 30) == 1100 and _first_probe(stage["curve"], 12) == 800
+    (shot,) = stop["overshoots"]
+    at = probes[stop["step"]]
+    assert (f"({shot['step']}: {shot['probe_strict']:.1f} %, back to {shot['back_to']}) and it stopped at "
+            f"{stop['step']} (probe {at['probe_strict']:.1f} %, 2 probes in a row), confirmed {_confirmed(stop)} % on "
+            f"96 new documents ({round(stop['seconds'])} s; demonstrations {round(stage['demo_s'])} s)") in section
+    assert (stop["attempt"], stop["rejected"], stop["reversed"]) == (0, [], 0.0)
+    assert at["probe_reversed"] == at["confirm_reversed"] == 0.0 and stop["reason"].endswith(
+        "reversed 0.0% under --restart-reversed 20.0%")
+    assert "stop read **0.0 %** reversed (the probe 0.0 %, the confirmation 0.0 %)" in section
+    warm = json.loads(call["eval_warmstart.json"])["results"]
+    kinds = P.answer_kinds(warm, train)
+    ratio = _strict_score(warm, [32000]) / _strict_score(warm, train)
+    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K ({_printed(ratio, 2)}x), **{kinds['reversed']} codes "
+            f"reversed**; its misses are another kind: one digit in place {kinds['one_place']}, another code "
+            f"{kinds['other_code']} (stored wrong {kinds['stored_wrong']}, lost in memory {kinds['lost_in_memory']}, "
+            f"lost answering {kinds['lost_answering']})") in section
+    untrained = json.loads(call["eval_untrained.json"])["results"]
+    assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
+    assert "call ends after warm start round 1" in log and "The copy took call 1 (its 555 s)" in section
+    # the arms: 20 steps each, their time and speed, the curves table, the training reward and the audits
+    rl, control = json.loads(call["rl_stage.json"]), json.loads(call["rl_permuted_stage.json"])
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
+    assert len(rl["curve"]) == len(control["curve"]) == 20 and (rl["permuted"], control["permuted"]) == (False, True)
+    rollout_s, train_s = (sum(c[k] for c in rl["curve"]) / 20 for k in ("rollout_s", "train_s"))
+    assert (f"RL and the control 20 steps each ({round(rl['seconds'])} s and {round(control['seconds'])} s; rollouts "
+            f"{rollout_s:.1f} s, update {train_s:.1f} s a step)") in section
+    for (first, last), rows in zip(((0, 9), (10, 19)), _windows(rl["curve"]), strict=True):
+        twin = control["curve"][first:last + 1]
+
+        def mean(curve: list[dict[str, Any]], key: str) -> float:
+            return sum(c[key] for c in curve) / len(curve)
+        assert (f"| {first}-{last} | {mean(rows, 'reward_mean'):.2f} / {mean(twin, 'reward_mean'):.2f} | "
+                f"{mean(rows, 'reward_mean') - mean(twin, 'reward_mean'):+.2f} | {mean(rows, 'entropy'):.3f} / "
+                f"{mean(twin, 'entropy'):.3f} | {mean(rows, 'kl'):.3f} / {mean(twin, 'kl'):.3f} | "
+                f"{mean(rows, 'flat_groups'):.1f} / {mean(twin, 'flat_groups'):.1f} |") in section
+    rewards = {arm: [c["reward_mean"] for c in s["curve"]] for arm, s in (("rl", rl), ("control", control))}
+    assert (f"({sum(rewards['rl'][:5]) / 5:.2f} over steps 0-4 to {sum(rewards['rl'][-10:]) / 10:.2f} over the last "
+            "10; run 19: 0.32 to 0.50), the control flat "
+            f"({sum(rewards['control'][:5]) / 5:.2f} -> {sum(rewards['control'][-10:]) / 10:.2f})") in section
+    shown = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run19.json").read_text())
+    assert (f"{shown['training_reward_at_t1']['rl']['steps_0_4']:.2f} to "
+            f"{shown['training_reward_at_t1']['rl']['last_10']:.2f}") == "0.32 to 0.50"
+    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
+    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
+    assert (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
+            f"{round(total['rescored_tokens'] / 1000)}K trained tokens re-scored, {total['breaches']} breaches, max "
+            f"|delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in section
+    assert not any(name.startswith("eval_rl") for name in call)  # no evaluation of either arm came back
+    # every uniform start with an evaluation, run 20's included
+    reversing = {n: P.answer_kinds(r, train)["reversed"]
+                 for n, r in _warm_start_results((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 18, 19)).items()}
+    reversing[20] = kinds["reversed"]
+    counts = sorted(reversing.values())
+    assert len(counts) == 13 and f"the reversals are now {counts[0]}-{counts[-1]}, median {counts[6]}" in section
+    assert sorted(n for n, c in reversing.items() if c == 0) == [9, 11, 20] and "as runs 9 and 11" in section
+    heavy = sorted(n for n, c in reversing.items() if c >= 0.2 * 144)
+    assert heavy == [8, 12, 19] and "reversed 29 or more of their 144 codes (runs 8, 12, 19)" in section
+    assert min(reversing[n] for n in heavy) == 29
+    # the write-share try of the rule: the out-of-memory first try, then six workers and no copy by step 800
+    oom = (kept / "write_share_restart" / "first_try_oom.log").read_text()
+    held = [float(x) for x in re.findall(r"Process \d+ has ([\d.]+) GiB memory in use", oom.split("\n")[-2])]
+    assert len(held) == 7 and f"seven workers held {min(held):.1f}-{max(held):.1f} GiB each" in section
+    assert "this process has 4.03 GiB memory in use" in oom and "the eighth ran out at 4.0 GiB" in section
+    assert "GPU 0 has a total capacity of 139.80 GiB" in oom and "on the 139.8 GiB card" in section
+    ws = json.loads((kept / "write_share_restart" / "warmstart_stage.json").read_text())
+    assert (ws["args"]["write_share"], ws["args"]["demo_workers"], ws["args"]["restart_reversed"]) == (0.5, 6, 20.0)
+    ws_log = (kept / "write_share_restart" / "warmstart.log").read_text()
+    assert re.search(r"8192 oracle rollouts -> \d+ training sequences \(\d+ trained tokens\) in 99\.8s", ws_log)
+    assert "six workers rolled the 8,192 demonstrations in 99.8 s" in section and ws["demo_s"] == 99.8
+    ws_probes = [c["probe_strict"] for c in ws["curve"] if "probe_strict" in c]
+    assert ws["curve"][-1]["step"] >= 800 and max(ws_probes) == 2.08 and min(ws_probes) == 0.0
+    assert "probes 0.0-2.1 % from step 150 to 800" in section
+    assert ws["stop"]["reason"] == "time budget of 5.3 min spent" and ws["stop"]["rejected"] == []
