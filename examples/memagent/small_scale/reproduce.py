@@ -392,6 +392,7 @@ def _reversed_at_stop(point: dict[str, Any], probe_answers: int, confirm_answers
 
 
 def _weights(model: Any) -> dict[str, Any]:
+    """A copy of the model's weights (a state dict is by reference: the next step would change it)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
