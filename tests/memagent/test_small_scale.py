@@ -296,27 +296,35 @@ def _tiny_repro_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return model
 
 
+def _script_probe(monkeypatch: pytest.MonkeyPatch, probes: list[tuple[float, float]],
+                  confirms: list[tuple[float, float]] = ()) -> None:
+    """The warm start's probe and confirmation read these (strict, reversed) shares, in the order asked (a tiny
+    CPU model scores 0); the training stays real."""
+    import reproduce as R
+
+    asked, confirmed = iter(probes), iter(confirms)
+    monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: dict(
+        zip(("probe_strict", "probe_reversed"), next(asked), strict=True), probe_digits=0.0))
+
+    def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
+        if args.confirm_per_length <= 0:
+            return None
+        point["confirm_strict"], point["confirm_reversed"] = next(confirmed)
+        return point["confirm_strict"]
+    monkeypatch.setattr(R, "_confirm", confirm)
+
+
 def test_an_overshooting_warm_start_goes_back_exactly_and_lands_in_the_band(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """`warmstart --stop-above`: a probe over the band's top sends the stage back to the last probe under it
     (weights, AdamW's moments, the batch sampler) and probes more often from there. The probe's scores are
     scripted (a tiny CPU model scores 0); the training is real, and on CPU bit-reproducible: the run that went
     back must end with the very weights and losses of a run that never overshot."""
-    import reproduce as R
     import torch
     from safetensors.torch import load_file
 
     def scripted(probes: list[float], confirms: list[float] = ()) -> None:  # the scores, in the order asked
-        asked, confirmed = iter(probes), iter(confirms)
-        monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: {"probe_strict": next(asked), "probe_digits": 0.0,
-                                                                     "probe_reversed": 0.0})
-
-        def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
-            if args.confirm_per_length <= 0:
-                return None
-            point["confirm_strict"] = next(confirmed)
-            return point["confirm_strict"]
-        monkeypatch.setattr(R, "_confirm", confirm)
+        _script_probe(monkeypatch, [(p, 0.0) for p in probes], [(c, 0.0) for c in confirms])
 
     model = _tiny_repro_model(tmp_path, monkeypatch)
 
@@ -392,21 +400,15 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
     from safetensors.torch import load_file
 
     def scripted(probes: list[tuple[float, float]], confirms: list[tuple[float, float]] = ()) -> None:
-        """(strict, reversed) readings of the probe and of the confirmation, in the order asked."""
-        asked, confirmed = iter(probes), iter(confirms)
-        monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: dict(
-            zip(("probe_strict", "probe_reversed"), next(asked), strict=True), probe_digits=0.0))
-
-        def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
-            if args.confirm_per_length <= 0:
-                return None
-            point["confirm_strict"], point["confirm_reversed"] = next(confirmed)
-            return point["confirm_strict"]
-        monkeypatch.setattr(R, "_confirm", confirm)
+        _script_probe(monkeypatch, probes, confirms)
 
     drawn: list[list[int]] = []  # every step's training rows, in order
     batch_rows = R._batch_rows
-    monkeypatch.setattr(R, "_batch_rows", lambda *a: drawn.append(batch_rows(*a)) or drawn[-1])
+
+    def recorded(*a: Any) -> list[int]:
+        drawn.append(batch_rows(*a))
+        return drawn[-1]
+    monkeypatch.setattr(R, "_batch_rows", recorded)
     model = _tiny_repro_model(tmp_path, monkeypatch)
 
     def warm(name: str, *flags: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -452,7 +454,7 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
     assert [p["loss"] for p in fixed["curve"]] == [p["loss"] for p in fixed["stop"]["rejected"][0]["curve"]] == [
         p["loss"] for p in once["curve"]]
     assert same(fixed_w, once_w) and once["stop"]["rejected"] == [] and once["stop"]["attempt"] == 0
-    monkeypatch.setattr(R, "_batch_rows", lambda *a: drawn.append(batch_rows(*a)) or drawn[-1])
+    monkeypatch.setattr(R, "_batch_rows", recorded)
 
     # every attempt reverses as much: the least reversed (attempt 2, 30 %) is kept, weights and curve, saying so
     scripted([(40.0, 50.0), (40.0, 30.0), (40.0, 40.0)])
@@ -1465,17 +1467,27 @@ def _clock(hms: str) -> int:
     return 3600 * h + 60 * m + s
 
 
-def _run18_call() -> dict[str, str]:
-    """Run 18's only call, its packed files as they came back (the run was lost after it)."""
-    return _packed(ROOT / "bench" / "results" / "memagent_small_scale_run18_lost" / "call1_results.tgz")
+# the runs lost after a call that evaluated their warm start: the packed files of the last call that came back
+KEPT_CALLS = {18: "memagent_small_scale_run18_lost/call1_results.tgz",
+              20: "memagent_small_scale_run20_lost/call2_results.tgz"}
+
+
+def _kept_call(run: int) -> dict[str, str]:
+    """A lost run's last call, its packed files as they came back."""
+    return _packed(ROOT / "bench" / "results" / KEPT_CALLS[run])
 
 
 def _warm_start_results(runs: tuple[int, ...]) -> dict[int, list[dict[str, Any]]]:
-    """Each run's evaluated warm start (per-document results): its published file, or run 18's kept call."""
+    """Each run's evaluated warm start (per-document results): its published file, or a lost run's kept call."""
     results = ROOT / "bench" / "results"
-    return {n: json.loads(_run18_call()["eval_warmstart.json"])["results"] if n == 18 else
+    return {n: json.loads(_kept_call(n)["eval_warmstart.json"])["results"] if n in KEPT_CALLS else
             json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["eval_warmstart"]["results"]
             for n in runs}
+
+
+def _warm_start_reversals(runs: tuple[int, ...]) -> dict[int, int]:
+    """How many of each run's warm start's 144 answers at 1K-4K are the code reversed."""
+    return {n: P.answer_kinds(r, [1000, 2000, 4000])["reversed"] for n, r in _warm_start_results(runs).items()}
 
 
 def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
@@ -1512,7 +1524,7 @@ def test_run_18s_lost_call_holds_what_bench_readme_says() -> None:
     lost" against that call's packed files: the warm start's probes and stop, its evaluation and RL's call-1
     steps."""
     section = _bench_section("**Run 18, lost**", "Write-share warm starts and reversed codes.")
-    call = _run18_call()
+    call = _kept_call(18)
     stage = json.loads(call["warmstart1_stage.json"])
     assert stage["args"]["write_share"] == 0 and stage["args"]["demo_split"] == "demo1"
     probes = {int(m.group(1)): m.group(2) for m in re.finditer(r"step (\d+): loss [\d.]+, probe strict sub_em "
@@ -1547,7 +1559,7 @@ def test_write_share_warm_starts_and_reversals_hold_what_bench_readme_says() -> 
     section = _bench_section("Write-share warm starts and reversed codes.", "**Run 19**")
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
     run17 = json.loads((results / "memagent_small_scale_run17.json").read_text())
-    run18 = _run18_call()
+    run18 = _kept_call(18)
     draws = results / "memagent_small_scale_write_share_draws"
     starts = {  # name in the table: (stage, evaluated results)
         "run 17 (`--write-share 0.5`)": (run17["warmstart_stage"], run17["eval_warmstart"]["results"]),
@@ -1639,7 +1651,7 @@ def test_run_19s_section_shows_what_its_files_hold() -> None:
             f"({round(stage['stop']['seconds'])} s; demonstrations {round(stage['demo_s'])} s)") in flat
     assert (f"**{stop['probe_reversed']:.1f} %** of its answers reversed (the confirmation "
             f"{stop['confirm_reversed']:.1f} %)") in flat
-    logs = [_run18_call()["warmstart1.log"]] + [
+    logs = [_kept_call(18)["warmstart1.log"]] + [
         (results / "memagent_small_scale_write_share_draws" / split / "warmstart.log").read_text()
         for split in ("demo1", "demo2")]  # every probe of the other three starts, overshoots included
     read = [float(x) for log in logs
@@ -1678,8 +1690,7 @@ def test_run_19s_section_shows_what_its_files_hold() -> None:
             f"{total['breaches']} breaches, max |delta| "
             f"{max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in flat
     # every uniform start with an evaluation, and what RL made of the starts that reversed most
-    reversing = {n: P.answer_kinds(r, train)["reversed"]
-                 for n, r in _warm_start_results((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 18, 19)).items()}
+    reversing = _warm_start_reversals((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 18, 19))
     uniform = {n: c for n, c in reversing.items() if n != 17}  # run 17's start had --write-share 0.5
     counts = sorted(uniform.values())
     assert len(counts) == 12 and f"the reversals are {counts[0]}-{counts[-1]}, median {(counts[5] + counts[6]) / 2:g}" \
@@ -1712,7 +1723,7 @@ def test_run_20s_lost_calls_hold_what_bench_readme_says() -> None:
     arms' 20 steps and audits), and the write-share try of the rule after it against its own files."""
     section = _bench_section("**Run 20, lost**", "## Fixes these benchmarks led to")
     kept = ROOT / "bench" / "results" / "memagent_small_scale_run20_lost"
-    call, train = _packed(kept / "call2_results.tgz"), [1000, 2000, 4000]
+    call, train = _kept_call(20), [1000, 2000, 4000]
     log = call["calls.log"]
     (ended,) = re.findall(r"\[([\d:]+)\] call ends after warm", log)
     starts = re.findall(r"\[([\d:]+)\] call starts", log)
@@ -1776,9 +1787,8 @@ def test_run_20s_lost_calls_hold_what_bench_readme_says() -> None:
             f"|delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in section
     assert not any(name.startswith("eval_rl") for name in call)  # no evaluation of either arm came back
     # every uniform start with an evaluation, run 20's included
-    reversing = {n: P.answer_kinds(r, train)["reversed"]
-                 for n, r in _warm_start_results((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 18, 19)).items()}
-    reversing[20] = kinds["reversed"]
+    reversing = _warm_start_reversals((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 18, 19, 20))
+    assert reversing[20] == kinds["reversed"]
     counts = sorted(reversing.values())
     assert len(counts) == 13 and f"the reversals are now {counts[0]}-{counts[-1]}, median {counts[6]}" in section
     assert sorted(n for n, c in reversing.items() if c == 0) == [9, 11, 20] and "as runs 9 and 11" in section

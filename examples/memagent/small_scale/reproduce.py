@@ -290,6 +290,16 @@ def _stop_reason(args: argparse.Namespace, point: dict[str, Any], over: int, ver
     return text + (f", after {overshoots} overshoot{'s' * (overshoots > 1)} (stop['overshoots'])" if overshoots else "")
 
 
+class _Training(NamedTuple):
+    """What every attempt of a warm start trains and probes on, made once per stage."""
+    data: dict[str, Any]  # the oracle's training rows
+    trained: list[int]  # the rows with a trained position
+    writes: list[int]  # the rows that first write the code into memory (--write-share; else empty)
+    probe: list[dict[str, Any]]  # the held-out probe's documents
+    pool: Any  # the filler pool the confirmation's documents are drawn from
+    started: float  # the stage's start (perf_counter): the time budget counts from it
+
+
 class _Attempt(NamedTuple):
     """One warm start from the stage's init weights to its stop."""
     stop: dict[str, Any]  # its reason, step, and overshoots (with --stop-above)
@@ -297,14 +307,14 @@ class _Attempt(NamedTuple):
     by_probe: bool  # it stopped on its probe (not on its step cap or the time budget)
 
 
-def _attempt(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, data: dict[str, Any], trained: list[int],
-             writes: list[int], probe: list[dict[str, Any]], pool: Any, started: float, attempt: int) -> _Attempt:
+def _attempt(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _Training, attempt: int) -> _Attempt:
     """Supervised steps from the model as it stands, with a fresh AdamW and batches drawn from the attempt's own
     seed (attempt 0: the checkpoint's), until the probe stops it, or the step cap or the stage's time budget."""
     import torch
 
     from agentgraphs.testing.grpo import trained_logprobs
 
+    data, started = t.data, t.started
     model = engine.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
     rng = torch.Generator().manual_seed(_seed(cfg, attempt))
@@ -324,7 +334,7 @@ def _attempt(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, data: di
             break
         for group in optimizer.param_groups:
             group["lr"] = _warmstart_lr(args, step, time.perf_counter() - started)
-        pick = _batch_rows(trained, writes, args.batch, args.write_share, rng)
+        pick = _batch_rows(t.trained, t.writes, args.batch, args.write_share, rng)
         total = sum(sum(data["loss_masks"][r]) for r in pick)
         with engine.model_lock:
             model.train()
@@ -345,14 +355,14 @@ def _attempt(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, data: di
             if step % 10 == 0:
                 _log(f"step {step}: loss {loss_sum:.3f}")
             continue
-        point.update(_probe(engine, probe, cfg))
+        point.update(_probe(engine, t.probe, cfg))
         _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
              f"digits right {point['probe_digits']:.1f}%, reversed {point['probe_reversed']:.1f}%")
         verdict = P.band_verdict(point["probe_strict"], args.stop_at, top)
         if verdict != "over" or not refines:  # with no refinement left, an overshoot counts as over the mark
             over = over + 1 if verdict != "under" else 0
             if over >= args.settle:
-                confirmed = _confirm(engine, cfg, args, step, point, pool)
+                confirmed = _confirm(engine, cfg, args, step, point, t.pool)
                 if confirmed is not None:  # the unbiased figure decides; under the mark: not confirmed, train on
                     verdict = P.band_verdict(confirmed, args.stop_at, top)
                 if verdict == "in" or (verdict == "over" and not refines):
@@ -415,7 +425,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
         _log(f"{len(writes)} rows first write the code into memory: {args.write_share:.0%} of each batch from them")
     probe = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.probe_per_length, "probe", pool)
     attempts = args.restarts + 1 if args.restart_reversed is not None else 1
-    run, stop = _warm_starts(engine, cfg, args, data, trained, writes, probe, pool, started, attempts)
+    run, stop = _warm_starts(engine, cfg, args, _Training(data, trained, writes, probe, pool, started), attempts)
     stop["seconds"] = round(time.perf_counter() - started, 1)
     _log(f"stopped: {stop['reason']}")
     _save(engine, out, cfg, {"stage": "warmstart", "args": _args(args), "demos": args.demos,
@@ -423,8 +433,7 @@ def stage_warmstart(args: argparse.Namespace) -> None:
                              "curve": run.curve})
 
 
-def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, data: dict[str, Any],
-                 trained: list[int], writes: list[int], probe: list[dict[str, Any]], pool: Any, started: float,
+def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _Training,
                  attempts: int) -> tuple[_Attempt, dict[str, Any]]:
     """The warm start, begun again from the init weights (`--restart-reversed`) while its stop reads that share
     of reversed codes or more, `attempts` times at most; returns the attempt kept (its weights in the engine's
@@ -437,7 +446,7 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, data
         if attempt:
             engine.model.load_state_dict(init)
         begun = time.perf_counter()
-        run = _attempt(engine, cfg, args, data, trained, writes, probe, pool, started, attempt)
+        run = _attempt(engine, cfg, args, t, attempt)
         stop = dict(run.stop)
         if limit is None:
             return run, stop
@@ -446,7 +455,7 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, data
             stop["reason"] += f" in {tried}" if attempt else ""
             return run, {**stop, "attempt": attempt, "rejected": rejected}
         point = run.curve[-1]
-        share = _reversed_at_stop(point, len(probe), args.confirm_per_length * len(cfg.train_lengths))
+        share = _reversed_at_stop(point, len(t.probe), args.confirm_per_length * len(cfg.train_lengths))
         if share < limit:
             stop["reason"] += f", reversed {share:.1f}% under --restart-reversed {limit}%"
             stop["reason"] += f" in {tried}" if attempt else ""
