@@ -433,7 +433,7 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
     stop = again["stop"]
     assert stop["reason"] == ("probe strict sub_em 40.0% >= 30.0% at step 2, reversed 0.0% under --restart-reversed "
                               "20.0% in attempt 2, after 1 restart (stop['rejected'])")
-    assert (stop["attempt"], stop["reversed"], stop["step"]) == (1, 0.0, 2)
+    assert (stop["attempt"], stop["reversed"], stop["step"]) == (1, 0.0, 2) and again["args"]["restarts"] == 2
     [first] = stop["rejected"]
     assert {k: first[k] for k in ("attempt", "reversed", "step", "reason", "probe_strict", "probe_reversed")} == {
         "attempt": 0, "reversed": 50.0, "step": 2, "reason": plain["stop"]["reason"], "probe_strict": 40.0,
@@ -486,6 +486,7 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
                         (["--restart-reversed", "120"], "--restart-reversed: '120': a share of answers in %"),
                         (["--restart-reversed", "a fifth"], "--restart-reversed: 'a fifth': a share of answers"),
                         (["--restarts", "0"], "--restarts: '0': a whole number of attempts after the first, 1 or more"),
+                        (["--restarts", "3"], "--restarts 3 without --restart-reversed: nothing would begin again"),
                         (["--restart-reversed", "20", "--schedule", "cosine", "--max-minutes", "5"],
                          "--restart-reversed with --schedule cosine and --max-minutes: the cosine runs over")):
         capsys.readouterr()

@@ -770,8 +770,8 @@ def main() -> None:
                         "share (%%) of answers or more that are the code reversed, probe's and confirmation's pooled: "
                         "RL from a start reversing 28 codes of 144 or more gained +13.9 at most (runs 8, 12, 17, 19); "
                         "default: never")
-    w.add_argument("--restarts", default=2, help="attempts after the first, at most (with --restart-reversed); if "
-                   "every attempt reverses as much, the least reversed is kept, saying so",
+    w.add_argument("--restarts", default=None, help="attempts after the first, at most (with --restart-reversed; "
+                   "default 2); if every attempt reverses as much, the least reversed is kept, saying so",
                    type=_whole_number(1, "a whole number of attempts after the first", "2: three warm starts at most"))
     w.add_argument("--device", default=dev)
     w.set_defaults(run=stage_warmstart)
@@ -847,6 +847,11 @@ def main() -> None:
         p.error("--restart-reversed with --schedule cosine and --max-minutes: the cosine runs over the stage's time "
                 "budget, which a restart cannot begin again; use --schedule constant, or a cosine over --max-steps "
                 "(--max-minutes 0)")
+    if args.stage == "warmstart" and args.restarts is not None and args.restart_reversed is None:
+        p.error(f"--restarts {args.restarts} without --restart-reversed: nothing would begin again; add "
+                "--restart-reversed PCT (20: a fifth of the answers reversed), or drop --restarts")
+    if args.stage == "warmstart" and args.restart_reversed is not None and args.restarts is None:
+        args.restarts = 2
     if args.stage == "warmstart" and args.refines < 0:
         p.error(f"--refines {args.refines}: a count of overshoots to go back from, 0 or more")
     args.run(args)
