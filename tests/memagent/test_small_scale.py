@@ -964,7 +964,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
         P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
 
 
-@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19"])
+@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1046,10 +1046,11 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
                                                      "each, 541 in all), five of them answered with a ~10 minute wait; "
                                                      "the seventh started. The run then went in two chained calls with "
                                                      "no failure; 67 device-seconds were left.")],
+    "run21": ["--changes-from", "20"],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1058,7 +1059,10 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_{run}.json").read_text())
     results = tmp_path / "results"  # what `tar xzf results.tgz` gives: the packed files, by their names
     results.mkdir()
-    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage",
+    earlier = published.get("warmstart_earlier_rounds", [])  # a warm start in rounds: round k in warmstart<k>
+    for k, stage in enumerate(earlier, 1):
+        (results / f"warmstart{k}_stage.json").write_text(json.dumps(stage))
+    files = {f"warmstart{len(earlier) + 1}_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage",
              "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict", "curves.json": "curves",
              **{f"eval_{k}.json": f"eval_{k}" for k in ("untrained", "warmstart", "rl", "rl_permuted")}}
     for name, key in files.items():
@@ -1102,16 +1106,18 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith(
         "compare.json compares ['warm start', 'RL, permuted rewards (control)', 'RL']; the targets read RL")
-    # a warm start in two rounds: the second is the one RL started from, the first is kept beside it
+    # one more round: the last is the one RL started from, every earlier one is kept beside it, in order
     import publish as B
 
     (results / "compare.json").write_text(json.dumps(published["compare_strict"]))
-    round_2 = {**published["warmstart_stage"], "args": {**published["warmstart_stage"]["args"], "demo_split": "demo2"}}
-    (results / "warmstart2_stage.json").write_text(json.dumps(round_2))
+    k = len(earlier) + 2
+    last = {**published["warmstart_stage"], "args": {**published["warmstart_stage"]["args"], "demo_split": f"demo{k}"}}
+    (results / f"warmstart{k}_stage.json").write_text(json.dumps(last))
     meta = {"when": "w", "command": "c", "device_seconds": 1, "changes_from": 1, "changes": "x", "failures": []}
-    two = B.published(results, **meta)
-    assert two["warmstart_stage"] == round_2 and two["warmstart_earlier_rounds"] == [published["warmstart_stage"]]
-    assert "warmstart_earlier_rounds" not in published
+    more = B.published(results, **meta)
+    assert more["warmstart_stage"] == last
+    assert more["warmstart_earlier_rounds"] == [*earlier, published["warmstart_stage"]]
+    assert len(earlier) == (run == "run21")  # run 21's warm start ran in two rounds, the others' in one
 
 
 # the example README's "Results in short": run | warm start | RL | RL at 32K | control | figures file
@@ -1145,9 +1151,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-19: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-21: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -1722,7 +1728,7 @@ def test_run_20s_lost_calls_hold_what_bench_readme_says() -> None:
     """Run 20 (run 18's plan with `--restart-reversed 20`) was lost after its second call: bench/README's "Run 20,
     lost" against that call's packed files (the warm start, its stop's reversed reading, its evaluation, both
     arms' 20 steps and audits), and the write-share try of the rule after it against its own files."""
-    section = _bench_section("**Run 20, lost**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 20, lost**", "**Run 21**")
     kept = ROOT / "bench" / "results" / "memagent_small_scale_run20_lost"
     call, train = _kept_call(20), [1000, 2000, 4000]
     log = call["calls.log"]
@@ -1811,3 +1817,100 @@ def test_run_20s_lost_calls_hold_what_bench_readme_says() -> None:
     assert ws["curve"][-1]["step"] >= 800 and max(ws_probes) == 2.08 and min(ws_probes) == 0.0
     assert "probes 0.0-2.1 % from step 150 to 800" in section
     assert ws["stop"]["reason"] == "time budget of 5.3 min spent" and ws["stop"]["rejected"] == []
+
+
+def test_run_21s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 21" (run 20's plan in three calls): its tables and paired figures as for run 14, and
+    each figure of its reading (both warm start rounds, the unconfirmed stop the time budget ended, the arms' time,
+    the audits, where the copy formed against runs 18-20, and the control's fall against every run's start
+    entropy) from the kept files."""
+    section = _bench_section("**Run 21**", "## Fixes these benchmarks led to")
+    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    published = json.loads((results / "memagent_small_scale_run21.json").read_text())
+    _check_run_section(section, published)
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    (first,) = published["warmstart_earlier_rounds"]
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
+    assert (stage["args"]["write_share"], stage["args"]["restart_reversed"]) == (0.0, 20.0)
+    assert published["device_seconds"] == 1701 and "1,701 device-seconds" in section
+    log = published["calls_log"]
+    ends, starts = re.findall(r"\[([\d:]+)\] call ends after", log), re.findall(r"\[([\d:]+)\] call starts", log)
+    gaps = [_clock(s) - _clock(e) for e, s in zip(ends, starts[1:], strict=True)]
+    assert len(starts) == 3 and f"sent back to back ({gaps[0]} and {gaps[1]} s apart)" in section
+    # round 1: no copy, its time budget; round 2: the copy, two overshoots, an unconfirmed stop, the time budget
+    probes = [c["probe_strict"] for c in first["curve"] if "probe_strict" in c]
+    assert (first["args"]["demo_split"], stage["args"]["demo_split"]) == ("demo1", "demo2")
+    assert (f"(call 1; demonstrations `demo1`, {round(first['demo_s'])} s): no copy in {first['stop']['step']:,} "
+            f"steps (probes {min(probes):.1f}-{max(probes):.1f} % from step 150 to 1300); its time budget "
+            f"({first['args']['max_minutes']} min)") in section and first["stop"]["reason"].startswith("time budget")
+    at = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    assert _first_probe(first["curve"], 30) is None and _first_probe(stage["curve"], 10) == 750
+    assert _first_probe(stage["curve"], 30) == 1250 and round(stage["demo_s"]) == 102
+    assert (f"from step 750 (probe {at[750]['probe_strict']:.1f} %; {at[1250]['probe_strict']:.1f} % at 1250, "
+            f"{at[1350]['probe_strict']:.1f} % at 1350)") in section
+    shots = stage["stop"]["overshoots"]
+    assert ("went back twice (" + "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}"
+                                             for s in shots) + ")") in section
+    assert (f"at step 1374 two probes in a row sat in the band ({at[1372]['probe_strict']:.1f} %, "
+            f"{at[1374]['probe_strict']:.1f} %), but the confirmation on 96 new documents read "
+            f"**{at[1374]['confirm_strict']:.1f} %**, under the 30 % mark") in section
+    assert at[1374]["confirm_strict"] < stage["args"]["stop_at"] <= at[1374]["probe_strict"]
+    stop = stage["stop"]
+    assert stop["step"] == 1375 and stop["reason"] == f"time budget of {stage['args']['max_minutes']} min spent"
+    assert "reversed" not in stop and at[1374]["confirm_reversed"] == 0.0  # the rule read no stop
+    assert f"its time budget ({stage['args']['max_minutes']} min) ended the round one step later, at 1375" in section
+    warm = published["eval_warmstart"]["results"]
+    kinds = P.answer_kinds(warm, train)
+    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
+            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), {kinds['reversed']} codes "
+            f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}"
+            ) in section
+    # the arms: what the last call left them, their speed, the audits
+    assert rl["seconds"] == control["seconds"] and len(rl["curve"]) == len(control["curve"]) == 17
+    assert (f"{round(rl['seconds'])} s each ({len(rl['curve'])} steps; rollouts "
+            f"{sum(c['rollout_s'] for c in rl['curve']) / 17:.1f} s, update "
+            f"{sum(c['train_s'] for c in rl['curve']) / 17:.1f} s a step), {rl['seconds'] / 60:.1f} minutes") in section
+    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
+    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
+    assert (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
+            f"{round(total['rescored_tokens'] / 1000)}K trained tokens re-scored before training, "
+            f"{total['breaches']} breaches, max |delta| "
+            f"{max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in section
+    # where the copy formed, against runs 18-20 (the same model, demonstrations and training settings)
+    assert (f"~2,560 steps ({first['stop']['step']:,} + {_first_probe(stage['curve'], 30):,})" in section
+            and first["stop"]["step"] + 1250 == 2562)
+    formed = [_first_probe(json.loads(_kept_call(18)["warmstart1_stage.json"])["curve"], 30),
+              _first_probe(json.loads((results / "memagent_small_scale_run19.json").read_text())["warmstart_stage"]
+                           ["curve"], 30),
+              _first_probe(json.loads(_kept_call(20)["warmstart1_stage.json"])["curve"], 30)]
+    assert formed == [400, 300, 1100] and "runs 18-20: 400, 300, 1,100" in section
+    after = P.answer_kinds(published["eval_rl"]["results"], train)
+    assert after["right"] - kinds["right"] == 10 and "(10 more right; another code 18 -> 10)" in section
+    assert (kinds["other_code"], after["other_code"]) == (18, 10)
+    shown = published["training_reward_at_t1"]["control"]
+    assert f"stayed flat ({shown['steps_0_4']:.2f} -> {shown['last_10']:.2f})" in section
+    # the control's fall against each run's start: sampling entropy over the control's first 5 steps, paired z
+    entropy, z, anchor = {}, {}, {}
+    for n in (5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21):
+        run = json.loads((results / f"memagent_small_scale_run{n}.json").read_text())
+        curve = run["rl_permuted_stage"]["curve"][:5]
+        entropy[n] = sum(c["entropy"] for c in curve) / len(curve)
+        won, lost = _won_lost(run["eval_warmstart"]["results"], run["eval_rl_permuted"]["results"], train)
+        z[n], anchor[n] = (won - lost) / math.sqrt(won + lost), run["rl_permuted_stage"]["args"]["kl_coef"]
+    weak = [n for n in entropy if anchor[n] <= 0.01]
+    assert weak == [5, 6, 7, 8, 9, 10, 14, 17, 19, 21] and {anchor[11], anchor[12]} == {0.05}
+    sharp = [n for n in weak if entropy[n] < 0.11]
+    assert sharp == [7, 9, 10, 21] and all(z[n] < -1.96 for n in sharp)
+    assert f"z {max(z[n] for n in sharp if n != 21):.2f} to {min(z[n] for n in sharp):.2f}, and {z[21]:.2f} here" \
+        in section
+    rest = [n for n in weak if n not in sharp]
+    assert 0.12 <= min(entropy[n] for n in rest) and max(entropy[n] for n in rest) < 0.225
+    assert [n for n in rest if z[n] < -1.96] == [6, 14] and "two fell (runs 6, 14) and four held" in section
+    assert all(entropy[n] < 0.11 and abs(z[n]) < 1.96 for n in (11, 12))
+    assert (f"{entropy[21]:.2f} over the control's first 5 steps against {entropy[17]:.2f} and {entropy[19]:.2f}"
+            in section)
+    # the starts that reversed no code, the rule's untested path
+    reversing = _warm_start_reversals((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 18, 19, 20, 21))
+    assert sorted(n for n, c in reversing.items() if c == 0) == [9, 11, 20, 21]
+    assert "four uniform starts reversed none, runs 9, 11, 20, 21" in section
