@@ -788,6 +788,11 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert len(went_on) == 1 and re.fullmatch(r"warm start done after round 2, \d+ s left: RL in this call", went_on[0])
     assert int(went_on[0].split(", ")[1].split()[0]) >= 30  # RL_MIN_S
     assert second["said"][second["said"].index(went_on[0]) + 1].startswith(f"RL and control from {work / 'warm2'},")
+    probe = [c for c in ws2["curve"] if "probe_strict" in c][-1]  # no stop by the probe: the log says so
+    assert second["said"][second["said"].index(went_on[0]) + 2] == (
+        f"RL starts from a warm start its probe never stopped ({ws2['stop']['reason']}; its last probe read "
+        f"{probe['probe_strict']:.1f} % at step {probe['step']}): as it stands; the warm start's evaluation says "
+        "where RL began")
     ended = re.fullmatch(r"call ends after (\d+) s of RL: call again", second["said"][-1])
     assert ended and int(ended.group(1)) == int(second["rl"]["seconds"]) < RL_DONE_S
     assert {"rl_stage.json", "rl_permuted_stage.json", "eval_warmstart.json"} <= set(second["packed"])
@@ -853,6 +858,30 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
                              text=True, env={**env, "LAST_CALL": "yes"}, cwd=ROOT, timeout=60, check=False)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr == "LAST_CALL=yes: set 1 (this call ends the run) or 0 (the default)\n"
+
+
+def test_run_in_calls_says_when_rl_starts_from_a_warm_start_its_probe_did_not_stop(tmp_path: Path) -> None:
+    """run_in_calls.sh's `unstopped` (the line the call log gets when RL starts fresh) on published stage files:
+    run 21's last round (its time budget ended it one step after an unconfirmed probe), run 19's (stopped by its
+    probe: nothing to say), and a stage whose step cap came before any probe."""
+    script = (HERE / "run_in_calls.sh").read_text()
+    function = script[script.index("unstopped() {"):script.index("\n}\n", script.index("unstopped() {")) + 3]
+    env = _calls_env(tmp_path)  # the script's `python3`: this interpreter
+
+    def said(stage: dict[str, Any]) -> str:
+        (tmp_path / "stage.json").write_text(json.dumps(stage))
+        done = subprocess.run(["bash", "-c", f'{function}\nunstopped "$1"', "-", str(tmp_path)], capture_output=True,
+                              text=True, env=env, timeout=60, check=True)
+        return done.stdout
+
+    results = ROOT / "bench" / "results"
+    run21 = json.loads((results / "memagent_small_scale_run21.json").read_text())["warmstart_stage"]
+    assert said(run21) == ("time budget of 8.58 min spent; its last probe read 43.8 % at step 1374, its "
+                           "confirmation 28.1 %\n")
+    run19 = json.loads((results / "memagent_small_scale_run19.json").read_text())["warmstart_stage"]
+    assert run19["stop"]["reason"].startswith("probe") and said(run19) == ""
+    capped = {"stop": {"reason": "max_steps 2 reached"}, "curve": [{"step": 1, "loss": 7.0}, {"step": 2, "loss": 6.0}]}
+    assert said(capped) == "max_steps 2 reached; no probe ran\n"
 
 
 @pytest.mark.slow

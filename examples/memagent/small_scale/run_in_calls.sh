@@ -9,7 +9,8 @@
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
 #   (at most WS_ROUNDS; a round whose stop reads WS_RESTART_REVERSED % of answers reversed or more begins again from
 #   its init, WS_RESTARTS times at most) -> RL and its permuted-reward control in parallel (+ the warm start's
-#   evaluation; in the warm start's own call when RL_MIN_S seconds are left),
+#   evaluation; in the warm start's own call when RL_MIN_S seconds are left; a last round its probe did not stop
+#   goes on to RL as it stands, and the call log says so, with its last probe),
 #   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds (or, in a call
 #   with LAST_CALL=1, for what that call leaves after the evaluations)
 #   -> evaluations of RL and control -> the seed's table, the paired comparison and the two arms' curves.
@@ -54,6 +55,19 @@ stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
 pack() { tar czf "$out/results.tgz.tmp" -C "$r" . && mv "$out/results.tgz.tmp" "$out/results.tgz"; }
 probe_stopped() {  # the warm start stopped on its probe (not its step cap or time budget)
   python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
+unstopped() {  # a warm start its probe did not stop (its time budget or step cap did): why, and its last readings
+  python3 - "$1/stage.json" <<'PY'
+import json, sys
+stage = json.load(open(sys.argv[1]))
+if not stage["stop"]["reason"].startswith("probe"):
+    probes = [c for c in stage["curve"] if "probe_strict" in c]
+    last = probes[-1] if probes else None
+    read = "no probe ran" if last is None else f"its last probe read {last['probe_strict']:.1f} % at step {last['step']}"
+    if last is not None and "confirm_strict" in last:
+        read += f", its confirmation {last['confirm_strict']:.1f} %"
+    print(f"{stage['stop']['reason']}; {read}")
+PY
+}
 declare -A started=()  # the evaluations this call started (a second one would truncate the first's log)
 evaluate() {  # evaluate CKPT NAME FILE, in the background, once a call
   { [ -f "$r/eval_$3.json" ] || [ -n "${started[$3]:-}" ]; } && return 0
@@ -118,6 +132,8 @@ step_rl() {  # step_rl SECONDS: both arms step SECONDS more each (fresh from the
     from_a=(--init "$w/rl" --resume); from_b=(--init "$w/rl_permuted" --resume)
   else
     stamp "RL and control from $warm, $minutes min each"
+    why=$(unstopped "$warm"); [ -n "$why" ] && stamp "RL starts from a warm start its probe never stopped ($why):" \
+      "as it stands; the warm start's evaluation says where RL began"
     from_a=(--init "$warm"); from_b=(--init "$warm")
   fi
   evaluate "$warm" "warm start" warmstart
