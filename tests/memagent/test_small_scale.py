@@ -1526,6 +1526,16 @@ def _warm_start_reversals(runs: tuple[int, ...]) -> dict[int, int]:
     return {n: P.answer_kinds(r, [1000, 2000, 4000])["reversed"] for n, r in _warm_start_results(runs).items()}
 
 
+def _audit_line(*arms: dict[str, Any], scored: str = "re-scored before training") -> str:
+    """The RL arms' audit totals as a run's section prints them (rollouts, sequences, trained tokens, breaches,
+    the largest |delta|), summed over every step of each arm's stage file."""
+    audits = [c["audit"] for arm in arms for c in arm["curve"]]
+    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
+    return (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
+            f"{round(total['rescored_tokens'] / 1000)}K trained tokens {scored}, {total['breaches']} breaches, max "
+            f"|delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-"))
+
+
 def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
     """bench/README's table "Reversed codes across the runs": each row from that run's published evaluations
     (`answer_kind` at 1K-4K), and the reading under it (which starts reversed a fifth, what RL reversed after,
@@ -1719,12 +1729,7 @@ def test_run_19s_section_shows_what_its_files_hold() -> None:
     assert (f"one digit in place {kinds['one_place']} -> {after['one_place']}, another code {kinds['other_code']} "
             f"-> {after['other_code']}) and turned them into the two right digits in the wrong order (reversed "
             f"{kinds['reversed']} -> {after['reversed']})") in flat
-    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
-    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
-    assert (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
-            f"{round(total['rescored_tokens'] / 1000)}K trained tokens re-scored before training, "
-            f"{total['breaches']} breaches, max |delta| "
-            f"{max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in flat
+    assert _audit_line(rl, control) in flat
     # every uniform start with an evaluation, and what RL made of the starts that reversed most
     reversing = _warm_start_reversals((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 18, 19))
     uniform = {n: c for n, c in reversing.items() if n != 17}  # run 17's start had --write-share 0.5
@@ -1816,11 +1821,7 @@ def test_run_20s_lost_calls_hold_what_bench_readme_says() -> None:
     shown = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run19.json").read_text())
     assert (f"{shown['training_reward_at_t1']['rl']['steps_0_4']:.2f} to "
             f"{shown['training_reward_at_t1']['rl']['last_10']:.2f}") == "0.32 to 0.50"
-    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
-    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
-    assert (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
-            f"{round(total['rescored_tokens'] / 1000)}K trained tokens re-scored, {total['breaches']} breaches, max "
-            f"|delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in section
+    assert _audit_line(rl, control, scored="re-scored") in section
     assert not any(name.startswith("eval_rl") for name in call)  # no evaluation of either arm came back
     # every uniform start with an evaluation, run 20's included
     reversing = _warm_start_reversals((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 18, 19, 20))
@@ -1900,12 +1901,7 @@ def test_run_21s_section_shows_what_its_files_hold() -> None:
     assert (f"{round(rl['seconds'])} s each ({len(rl['curve'])} steps; rollouts "
             f"{sum(c['rollout_s'] for c in rl['curve']) / 17:.1f} s, update "
             f"{sum(c['train_s'] for c in rl['curve']) / 17:.1f} s a step), {rl['seconds'] / 60:.1f} minutes") in section
-    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
-    total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
-    assert (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
-            f"{round(total['rescored_tokens'] / 1000)}K trained tokens re-scored before training, "
-            f"{total['breaches']} breaches, max |delta| "
-            f"{max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-")) in section
+    assert _audit_line(rl, control) in section
     # where the copy formed, against runs 18-20 (the same model, demonstrations and training settings)
     assert (f"~2,560 steps ({first['stop']['step']:,} + {_first_probe(stage['curve'], 30):,})" in section
             and first["stop"]["step"] + 1250 == 2562)
