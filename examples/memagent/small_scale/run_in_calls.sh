@@ -62,7 +62,8 @@ stage = json.load(open(sys.argv[1]))
 if not stage["stop"]["reason"].startswith("probe"):
     probes = [c for c in stage["curve"] if "probe_strict" in c]
     last = probes[-1] if probes else None
-    read = "no probe ran" if last is None else f"its last probe read {last['probe_strict']:.1f} % at step {last['step']}"
+    read = "no probe ran" if last is None else (
+        f"its last probe read {last['probe_strict']:.1f} % at step {last['step']}")
     if last is not None and "confirm_strict" in last:
         read += f", its confirmation {last['confirm_strict']:.1f} %"
     print(f"{stage['stop']['reason']}; {read}")
