@@ -861,27 +861,29 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
 
 
 def test_run_in_calls_says_when_rl_starts_from_a_warm_start_its_probe_did_not_stop(tmp_path: Path) -> None:
-    """run_in_calls.sh's `unstopped` (the line the call log gets when RL starts fresh) on published stage files:
-    run 21's last round (its time budget ended it one step after an unconfirmed probe), run 19's (stopped by its
-    probe: nothing to say), and a stage whose step cap came before any probe."""
+    """run_in_calls.sh's `probe_stopped` (whether a round goes on, and the line the call log gets when RL starts
+    fresh) on published stage files: run 21's last round (its time budget ended it one step after an unconfirmed
+    probe), run 19's (stopped by its probe: nothing to say), and a stage whose step cap came before any probe."""
     script = (HERE / "run_in_calls.sh").read_text()
-    function = script[script.index("unstopped() {"):script.index("\n}\n", script.index("unstopped() {")) + 3]
+    start = script.index("probe_stopped() {")
+    function = script[start:script.index("\n}\n", start) + 3]
     env = _calls_env(tmp_path)  # the script's `python3`: this interpreter
 
-    def said(stage: dict[str, Any]) -> str:
+    def said(stage: dict[str, Any]) -> tuple[int, str]:
         (tmp_path / "stage.json").write_text(json.dumps(stage))
-        done = subprocess.run(["bash", "-c", f'{function}\nunstopped "$1"', "-", str(tmp_path)], capture_output=True,
-                              text=True, env=env, timeout=60, check=True)
-        return done.stdout
+        done = subprocess.run(["bash", "-c", f'{function}\nprobe_stopped "$1"', "-", str(tmp_path)],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert done.stderr == ""
+        return done.returncode, done.stdout
 
     results = ROOT / "bench" / "results"
     run21 = json.loads((results / "memagent_small_scale_run21.json").read_text())["warmstart_stage"]
-    assert said(run21) == ("time budget of 8.58 min spent; its last probe read 43.8 % at step 1374, its "
-                           "confirmation 28.1 %\n")
+    why = "time budget of 8.58 min spent; its last probe read 43.8 % at step 1374, its confirmation 28.1 %\n"
+    assert said(run21) == (1, why)
     run19 = json.loads((results / "memagent_small_scale_run19.json").read_text())["warmstart_stage"]
-    assert run19["stop"]["reason"].startswith("probe") and said(run19) == ""
+    assert run19["stop"]["reason"].startswith("probe") and said(run19) == (0, "")
     capped = {"stop": {"reason": "max_steps 2 reached"}, "curve": [{"step": 1, "loss": 7.0}, {"step": 2, "loss": 6.0}]}
-    assert said(capped) == "max_steps 2 reached; no probe ran\n"
+    assert said(capped) == (1, "max_steps 2 reached; no probe ran\n")
 
 
 @pytest.mark.slow

@@ -450,15 +450,15 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
         stop = dict(run.stop)
         if limit is None:
             return run, stop
-        tried = f"attempt {attempt + 1}, after {attempt} restart{'s' * (attempt != 1)} (stop['rejected'])"
+        tried = f" in attempt {attempt + 1}, after {attempt} restart{'s' * (attempt != 1)} (stop['rejected'])"
+        tried = tried if attempt else ""
         if not run.by_probe:  # the step cap or the time budget: no stop to read
-            stop["reason"] += f" in {tried}" if attempt else ""
+            stop["reason"] += tried
             return run, {**stop, "attempt": attempt, "rejected": rejected}
         point = run.curve[-1]
         share = _reversed_at_stop(point, len(t.probe), args.confirm_per_length * len(cfg.train_lengths))
         if share < limit:
-            stop["reason"] += f", reversed {share:.1f}% under --restart-reversed {limit}%"
-            stop["reason"] += f" in {tried}" if attempt else ""
+            stop["reason"] += f", reversed {share:.1f}% under --restart-reversed {limit}%{tried}"
             return run, {**stop, "attempt": attempt, "reversed": share, "rejected": rejected}
         seconds = round(time.perf_counter() - begun, 1)
         rejected.append({"attempt": attempt, "reversed": share, **stop, "seconds": seconds,

@@ -53,20 +53,20 @@ cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0
 as_minutes() { awk -v s="$1" 'BEGIN{m = s / 60; printf "%.2f", m < 0.01 ? 0.01 : m}'; }  # a stage's 0 means no cap
 stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
 pack() { tar czf "$out/results.tgz.tmp" -C "$r" . && mv "$out/results.tgz.tmp" "$out/results.tgz"; }
-probe_stopped() {  # the warm start stopped on its probe (not its step cap or time budget)
-  python3 -c "import json,sys; s=json.load(open('$1/stage.json'))['stop']; sys.exit(0 if s['reason'].startswith('probe') else 1)"; }
-unstopped() {  # a warm start its probe did not stop (its time budget or step cap did): why, and its last readings
+probe_stopped() {  # the warm start in $1 stopped on its probe; if not (its step cap or time budget), exit 1 and
+  # print why, with its last probe and confirmation
   python3 - "$1/stage.json" <<'PY'
 import json, sys
 stage = json.load(open(sys.argv[1]))
-if not stage["stop"]["reason"].startswith("probe"):
-    probes = [c for c in stage["curve"] if "probe_strict" in c]
-    last = probes[-1] if probes else None
-    read = "no probe ran" if last is None else (
-        f"its last probe read {last['probe_strict']:.1f} % at step {last['step']}")
-    if last is not None and "confirm_strict" in last:
-        read += f", its confirmation {last['confirm_strict']:.1f} %"
-    print(f"{stage['stop']['reason']}; {read}")
+if stage["stop"]["reason"].startswith("probe"):
+    sys.exit(0)
+probes = [c for c in stage["curve"] if "probe_strict" in c]
+last = probes[-1] if probes else None
+read = "no probe ran" if last is None else f"its last probe read {last['probe_strict']:.1f} % at step {last['step']}"
+if last is not None and "confirm_strict" in last:
+    read += f", its confirmation {last['confirm_strict']:.1f} %"
+print(f"{stage['stop']['reason']}; {read}")
+sys.exit(1)
 PY
 }
 declare -A started=()  # the evaluations this call started (a second one would truncate the first's log)
@@ -98,7 +98,7 @@ evaluate "$w/model" "untrained" untrained
 
 # warm start: rounds of new documents, each from the last, until the probe reaches the stop or WS_ROUNDS ran
 k=1; while [ -f "$w/warm$k/stage.json" ]; do k=$((k + 1)); done; last=$((k - 1))
-if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" && [ "$last" -lt "$WS_ROUNDS" ]; }; then
+if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" > /dev/null && [ "$last" -lt "$WS_ROUNDS" ]; }; then
   init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
   minutes=$(as_minutes $(( $(left) - 45 )))
   stamp "warm start round $k from $init, $minutes min"
@@ -111,7 +111,7 @@ if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" && [ "$last" -lt "$WS_R
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
   # the warm start is done (its probe reached the stop, or it was the last round): RL goes on in this call if
   # RL_MIN_S is left, so that the time an early stop leaves is not lost
-  if [ -f "$w/warm$k/stage.json" ] && { probe_stopped "$w/warm$k" || [ "$k" -ge "$WS_ROUNDS" ]; } \
+  if [ -f "$w/warm$k/stage.json" ] && { probe_stopped "$w/warm$k" > /dev/null || [ "$k" -ge "$WS_ROUNDS" ]; } \
      && [ "$(left)" -ge "$RL_MIN_S" ]; then
     stamp "warm start done after round $k, $(left) s left: RL in this call"; last=$k
   else
@@ -133,8 +133,8 @@ step_rl() {  # step_rl SECONDS: both arms step SECONDS more each (fresh from the
     from_a=(--init "$w/rl" --resume); from_b=(--init "$w/rl_permuted" --resume)
   else
     stamp "RL and control from $warm, $minutes min each"
-    why=$(unstopped "$warm"); [ -n "$why" ] && stamp "RL starts from a warm start its probe never stopped ($why):" \
-      "as it stands; the warm start's evaluation says where RL began"
+    why=$(probe_stopped "$warm") || stamp "RL starts from a warm start its probe never stopped ($why): as it" \
+      "stands; the warm start's evaluation says where RL began"
     from_a=(--init "$warm"); from_b=(--init "$warm")
   fi
   evaluate "$warm" "warm start" warmstart
