@@ -995,7 +995,8 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
         P.curve_windows(json.loads(Path(rl).read_text()), json.loads(Path(control).read_text()), 0)
 
 
-@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21"])
+@pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
+                                 "run23"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1078,10 +1079,11 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
                                                      "the seventh started. The run then went in two chained calls with "
                                                      "no failure; 67 device-seconds were left.")],
     "run21": ["--changes-from", "20"],
+    "run23": ["--changes-from", "21"],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1182,9 +1184,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-21: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-23: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -1856,7 +1858,7 @@ def test_run_21s_section_shows_what_its_files_hold() -> None:
     each figure of its reading (both warm start rounds, the unconfirmed stop the time budget ended, the arms' time,
     the audits, where the copy formed against runs 18-20, and the control's fall against every run's start
     entropy) from the kept files."""
-    section = _bench_section("**Run 21**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 21**", "**Run 22, lost**")
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
     published = json.loads((results / "memagent_small_scale_run21.json").read_text())
     _check_run_section(section, published)
@@ -1941,3 +1943,125 @@ def test_run_21s_section_shows_what_its_files_hold() -> None:
     reversing = _warm_start_reversals((4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 18, 19, 20, 21))
     assert sorted(n for n, c in reversing.items() if c == 0) == [9, 11, 20, 21]
     assert "four uniform starts reversed none, runs 9, 11, 20, 21" in section
+
+
+def test_run_22s_lost_call_holds_what_bench_readme_says() -> None:
+    """Run 22 (run 21's plan) was lost after call 1; bench/README's "Run 22, lost" against that call's packed
+    files: both warm start attempts (the rejected one's stop and reversed reading, the kept one's), the restart
+    rule's first firing on a GPU, the untrained evaluation and why RL did not begin in that call."""
+    section = _bench_section("**Run 22, lost**", "**Run 23**")
+    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run22_lost" / "call1_results.tgz")
+    stage, log = json.loads(call["warmstart1_stage.json"]), call["calls.log"]
+    args, stop = stage["args"], stage["stop"]
+    assert (args["write_share"], args["restart_reversed"], args["restarts"], args["demo_split"]) == (
+        0.0, 20.0, 2, "demo1")
+    assert f"(demonstrations `demo1`, {round(stage['demo_s'])} s)" in section
+    # attempt 1: its copy, overshoots, stop, the confirmation that decided, and the reading that rejected it
+    (first,) = stop["rejected"]
+    first_probes = {c["step"]: c["probe_strict"] for c in first["curve"] if "probe_strict" in c}
+    assert first["attempt"] == 0 and _first_probe(first["curve"], 30) == 450  # a rejected attempt keeps its curve
+    assert f"the copy formed at step 450 (probe {first_probes[400]:.1f} % at 400, {first_probes[450]:.1f} % at 450)" \
+        in section
+    shots = "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}" for s in first["overshoots"])
+    assert f"went back twice ({shots}) and it stopped at {first['step']}" in section
+    assert (f"(probe {first['probe_strict']:.1f} %, 2 probes in a row), its confirmation "
+            f"{first['confirm_strict']:.1f} % on 96 new documents, over the top") in section
+    assert "with no refinement left (--refines 2) (the confirmation decides)" in first["reason"]
+    assert first["probe_reversed"] == first["confirm_reversed"] == first["reversed"] >= args["restart_reversed"]
+    pooled = round((first["probe_reversed"] * 48 + first["confirm_reversed"] * 96) / 100)
+    assert f"both read **{first['reversed']:.1f} %** of their answers reversed ({pooled} of 144 pooled)" in section
+    assert "attempt 1 stopped with 20.8% of its answers reversed (>= --restart-reversed 20.0%)" in call[
+        "warmstart1.log"]
+    # attempt 2: from the model's weights, its probes, overshoots and kept stop
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    assert _first_probe(stage["curve"], 30) == 350 and stop["attempt"] == 1
+    assert (f"(probe {probes[300]['probe_strict']:.1f} % at 300, {probes[350]['probe_strict']:.1f} % at 350)"
+            in section)
+    shots = "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}" for s in stop["overshoots"])
+    at = probes[stop["step"]]
+    assert (f"went back twice ({shots}) and it stopped at {stop['step']} (probe {at['probe_strict']:.1f} %, 2 probes "
+            f"in a row), confirmed {_confirmed(stop)} %") in section
+    kept = round((at["probe_reversed"] * 48 + at["confirm_reversed"] * 96) / 100)
+    assert stop["reversed"] == pytest.approx(100 * kept / 144, abs=0.01) and stop["reversed"] < args["restart_reversed"]
+    assert (f"It read {at['probe_reversed']:.1f} % reversed on its probe and {at['confirm_reversed']:.1f} % on its "
+            f"confirmation: {stop['reversed']:.1f} % pooled ({kept} of 144)") in section
+    assert f"reversed {kept} answers of 144 where the first reversed {pooled}" in section
+    assert f"({round(stop['seconds'])} s for both attempts and the demonstrations)" in section
+    assert f"a probe earlier ({_first_probe(stage['curve'], 30)} against 450)" in section
+    # the untrained evaluation, and a call that ended before RL
+    untrained = json.loads(call["eval_untrained.json"])["results"]
+    assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
+    (began,) = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    (stopped,) = re.findall(r"\[([\d:]+)\] stopped: probe", log)
+    left = int(began[1]) - (_clock(stopped) - _clock(began[0]))
+    assert f"The call ended with {left} s left, under `RL_MIN_S=150`" in section and left < 150
+    assert "call ends after warm start round 1" in log and not any(n.startswith(("rl", "eval_warm")) for n in call)
+
+
+def test_run_23s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 23" (run 21's plan in two calls): its tables and paired figures as for run 14, and each
+    figure of its reading (the unconfirmed pair of probes and the stop after it, what call 1 left, the arms' time
+    and steps, the audits, the control's start entropy against the four controls that fell) from the kept files."""
+    section = _bench_section("**Run 23**", "## Fixes these benchmarks led to")
+    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    published = json.loads((results / "memagent_small_scale_run23.json").read_text())
+    _check_run_section(section, published)
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    assert "warmstart_earlier_rounds" not in published  # one round
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
+    assert (stage["args"]["write_share"], stage["args"]["restart_reversed"]) == (0.0, 20.0)
+    assert published["device_seconds"] == 1002 and "1,002 device-seconds" in section
+    log = published["calls_log"]
+    (ended,) = re.findall(r"\[([\d:]+)\] call ends after warm", log)
+    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    assert len(starts) == 2 and f"(sent {_clock(starts[1][0]) - _clock(ended)} s after call 1 returned)" in section
+    # the warm start: a late copy, two probes in the band not confirmed, the stop one probe later
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    early = [c["probe_strict"] for step, c in probes.items() if step <= 950]
+    assert _first_probe(stage["curve"], 30) == 1000 and round(stage["demo_s"]) == 104
+    assert (f"(probes {min(early):.1f}-{max(early):.1f} % from step 150 to 950; {probes[1000]['probe_strict']:.1f} % "
+            f"at 1000, {probes[1050]['probe_strict']:.1f} % at 1050, {probes[1100]['probe_strict']:.1f} % at 1100)"
+            ) in section
+    assert probes[1050]["confirm_strict"] < stage["args"]["stop_at"] <= probes[1000]["probe_strict"]
+    assert f"but the confirmation read {probes[1050]['confirm_strict']:.1f} %, under the 30 % mark" in section
+    stop = stage["stop"]
+    assert (stop["step"], stop["attempt"], stop["rejected"], stop["overshoots"]) == (1100, 0, [], [])
+    assert (f"the next one was confirmed, {_confirmed(stop)} %, and the warm start stopped there "
+            f"({round(stop['seconds'])} s), in its first attempt: it read {stop['reversed']:.1f} % reversed (the probe "
+            f"{probes[1100]['probe_reversed']:.1f} %, the confirmation {probes[1100]['confirm_reversed']:.1f} %)"
+            ) in section
+    warm = published["eval_warmstart"]["results"]
+    kinds = P.answer_kinds(warm, train)
+    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
+            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), {kinds['reversed']} code "
+            f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}"
+            ) in section
+    (stopped,) = re.findall(r"\[([\d:]+)\] stopped: probe", log)
+    left = int(starts[0][1]) - (_clock(stopped) - _clock(starts[0][0]))
+    assert left < 100 and f"Call 1 ended with {left} s left, under `RL_MIN_S=100`" in section
+    # the arms: what the last call left them, their speed, the audits, the training rewards
+    assert len(rl["curve"]) == len(control["curve"]) == 12 and round(rl["seconds"] / 60, 1) == 5.2
+    assert (f"5.2 minutes each ({len(rl['curve'])} steps; rollouts "
+            f"{sum(c['rollout_s'] for c in rl['curve']) / 12:.1f} s, update "
+            f"{sum(c['train_s'] for c in rl['curve']) / 12:.1f} s a step)") in section
+    assert _audit_line(rl, control) in section
+    after = P.answer_kinds(published["eval_rl"]["results"], train)
+    assert after["right"] - kinds["right"] == 10
+    assert (f"one digit in place {kinds['one_place']} -> {after['one_place']}, lost in memory "
+            f"{kinds['lost_in_memory']} -> {after['lost_in_memory']}") in section
+    shown = published["training_reward_at_t1"]
+    last_two = sum(c["reward_mean"] for c in rl["curve"][-2:]) / 2
+    assert (f"({shown['rl']['steps_0_4']:.2f} -> {shown['rl']['last_10']:.2f} over the last 10 steps, "
+            f"{last_two:.2f} over the last 2) while the control's stayed flat "
+            f"({shown['control']['steps_0_4']:.2f} -> {shown['control']['last_10']:.2f})") in section
+    run21 = json.loads((results / "memagent_small_scale_run21.json").read_text())
+    assert run21["targets"]["rl_gain_points_ge_15"]["after_7.1_min"] == published["targets"][
+        "rl_gain_points_ge_15"]["after_5.2_min"]  # "the same gain from the same score as run 21's 17 steps"
+    assert _strict_score(run21["eval_warmstart"]["results"], train) == _strict_score(warm, train)
+    # the control's start entropy against the four sharp starts whose control fell, and their lengths
+    entropy = sum(c["entropy"] for c in control["curve"][:5]) / 5
+    assert entropy < 0.11 and f"(entropy {entropy:.2f} over its first 5 steps)" in section
+    steps = [len(json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["rl_permuted_stage"]["curve"])
+             for n in (7, 9, 10, 21)]
+    assert f"stepped {min(steps)}-{max(steps)} times" in section and min(steps) > 12
