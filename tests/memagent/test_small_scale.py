@@ -1540,6 +1540,17 @@ def _audit_line(*arms: dict[str, Any], scored: str = "re-scored before training"
             f"|delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-"))
 
 
+def _warm_start_line(warm: list[dict[str, Any]], codes: str) -> str:
+    """A warm start's evaluation as a run's section prints it: 1K-4K and 32K strict sub_em, the kept ratio, the
+    codes reversed (`codes`: "code" or "codes", as the count reads) and its two other kinds of miss."""
+    train = [1000, 2000, 4000]
+    kinds = P.answer_kinds(warm, train)
+    return (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
+            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), {kinds['reversed']} {codes} "
+            f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}")
+
+
 def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
     """bench/README's table "Reversed codes across the runs": each row from that run's published evaluations
     (`answer_kind` at 1K-4K), and the reading under it (which starts reversed a fifth, what RL reversed after,
@@ -1895,11 +1906,7 @@ def test_run_21s_section_shows_what_its_files_hold() -> None:
     assert f"its time budget ({stage['args']['max_minutes']} min) ended the round one step later, at 1375" in section
     warm = published["eval_warmstart"]["results"]
     kinds = P.answer_kinds(warm, train)
-    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
-            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
-            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), {kinds['reversed']} codes "
-            f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}"
-            ) in section
+    assert _warm_start_line(warm, "codes") in section
     # the arms: what the last call left them, their speed, the audits
     assert rl["seconds"] == control["seconds"] and len(rl["curve"]) == len(control["curve"]) == 17
     assert (f"{round(rl['seconds'])} s each ({len(rl['curve'])} steps; rollouts "
@@ -2032,11 +2039,7 @@ def test_run_23s_section_shows_what_its_files_hold() -> None:
             ) in section
     warm = published["eval_warmstart"]["results"]
     kinds = P.answer_kinds(warm, train)
-    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
-            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
-            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), {kinds['reversed']} code "
-            f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}"
-            ) in section
+    assert _warm_start_line(warm, "code") in section
     (stopped,) = re.findall(r"\[([\d:]+)\] stopped: probe", log)
     left = int(starts[0][1]) - (_clock(stopped) - _clock(starts[0][0]))
     assert left < 100 and f"Call 1 ended with {left} s left, under `RL_MIN_S=100`" in section
