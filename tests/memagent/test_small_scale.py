@@ -1551,6 +1551,25 @@ def _warm_start_line(warm: list[dict[str, Any]], codes: str) -> str:
             f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}")
 
 
+def _went_back(overshoots: list[dict[str, Any]]) -> str:
+    """A warm start's overshoots as a run's section lists them: "STEP: PROBE %, back to STEP; ..."."""
+    return "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}" for s in overshoots)
+
+
+def _reversed_count(point: dict[str, Any], args: dict[str, Any]) -> int:
+    """Answers reversed at a warm start's stop, its probe's and confirmation's pooled (their sizes from the stage's
+    args: per length, over the three training lengths)."""
+    probe, confirm = 3 * args["probe_per_length"], 3 * args["confirm_per_length"]
+    return round((point["probe_reversed"] * probe + point["confirm_reversed"] * confirm) / 100)
+
+
+def _left_after_warm_start(log: str) -> int:
+    """Seconds a call had left when its warm start stopped on its probe (its budget less the time since it began)."""
+    began, budget = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)[0]
+    (stopped,) = re.findall(r"\[([\d:]+)\] stopped: probe", log)
+    return int(budget) - (_clock(stopped) - _clock(began))
+
+
 def test_reversed_codes_across_the_runs_hold_what_bench_readme_says() -> None:
     """bench/README's table "Reversed codes across the runs": each row from that run's published evaluations
     (`answer_kind` at 1K-4K), and the reading under it (which starts reversed a fifth, what RL reversed after,
@@ -1795,7 +1814,7 @@ def test_run_20s_lost_calls_hold_what_bench_readme_says() -> None:
     assert _first_probe(stage["curve"], 30) == 1100 and _first_probe(stage["curve"], 12) == 800
     (shot,) = stop["overshoots"]
     at = probes[stop["step"]]
-    assert (f"({shot['step']}: {shot['probe_strict']:.1f} %, back to {shot['back_to']}) and it stopped at "
+    assert (f"({_went_back([shot])}) and it stopped at "
             f"{stop['step']} (probe {at['probe_strict']:.1f} %, 2 probes in a row), confirmed {_confirmed(stop)} % on "
             f"96 new documents ({round(stop['seconds'])} s; demonstrations {round(stage['demo_s'])} s)") in section
     assert (stop["attempt"], stop["rejected"], stop["reversed"]) == (0, [], 0.0)
@@ -1894,8 +1913,7 @@ def test_run_21s_section_shows_what_its_files_hold() -> None:
     assert (f"from step 750 (probe {at[750]['probe_strict']:.1f} %; {at[1250]['probe_strict']:.1f} % at 1250, "
             f"{at[1350]['probe_strict']:.1f} % at 1350)") in section
     shots = stage["stop"]["overshoots"]
-    assert ("went back twice (" + "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}"
-                                             for s in shots) + ")") in section
+    assert f"went back twice ({_went_back(shots)})" in section
     assert (f"at step 1374 two probes in a row sat in the band ({at[1372]['probe_strict']:.1f} %, "
             f"{at[1374]['probe_strict']:.1f} %), but the confirmation on 96 new documents read "
             f"**{at[1374]['confirm_strict']:.1f} %**, under the 30 % mark") in section
@@ -1969,13 +1987,12 @@ def test_run_22s_lost_call_holds_what_bench_readme_says() -> None:
     assert first["attempt"] == 0 and _first_probe(first["curve"], 30) == 450  # a rejected attempt keeps its curve
     assert f"the copy formed at step 450 (probe {first_probes[400]:.1f} % at 400, {first_probes[450]:.1f} % at 450)" \
         in section
-    shots = "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}" for s in first["overshoots"])
-    assert f"went back twice ({shots}) and it stopped at {first['step']}" in section
+    assert f"went back twice ({_went_back(first['overshoots'])}) and it stopped at {first['step']}" in section
     assert (f"(probe {first['probe_strict']:.1f} %, 2 probes in a row), its confirmation "
             f"{first['confirm_strict']:.1f} % on 96 new documents, over the top") in section
     assert "with no refinement left (--refines 2) (the confirmation decides)" in first["reason"]
     assert first["probe_reversed"] == first["confirm_reversed"] == first["reversed"] >= args["restart_reversed"]
-    pooled = round((first["probe_reversed"] * 48 + first["confirm_reversed"] * 96) / 100)
+    pooled = _reversed_count(first, args)
     assert f"both read **{first['reversed']:.1f} %** of their answers reversed ({pooled} of 144 pooled)" in section
     assert "attempt 1 stopped with 20.8% of its answers reversed (>= --restart-reversed 20.0%)" in call[
         "warmstart1.log"]
@@ -1984,11 +2001,10 @@ def test_run_22s_lost_call_holds_what_bench_readme_says() -> None:
     assert _first_probe(stage["curve"], 30) == 350 and stop["attempt"] == 1
     assert (f"(probe {probes[300]['probe_strict']:.1f} % at 300, {probes[350]['probe_strict']:.1f} % at 350)"
             in section)
-    shots = "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}" for s in stop["overshoots"])
     at = probes[stop["step"]]
-    assert (f"went back twice ({shots}) and it stopped at {stop['step']} (probe {at['probe_strict']:.1f} %, 2 probes "
-            f"in a row), confirmed {_confirmed(stop)} %") in section
-    kept = round((at["probe_reversed"] * 48 + at["confirm_reversed"] * 96) / 100)
+    assert (f"went back twice ({_went_back(stop['overshoots'])}) and it stopped at {stop['step']} (probe "
+            f"{at['probe_strict']:.1f} %, 2 probes in a row), confirmed {_confirmed(stop)} %") in section
+    kept = _reversed_count(at, args)
     assert stop["reversed"] == pytest.approx(100 * kept / 144, abs=0.01) and stop["reversed"] < args["restart_reversed"]
     assert (f"It read {at['probe_reversed']:.1f} % reversed on its probe and {at['confirm_reversed']:.1f} % on its "
             f"confirmation: {stop['reversed']:.1f} % pooled ({kept} of 144)") in section
@@ -1998,9 +2014,7 @@ def test_run_22s_lost_call_holds_what_bench_readme_says() -> None:
     # the untrained evaluation, and a call that ended before RL
     untrained = json.loads(call["eval_untrained.json"])["results"]
     assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
-    (began,) = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
-    (stopped,) = re.findall(r"\[([\d:]+)\] stopped: probe", log)
-    left = int(began[1]) - (_clock(stopped) - _clock(began[0]))
+    left = _left_after_warm_start(log)
     assert f"The call ended with {left} s left, under `RL_MIN_S=150`" in section and left < 150
     assert "call ends after warm start round 1" in log and not any(n.startswith(("rl", "eval_warm")) for n in call)
 
@@ -2020,8 +2034,8 @@ def test_run_23s_section_shows_what_its_files_hold() -> None:
     assert published["device_seconds"] == 1002 and "1,002 device-seconds" in section
     log = published["calls_log"]
     (ended,) = re.findall(r"\[([\d:]+)\] call ends after warm", log)
-    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
-    assert len(starts) == 2 and f"(sent {_clock(starts[1][0]) - _clock(ended)} s after call 1 returned)" in section
+    starts = re.findall(r"\[([\d:]+)\] call starts", log)
+    assert len(starts) == 2 and f"(sent {_clock(starts[1]) - _clock(ended)} s after call 1 returned)" in section
     # the warm start: a late copy, two probes in the band not confirmed, the stop one probe later
     probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
     early = [c["probe_strict"] for step, c in probes.items() if step <= 950]
@@ -2040,8 +2054,7 @@ def test_run_23s_section_shows_what_its_files_hold() -> None:
     warm = published["eval_warmstart"]["results"]
     kinds = P.answer_kinds(warm, train)
     assert _warm_start_line(warm, "code") in section
-    (stopped,) = re.findall(r"\[([\d:]+)\] stopped: probe", log)
-    left = int(starts[0][1]) - (_clock(stopped) - _clock(starts[0][0]))
+    left = _left_after_warm_start(log)
     assert left < 100 and f"Call 1 ended with {left} s left, under `RL_MIN_S=100`" in section
     # the arms: what the last call left them, their speed, the audits, the training rewards
     assert len(rl["curve"]) == len(control["curve"]) == 12 and round(rl["seconds"] / 60, 1) == 5.2
