@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import math
 import os
@@ -996,7 +997,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
-                                 "run23"])
+                                 "run23", "run26"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1080,10 +1081,11 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
                                                      "no failure; 67 device-seconds were left.")],
     "run21": ["--changes-from", "20"],
     "run23": ["--changes-from", "21"],
+    "run26": ["--changes-from", "23"],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1184,9 +1186,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-23: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-26: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -2023,7 +2025,7 @@ def test_run_23s_section_shows_what_its_files_hold() -> None:
     """bench/README's "Run 23" (run 21's plan in two calls): its tables and paired figures as for run 14, and each
     figure of its reading (the unconfirmed pair of probes and the stop after it, what call 1 left, the arms' time
     and steps, the audits, the control's start entropy against the four controls that fell) from the kept files."""
-    section = _bench_section("**Run 23**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 23**", "**Run 24, lost**")
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
     published = json.loads((results / "memagent_small_scale_run23.json").read_text())
     _check_run_section(section, published)
@@ -2081,3 +2083,125 @@ def test_run_23s_section_shows_what_its_files_hold() -> None:
     steps = [len(json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["rl_permuted_stage"]["curve"])
              for n in (7, 9, 10, 21)]
     assert f"stepped {min(steps)}-{max(steps)} times" in section and min(steps) > 12
+
+
+def test_run_25s_lost_call_holds_what_bench_readme_says() -> None:
+    """Run 25 (run 21's plan) was lost after call 1; bench/README's "Run 25, lost" against that call's packed files:
+    the warm start's probes (a copy forming, never two probes in a row in the band), the time budget that ended it,
+    the untrained evaluation and a call that ended with no RL."""
+    section = _bench_section("**Run 25, lost**", "**Run 26**")
+    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run25_lost" / "call1_results.tgz")
+    stage, log = json.loads(call["warmstart1_stage.json"]), call["calls.log"]
+    args, stop = stage["args"], stage["stop"]
+    assert (args["write_share"], args["restart_reversed"], args["demo_split"]) == (0.0, 20.0, "demo1")
+    assert f"(demonstrations `demo1`, {round(stage['demo_s'])} s)" in section
+    probes = {c["step"]: c["probe_strict"] for c in stage["curve"] if "probe_strict" in c}
+    early = [v for step, v in probes.items() if step <= 600]
+    again = [v for step, v in probes.items() if 650 < step <= 1000]
+    assert (f"probes {min(early):.1f}-{max(early):.1f} % from step 150 to 600, {probes[650]:.1f} % at 650, "
+            f"{min(again):.1f}-{max(again):.1f} % again to 1000, then {probes[1050]:.1f} % at 1050, "
+            f"{probes[1100]:.1f} % at 1100 and {probes[1150]:.1f} % at 1150") in section
+    assert max(probes) == stop["step"] == 1150 and stop["reason"] == f"time budget of {args['max_minutes']} min spent"
+    assert f"where its time budget ({args['max_minutes']} min) ended it" in section
+    in_band = [args["stop_at"] <= probes[s] <= args["stop_above"] for s in sorted(probes)]
+    assert not any(a and b for a, b in itertools.pairwise(in_band))  # "not formed (the stop asks 2 probes in a row)"
+    untrained = json.loads(call["eval_untrained.json"])["results"]
+    assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
+    assert "call ends after warm start round 1" in log and not any(n.startswith(("rl", "eval_warm")) for n in call)
+
+
+def test_run_26s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 26" (run 23's plan in two calls): its tables and paired figures as for run 14, and each
+    figure of its reading (the stop in the copy's rise, the start's stored-wrong codes against every evaluated start,
+    RL in both calls, the audits, the flat groups against the other starts under 60 %, the stops as early as this
+    one, the RL minutes of the runs that met the target) from the kept files."""
+    section = _bench_section("**Run 26**", "## Fixes these benchmarks led to")
+    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    published = json.loads((results / "memagent_small_scale_run26.json").read_text())
+    _check_run_section(section, published)
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    assert "warmstart_earlier_rounds" not in published  # one round
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
+    assert (stage["args"]["write_share"], stage["args"]["restart_reversed"]) == (0.0, 20.0)
+    assert published["device_seconds"] == 1145 and "1,145 device-seconds" in section
+    # the warm start: an early copy, one overshoot, probes every 10 steps and a stop 10 steps after the copy
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    early = [c["probe_strict"] for step, c in probes.items() if step <= 450]
+    stop = stage["stop"]
+    (shot,) = stop["overshoots"]
+    assert round(stage["demo_s"]) == 112 and (shot["step"], shot["back_to"], shot["probe_every"]) == (550, 500, 10)
+    assert (f"(probes {min(early):.1f}-{max(early):.1f} % from step 150 to 450; {probes[500]['probe_strict']:.1f} % "
+            f"at 500). The probe at 550 read {shot['probe_strict']:.1f} %, over the band's top, so it went back to 500 "
+            f"and probed every 10 steps: {probes[510]['probe_strict']:.1f} % at 510, {probes[520]['probe_strict']:.1f} "
+            f"% at 520, {probes[530]['probe_strict']:.1f} % at 530, two in a row in the band, confirmed "
+            f"{_confirmed(stop)} %") in section
+    assert (stop["step"], stop["attempt"], stop["rejected"]) == (530, 0, [])
+    assert (f"it stopped at 530 ({round(stop['seconds'])} s), in its first attempt, {stop['reversed']:.1f} % reversed "
+            f"(the probe {probes[530]['probe_reversed']:.1f} %, the confirmation {probes[530]['confirm_reversed']:.1f} "
+            "%)") in section
+    assert stop["step"] - _first_probe(stage["curve"], 30) == 10
+    warm = published["eval_warmstart"]["results"]
+    kinds = P.answer_kinds(warm, train)
+    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
+            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), {kinds['reversed']} codes "
+            f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}, and "
+            f"{kinds['stored_wrong']} codes stored wrong") in section
+    earlier = (9, 10, 11, 12, 14, 17, 19, 21, 23)  # every published run whose file holds an evaluated start
+    stored = {n: P.answer_kinds(json.loads((results / f"memagent_small_scale_run{n}.json").read_text())[
+        "eval_warmstart"]["results"], train)["stored_wrong"] for n in earlier}
+    assert kinds["stored_wrong"] > max(stored.values())
+    assert f"the most of any evaluated start (runs 9-23: {min(stored.values())}-{max(stored.values())})" in section
+    # RL in both calls: what call 1 left, the arms' steps there and in the last call, their speed, the audits
+    log = published["calls_log"]
+    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    (done, left) = re.findall(r"\[([\d:]+)\] warm start done after round 1, (\d+) s left", log)[0]
+    assert int(left) == int(starts[0][1]) - (_clock(done) - _clock(starts[0][0])) >= 100
+    assert f"Call 1 had {left} s left, so RL and the control began in it" in section
+    spent = re.findall(r"time budget of ([\d.]+) min spent after (\d+) steps", log)
+    assert spent == [("2.0", "5"), ("2.0", "5"), ("6.33", "21"), ("6.33", "21")]
+    assert "(2.0 minutes, 5 steps each)" in section and "stepped them 6.3 minutes more" in section
+    (ended,) = re.findall(r"\[([\d:]+)\] call ends after \d+ s of RL", log)
+    assert len(starts) == 2 and f"(sent {_clock(starts[1][0]) - _clock(ended)} s after call 1 returned)" in section
+    assert len(rl["curve"]) == len(control["curve"]) == 21 and round(rl["seconds"] / 60, 1) == 9.1
+    assert (f"9.1 minutes each in all (21 steps; rollouts {sum(c['rollout_s'] for c in rl['curve']) / 21:.1f} s, "
+            f"update {sum(c['train_s'] for c in rl['curve']) / 21:.1f} s a step)") in section
+    assert _audit_line(rl, control) in section
+    shown = published["training_reward_at_t1"]
+    assert (f"RL's training reward rose ({shown['rl']['steps_0_4']:.2f} over its first 5 steps, "
+            f"{shown['rl']['last_10']:.2f} over the last 10) while the control's stayed flat "
+            f"({shown['control']['steps_0_4']:.2f} -> {shown['control']['last_10']:.2f})") in section
+    after, held = P.answer_kinds(published["eval_rl"]["results"], train), P.answer_kinds(
+        published["eval_rl_permuted"]["results"], train)
+    assert (kinds["right"] - after["right"], after["reversed"] - kinds["reversed"]) == (3, 5)
+    assert (f"5 more reversed ({kinds['reversed']} -> {after['reversed']}, as many as the control's), 11 fewer with "
+            f"another code ({kinds['other_code']} -> {after['other_code']})") in section
+    assert held["reversed"] == after["reversed"] and kinds["other_code"] - after["other_code"] == 11
+    # the flat groups of RL's first 10 steps, most at reward 0, against the other starts under 60 % that record them
+    first = rl["curve"][:10]
+    zero = sum(g == 0 for c in first for g in c["group_means"])
+    assert zero > sum(c["flat_groups"] for c in first) / 2
+    assert f"{sum(c['flat_groups'] for c in first) / 10:.1f} of 16 groups flat over RL's first 10 steps" in section
+
+    def flat(n: int) -> float:
+        curve = json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["rl_stage"]["curve"][:10]
+        return sum(c["flat_groups"] for c in curve) / len(curve)
+
+    under = [n for n in earlier if _strict_score(_warm_start_results((n,))[n], train) < 60]
+    assert under == [10, 12, 14, 17, 19, 21, 23]
+    low, high = [flat(n) for n in (10, 14, 19, 21, 23)], [flat(n) for n in (12, 17)]
+    assert (f"against {min(low):.1f}-{max(low):.1f} in runs 10, 14, 19, 21 and 23 and {min(high):.1f}-"
+            f"{max(high):.1f} in runs 12 and 17") in section
+    assert max(low + high) < sum(c["flat_groups"] for c in first) / 10
+    # runs 14, 17 and 19 stopped as soon after their copy; the runs whose RL met the target had 11 minutes or more
+    after_copy = {}
+    for n in (14, 17, 19):
+        ws = json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["warmstart_stage"]
+        after_copy[n] = ws["stop"]["step"] - _first_probe(ws["curve"], 30)
+    assert f"also stopped {min(after_copy.values())}-{max(after_copy.values())} steps after" in section
+    files = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text()) for n in (*earlier, 26)}
+    met = {n: f["targets"]["rl_gain_points_ge_15"] for n, f in files.items() if "targets" in f}
+    minutes = {n: f["rl_stage"]["seconds"] / 60 for n, f in files.items()}
+    assert [n for n, t in met.items() if t["passed"]] == [9, 14] and min(minutes[9], minutes[14]) >= 11
+    assert f"{minutes[23]:.1f}-{minutes[26]:.1f} minutes of it" in section
+    assert files[14]["rl_stage"]["args"]["lr"] == 2 * rl["args"]["lr"]
