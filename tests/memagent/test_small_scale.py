@@ -2021,19 +2021,28 @@ def test_run_22s_lost_call_holds_what_bench_readme_says() -> None:
     assert "call ends after warm start round 1" in log and not any(n.startswith(("rl", "eval_warm")) for n in call)
 
 
-def test_run_23s_section_shows_what_its_files_hold() -> None:
-    """bench/README's "Run 23" (run 21's plan in two calls): its tables and paired figures as for run 14, and each
-    figure of its reading (the unconfirmed pair of probes and the stop after it, what call 1 left, the arms' time
-    and steps, the audits, the control's start entropy against the four controls that fell) from the kept files."""
-    section = _bench_section("**Run 23**", "**Run 24, lost**")
-    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
-    published = json.loads((results / "memagent_small_scale_run23.json").read_text())
+def _run21s_plan(n: int, end: str, device_seconds: int) -> tuple[str, dict[str, Any]]:
+    """Run n on run 21's plan in one warm start round (a uniform start with --restart-reversed 20; RL and its control
+    at lr 5e-5 with the KL coefficient 0.01): its bench/README section (up to `end`) checked as every run's is, its
+    settings and device time against its published file. The section (whitespace folded) and the file."""
+    section = _bench_section(f"**Run {n}**", end)
+    published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_run{n}.json").read_text())
     _check_run_section(section, published)
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
     assert "warmstart_earlier_rounds" not in published  # one round
     assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
     assert (stage["args"]["write_share"], stage["args"]["restart_reversed"]) == (0.0, 20.0)
-    assert published["device_seconds"] == 1002 and "1,002 device-seconds" in section
+    assert published["device_seconds"] == device_seconds and f"{device_seconds:,} device-seconds" in section
+    return section, published
+
+
+def test_run_23s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 23" (run 21's plan in two calls): its tables and paired figures as for run 14, and each
+    figure of its reading (the unconfirmed pair of probes and the stop after it, what call 1 left, the arms' time
+    and steps, the audits, the control's start entropy against the four controls that fell) from the kept files."""
+    section, published = _run21s_plan(23, "**Run 24, lost**", 1002)
+    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
     log = published["calls_log"]
     (ended,) = re.findall(r"\[([\d:]+)\] call ends after warm", log)
     starts = re.findall(r"\[([\d:]+)\] call starts", log)
@@ -2115,15 +2124,9 @@ def test_run_26s_section_shows_what_its_files_hold() -> None:
     figure of its reading (the stop in the copy's rise, the start's stored-wrong codes against every evaluated start,
     RL in both calls, the audits, the flat groups against the other starts under 60 %, the stops as early as this
     one, the RL minutes of the runs that met the target) from the kept files."""
-    section = _bench_section("**Run 26**", "## Fixes these benchmarks led to")
+    section, published = _run21s_plan(26, "## Fixes these benchmarks led to", 1145)
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
-    published = json.loads((results / "memagent_small_scale_run26.json").read_text())
-    _check_run_section(section, published)
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
-    assert "warmstart_earlier_rounds" not in published  # one round
-    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
-    assert (stage["args"]["write_share"], stage["args"]["restart_reversed"]) == (0.0, 20.0)
-    assert published["device_seconds"] == 1145 and "1,145 device-seconds" in section
     # the warm start: an early copy, one overshoot, probes every 10 steps and a stop 10 steps after the copy
     probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
     early = [c["probe_strict"] for step, c in probes.items() if step <= 450]
