@@ -2151,8 +2151,9 @@ def test_run_26s_section_shows_what_its_files_hold() -> None:
             f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}, and "
             f"{kinds['stored_wrong']} codes stored wrong") in section
     earlier = (9, 10, 11, 12, 14, 17, 19, 21, 23)  # every published run whose file holds an evaluated start
-    stored = {n: P.answer_kinds(json.loads((results / f"memagent_small_scale_run{n}.json").read_text())[
-        "eval_warmstart"]["results"], train)["stored_wrong"] for n in earlier}
+    files = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text()) for n in earlier}
+    files[26] = published
+    stored = {n: P.answer_kinds(files[n]["eval_warmstart"]["results"], train)["stored_wrong"] for n in earlier}
     assert kinds["stored_wrong"] > max(stored.values())
     assert f"the most of any evaluated start (runs 9-23: {min(stored.values())}-{max(stored.values())})" in section
     # RL in both calls: what call 1 left, the arms' steps there and in the last call, their speed, the audits
@@ -2187,22 +2188,19 @@ def test_run_26s_section_shows_what_its_files_hold() -> None:
     assert f"{sum(c['flat_groups'] for c in first) / 10:.1f} of 16 groups flat over RL's first 10 steps" in section
 
     def flat(n: int) -> float:
-        curve = json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["rl_stage"]["curve"][:10]
+        curve = files[n]["rl_stage"]["curve"][:10]
         return sum(c["flat_groups"] for c in curve) / len(curve)
 
-    under = [n for n in earlier if _strict_score(_warm_start_results((n,))[n], train) < 60]
+    under = [n for n in earlier if _strict_score(files[n]["eval_warmstart"]["results"], train) < 60]
     assert under == [10, 12, 14, 17, 19, 21, 23]
     low, high = [flat(n) for n in (10, 14, 19, 21, 23)], [flat(n) for n in (12, 17)]
     assert (f"against {min(low):.1f}-{max(low):.1f} in runs 10, 14, 19, 21 and 23 and {min(high):.1f}-"
             f"{max(high):.1f} in runs 12 and 17") in section
     assert max(low + high) < sum(c["flat_groups"] for c in first) / 10
     # runs 14, 17 and 19 stopped as soon after their copy; the runs whose RL met the target had 11 minutes or more
-    after_copy = {}
-    for n in (14, 17, 19):
-        ws = json.loads((results / f"memagent_small_scale_run{n}.json").read_text())["warmstart_stage"]
-        after_copy[n] = ws["stop"]["step"] - _first_probe(ws["curve"], 30)
-    assert f"also stopped {min(after_copy.values())}-{max(after_copy.values())} steps after" in section
-    files = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text()) for n in (*earlier, 26)}
+    after_copy = [files[n]["warmstart_stage"]["stop"]["step"] - _first_probe(files[n]["warmstart_stage"]["curve"], 30)
+                  for n in (14, 17, 19)]
+    assert f"also stopped {min(after_copy)}-{max(after_copy)} steps after" in section
     met = {n: f["targets"]["rl_gain_points_ge_15"] for n, f in files.items() if "targets" in f}
     minutes = {n: f["rl_stage"]["seconds"] / 60 for n, f in files.items()}
     assert [n for n, t in met.items() if t["passed"]] == [9, 14] and min(minutes[9], minutes[14]) >= 11
