@@ -997,7 +997,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
-                                 "run23", "run26"])
+                                 "run23", "run26", "run27"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1082,10 +1082,11 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
     "run21": ["--changes-from", "20"],
     "run23": ["--changes-from", "21"],
     "run26": ["--changes-from", "23"],
+    "run27": ["--changes-from", "21"],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26", "run27"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1186,9 +1187,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-26: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-27: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -2124,7 +2125,7 @@ def test_run_26s_section_shows_what_its_files_hold() -> None:
     figure of its reading (the stop in the copy's rise, the start's stored-wrong codes against every evaluated start,
     RL in both calls, the audits, the flat groups against the other starts under 60 %, the stops as early as this
     one, the RL minutes of the runs that met the target) from the kept files."""
-    section, published = _run21s_plan(26, "## Fixes these benchmarks led to", 1145)
+    section, published = _run21s_plan(26, "**Run 27**", 1145)
     results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
     # the warm start: an early copy, one overshoot, probes every 10 steps and a stop 10 steps after the copy
@@ -2206,3 +2207,96 @@ def test_run_26s_section_shows_what_its_files_hold() -> None:
     assert [n for n, t in met.items() if t["passed"]] == [9, 14] and min(minutes[9], minutes[14]) >= 11
     assert f"{minutes[23]:.1f}-{minutes[26]:.1f} minutes of it" in section
     assert files[14]["rl_stage"]["args"]["lr"] == 2 * rl["args"]["lr"]
+
+
+def test_run_27s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 27" (run 21's plan in three calls): its tables and paired figures as for run 14, and each
+    figure of its reading (a copy that slipped back, the overshoot and the stop, RL over three calls, the audits,
+    the training rewards, and the runs at each lr and anchor: what their RL and their control did) from the kept
+    files."""
+    section, published = _run21s_plan(27, "## Fixes these benchmarks led to", 1706)
+    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    # the warm start: a copy at 600 that slipped back, an overshoot at 750, probes every 10 steps, the stop at 730
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    early = [c["probe_strict"] for step, c in probes.items() if step <= 550]
+    stop = stage["stop"]
+    (shot,) = stop["overshoots"]
+    assert round(stage["demo_s"]) == 104 and (shot["step"], shot["back_to"], shot["probe_every"]) == (750, 700, 10)
+    assert (f"probes {min(early):.1f}-{max(early):.1f} % from step 150 to 550; {probes[600]['probe_strict']:.1f} % "
+            f"at 600, then {probes[650]['probe_strict']:.1f} % at 650 and {probes[700]['probe_strict']:.1f} % at 700"
+            ) in section
+    assert probes[650]["probe_strict"] < probes[600]["probe_strict"] and probes[700]["probe_strict"] < 10
+    assert (f"The probe at 750 read {shot['probe_strict']:.1f} %, over the band's top, so it went back to 700 and "
+            f"probed every 10 steps: {probes[710]['probe_strict']:.1f} % at 710, {probes[720]['probe_strict']:.1f} % "
+            f"at 720, {probes[730]['probe_strict']:.1f} % at 730, two in a row in the band, confirmed "
+            f"{_confirmed(stop)} %") in section
+    assert (stop["step"], stop["attempt"], stop["rejected"]) == (730, 0, [])
+    assert (f"it stopped at 730 ({round(stop['seconds'])} s), in its first attempt, {stop['reversed']:.1f} % reversed "
+            f"(the probe {probes[730]['probe_reversed']:.1f} %, the confirmation {probes[730]['confirm_reversed']:.1f} "
+            "%)") in section
+    warm = published["eval_warmstart"]["results"]
+    kinds = P.answer_kinds(warm, train)
+    assert kinds["reversed"] == 1
+    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
+            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
+            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), 1 code reversed; its "
+            f"misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}, and "
+            f"{kinds['stored_wrong']} codes stored wrong") in section
+    # RL over the three calls: what call 1 left, each call's budget and steps, the gaps between calls, the speed
+    log = published["calls_log"]
+    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    assert [int(b) for _, b in starts] == [555, 560, 585]
+    (done, left) = re.findall(r"\[([\d:]+)\] warm start done after round 1, (\d+) s left", log)[0]
+    assert int(left) == int(starts[0][1]) - (_clock(done) - _clock(starts[0][0])) >= 150
+    assert f"Call 1 had {left} s left, so RL and the control began in it (4 steps each)" in section
+    spent = re.findall(r"time budget of ([\d.]+) min spent after (\d+) steps", log)
+    assert spent == [("1.87", "4")] * 2 + [("8.5", "24")] * 2 + [("7.08", "42")] * 2
+    assert "stepped them 8.5 minutes more, to 24 steps" in section and "7.08 minutes more before its evaluations" in section
+    ended = re.findall(r"\[([\d:]+)\] call ends after \d+ s of RL", log)
+    gaps = [_clock(s) - _clock(e) for (s, _), e in zip(starts[1:], ended, strict=True)]
+    assert (f"call 2 (sent {gaps[0]} s after call 1 returned)" in section
+            and f"the last call (sent {gaps[1]} s after call 2 returned)" in section)
+    assert len(rl["curve"]) == len(control["curve"]) == 42 and round(rl["seconds"] / 60, 1) == 18.0
+    assert (f"18.0 minutes each in all (42 steps; rollouts {sum(c['rollout_s'] for c in rl['curve']) / 42:.1f} s, "
+            f"update {sum(c['train_s'] for c in rl['curve']) / 42:.1f} s a step)") in section
+    assert _audit_line(rl, control) in section
+    shown = published["training_reward_at_t1"]
+    assert (f"its training reward rose ({shown['rl']['steps_0_4']:.2f} over its first 5 steps, "
+            f"{shown['rl']['last_10']:.2f} over the last 10) while the control's fell "
+            f"({shown['control']['steps_0_4']:.2f} -> {shown['control']['last_10']:.2f})") in section
+    assert f"{sum(c['flat_groups'] for c in rl['curve'][:10]) / 10:.1f} of 16 over RL's first 10 steps" in section
+    after = P.answer_kinds(published["eval_rl"]["results"], train)
+    assert f"{after['right'] - kinds['right']} right answers ahead of its start ({kinds['right']} -> {after['right']})" \
+        in section
+    # the runs at each lr and anchor (every published run whose RL warmed its lr up): RL's target and the control's
+    files = {n: json.loads(p.read_text()) for p in results.glob("memagent_small_scale_run*.json")
+             if (n := int(p.stem.removeprefix("memagent_small_scale_run"))) >= 5 and "targets" in json.loads(
+                 p.read_text())}
+    files[27] = published
+
+    def runs(lr: float, anchors: tuple[float, ...]) -> list[int]:
+        return sorted(n for n, f in files.items() if f["rl_stage"]["args"]["lr"] == lr
+                      and f["rl_stage"]["args"]["kl_coef"] in anchors)
+
+    def passed(ns: list[int], target: str) -> list[int]:
+        return [n for n in ns if files[n]["targets"][target]["passed"]]
+
+    half = runs(5e-5, (0.01,))
+    assert half == [17, 19, 21, 23, 26, 27] and passed(half, "rl_gain_points_ge_15") == []
+    gains = {n: files[n]["compare_strict"]["vs_base"][0]["training_lengths"]["gain_points"] for n in half}
+    minutes = {n: files[n]["rl_stage"]["seconds"] / 60 for n in half}
+    assert (f"gained {min(gains.values()):.1f} to {max(gains.values()):+.1f} at 1K-4K with "
+            f"{min(minutes.values()):.1f}-{max(minutes.values()):.1f} minutes of RL") in section
+    by_minutes = [gains[n] for n in sorted(half, key=minutes.get)]
+    assert by_minutes != sorted(by_minutes)  # "in no order of their minutes"
+    assert len(passed(half, "control_within_noise")) == 5 and "their controls held in five of the six" in section
+    assert max(minutes, key=minutes.get) == 17 and sorted(minutes.values())[-2] == minutes[27]
+    full = runs(1e-4, (0.001, 0.01))
+    assert full == [5, 6, 7, 8, 9, 10, 14]
+    assert passed(full, "rl_gain_points_ge_15") == [9, 14] and passed(full, "control_within_noise") == [5, 8]
+    assert "RL met its target in two runs (9 and 14) and the control held in two (5 and 8)" in section
+    anchored = runs(1e-4, (0.05,))
+    assert anchored == [11, 12] and passed(anchored, "control_within_noise") == anchored
+    assert passed(anchored, "rl_gain_points_ge_15") == []
+    assert files[14]["rl_stage"]["args"]["kl_coef"] == rl["args"]["kl_coef"] and "`RL_LR=1e-4`" in section
