@@ -1554,6 +1554,54 @@ def _warm_start_line(warm: list[dict[str, Any]], codes: str) -> str:
             f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}")
 
 
+def _refined_stop(stage: dict[str, Any], shot_at: int, stopped_at: int) -> list[str]:
+    """A warm start that went back 50 steps from one overshoot (its probe at `shot_at`), probed every 10 steps and
+    stopped at `stopped_at` in its first attempt: what a run's section says of it (the overshoot, the fine probes up
+    to the stop and the confirmation; the stop, its time and its reversals)."""
+    stop, probes = stage["stop"], {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    (shot,) = stop["overshoots"]
+    assert (shot["step"], shot["back_to"], shot["probe_every"]) == (shot_at, shot_at - 50, 10)
+    assert (stop["step"], stop["attempt"], stop["rejected"]) == (stopped_at, 0, [])
+    back, every, at = shot["back_to"], shot["probe_every"], probes[stop["step"]]
+    fine = ", ".join(f"{probes[s]['probe_strict']:.1f} % at {s}" for s in range(back + every, stop["step"] + 1, every))
+    return [(f"The probe at {shot['step']} read {shot['probe_strict']:.1f} %, over the band's top, so it went back to "
+             f"{back} and probed every {every} steps: {fine}, two in a row in the band, confirmed {_confirmed(stop)} %"),
+            (f"it stopped at {stop['step']} ({round(stop['seconds'])} s), in its first attempt, {stop['reversed']:.1f} "
+             f"% reversed (the probe {at['probe_reversed']:.1f} %, the confirmation {at['confirm_reversed']:.1f} %)")]
+
+
+def _rl_in_calls(log: str) -> tuple[list[int], int, list[tuple[str, str]], list[int]]:
+    """A run whose RL began in its warm start's call, read from its calls.log: each call's budget, the seconds call 1
+    had left when its warm start was done (checked against that budget and the log's clock), the arms' "time budget
+    spent" lines (minutes, steps) in order, and the seconds from each call's end to the next call's start."""
+    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    (done, left) = re.findall(r"\[([\d:]+)\] warm start done after round 1, (\d+) s left", log)[0]
+    assert int(left) == int(starts[0][1]) - (_clock(done) - _clock(starts[0][0]))
+    spent = re.findall(r"time budget of ([\d.]+) min spent after (\d+) steps", log)
+    ended = re.findall(r"\[([\d:]+)\] call ends after \d+ s of RL", log)
+    gaps = [_clock(start) - _clock(end) for (start, _), end in zip(starts[1:], ended, strict=True)]
+    return [int(budget) for _, budget in starts], int(left), spent, gaps
+
+
+def _arms_time(rl: dict[str, Any], control: dict[str, Any]) -> str:
+    """The two RL arms' time as a run's section prints it: minutes each, steps, and RL's mean rollout and update
+    seconds a step (the arms step together: as many steps each)."""
+    n = len(rl["curve"])
+    assert len(control["curve"]) == n
+    return (f"{rl['seconds'] / 60:.1f} minutes each in all ({n} steps; rollouts "
+            f"{sum(c['rollout_s'] for c in rl['curve']) / n:.1f} s, update {sum(c['train_s'] for c in rl['curve']) / n:.1f}"
+            " s a step)")
+
+
+def _training_rewards(published: dict[str, Any], control: str) -> str:
+    """RL's training reward over its first 5 steps and its last 10, and the control's (`control`: what it did,
+    "stayed flat" or "fell"), as a run's section prints them (publish.py's `training_reward_at_t1`)."""
+    shown = published["training_reward_at_t1"]
+    return (f"training reward rose ({shown['rl']['steps_0_4']:.2f} over its first 5 steps, "
+            f"{shown['rl']['last_10']:.2f} over the last 10) while the control's {control} "
+            f"({shown['control']['steps_0_4']:.2f} -> {shown['control']['last_10']:.2f})")
+
+
 def _went_back(overshoots: list[dict[str, Any]]) -> str:
     """A warm start's overshoots as a run's section lists them: "STEP: PROBE %, back to STEP; ..."."""
     return "; ".join(f"{s['step']}: {s['probe_strict']:.1f} %, back to {s['back_to']}" for s in overshoots)
@@ -2131,26 +2179,14 @@ def test_run_26s_section_shows_what_its_files_hold() -> None:
     # the warm start: an early copy, one overshoot, probes every 10 steps and a stop 10 steps after the copy
     probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
     early = [c["probe_strict"] for step, c in probes.items() if step <= 450]
-    stop = stage["stop"]
-    (shot,) = stop["overshoots"]
-    assert round(stage["demo_s"]) == 112 and (shot["step"], shot["back_to"], shot["probe_every"]) == (550, 500, 10)
+    went_back, stopped = _refined_stop(stage, 550, 530)
+    assert round(stage["demo_s"]) == 112 and stopped in section
     assert (f"(probes {min(early):.1f}-{max(early):.1f} % from step 150 to 450; {probes[500]['probe_strict']:.1f} % "
-            f"at 500). The probe at 550 read {shot['probe_strict']:.1f} %, over the band's top, so it went back to 500 "
-            f"and probed every 10 steps: {probes[510]['probe_strict']:.1f} % at 510, {probes[520]['probe_strict']:.1f} "
-            f"% at 520, {probes[530]['probe_strict']:.1f} % at 530, two in a row in the band, confirmed "
-            f"{_confirmed(stop)} %") in section
-    assert (stop["step"], stop["attempt"], stop["rejected"]) == (530, 0, [])
-    assert (f"it stopped at 530 ({round(stop['seconds'])} s), in its first attempt, {stop['reversed']:.1f} % reversed "
-            f"(the probe {probes[530]['probe_reversed']:.1f} %, the confirmation {probes[530]['confirm_reversed']:.1f} "
-            "%)") in section
-    assert stop["step"] - _first_probe(stage["curve"], 30) == 10
+            f"at 500). {went_back}") in section
+    assert 530 - _first_probe(stage["curve"], 30) == 10
     warm = published["eval_warmstart"]["results"]
     kinds = P.answer_kinds(warm, train)
-    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
-            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
-            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), {kinds['reversed']} codes "
-            f"reversed; its misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}, and "
-            f"{kinds['stored_wrong']} codes stored wrong") in section
+    assert f"{_warm_start_line(warm, 'codes')}, and {kinds['stored_wrong']} codes stored wrong" in section
     earlier = (9, 10, 11, 12, 14, 17, 19, 21, 23)  # every published run whose file holds an evaluated start
     files = {n: json.loads((results / f"memagent_small_scale_run{n}.json").read_text()) for n in earlier}
     files[26] = published
@@ -2159,23 +2195,15 @@ def test_run_26s_section_shows_what_its_files_hold() -> None:
     assert f"the most of any evaluated start (runs 9-23: {min(stored.values())}-{max(stored.values())})" in section
     # RL in both calls: what call 1 left, the arms' steps there and in the last call, their speed, the audits
     log = published["calls_log"]
-    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
-    (done, left) = re.findall(r"\[([\d:]+)\] warm start done after round 1, (\d+) s left", log)[0]
-    assert int(left) == int(starts[0][1]) - (_clock(done) - _clock(starts[0][0])) >= 100
+    budgets, left, spent, (gap,) = _rl_in_calls(log)
+    assert budgets == [530, 540] and left >= 100
     assert f"Call 1 had {left} s left, so RL and the control began in it" in section
-    spent = re.findall(r"time budget of ([\d.]+) min spent after (\d+) steps", log)
     assert spent == [("2.0", "5"), ("2.0", "5"), ("6.33", "21"), ("6.33", "21")]
     assert "(2.0 minutes, 5 steps each)" in section and "stepped them 6.3 minutes more" in section
-    (ended,) = re.findall(r"\[([\d:]+)\] call ends after \d+ s of RL", log)
-    assert len(starts) == 2 and f"(sent {_clock(starts[1][0]) - _clock(ended)} s after call 1 returned)" in section
-    assert len(rl["curve"]) == len(control["curve"]) == 21 and round(rl["seconds"] / 60, 1) == 9.1
-    assert (f"9.1 minutes each in all (21 steps; rollouts {sum(c['rollout_s'] for c in rl['curve']) / 21:.1f} s, "
-            f"update {sum(c['train_s'] for c in rl['curve']) / 21:.1f} s a step)") in section
+    assert f"(sent {gap} s after call 1 returned)" in section
+    assert len(rl["curve"]) == 21 and round(rl["seconds"] / 60, 1) == 9.1 and _arms_time(rl, control) in section
     assert _audit_line(rl, control) in section
-    shown = published["training_reward_at_t1"]
-    assert (f"RL's training reward rose ({shown['rl']['steps_0_4']:.2f} over its first 5 steps, "
-            f"{shown['rl']['last_10']:.2f} over the last 10) while the control's stayed flat "
-            f"({shown['control']['steps_0_4']:.2f} -> {shown['control']['last_10']:.2f})") in section
+    assert f"RL's {_training_rewards(published, 'stayed flat')}" in section
     after, held = P.answer_kinds(published["eval_rl"]["results"], train), P.answer_kinds(
         published["eval_rl_permuted"]["results"], train)
     assert (kinds["right"] - after["right"], after["reversed"] - kinds["reversed"]) == (3, 5)
@@ -2220,51 +2248,27 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     # the warm start: a copy at 600 that slipped back, an overshoot at 750, probes every 10 steps, the stop at 730
     probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
     early = [c["probe_strict"] for step, c in probes.items() if step <= 550]
-    stop = stage["stop"]
-    (shot,) = stop["overshoots"]
-    assert round(stage["demo_s"]) == 104 and (shot["step"], shot["back_to"], shot["probe_every"]) == (750, 700, 10)
+    assert round(stage["demo_s"]) == 104 and all(said in section for said in _refined_stop(stage, 750, 730))
     assert (f"probes {min(early):.1f}-{max(early):.1f} % from step 150 to 550; {probes[600]['probe_strict']:.1f} % "
             f"at 600, then {probes[650]['probe_strict']:.1f} % at 650 and {probes[700]['probe_strict']:.1f} % at 700"
             ) in section
     assert probes[650]["probe_strict"] < probes[600]["probe_strict"] and probes[700]["probe_strict"] < 10
-    assert (f"The probe at 750 read {shot['probe_strict']:.1f} %, over the band's top, so it went back to 700 and "
-            f"probed every 10 steps: {probes[710]['probe_strict']:.1f} % at 710, {probes[720]['probe_strict']:.1f} % "
-            f"at 720, {probes[730]['probe_strict']:.1f} % at 730, two in a row in the band, confirmed "
-            f"{_confirmed(stop)} %") in section
-    assert (stop["step"], stop["attempt"], stop["rejected"]) == (730, 0, [])
-    assert (f"it stopped at 730 ({round(stop['seconds'])} s), in its first attempt, {stop['reversed']:.1f} % reversed "
-            f"(the probe {probes[730]['probe_reversed']:.1f} %, the confirmation {probes[730]['confirm_reversed']:.1f} "
-            "%)") in section
     warm = published["eval_warmstart"]["results"]
     kinds = P.answer_kinds(warm, train)
     assert kinds["reversed"] == 1
-    assert (f"{_printed(_strict_score(warm, train))} % at 1K-4K ({kinds['right']} of 144), "
-            f"{_printed(_strict_score(warm, [32000]))} % at 32K "
-            f"({_printed(_strict_score(warm, [32000]) / _strict_score(warm, train), 2)}x), 1 code reversed; its "
-            f"misses: one digit in place {kinds['one_place']}, another code {kinds['other_code']}, and "
-            f"{kinds['stored_wrong']} codes stored wrong") in section
+    assert f"{_warm_start_line(warm, 'code')}, and {kinds['stored_wrong']} codes stored wrong" in section
     # RL over the three calls: what call 1 left, each call's budget and steps, the gaps between calls, the speed
     log = published["calls_log"]
-    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
-    assert [int(b) for _, b in starts] == [555, 560, 585]
-    (done, left) = re.findall(r"\[([\d:]+)\] warm start done after round 1, (\d+) s left", log)[0]
-    assert int(left) == int(starts[0][1]) - (_clock(done) - _clock(starts[0][0])) >= 150
+    budgets, left, spent, gaps = _rl_in_calls(log)
+    assert budgets == [555, 560, 585] and left >= 150
     assert f"Call 1 had {left} s left, so RL and the control began in it (4 steps each)" in section
-    spent = re.findall(r"time budget of ([\d.]+) min spent after (\d+) steps", log)
     assert spent == [("1.87", "4")] * 2 + [("8.5", "24")] * 2 + [("7.08", "42")] * 2
     assert "stepped them 8.5 minutes more, to 24 steps" in section and "7.08 minutes more before its evaluations" in section
-    ended = re.findall(r"\[([\d:]+)\] call ends after \d+ s of RL", log)
-    gaps = [_clock(s) - _clock(e) for (s, _), e in zip(starts[1:], ended, strict=True)]
     assert (f"call 2 (sent {gaps[0]} s after call 1 returned)" in section
             and f"the last call (sent {gaps[1]} s after call 2 returned)" in section)
-    assert len(rl["curve"]) == len(control["curve"]) == 42 and round(rl["seconds"] / 60, 1) == 18.0
-    assert (f"18.0 minutes each in all (42 steps; rollouts {sum(c['rollout_s'] for c in rl['curve']) / 42:.1f} s, "
-            f"update {sum(c['train_s'] for c in rl['curve']) / 42:.1f} s a step)") in section
+    assert len(rl["curve"]) == 42 and round(rl["seconds"] / 60, 1) == 18.0 and _arms_time(rl, control) in section
     assert _audit_line(rl, control) in section
-    shown = published["training_reward_at_t1"]
-    assert (f"its training reward rose ({shown['rl']['steps_0_4']:.2f} over its first 5 steps, "
-            f"{shown['rl']['last_10']:.2f} over the last 10) while the control's fell "
-            f"({shown['control']['steps_0_4']:.2f} -> {shown['control']['last_10']:.2f})") in section
+    assert f"its {_training_rewards(published, 'fell')}" in section
     assert f"{sum(c['flat_groups'] for c in rl['curve'][:10]) / 10:.1f} of 16 over RL's first 10 steps" in section
     after = P.answer_kinds(published["eval_rl"]["results"], train)
     assert f"{after['right'] - kinds['right']} right answers ahead of its start ({kinds['right']} -> {after['right']})" \
