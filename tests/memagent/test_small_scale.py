@@ -1565,7 +1565,8 @@ def _refined_stop(stage: dict[str, Any], shot_at: int, stopped_at: int) -> list[
     back, every, at = shot["back_to"], shot["probe_every"], probes[stop["step"]]
     fine = ", ".join(f"{probes[s]['probe_strict']:.1f} % at {s}" for s in range(back + every, stop["step"] + 1, every))
     return [(f"The probe at {shot['step']} read {shot['probe_strict']:.1f} %, over the band's top, so it went back to "
-             f"{back} and probed every {every} steps: {fine}, two in a row in the band, confirmed {_confirmed(stop)} %"),
+             f"{back} and probed every {every} steps: {fine}, two in a row in the band, confirmed "
+             f"{_confirmed(stop)} %"),
             (f"it stopped at {stop['step']} ({round(stop['seconds'])} s), in its first attempt, {stop['reversed']:.1f} "
              f"% reversed (the probe {at['probe_reversed']:.1f} %, the confirmation {at['confirm_reversed']:.1f} %)")]
 
@@ -1588,9 +1589,9 @@ def _arms_time(rl: dict[str, Any], control: dict[str, Any]) -> str:
     seconds a step (the arms step together: as many steps each)."""
     n = len(rl["curve"])
     assert len(control["curve"]) == n
-    return (f"{rl['seconds'] / 60:.1f} minutes each in all ({n} steps; rollouts "
-            f"{sum(c['rollout_s'] for c in rl['curve']) / n:.1f} s, update {sum(c['train_s'] for c in rl['curve']) / n:.1f}"
-            " s a step)")
+    rollouts, updates = (sum(c[key] for c in rl["curve"]) / n for key in ("rollout_s", "train_s"))
+    return (f"{rl['seconds'] / 60:.1f} minutes each in all ({n} steps; rollouts {rollouts:.1f} s, update "
+            f"{updates:.1f} s a step)")
 
 
 def _training_rewards(published: dict[str, Any], control: str) -> str:
@@ -2263,7 +2264,8 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     assert budgets == [555, 560, 585] and left >= 150
     assert f"Call 1 had {left} s left, so RL and the control began in it (4 steps each)" in section
     assert spent == [("1.87", "4")] * 2 + [("8.5", "24")] * 2 + [("7.08", "42")] * 2
-    assert "stepped them 8.5 minutes more, to 24 steps" in section and "7.08 minutes more before its evaluations" in section
+    assert "stepped them 8.5 minutes more, to 24 steps" in section
+    assert "7.08 minutes more before its evaluations" in section
     assert (f"call 2 (sent {gaps[0]} s after call 1 returned)" in section
             and f"the last call (sent {gaps[1]} s after call 2 returned)" in section)
     assert len(rl["curve"]) == 42 and round(rl["seconds"] / 60, 1) == 18.0 and _arms_time(rl, control) in section
@@ -2271,8 +2273,8 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     assert f"its {_training_rewards(published, 'fell')}" in section
     assert f"{sum(c['flat_groups'] for c in rl['curve'][:10]) / 10:.1f} of 16 over RL's first 10 steps" in section
     after = P.answer_kinds(published["eval_rl"]["results"], train)
-    assert f"{after['right'] - kinds['right']} right answers ahead of its start ({kinds['right']} -> {after['right']})" \
-        in section
+    ahead = after["right"] - kinds["right"]
+    assert f"{ahead} right answers ahead of its start ({kinds['right']} -> {after['right']})" in section
     # the runs at each lr and anchor (every published run whose RL warmed its lr up): RL's target and the control's
     files = {n: json.loads(p.read_text()) for p in results.glob("memagent_small_scale_run*.json")
              if (n := int(p.stem.removeprefix("memagent_small_scale_run"))) >= 5 and "targets" in json.loads(
@@ -2304,3 +2306,26 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     assert anchored == [11, 12] and passed(anchored, "control_within_noise") == anchored
     assert passed(anchored, "rl_gain_points_ge_15") == []
     assert files[14]["rl_stage"]["args"]["kl_coef"] == rl["args"]["kl_coef"] and "`RL_LR=1e-4`" in section
+    # the table of every such run: each row from its per-document results, its stage file and its verdicts
+    assert sorted(files) == sorted(full + anchored + half)
+    assert all(f["rl_stage"]["args"]["lr_warmup"] for f in files.values())
+
+    def gain(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str:
+        won, lost = _won_lost(before, after, train)
+        return (f"{_printed(_strict_score(after, train) - _strict_score(before, train), 1, plus=True)} "
+                f"({(won - lost) / math.sqrt(won + lost):+.2f})")
+
+    rows = []
+    for n in sorted(files):
+        f, verdict = files[n], {True: "PASS", False: "MISS"}
+        warm, args = f["eval_warmstart"]["results"], f["rl_stage"]["args"]
+        assert f["rl_permuted_stage"]["args"]["lr"] == args["lr"] and f["rl_permuted_stage"]["args"]["kl_coef"] == args[
+            "kl_coef"]
+        rows.append(f"| {n} | {args['lr']:.0e} | {args['kl_coef']} | {f['rl_stage']['seconds'] / 60:.1f} "
+                    f"({len(f['rl_stage']['curve'])}) | {_printed(_strict_score(warm, train))} % | "
+                    f"{gain(warm, f['eval_rl']['results'])} | {gain(warm, f['eval_rl_permuted']['results'])} | "
+                    f"{verdict[f['targets']['rl_gain_points_ge_15']['passed']]} | "
+                    f"{verdict[f['targets']['control_within_noise']['passed']]} |".replace("e-04", "e-4")
+                    .replace("e-05", "e-5"))
+    assert [row for row in rows if row not in section] == []
+    assert len(re.findall(r"\| \d+ \| \de-\d \| ", section)) == len(rows) == 15  # no row the files do not hold
