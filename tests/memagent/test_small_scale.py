@@ -1175,6 +1175,15 @@ def _won_lost(before: list[dict[str, Any]], after: list[dict[str, Any]], lengths
     return sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
 
 
+def _paired(before: list[dict[str, Any]], after: list[dict[str, Any]], lengths: list[int]
+            ) -> tuple[int, int, str, float]:
+    """`after` against `before` at `lengths`, paired by document: won, lost, the strict sub_em gain as a section
+    prints it (one place, signed) and McNemar's z."""
+    won, lost = _won_lost(before, after, lengths)
+    gain = _strict_score(after, lengths) - _strict_score(before, lengths)
+    return won, lost, _printed(gain, 1, plus=True), (won - lost) / math.sqrt(won + lost)
+
+
 def _printed(x: Fraction | float, places: int = 1, plus: bool = False) -> str:
     """x to `places` with halves rounded up (exact arithmetic: a figure is not rounded twice)."""
     q = math.floor(abs(Fraction(x)) * 10 ** places + Fraction(1, 2))
@@ -1285,9 +1294,8 @@ def _check_run_section(section: str, published: dict[str, Any]) -> None:
         assert f"| {label} | {' | '.join(cells)} | {total} |" in section, label
 
     def paired(before: str, after: str, lengths: list[int]) -> tuple[int, int, str, str]:
-        won, lost = _won_lost(evals[before], evals[after], lengths)
-        gain = _strict_score(evals[after], lengths) - _strict_score(evals[before], lengths)
-        return won, lost, _printed(gain, 1, plus=True), f"{(won - lost) / math.sqrt(won + lost):.2f}"
+        won, lost, gain, z = _paired(evals[before], evals[after], lengths)
+        return won, lost, gain, f"{z:.2f}"
 
     won, lost, gain, z = paired("warmstart", "rl", train)
     assert f"at 1K-4K won {won} / lost {lost} (**{gain} points, z {z}**)" in section
@@ -2276,9 +2284,10 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     ahead = after["right"] - kinds["right"]
     assert f"{ahead} right answers ahead of its start ({kinds['right']} -> {after['right']})" in section
     # the runs at each lr and anchor (every published run whose RL warmed its lr up): RL's target and the control's
-    files = {n: json.loads(p.read_text()) for p in results.glob("memagent_small_scale_run*.json")
-             if (n := int(p.stem.removeprefix("memagent_small_scale_run"))) >= 5 and "targets" in json.loads(
-                 p.read_text())}
+    every = {int(p.stem.removeprefix("memagent_small_scale_run")): p for p in results.glob("memagent_small_scale_run*")
+             if p.suffix == ".json"}
+    files = {n: f for n, f in ((n, json.loads(p.read_text())) for n, p in every.items() if 5 <= n < 27)
+             if "targets" in f}
     files[27] = published
 
     def runs(lr: float, anchors: tuple[float, ...]) -> list[int]:
@@ -2311,21 +2320,19 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     assert all(f["rl_stage"]["args"]["lr_warmup"] for f in files.values())
 
     def gain(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str:
-        won, lost = _won_lost(before, after, train)
-        return (f"{_printed(_strict_score(after, train) - _strict_score(before, train), 1, plus=True)} "
-                f"({(won - lost) / math.sqrt(won + lost):+.2f})")
+        _, _, points, z = _paired(before, after, train)
+        return f"{points} ({z:+.2f})"
 
-    rows = []
+    rows, verdict = [], {True: "PASS", False: "MISS"}
     for n in sorted(files):
-        f, verdict = files[n], {True: "PASS", False: "MISS"}
-        warm, args = f["eval_warmstart"]["results"], f["rl_stage"]["args"]
-        assert f["rl_permuted_stage"]["args"]["lr"] == args["lr"] and f["rl_permuted_stage"]["args"]["kl_coef"] == args[
-            "kl_coef"]
-        rows.append(f"| {n} | {args['lr']:.0e} | {args['kl_coef']} | {f['rl_stage']['seconds'] / 60:.1f} "
+        f = files[n]
+        warm, args, other = f["eval_warmstart"]["results"], f["rl_stage"]["args"], f["rl_permuted_stage"]["args"]
+        assert (other["lr"], other["kl_coef"]) == (args["lr"], args["kl_coef"])
+        lr = f"{args['lr']:.0e}".replace("e-0", "e-")
+        rows.append(f"| {n} | {lr} | {args['kl_coef']} | {f['rl_stage']['seconds'] / 60:.1f} "
                     f"({len(f['rl_stage']['curve'])}) | {_printed(_strict_score(warm, train))} % | "
                     f"{gain(warm, f['eval_rl']['results'])} | {gain(warm, f['eval_rl_permuted']['results'])} | "
                     f"{verdict[f['targets']['rl_gain_points_ge_15']['passed']]} | "
-                    f"{verdict[f['targets']['control_within_noise']['passed']]} |".replace("e-04", "e-4")
-                    .replace("e-05", "e-5"))
+                    f"{verdict[f['targets']['control_within_noise']['passed']]} |")
     assert [row for row in rows if row not in section] == []
     assert len(re.findall(r"\| \d+ \| \de-\d \| ", section)) == len(rows) == 15  # no row the files do not hold
