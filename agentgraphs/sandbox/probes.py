@@ -381,16 +381,23 @@ print("orphan holds 56 MiB", flush=True)
 time.sleep(30)
 '''
 
+# "at once": the parent holds its 56 MiB, has the child's word that it holds its own, and finds the child still
+# running. Both printing "holds" is not enough: a memory cgroup's OOM killer may let one fill after the other died.
 _MEMORY_TOGETHER = _ORPHAN + r'''
 orphan(__HOLD__, __TOKEN__)
+r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     keep = [b"x" * (8 << 20) for _ in range(7)]
     print("child holds 56 MiB", flush=True)
+    os.write(w, b"1")
     time.sleep(30)
     os._exit(0)
+os.close(w)
 keep = [b"x" * (8 << 20) for _ in range(7)]
 print("parent holds 56 MiB", flush=True)
+if os.read(r, 1) == b"1" and os.waitpid(pid, os.WNOHANG) == (0, 0):
+    print("parent and child hold 56 MiB each at once", flush=True)
 os.waitpid(pid, 0)
 '''
 
@@ -517,8 +524,9 @@ def _memory(plan: Plan, execute: Execute) -> str:
         return _not_held(f"a double-forked process of the probe kept its memory after the run ({held_by} held 56 "
                          "MiB each)", f"{FIX['cgroup']}; or {FIX['bwrap']}")
     hard = "memory" in plan.controllers  # a cgroup refuses the pages; the parent's count is polled
-    if r["status"] != "memory_limit" or (hard and len(held_by) > 1):
-        return _not_held(f"{held_by} held 56 MiB each under memory_bytes=96 MiB (status {r['status']})",
+    if r["status"] != "memory_limit" or (hard and "at once" in r["stdout"]):
+        together = " at once" if "at once" in r["stdout"] else ""
+        return _not_held(f"{held_by} held 56 MiB each{together} under memory_bytes=96 MiB (status {r['status']})",
                          FIX["cgroup"])
     if k["status"] == "ok" and kernel_bytes > limit:
         return _not_held(f"the probe held {kernel_bytes // MiB} MiB in memfd files (memory outside every rlimit) "

@@ -1,4 +1,5 @@
-"""The sandbox's escape suite (tests/sandbox/test_sandbox.py) on the other machine shapes this machine can take.
+"""The sandbox's escape suite (tests/sandbox/test_sandbox.py, and the memory probe's test_memory_probe.py) on the
+other machine shapes this machine can take.
 
 The suite itself runs in this pytest process as whoever runs it (root in CI: shape "root + cgroups").
 Here it runs again in a subprocess:
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE = "tests/sandbox/test_sandbox.py"
+SUITE = ("tests/sandbox/test_sandbox.py", "tests/sandbox/test_memory_probe.py")
 NOBODY = "65534"
 UNPRIVILEGED_VENV = "/tmp/agentgraphs-unpriv-venv"  # built by scripts/bootstrap.sh test (as root)
 _TIMEOUT_S = 400
@@ -41,8 +42,9 @@ def _world_readable_copy() -> Path:
     """The package and the suite where uid 65534 can read them (this checkout may be under /root)."""
     base = Path(tempfile.mkdtemp(prefix="agentgraphs-shape-", dir="/tmp"))
     shutil.copytree(ROOT / "agentgraphs", base / "agentgraphs", ignore=shutil.ignore_patterns("__pycache__"))
-    (base / SUITE).parent.mkdir(parents=True)
-    shutil.copy(ROOT / SUITE, base / SUITE)
+    (base / SUITE[0]).parent.mkdir(parents=True)
+    for test_file in SUITE:
+        shutil.copy(ROOT / test_file, base / test_file)
     (base / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: longer tests\n")
     for path in [base, *base.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
@@ -115,7 +117,8 @@ def test_escape_suite_as_an_unprivileged_user():
                                 capture_output=True, text=True, timeout=120).stdout
         assert report.startswith(f"agentgraphs.sandbox on this machine: unprivileged (uid {NOBODY})"), report
         _run_suite(_as_nobody([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(copy / "pytest.ini"),
-                               "--rootdir", str(copy), str(copy / SUITE), "-rs"]), env, copy, report)
+                               "--rootdir", str(copy), *(str(copy / f) for f in SUITE), "-rs"]), env, copy,
+                   report)
     finally:
         shutil.rmtree(copy, ignore_errors=True)
 
@@ -131,5 +134,5 @@ def test_escape_suite_as_root_without_cgroups():
     report = subprocess.run([sys.executable, "-m", "agentgraphs.sandbox"], env=env, cwd=ROOT, capture_output=True,
                             text=True, timeout=120).stdout
     assert "root, no usable cgroups" in report, report
-    _run_suite([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", SUITE, "-rs"], env,
+    _run_suite([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", *SUITE, "-rs"], env,
                ROOT, report)
