@@ -997,7 +997,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
-                                 "run23", "run26", "run27"])
+                                 "run23", "run26", "run27", "run28"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1083,10 +1083,12 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
     "run23": ["--changes-from", "21"],
     "run26": ["--changes-from", "23"],
     "run27": ["--changes-from", "21"],
+    "run28": ["--changes-from", "27"],
 }
 
 
-@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26", "run27"])
+@pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26", "run27",
+                                 "run28"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1153,7 +1155,7 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     more = B.published(results, **meta)
     assert more["warmstart_stage"] == last
     assert more["warmstart_earlier_rounds"] == [*earlier, published["warmstart_stage"]]
-    assert len(earlier) == (run == "run21")  # run 21's warm start ran in two rounds, the others' in one
+    assert len(earlier) == (run in ("run21", "run28"))  # runs 21 and 28 warmed up in two rounds, the others in one
 
 
 # the example README's "Results in short": run | warm start | RL | RL at 32K | control | figures file
@@ -1196,9 +1198,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-27: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-28: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -1580,16 +1582,17 @@ def _refined_stop(stage: dict[str, Any], shot_at: int, stopped_at: int) -> list[
 
 
 def _rl_in_calls(log: str) -> tuple[list[int], int, list[tuple[str, str]], list[int]]:
-    """A run whose RL began in its warm start's call, read from its calls.log: each call's budget, the seconds call 1
-    had left when its warm start was done (checked against that budget and the log's clock), the arms' "time budget
-    spent" lines (minutes, steps) in order, and the seconds from each call's end to the next call's start."""
-    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
-    (done, left) = re.findall(r"\[([\d:]+)\] warm start done after round 1, (\d+) s left", log)[0]
-    assert int(left) == int(starts[0][1]) - (_clock(done) - _clock(starts[0][0]))
+    """A run whose RL began in its warm start's call, read from its calls.log: each call's budget, the seconds that
+    call had left when its warm start was done (checked against its budget and the log's clock), the arms' "time
+    budget spent" lines (minutes, steps) in order, and the seconds from each call's end to the next call's start."""
+    starts = [(m.start(), *m.groups()) for m in re.finditer(r"\[([\d:]+)\] call starts, budget (\d+)s", log)]
+    done = re.search(r"\[([\d:]+)\] warm start done after round \d+, (\d+) s left", log)
+    _, began, budget = [s for s in starts if s[0] < done.start()][-1]  # the call the warm start ended in
+    assert int(done.group(2)) == int(budget) - (_clock(done.group(1)) - _clock(began))
     spent = re.findall(r"time budget of ([\d.]+) min spent after (\d+) steps", log)
-    ended = re.findall(r"\[([\d:]+)\] call ends after \d+ s of RL", log)
-    gaps = [_clock(start) - _clock(end) for (start, _), end in zip(starts[1:], ended, strict=True)]
-    return [int(budget) for _, budget in starts], int(left), spent, gaps
+    ended = re.findall(r"\[([\d:]+)\] call ends", log)
+    gaps = [_clock(start) - _clock(end) for (_, start, _), end in zip(starts[1:], ended, strict=True)]
+    return [int(budget) for *_, budget in starts], int(done.group(2)), spent, gaps
 
 
 def _arms_time(rl: dict[str, Any], control: dict[str, Any]) -> str:
@@ -2079,19 +2082,29 @@ def test_run_22s_lost_call_holds_what_bench_readme_says() -> None:
     assert "call ends after warm start round 1" in log and not any(n.startswith(("rl", "eval_warm")) for n in call)
 
 
-def _run21s_plan(n: int, end: str, device_seconds: int) -> tuple[str, dict[str, Any]]:
-    """Run n on run 21's plan in one warm start round (a uniform start with --restart-reversed 20; RL and its control
-    at lr 5e-5 with the KL coefficient 0.01): its bench/README section (up to `end`) checked as every run's is, its
-    settings and device time against its published file. The section (whitespace folded) and the file."""
+def _run21s_plan(n: int, end: str, device_seconds: int, lr: float = 5e-5, rounds: int = 1
+                 ) -> tuple[str, dict[str, Any]]:
+    """Run n on run 21's plan, its warm start in `rounds` rounds (a uniform start with --restart-reversed 20; RL and
+    its control at `lr` with the KL coefficient 0.01): its bench/README section (up to `end`) checked as every run's
+    is, its settings and device time against its published file. The section (whitespace folded) and the file."""
     section = _bench_section(f"**Run {n}**", end)
     published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_run{n}.json").read_text())
     _check_run_section(section, published)
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
-    assert "warmstart_earlier_rounds" not in published  # one round
-    assert {rl["args"]["lr"], control["args"]["lr"]} == {5e-05} and {rl["args"]["kl_coef"]} == {0.01}
+    assert len(published.get("warmstart_earlier_rounds", [])) == rounds - 1
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {lr}
+    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {0.01}
     assert (stage["args"]["write_share"], stage["args"]["restart_reversed"]) == (0.0, 20.0)
     assert published["device_seconds"] == device_seconds and f"{device_seconds:,} device-seconds" in section
     return section, published
+
+
+def _evaluated_runs(first: int, last: int) -> dict[int, dict[str, Any]]:
+    """Every published run from `first` to `last` whose file holds the five targets' verdicts, by number."""
+    every = {int(p.stem.removeprefix("memagent_small_scale_run")): p
+             for p in (ROOT / "bench" / "results").glob("memagent_small_scale_run*") if p.suffix == ".json"}
+    files = {n: json.loads(every[n].read_text()) for n in sorted(every) if first <= n <= last}
+    return {n: f for n, f in files.items() if "targets" in f}
 
 
 def test_run_23s_section_shows_what_its_files_hold() -> None:
@@ -2251,8 +2264,8 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     figure of its reading (a copy that slipped back, the overshoot and the stop, RL over three calls, the audits,
     the training rewards, and the runs at each lr and anchor: what their RL and their control did) from the kept
     files."""
-    section, published = _run21s_plan(27, "## Fixes these benchmarks led to", 1706)
-    results, train = ROOT / "bench" / "results", [1000, 2000, 4000]
+    section, published = _run21s_plan(27, "**Run 28**", 1706)
+    train = [1000, 2000, 4000]
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
     # the warm start: a copy at 600 that slipped back, an overshoot at 750, probes every 10 steps, the stop at 730
     probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
@@ -2284,11 +2297,7 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     ahead = after["right"] - kinds["right"]
     assert f"{ahead} right answers ahead of its start ({kinds['right']} -> {after['right']})" in section
     # the runs at each lr and anchor (every published run whose RL warmed its lr up): RL's target and the control's
-    every = {int(p.stem.removeprefix("memagent_small_scale_run")): p for p in results.glob("memagent_small_scale_run*")
-             if p.suffix == ".json"}
-    files = {n: f for n, f in ((n, json.loads(p.read_text())) for n, p in every.items() if 5 <= n < 27)
-             if "targets" in f}
-    files[27] = published
+    files = _evaluated_runs(5, 27)
 
     def runs(lr: float, anchors: tuple[float, ...]) -> list[int]:
         return sorted(n for n, f in files.items() if f["rl_stage"]["args"]["lr"] == lr
@@ -2336,3 +2345,123 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
                     f"{verdict[f['targets']['control_within_noise']['passed']]} |")
     assert [row for row in rows if row not in section] == []
     assert len(re.findall(r"\| \d+ \| \de-\d \| ", section)) == len(rows) == 15  # no row the files do not hold
+
+
+def test_run_28s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 28" (run 27's plan at lr 1e-4): its tables and paired figures as for run 14, and each figure
+    of its reading (a warm start over two rounds, RL from call 2 on, the audits, run 14 beside it, and what every run
+    from run 5 on says of RL against its control) from the kept files."""
+    section, published = _run21s_plan(28, "## Fixes these benchmarks led to", 1710, lr=1e-4, rounds=2)
+    train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
+    rl, control = published["rl_stage"], published["rl_permuted_stage"]
+    # the warm start: round 1 to its time budget (probes in the band, confirmations under it), round 2's stop
+    (first,), second = published["warmstart_earlier_rounds"], published["warmstart_stage"]
+    assert (first["args"]["demo_split"], second["args"]["demo_split"]) == ("demo1", "demo2")
+    assert second["args"]["init"] == first["args"]["out"]
+    assert round(first["demo_s"]) == 106 and round(second["demo_s"]) == 98
+    one = {c["step"]: c for c in first["curve"] if "probe_strict" in c}
+    early = [c["probe_strict"] for step, c in one.items() if step <= 900]
+    assert (f"probes {min(early):.1f}-{max(early):.1f} % from step 150 to 900, then "
+            + ", ".join(f"{one[k]['probe_strict']:.1f} % at {k}" for k in (950, 1000, 1050, 1100))
+            + f" and {one[1150]['probe_strict']:.1f} % at 1150") in section
+    band = [one[k]["probe_strict"] for k in (1200, 1250, 1300, 1350)]
+    listed = f"{', '.join(f'{v:.1f}' for v in band[:-1])} and {band[-1]:.1f} %"
+    assert all(30 <= v <= 50 for v in band) and f"from 1200 to 1350 were in the band ({listed})" in section
+    confirms = [one[k]["confirm_strict"] for k in (1250, 1300, 1350)]
+    assert max(confirms) < first["args"]["stop_at"] and "confirm_strict" not in one[1200]
+    assert f"read {confirms[0]:.1f} %, {confirms[1]:.1f} % and {confirms[2]:.1f} %, under the 30 % mark" in section
+    stop = first["stop"]
+    assert (stop["step"], stop["reason"]) == (1350, f"time budget of {first['args']['max_minutes']} min spent")
+    assert (f"the round's time budget ({first['args']['max_minutes']} min) ended it at 1350 "
+            f"({round(stop['seconds'])} s)") in section
+    two, stop = {c["step"]: c for c in second["curve"] if "probe_strict" in c}, second["stop"]
+    assert (f"{two[150]['probe_strict']:.1f} % at 150, {two[200]['probe_strict']:.1f} % at 200, 250 and 300 (the "
+            f"confirmations at 250 and 300: {two[250]['confirm_strict']:.1f} % and {two[300]['confirm_strict']:.1f} "
+            f"%), {two[350]['probe_strict']:.1f} % at 350, confirmed {_confirmed(stop)} % on 96 new documents"
+            ) in section
+    assert len({two[k]["probe_strict"] for k in (200, 250, 300)}) == 1
+    assert (stop["step"], stop["attempt"], stop["rejected"], stop["overshoots"]) == (350, 0, [], [])
+    assert f"it stopped there ({round(stop['seconds'])} s), in its first attempt, {stop['reversed']:.1f} % reversed" \
+        in section
+    assert f"{first['stop']['step'] + stop['step']:,} warm-start steps in all" in section
+    warm = published["eval_warmstart"]["results"]
+    answers = published["compare_strict"]["answers"]
+    start = answers["warm start"]["training_lengths"]
+    assert f"{_warm_start_line(warm, 'codes')}, and {start['stored_wrong']} codes stored wrong" in section
+    files = _evaluated_runs(5, 28)
+    assert files[28] == published
+
+    def kept(n: int) -> Fraction:
+        start = files[n]["eval_warmstart"]["results"]
+        return _strict_score(start, [32000]) / _strict_score(start, train)
+
+    assert kept(28) > max(kept(n) for n in files if n < 28)
+    assert (f"of any evaluated start (runs 5-27: {_printed(min(kept(n) for n in files if n < 28), 2)}-"
+            f"{_printed(max(kept(n) for n in files if n < 28), 2)}x)") in section
+    # RL from call 2 on: what that call left, each call's budget and steps, the gaps between calls, the speed
+    budgets, left, spent, gaps = _rl_in_calls(published["calls_log"])
+    assert budgets == [555, 560, 585] and "warm start done after round 2" in published["calls_log"]
+    assert f"Call 2 had {left} s left after its warm start, so RL and the control began in it (4.87 minutes, 12 steps" \
+        in section
+    assert spent == [("4.87", "12")] * 2 + [("7.08", "30")] * 2 and "7.08 minutes more, to 30 steps" in section
+    assert f"Round 2 (call 2, sent {gaps[0]} s after call 1 returned;" in section
+    assert f"the last call (sent {gaps[1]} s after call 2 returned)" in section
+    assert len(rl["curve"]) == 30 and _arms_time(rl, control) in section
+    assert _audit_line(rl, control) in section
+    won, lost, gain, z = _paired(warm, published["eval_rl"]["results"], [32000])
+    assert f"RL lost at 32K what its start had kept (won {won} / lost {lost})" in section and gain.startswith("-")
+    won, lost, gain, z = _paired(warm, published["eval_rl_permuted"]["results"], train + longer)
+    assert f"over all 288 documents it fell, z {z:.2f}" in section and z < -1.96
+    # run 14 beside it: every RL setting alike, the two rows, and the figures the reading draws from them
+    r14 = files[14]
+    differ = {k for k in rl["args"] if rl["args"][k] != r14["rl_stage"]["args"][k]}
+    assert differ == {"max_minutes"} and rl["trainer"] == r14["rl_stage"]["trainer"]
+    assert (rl["args"]["prompts"], rl["args"]["samples"], rl["args"]["steps_per_rollout"],
+            rl["args"]["lr_warmup"]) == (16, 16, 2, 10)
+
+    def steps(f: dict[str, Any]) -> int:
+        return sum(w["stop"]["step"] for w in [*f.get("warmstart_earlier_rounds", []), f["warmstart_stage"]])
+
+    def entropy(f: dict[str, Any]) -> float:
+        return sum(c["entropy"] for c in f["rl_stage"]["curve"][:5]) / 5
+
+    def gain_z(f: dict[str, Any], arm: str) -> str:
+        _, _, points, z = _paired(f["eval_warmstart"]["results"], f[f"eval_{arm}"]["results"], train)
+        return f"{points} ({z:+.2f})"
+
+    for n in (14, 28):
+        f = files[n]
+        rounds = 1 + len(f.get("warmstart_earlier_rounds", []))
+        kinds = {k: f["compare_strict"]["answers"][k]["training_lengths"]["one_place"] for k in ("warm start", "RL")}
+        shown = f["training_reward_at_t1"]["rl"]
+        row = (f"| {n} | {rounds}, {steps(f):,} | {_printed(_strict_score(f['eval_warmstart']['results'], train))} % "
+               f"({_printed(kept(n), 2)}x) | {entropy(f):.3f} | {f['rl_stage']['seconds'] / 60:.1f} "
+               f"({len(f['rl_stage']['curve'])}) | {shown['steps_0_4']:.2f} -> {shown['last_10']:.2f} | "
+               f"{gain_z(f, 'rl')} | {kinds['warm start']} -> {kinds['RL']} | {gain_z(f, 'rl_permuted')} |")
+        assert row in section, row
+    gains = {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
+             for n, f in files.items()}
+    assert round(gains[14] - gains[28]) == 33 and "the two gains are 33 points apart" in section
+    assert f"ran {_printed(Fraction(steps(published), steps(r14)))} times as many steps" in section
+    assert abs(entropy(published) / entropy(r14) - 0.5) < 0.05 and "half run 14's entropy" in section
+    assert (f"run 9 began at {entropy(files[9]):.3f} and gained {_printed(gains[9], plus=True)}, run 19 at "
+            f"{entropy(files[19]):.3f} and gained {_printed(gains[19], plus=True)}") in section
+    assert entropy(files[9]) < entropy(published) < entropy(r14) < entropy(files[19]) and gains[9] > gains[19]
+    # what sixteen runs can say: runs a setting, the range of RL's gains, and RL against its control in every run
+    settings = [(f["rl_stage"]["args"]["lr"], f["rl_stage"]["args"]["kl_coef"]) for n, f in files.items() if n < 28]
+    counts = [settings.count(k) for k in set(settings)]
+    assert f"holds one to {['one', 'two', 'three', 'four', 'five', 'six'][max(counts) - 1]} runs a setting" in section
+    assert min(counts) == 1 and len(files) == 16 and "over the sixteen runs from run 5 on" in section
+    assert (f"span {_printed(gains[28], plus=True)} to {_printed(gains[14], plus=True)}, nearly the whole range"
+            f" of RL's gains over the sixteen runs from run 5 on ({_printed(min(gains.values()))} to "
+            f"{_printed(max(gains.values()), plus=True)})") in section
+    ahead = {n: _paired(f["eval_rl_permuted"]["results"], f["eval_rl"]["results"], train) for n, f in files.items()}
+    assert all(won > lost for won, lost, _, _ in ahead.values())
+    over = sorted(_strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_rl_permuted"]["results"], train)
+                  for f in files.values())
+    assert (f"RL ends ahead of its permuted-reward control at 1K-4K ({_printed(over[0], plus=True)} to "
+            f"{_printed(over[-1], plus=True)}; here {ahead[28][2]}, z {ahead[28][3]:.2f})") in section
+    grew = [n for n, f in files.items() if _strict_score(f["eval_rl_permuted"]["results"], train)
+            > _strict_score(f["eval_warmstart"]["results"], train)]
+    grown = gain_z(files[11], "rl_permuted").split()[0]
+    assert grew == [11] and f"the control gained over its start in one of them (run 11, {grown})" in section
