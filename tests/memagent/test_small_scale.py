@@ -2389,13 +2389,16 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     start = answers["warm start"]["training_lengths"]
     assert f"{_warm_start_line(warm, 'codes')}, and {start['stored_wrong']} codes stored wrong" in section
     files = _evaluated_runs(5, 28)
-    assert files[28] == published
 
     def kept(n: int) -> Fraction:
         start = files[n]["eval_warmstart"]["results"]
         return _strict_score(start, [32000]) / _strict_score(start, train)
 
     assert kept(28) > max(kept(n) for n in files if n < 28)
+    for n in (3, 4):  # the two earlier runs with an evaluated start kept less too (run 4's also prints 0.87x)
+        start = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_run{n}.json").read_text())
+        results = start["eval_warmstart"]["results"]
+        assert kept(28) > _strict_score(results, [32000]) / _strict_score(results, train)
     assert (f"of any evaluated start (runs 5-27: {_printed(min(kept(n) for n in files if n < 28), 2)}-"
             f"{_printed(max(kept(n) for n in files if n < 28), 2)}x)") in section
     # RL from call 2 on: what that call left, each call's budget and steps, the gaps between calls, the speed
@@ -2456,9 +2459,9 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
             f" of RL's gains over the sixteen runs from run 5 on ({_printed(min(gains.values()))} to "
             f"{_printed(max(gains.values()), plus=True)})") in section
     ahead = {n: _paired(f["eval_rl_permuted"]["results"], f["eval_rl"]["results"], train) for n, f in files.items()}
-    assert all(won > lost for won, lost, _, _ in ahead.values())
     over = sorted(_strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_rl_permuted"]["results"], train)
                   for f in files.values())
+    assert over[0] > 0 and all(won > lost for won, lost, _, _ in ahead.values())
     assert (f"RL ends ahead of its permuted-reward control at 1K-4K ({_printed(over[0], plus=True)} to "
             f"{_printed(over[-1], plus=True)}; here {ahead[28][2]}, z {ahead[28][3]:.2f})") in section
     grew = [n for n, f in files.items() if _strict_score(f["eval_rl_permuted"]["results"], train)
