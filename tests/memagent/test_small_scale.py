@@ -2468,3 +2468,8 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
             > _strict_score(f["eval_warmstart"]["results"], train)]
     grown = gain_z(files[11], "rl_permuted").split()[0]
     assert grew == [11] and f"the control gained over its start in one of them (run 11, {grown})" in section
+    rose = sum(g > 0 for g in gains.values())
+    sign_p = 2 * sum(math.comb(len(gains), k) for k in range(len(gains) - rose + 1)) / 2 ** len(gains)
+    assert (f"RL gained over its start in fourteen of the sixteen (a sign test over the runs: p {sign_p:.3f}, "
+            f"two-sided), {_printed(sum(gains.values()) / len(gains), plus=True)} points on average") in section
+    assert rose == 14 and len(gains) == 16
