@@ -375,29 +375,30 @@ def orphan(body, token):
 '''
 
 _HOLD = r'''
-import time
+import os, time
 keep = [b"x" * (8 << 20) for _ in range(7)]
-print("orphan holds 56 MiB", flush=True)
+os.write(1, b"orphan holds 56 MiB\n")
 time.sleep(30)
 '''
 
 # "at once": the parent holds its 56 MiB, has the child's word that it holds its own, and finds the child still
 # running. Both printing "holds" is not enough: a memory cgroup's OOM killer may let one fill after the other died.
+# Each line is one write(2) to the shared stdout, so the processes' lines never interleave (print may split them).
 _MEMORY_TOGETHER = _ORPHAN + r'''
 orphan(__HOLD__, __TOKEN__)
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     keep = [b"x" * (8 << 20) for _ in range(7)]
-    print("child holds 56 MiB", flush=True)
+    os.write(1, b"child holds 56 MiB\n")
     os.write(w, b"1")
     time.sleep(30)
     os._exit(0)
 os.close(w)
 keep = [b"x" * (8 << 20) for _ in range(7)]
-print("parent holds 56 MiB", flush=True)
+os.write(1, b"parent holds 56 MiB\n")
 if os.read(r, 1) == b"1" and os.waitpid(pid, os.WNOHANG) == (0, 0):
-    print("parent and child hold 56 MiB each at once", flush=True)
+    os.write(1, b"parent and child hold 56 MiB each at once\n")
 os.waitpid(pid, 0)
 '''
 
