@@ -1548,8 +1548,10 @@ def _audit_line(*arms: dict[str, Any], scored: str = "re-scored before training"
     the largest |delta|), summed over every step of each arm's stage file."""
     audits = [c["audit"] for arm in arms for c in arm["curve"]]
     total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
+    tokens = total["rescored_tokens"]  # as bench/README counts tokens: 935K, 1.18M
+    shown = f"{tokens / 1e6:.2f}M" if round(tokens / 1000) >= 1000 else f"{round(tokens / 1000)}K"
     return (f"{total['rollouts']:,} rollouts, {total['sequences']:,} sequences, "
-            f"{round(total['rescored_tokens'] / 1000)}K trained tokens {scored}, {total['breaches']} breaches, max "
+            f"{shown} trained tokens {scored}, {total['breaches']} breaches, max "
             f"|delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-"))
 
 
@@ -2347,6 +2349,40 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
     assert len(re.findall(r"\| \d+ \| \de-\d \| ", section)) == len(rows) == 15  # no row the files do not hold
 
 
+def _warm_start_steps(f: dict[str, Any]) -> int:
+    """A published run's warm-start steps over all its rounds."""
+    return sum(w["stop"]["step"] for w in [*f.get("warmstart_earlier_rounds", []), f["warmstart_stage"]])
+
+
+def _rl_start_entropy(f: dict[str, Any]) -> float:
+    """A published run's RL entropy at the trained tokens over its first 5 steps."""
+    return sum(c["entropy"] for c in f["rl_stage"]["curve"][:5]) / 5
+
+
+def _kept_at_32k(f: dict[str, Any], arm: str = "warmstart") -> Fraction:
+    """The share of its 1K-4K strict score an arm of a published run keeps at 32K."""
+    results = f[f"eval_{arm}"]["results"]
+    return _strict_score(results, [32000]) / _strict_score(results, [1000, 2000, 4000])
+
+
+def _gain_z(f: dict[str, Any], arm: str) -> str:
+    """An arm of a published run against its warm start at 1K-4K, as a setting's table prints it: "+1.4 (+0.33)"."""
+    _, _, points, z = _paired(f["eval_warmstart"]["results"], f[f"eval_{arm}"]["results"], [1000, 2000, 4000])
+    return f"{points} ({z:+.2f})"
+
+
+def _setting_row(n: int, f: dict[str, Any]) -> str:
+    """Run n's row of the table that sets the runs of run 14's RL setting side by side (runs 28 and 29's sections)."""
+    rounds = 1 + len(f.get("warmstart_earlier_rounds", []))
+    kinds = {k: f["compare_strict"]["answers"][k]["training_lengths"]["one_place"] for k in ("warm start", "RL")}
+    shown = f["training_reward_at_t1"]["rl"]
+    return (f"| {n} | {rounds}, {_warm_start_steps(f):,} | "
+            f"{_printed(_strict_score(f['eval_warmstart']['results'], [1000, 2000, 4000]))} % "
+            f"({_printed(_kept_at_32k(f), 2)}x) | {_rl_start_entropy(f):.3f} | {f['rl_stage']['seconds'] / 60:.1f} "
+            f"({len(f['rl_stage']['curve'])}) | {shown['steps_0_4']:.2f} -> {shown['last_10']:.2f} | "
+            f"{_gain_z(f, 'rl')} | {kinds['warm start']} -> {kinds['RL']} | {_gain_z(f, 'rl_permuted')} |")
+
+
 def test_run_28s_section_shows_what_its_files_hold() -> None:
     """bench/README's "Run 28" (run 27's plan at lr 1e-4): its tables and paired figures as for run 14, and each figure
     of its reading (a warm start over two rounds, RL from call 2 on, the audits, run 14 beside it, and what every run
@@ -2391,9 +2427,8 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     files = _evaluated_runs(5, 28)
 
     def kept(n: int) -> Fraction:  # the share of its 1K-4K score run n's warm start kept at 32K
-        start = (files[n] if n in files else json.loads(
-            (ROOT / "bench" / "results" / f"memagent_small_scale_run{n}.json").read_text()))["eval_warmstart"]["results"]
-        return _strict_score(start, [32000]) / _strict_score(start, train)
+        return _kept_at_32k(files[n] if n in files else json.loads(
+            (ROOT / "bench" / "results" / f"memagent_small_scale_run{n}.json").read_text()))
 
     # runs 3 and 4, the earlier runs with an evaluated start, kept less too (run 4's also prints 0.87x)
     assert kept(28) > max(kept(n) for n in [3, 4, *files] if n < 28)
@@ -2420,26 +2455,9 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     assert (rl["args"]["prompts"], rl["args"]["samples"], rl["args"]["steps_per_rollout"],
             rl["args"]["lr_warmup"]) == (16, 16, 2, 10)
 
-    def steps(f: dict[str, Any]) -> int:
-        return sum(w["stop"]["step"] for w in [*f.get("warmstart_earlier_rounds", []), f["warmstart_stage"]])
-
-    def entropy(f: dict[str, Any]) -> float:
-        return sum(c["entropy"] for c in f["rl_stage"]["curve"][:5]) / 5
-
-    def gain_z(f: dict[str, Any], arm: str) -> str:
-        _, _, points, z = _paired(f["eval_warmstart"]["results"], f[f"eval_{arm}"]["results"], train)
-        return f"{points} ({z:+.2f})"
-
+    steps, entropy, gain_z = _warm_start_steps, _rl_start_entropy, _gain_z
     for n in (14, 28):
-        f = files[n]
-        rounds = 1 + len(f.get("warmstart_earlier_rounds", []))
-        kinds = {k: f["compare_strict"]["answers"][k]["training_lengths"]["one_place"] for k in ("warm start", "RL")}
-        shown = f["training_reward_at_t1"]["rl"]
-        row = (f"| {n} | {rounds}, {steps(f):,} | {_printed(_strict_score(f['eval_warmstart']['results'], train))} % "
-               f"({_printed(kept(n), 2)}x) | {entropy(f):.3f} | {f['rl_stage']['seconds'] / 60:.1f} "
-               f"({len(f['rl_stage']['curve'])}) | {shown['steps_0_4']:.2f} -> {shown['last_10']:.2f} | "
-               f"{gain_z(f, 'rl')} | {kinds['warm start']} -> {kinds['RL']} | {gain_z(f, 'rl_permuted')} |")
-        assert row in section, row
+        assert _setting_row(n, files[n]) in section, n
     gains = {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
              for n, f in files.items()}
     assert round(gains[14] - gains[28]) == 33 and "the two gains are 33 points apart" in section
@@ -2471,3 +2489,4 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     assert (f"RL gained over its start in fourteen of the sixteen (a sign test over the runs: p {sign_p:.3f}, "
             f"two-sided), {_printed(sum(gains.values()) / len(gains), plus=True)} points on average") in section
     assert rose == 14 and len(gains) == 16
+
