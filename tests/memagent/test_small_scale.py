@@ -997,7 +997,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
-                                 "run23", "run26", "run27", "run28"])
+                                 "run23", "run26", "run27", "run28", "run29"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1084,11 +1084,12 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
     "run26": ["--changes-from", "23"],
     "run27": ["--changes-from", "21"],
     "run28": ["--changes-from", "27"],
+    "run29": ["--changes-from", "28"],
 }
 
 
 @pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26", "run27",
-                                 "run28"])
+                                 "run28", "run29"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1198,9 +1199,9 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
-    """Each row of the example README's results table (runs 5-28: every one whose file holds the final
+    """Each row of the example README's results table (runs 5-29: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
     z it prints, to the digit it prints (from exact fractions: a z rounded twice, 5.2496 -> 5.25 -> 5.3, fails)."""
     rows = {int(m.group(1)): m.groups()[1:] for m in RESULT_ROW.finditer((HERE / "README.md").read_text())}
@@ -2387,7 +2388,7 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     """bench/README's "Run 28" (run 27's plan at lr 1e-4): its tables and paired figures as for run 14, and each figure
     of its reading (a warm start over two rounds, RL from call 2 on, the audits, run 14 beside it, and what every run
     from run 5 on says of RL against its control) from the kept files."""
-    section, published = _run21s_plan(28, "## Fixes these benchmarks led to", 1710, lr=1e-4, rounds=2)
+    section, published = _run21s_plan(28, "**Run 29**", 1710, lr=1e-4, rounds=2)
     train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
     rl, control = published["rl_stage"], published["rl_permuted_stage"]
     # the warm start: round 1 to its time budget (probes in the band, confirmations under it), round 2's stop
@@ -2490,3 +2491,153 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
             f"two-sided), {_printed(sum(gains.values()) / len(gains), plus=True)} points on average") in section
     assert rose == 14 and len(gains) == 16
 
+
+def _ranks(xs: list[Fraction | int]) -> list[Fraction]:
+    """Each value's rank among xs (1 = the smallest), ties given the mean of the ranks they share."""
+    order = sorted(xs)
+    return [Fraction(2 * order.index(x) + 1 + order.count(x), 2) for x in xs]
+
+
+def _spearman(xs: list[Fraction | int], ys: list[Fraction | int]) -> float:
+    """Spearman's rank correlation: Pearson's over the ranks (ties averaged)."""
+    a, b = _ranks(xs), _ranks(ys)
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True))
+    return float(cov) / math.sqrt(float(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b)))
+
+
+def test_ranks_and_spearman_follow_their_textbook_values() -> None:
+    assert _ranks([10, 30, 20, 20]) == [1, 4, Fraction(5, 2), Fraction(5, 2)]
+    assert _spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert _spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert _spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)  # 1 - 6 * 4 / (5 * 24)
+
+
+def test_run_29s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 29" (run 28's plan, unchanged): its tables and paired figures as for run 14, and each figure
+    of its reading (a warm start in one round with two overshoots, a call that ended before RL, the audits, the three
+    runs of run 14's RL setting side by side, what seventeen runs say) from the kept files; and the example README's
+    count of the runs that passed four targets."""
+    section, published = _run21s_plan(29, "## Fixes these benchmarks led to", 1615, lr=1e-4)
+    train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    files = _evaluated_runs(5, 29)
+    run28 = files[28]
+    assert published["command"] == run28["command"]  # the plan and calls, unchanged
+    # the warm start: a copy in two probes, two overshoots back to step 700, the stop at 702 on its confirmation
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    early = [c["probe_strict"] for step, c in probes.items() if step <= 600]
+    assert round(stage["demo_s"]) == 116 and stage["args"]["demo_split"] == "demo1"
+    assert (f"probes {min(early):.1f}-{max(early):.1f} % from step 150 to 600, then {probes[650]['probe_strict']:.1f} % "
+            f"at 650 and {probes[700]['probe_strict']:.1f} % at 700") in section
+    stop = stage["stop"]
+    (at750, at710) = stop["overshoots"]
+    assert (at750["step"], at750["back_to"], at710["step"], at710["back_to"]) == (750, 700, 710, 700)
+    top = stage["args"]["stop_above"]
+    assert stage["args"]["stop_at"] <= at750["probe_strict"] <= top < at750["confirm_strict"] and at710["probe_strict"] > top
+    assert (f"at 750 the probe read {at750['probe_strict']:.1f} %, in the band, but its confirmation "
+            f"{_printed(at750['confirm_strict'])} %, over the band's top; at 710 the probe read "
+            f"{_printed(at710['probe_strict'])} %") in section
+    assert (stop["step"], stop["attempt"], stop["rejected"]) == (702, 0, [])
+    assert (f"At 702 the probe read {_printed(probes[702]['probe_strict'])} % and the confirmation, on 96 new documents, "
+            f"{_confirmed(stop)} %, in the band (the confirmation decides): it stopped there ({round(stop['seconds'])} s),"
+            f" in its first attempt, {stop['reversed']:.1f} % reversed") in section
+    warm = published["eval_warmstart"]["results"]
+    start = published["compare_strict"]["answers"]["warm start"]["training_lengths"]
+    assert (f"{_warm_start_line(warm, 'codes')}, {start['unboxed']} answers with no box, and {start['stored_wrong']} "
+            "codes stored wrong") in section
+    under = probes[702]["confirm_strict"] - float(_strict_score(warm, train))
+    assert round(under) == 14 and "14 points under its confirmation" in section
+    # call 1 ended before RL; RL ran in calls 2 and 3
+    log = published["calls_log"]
+    left = _left_after_warm_start(log)
+    assert left < 150 and "RL_MIN_S=150" in published["command"] and "call ends after warm start round 1" in log
+    assert f"Call 1 had {left} s left after its warm start, under `RL_MIN_S=150`, so it ended there" in section
+    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    ended = re.findall(r"\[([\d:]+)\] call ends", log)
+    gaps = [_clock(s) - _clock(e) for (s, _), e in zip(starts[1:], ended, strict=True)]
+    assert [int(b) for _, b in starts] == [555, 560, 585]
+    assert f"Call 2 (sent {gaps[0]} s after call 1 returned)" in section
+    assert f"the last call (sent {gaps[1]} s after call 2 returned)" in section
+    spent = re.findall(r"time budget of ([\d.]+) min spent after (\d+) steps", log)
+    assert spent == [("8.5", "20")] * 2 + [("7.08", "38")] * 2
+    assert "ran RL and the control 8.50 minutes, 20 steps each" in section
+    assert "stepped them 7.08 minutes more, to 38 steps" in section
+    assert _arms_time(rl, control) in section and _audit_line(rl, control) in section
+    assert f"RL's {_training_rewards(published, 'stayed flat')}" in section
+    # the targets: four pass, 32K misses against RL's own training-length score
+    verdicts = {k: t["passed"] for k, t in published["targets"].items()}
+    assert [k for k, ok in verdicts.items() if not ok] == ["keeps_80pct_at_8x"]
+    after = published["eval_rl"]["results"]
+    assert f"32K misses ({_printed(_kept_at_32k(published, 'rl'), 2)}x)" in section
+    won, lost, _, _ = _paired(warm, after, [32000])
+    assert (f"RL raised 32K from {_printed(_strict_score(warm, [32000]))} % to {_printed(_strict_score(after, [32000]))}"
+            f" % (won {won} / lost {lost})") in section
+    assert (f"({_printed(_strict_score(warm, train))} -> {_printed(_strict_score(after, train))} %)" in section
+            and f"its start kept {_printed(_kept_at_32k(published), 2)}x" in section)
+    far, near = P.answer_kinds(after, [32000]), P.answer_kinds(after, train)
+    misses = 48 - far["right"]
+    assert far["stored_wrong"] + far["lost_in_memory"] + far["lost_answering"] == misses
+    ratio = Fraction(far["lost_in_memory"], 48) / Fraction(near["lost_in_memory"], 144)
+    assert (f"Of RL's {misses} misses at 32K, {far['lost_in_memory']} are codes it stored right that a later memory "
+            f"update changed, {_printed(ratio)} times their share at 1K-4K ({near['lost_in_memory']} of "
+            f"144); {far['stored_wrong']} were stored wrong") in section
+    _, _, _, z = _paired(warm, published["eval_rl_permuted"]["results"], train + longer)
+    assert 1.96 <= z < 1.965 and f"(over all 288 documents z {z:.2f}, at the edge of its noise)" in section
+    answers = published["compare_strict"]["answers"]
+    assert start["unboxed"] == 7 and {answers[k]["training_lengths"]["unboxed"] for k in answers} == {7, 0}
+    # the largest gain of any run with a warm start and RL evaluated
+    every = {int(p.stem.removeprefix("memagent_small_scale_run")): json.loads(p.read_text())
+             for p in (ROOT / "bench" / "results").glob("memagent_small_scale_run*.json")}
+    gains = {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
+             for n, f in every.items() if "eval_rl" in f and "eval_warmstart" in f}
+    assert max(gains, key=gains.get) == 29 and {3, 4, 5, 28} <= set(gains)
+    assert "(+50.7, z 8.21: the largest of any run)" in section
+    # the three runs of run 14's RL setting, side by side
+    setting = [n for n, f in files.items() if (f["rl_stage"]["args"]["lr"], f["rl_stage"]["args"]["kl_coef"])
+               == (1e-4, 0.01)]
+    assert setting == [14, 28, 29] and "the three runs of this RL setting gained" in section
+    for n in setting:
+        assert _setting_row(n, files[n]) in section, n
+    assert f"{_rl_start_entropy(run28):.3f}" == f"{_rl_start_entropy(published):.3f}" == "0.080"
+    assert "Run 29 began RL at run 28's entropy (0.080 both)" in section
+    assert (_warm_start_steps(published), _warm_start_steps(run28)) == (702, 1700)
+    assert "Its start was trained 702 steps in one round, where run 28's took 1,700 in two" in section
+    gains = {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
+             for n, f in files.items()}
+    rho = _spearman([_warm_start_steps(f) for f in files.values()], list(gains.values()))
+    assert f"the warm start's steps do not order RL's gains (Spearman's rho {rho:.2f})" in section and abs(rho) < 0.3
+    # what seventeen runs say
+    assert len(files) == 17 and "What seventeen runs say" in section
+    ahead = {n: _paired(f["eval_rl_permuted"]["results"], f["eval_rl"]["results"], train) for n, f in files.items()}
+    over = sorted(_strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_rl_permuted"]["results"], train)
+                  for f in files.values())
+    assert over[0] > 0 and all(won > lost for won, lost, _, _ in ahead.values())
+    assert (f"in all seventeen from run 5 on ({_printed(over[0], plus=True)} to {_printed(over[-1], plus=True)}; here "
+            f"{ahead[29][2]}, z {ahead[29][3]:.2f})") in section
+    grew = [n for n, f in files.items() if _strict_score(f["eval_rl_permuted"]["results"], train)
+            > _strict_score(f["eval_warmstart"]["results"], train)]
+    assert grew == [11, 29]
+    grown29 = _paired(warm, published["eval_rl_permuted"]["results"], train)
+    assert (f"in two of them (run 11, {_gain_z(files[11], 'rl_permuted').split()[0]}; run 29, {grown29[2]}, z "
+            f"{grown29[3]:.2f})") in section
+    rose = sum(g > 0 for g in gains.values())
+    sign_p = 2 * sum(math.comb(len(gains), k) for k in range(len(gains) - rose + 1)) / 2 ** len(gains)
+    assert rose == 15 and (f"RL gained over its start in fifteen of the seventeen (a sign test over the runs: p "
+                           f"{sign_p:.3f}, two-sided), {_printed(sum(gains.values()) / len(gains), plus=True)} points "
+                           "on average") in section
+    passed = {k: [n for n, f in files.items() if f["targets"][k]["passed"]] for k in published["targets"]}
+    assert passed["rl_gain_points_ge_15"] == [9, 14, 29]
+    assert {files[n]["rl_stage"]["args"]["lr"] for n in passed["rl_gain_points_ge_15"]} == {1e-4}
+    at_1e4 = [n for n, f in files.items() if f["rl_stage"]["args"]["lr"] == 1e-4]
+    assert len(at_1e4) == 11 and "each at lr 1e-4, as eleven of the seventeen were" in section
+    assert passed["keeps_80pct_at_8x"] == [6, 7, 8, 9, 11, 12, 14, 17]
+    assert "32K's in eight (runs 6-9, 11, 12, 14 and 17)" in section
+    count = {n: sum(t["passed"] for t in f["targets"].values()) for n, f in files.items()}
+    assert max(count.values()) == 4 and [n for n, c in count.items() if c == 4] == [8, 9, 11, 12, 14, 17, 29]
+    assert "seven have passed four (runs 8, 9, 11, 12, 14, 17 and 29)" in section
+    example = " ".join((HERE / "README.md").read_text().split())
+    assert "four at once in runs 8, 9, 11, 12, 14, 17 and 29, all five in no run" in example
+    # the next run's reason: each target has passed in some run of this setting
+    assert all(any(files[n]["targets"][k]["passed"] for n in setting) for k in published["targets"])
+    assert "Each of the five targets has passed in some run of this RL setting (runs 14, 28 and 29)" in section
