@@ -2384,6 +2384,37 @@ def _setting_row(n: int, f: dict[str, Any]) -> str:
             f"{_gain_z(f, 'rl')} | {kinds['warm start']} -> {kinds['RL']} | {_gain_z(f, 'rl_permuted')} |")
 
 
+def _rl_gains(files: dict[int, dict[str, Any]]) -> dict[int, Fraction]:
+    """Each published run's RL gain over its warm start, strict sub_em at 1K-4K (points)."""
+    train = [1000, 2000, 4000]
+    return {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
+            for n, f in files.items()}
+
+
+def _rl_against_control(files: dict[int, dict[str, Any]]
+                        ) -> tuple[dict[int, tuple[int, int, str, float]], list[Fraction]]:
+    """RL against its permuted-reward control at 1K-4K in each run: paired (won, lost, gain, z) by run, and the
+    strict-score margins of RL over the control, smallest first."""
+    train = [1000, 2000, 4000]
+    paired = {n: _paired(f["eval_rl_permuted"]["results"], f["eval_rl"]["results"], train) for n, f in files.items()}
+    margins = sorted(_strict_score(f["eval_rl"]["results"], train)
+                     - _strict_score(f["eval_rl_permuted"]["results"], train) for f in files.values())
+    return paired, margins
+
+
+def _controls_that_grew(files: dict[int, dict[str, Any]]) -> list[int]:
+    """The runs whose permuted-reward control ended over its warm start at 1K-4K."""
+    train = [1000, 2000, 4000]
+    return [n for n, f in files.items() if _strict_score(f["eval_rl_permuted"]["results"], train)
+            > _strict_score(f["eval_warmstart"]["results"], train)]
+
+
+def _sign_test(gains: list[Fraction]) -> tuple[int, float]:
+    """How many of the gains are over 0, and the two-sided sign test's p for that many or fewer of the rest."""
+    rose = sum(g > 0 for g in gains)
+    return rose, 2 * sum(math.comb(len(gains), k) for k in range(len(gains) - rose + 1)) / 2 ** len(gains)
+
+
 def test_run_28s_section_shows_what_its_files_hold() -> None:
     """bench/README's "Run 28" (run 27's plan at lr 1e-4): its tables and paired figures as for run 14, and each figure
     of its reading (a warm start over two rounds, RL from call 2 on, the audits, run 14 beside it, and what every run
@@ -2459,8 +2490,7 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     steps, entropy, gain_z = _warm_start_steps, _rl_start_entropy, _gain_z
     for n in (14, 28):
         assert _setting_row(n, files[n]) in section, n
-    gains = {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
-             for n, f in files.items()}
+    gains = _rl_gains(files)
     assert round(gains[14] - gains[28]) == 33 and "the two gains are 33 points apart" in section
     assert f"ran {_printed(Fraction(steps(published), steps(r14)))} times as many steps" in section
     assert abs(entropy(published) / entropy(r14) - 0.5) < 0.05 and "half run 14's entropy" in section
@@ -2475,18 +2505,14 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     assert (f"span {_printed(gains[28], plus=True)} to {_printed(gains[14], plus=True)}, nearly the whole range"
             f" of RL's gains over the sixteen runs from run 5 on ({_printed(min(gains.values()))} to "
             f"{_printed(max(gains.values()), plus=True)})") in section
-    ahead = {n: _paired(f["eval_rl_permuted"]["results"], f["eval_rl"]["results"], train) for n, f in files.items()}
-    over = sorted(_strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_rl_permuted"]["results"], train)
-                  for f in files.values())
+    ahead, over = _rl_against_control(files)
     assert over[0] > 0 and all(won > lost for won, lost, _, _ in ahead.values())
     assert (f"RL ends ahead of its permuted-reward control at 1K-4K ({_printed(over[0], plus=True)} to "
             f"{_printed(over[-1], plus=True)}; here {ahead[28][2]}, z {ahead[28][3]:.2f})") in section
-    grew = [n for n, f in files.items() if _strict_score(f["eval_rl_permuted"]["results"], train)
-            > _strict_score(f["eval_warmstart"]["results"], train)]
+    grew = _controls_that_grew(files)
     grown = gain_z(files[11], "rl_permuted").split()[0]
     assert grew == [11] and f"the control gained over its start in one of them (run 11, {grown})" in section
-    rose = sum(g > 0 for g in gains.values())
-    sign_p = 2 * sum(math.comb(len(gains), k) for k in range(len(gains) - rose + 1)) / 2 ** len(gains)
+    rose, sign_p = _sign_test(list(gains.values()))
     assert (f"RL gained over its start in fourteen of the sixteen (a sign test over the runs: p {sign_p:.3f}, "
             f"two-sided), {_printed(sum(gains.values()) / len(gains), plus=True)} points on average") in section
     assert rose == 14 and len(gains) == 16
@@ -2589,8 +2615,7 @@ def test_run_29s_section_shows_what_its_files_hold() -> None:
     # the largest gain of any run with a warm start and RL evaluated
     every = {int(p.stem.removeprefix("memagent_small_scale_run")): json.loads(p.read_text())
              for p in (ROOT / "bench" / "results").glob("memagent_small_scale_run*.json")}
-    gains = {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
-             for n, f in every.items() if "eval_rl" in f and "eval_warmstart" in f}
+    gains = _rl_gains({n: f for n, f in every.items() if "eval_rl" in f and "eval_warmstart" in f})
     assert max(gains, key=gains.get) == 29 and {3, 4, 5, 28} <= set(gains)
     assert "(+50.7, z 8.21: the largest of any run)" in section
     # the three runs of run 14's RL setting, side by side
@@ -2603,26 +2628,21 @@ def test_run_29s_section_shows_what_its_files_hold() -> None:
     assert "Run 29 began RL at run 28's entropy (0.080 both)" in section
     assert (_warm_start_steps(published), _warm_start_steps(run28)) == (702, 1700)
     assert "Its start was trained 702 steps in one round, where run 28's took 1,700 in two" in section
-    gains = {n: _strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_warmstart"]["results"], train)
-             for n, f in files.items()}
+    gains = _rl_gains(files)
     rho = _spearman([_warm_start_steps(f) for f in files.values()], list(gains.values()))
     assert f"the warm start's steps do not order RL's gains (Spearman's rho {rho:.2f})" in section and abs(rho) < 0.3
     # what seventeen runs say
     assert len(files) == 17 and "What seventeen runs say" in section
-    ahead = {n: _paired(f["eval_rl_permuted"]["results"], f["eval_rl"]["results"], train) for n, f in files.items()}
-    over = sorted(_strict_score(f["eval_rl"]["results"], train) - _strict_score(f["eval_rl_permuted"]["results"], train)
-                  for f in files.values())
+    ahead, over = _rl_against_control(files)
     assert over[0] > 0 and all(won > lost for won, lost, _, _ in ahead.values())
     assert (f"in all seventeen from run 5 on ({_printed(over[0], plus=True)} to {_printed(over[-1], plus=True)}; here "
             f"{ahead[29][2]}, z {ahead[29][3]:.2f})") in section
-    grew = [n for n, f in files.items() if _strict_score(f["eval_rl_permuted"]["results"], train)
-            > _strict_score(f["eval_warmstart"]["results"], train)]
+    grew = _controls_that_grew(files)
     assert grew == [11, 29]
     grown29 = _paired(warm, published["eval_rl_permuted"]["results"], train)
     assert (f"in two of them (run 11, {_gain_z(files[11], 'rl_permuted').split()[0]}; run 29, {grown29[2]}, z "
             f"{grown29[3]:.2f})") in section
-    rose = sum(g > 0 for g in gains.values())
-    sign_p = 2 * sum(math.comb(len(gains), k) for k in range(len(gains) - rose + 1)) / 2 ** len(gains)
+    rose, sign_p = _sign_test(list(gains.values()))
     assert rose == 15 and (f"RL gained over its start in fifteen of the seventeen (a sign test over the runs: p "
                            f"{sign_p:.3f}, two-sided), {_printed(sum(gains.values()) / len(gains), plus=True)} points "
                            "on average") in section
