@@ -2574,6 +2574,20 @@ def test_run_29s_section_shows_what_its_files_hold() -> None:
             "codes stored wrong") in section
     under = probes[702]["confirm_strict"] - float(_strict_score(warm, train))
     assert round(under) == 14 and "14 points under its confirmation" in section
+    gaps = {}  # every published start with a confirmation at its stop: the confirmation less the evaluation
+    for path in (ROOT / "bench" / "results").glob("memagent_small_scale_run*.json"):
+        f = json.loads(path.read_text())
+        stopped = f.get("warmstart_stage", {}).get("stop") or {}
+        at_stop = [c for c in f.get("warmstart_stage", {}).get("curve", [])
+                   if c["step"] == stopped.get("step") and "confirm_strict" in c]
+        if at_stop and "eval_warmstart" in f:
+            gaps[path.stem] = at_stop[-1]["confirm_strict"] - float(_strict_score(f["eval_warmstart"]["results"], train))
+    others = [g for name, g in gaps.items() if name != "memagent_small_scale_run29"]
+    assert len(gaps) == 16 and max(others) < under
+    assert (f"the widest gap of the sixteen runs with both (in the other fifteen the evaluation read from "
+            f"{max(others):.1f} points under its confirmation to {-min(others):.1f} over)") in section
+    steepest = max((b["probe_strict"] - a["probe_strict"], b["step"]) for a, b in itertools.pairwise(probes.values()))
+    assert steepest[1] == 700 and "at a stop two steps after the copy's steepest rise" in section
     # call 1 ended before RL; RL ran in calls 2 and 3
     log = published["calls_log"]
     left = _left_after_warm_start(log)
