@@ -641,6 +641,12 @@ def test_stages_chain_on_cpu(tmp_path: Path, tiny_model_dir: Path, engine: Any) 
                                        "--resume", "--eps-clip-high", "0.2", *arm], capture_output=True, text=True,
                              cwd=ROOT)
     assert refused.returncode != 0 and "eps_clip_high was 0.3, now 0.2" in refused.stderr
+    refused = subprocess.run(script + ["rl", "--init", str(w / "rl2"), "--out", str(w / "rl2"), "--steps", "3",
+                                       "--resume", "--draw", "1", *arm], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode != 0 and "draw was 0, now 1" in refused.stderr  # another draw is another arm
+    bad = subprocess.run(script + ["rl", "--init", str(w / "warm"), "--out", str(w / "rl3"), "--draw", "-1"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "--draw: '-1': a whole number, 0 or more (1: a second RL arm)" in bad.stderr
     bad = subprocess.run(script + ["rl", "--init", str(w / "warm"), "--out", str(w / "rl3"), "--eps-clip", "0"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "--eps-clip: '0': a clip range is a number over 0" in bad.stderr
@@ -801,7 +807,8 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     # 3: RL not done, but the call is shorter than RL_MIN_S: nothing started, nothing changed
     assert len(short["said"]) == 2 and re.fullmatch(r"too little time left for RL \(\d+ s, RL_MIN_S=30\): call again "
                                                     r"\(with BUDGET over RL_MIN_S\)", short["said"][1])
-    assert short["work"] == second["work"] == ["model", "results", "rl", "rl_permuted", "warm1", "warm2"]
+    assert short["work"] == second["work"] == ["model", "results", "rl", "rl_draws", "rl_permuted", "warm1", "warm2"]
+    assert (work / "rl_draws").read_text() == "1\n"  # the arms RL began with (RL_DRAWS), which its calls keep
     assert short["rl"] == second["rl"] and short["control"] == second["control"]
     # 4, the last call: both arms resumed from their own checkpoints, with their AdamW state and curve, for what
     # the call leaves after the evaluations (RL_TOTAL_S aside), then the evaluations and the table: done
@@ -847,7 +854,7 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     # a last call that cannot start RL before the evaluations says so and changes nothing; a LAST_CALL that is
     # neither 0 nor 1 is refused before anything runs
     fresh = tmp_path / "fresh"  # the warm start done, RL never started
-    shutil.copytree(work, fresh, ignore=shutil.ignore_patterns("rl", "rl_permuted"))
+    shutil.copytree(work, fresh, ignore=shutil.ignore_patterns("rl", "rl_permuted", "rl_draws"))
     short_last = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(fresh)], capture_output=True,
                                 text=True, env={**env, "BUDGET": str(LAST_EVAL_S + 55), **last_call}, cwd=ROOT,
                                 timeout=120, check=False)
@@ -859,6 +866,52 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
                              text=True, env={**env, "LAST_CALL": "yes"}, cwd=ROOT, timeout=60, check=False)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr == "LAST_CALL=yes: set 1 (this call ends the run) or 0 (the default)\n"
+    # RL_DRAWS=2: a second RL arm from the same start, its own documents and seeds, stepped, resumed and evaluated
+    # beside the others, in the table and the comparison after the control; any other count is refused
+    drawn = tmp_path / "drawn"  # the warm start done and evaluated; no RL arm, no later evaluation
+    shutil.copytree(work, drawn, ignore=shutil.ignore_patterns("rl", "rl_permuted", "rl_draws", "eval_rl*",
+                                                               "rl*_stage.json", "table.md", "compare.json",
+                                                               "curves.json"))
+    three = {**env, "RL_DRAWS": "2", "RL_TOTAL_S": "0"}
+    begun = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(drawn)], capture_output=True,
+                           text=True, env={**three, "BUDGET": str(BUDGET), "EVAL_S": "100"}, cwd=ROOT,
+                           timeout=BUDGET + 120, check=False)
+    assert begun.returncode == 0, begun.stdout[-3000:] + begun.stderr[-3000:]
+    assert re.search(rf"\] RL, control and RL's second draw from {re.escape(str(drawn / 'warm2'))}, ", begun.stdout)
+    arms = {d: _rl_arm(drawn / d) for d in ("rl", "rl_permuted", "rl_draw1")}
+    assert all(arms.values()), begun.stdout
+    ended = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(drawn)], capture_output=True,
+                           text=True, env={**three, "BUDGET": str(LAST_BUDGET), **last_call, "RESUME": "1"}, cwd=ROOT,
+                           timeout=LAST_BUDGET + 120, check=False)
+    assert ended.returncode == 0 and ended.stdout.endswith("] all stages done\n"), ended.stdout[-3000:] + ended.stderr
+    assert re.search(r"\] RL, control and RL's second draw resumed after \d+ s, ", ended.stdout)
+    later = {d: _rl_arm(drawn / d) for d in arms}
+    for d, arm in later.items():
+        assert arm["curve"][:len(arms[d]["curve"])] == arms[d]["curve"] and len(arm["curve"]) > len(arms[d]["curve"])
+        assert arm["adam_steps"] == {float(sum(c["optimizer_steps"] for c in arm["curve"]))}
+    draw, rl = later["rl_draw1"], later["rl"]
+    assert (draw["args"]["draw"], rl["args"]["draw"], later["rl_permuted"]["args"]["draw"]) == (1, 0, 0)
+    assert not draw["permuted"]
+    assert [c["init"] for c in draw["calls"]] == [str(drawn / "warm2"), str(drawn / "rl_draw1")]
+    assert draw["calls"][0]["seed"] == rl["calls"][0]["seed"] + 7_000_003  # each call: its part's seed, drawn anew
+    assert draw["calls"][1]["seed"] == draw["calls"][0]["seed"] + 1_000_003 * len(arms["rl_draw1"]["curve"])
+    packed = _packed(out / "results.tgz")
+    evaluation = json.loads(packed["eval_rl_draw1.json"])
+    assert evaluation["name"] == "RL, second draw" and evaluation["ckpt"] == str(drawn / "rl_draw1")
+    assert packed["table.md"].count("| RL, second draw |") == 2
+    assert [r["name"] for r in json.loads(packed["compare.json"])["vs_base"]] == [
+        "RL", "RL, permuted rewards (control)", "RL, second draw"]
+    assert json.loads(packed["rl_draw1_stage.json"]) == {k: v for k, v in draw.items() if k != "adam_steps"}
+    wrong = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(drawn)], capture_output=True,
+                           text=True, env={**env, "RL_DRAWS": "3"}, cwd=ROOT, timeout=60, check=False)
+    assert wrong.returncode == 2 and wrong.stdout == "" and wrong.stderr.startswith("RL_DRAWS=3: set 1 (RL and its ")
+    for d, draws, began in ((drawn, "1", "2"), (work, "2", "1")):  # a run's arms go on together: not another count
+        other = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(d)], capture_output=True,
+                               text=True, env={**env, "RL_DRAWS": draws, "RESUME": "1"}, cwd=ROOT, timeout=60,
+                               check=False)
+        assert other.returncode == 2 and other.stdout == "" and other.stderr.startswith(
+            f"RL_DRAWS={draws}: this run's RL began with RL_DRAWS={began} ({d / 'rl_draws'}), and its arms go on "
+            f"together; set RL_DRAWS={began} on every call of it"), other.stderr
 
 
 def test_run_in_calls_says_when_rl_starts_from_a_warm_start_its_probe_did_not_stop(tmp_path: Path) -> None:
@@ -1157,6 +1210,73 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     assert more["warmstart_stage"] == last
     assert more["warmstart_earlier_rounds"] == [*earlier, published["warmstart_stage"]]
     assert len(earlier) == (run in ("run21", "run28"))  # runs 21 and 28 warmed up in two rounds, the others in one
+
+
+def test_publish_keeps_a_second_rl_draw_beside_the_run(tmp_path: Path) -> None:
+    """A run with RL_DRAWS=2 packs a second RL arm (`rl_draw1_stage.json`, `eval_rl_draw1.json`, a fourth row in
+    `compare.json`): publish.py keeps it beside the run, its figures against the warm start and the first arm, its
+    rollouts in the audit total, and the targets still read the first arm. Built on run 29's files, the second arm
+    standing in as run 29's RL evaluated on the control's answers, compared by `reproduce.py compare` itself."""
+    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run29.json").read_text())
+    results = tmp_path / "results"
+    results.mkdir()
+    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage", "curves.json": "curves",
+             "rl_permuted_stage.json": "rl_permuted_stage",
+             **{f"eval_{k}.json": f"eval_{k}" for k in ("untrained", "warmstart", "rl", "rl_permuted")}}
+    for name, key in files.items():
+        (results / name).write_text(json.dumps(published[key]))
+    (results / "table.md").write_text(published["table"])
+    (results / "calls.log").write_text(published["calls_log"])
+    second = {**published["rl_stage"], "args": {**published["rl_stage"]["args"], "draw": 1}}
+    (results / "rl_draw1_stage.json").write_text(json.dumps(second))
+    evaluation = {**published["eval_rl_permuted"], "name": "RL, second draw"}
+    (results / "eval_rl_draw1.json").write_text(json.dumps(evaluation))
+
+    def compare(*names: str) -> None:
+        files = [str(results / f"eval_{n}.json") for n in names]
+        done = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "compare", *files,
+                               "--out", str(results / "compare.json")], capture_output=True, text=True, cwd=ROOT,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+
+    import publish as B
+
+    meta = {"when": "w", "command": "c", "device_seconds": 1, "changes_from": 28, "changes": "x", "failures": []}
+    compare("warmstart", "rl", "rl_permuted")  # the comparison of a run without the second arm: refused
+    with pytest.raises(B.Unpublishable, match=r"compare.json compares \['warm start', 'RL', 'RL, permuted rewards "
+                       r"\(control\)'\].* eval_rl_permuted.json eval_rl_draw1.json`"):
+        B.published(results, **meta)
+    compare("warmstart", "rl", "rl_permuted", "rl_draw1")
+    out = B.published(results, **meta)
+    train = [1000, 2000, 4000]
+    warm, first, drawn = (r["results"] for r in (published["eval_warmstart"], published["eval_rl"], evaluation))
+    won, lost, gain, z = _paired(first, drawn, train)
+    figures = out["second_draw"]["vs_first_draw"]
+    assert (figures["won"], figures["lost"], figures["documents"]) == (won, lost, 144)
+    assert _printed(figures["gain_points"], plus=True) == gain and figures["mcnemar_z"] == round(z, 2)
+    won, lost, gain, _ = _paired(warm, drawn, train)
+    assert (out["second_draw"]["vs_warm_start"]["won"], out["second_draw"]["vs_warm_start"]["lost"]) == (won, lost)
+    assert out["second_draw"]["kept_at_8x"] == round(float(_kept_at_32k({"eval_rl": evaluation}, "rl")), 3)
+    assert out["rl_draw1_stage"] == second and out["eval_rl_draw1"] == evaluation
+    assert out["audit"]["rollouts"] == published["audit"]["rollouts"] + sum(
+        c["audit"]["rollouts"] for c in second["curve"])  # the second arm's rollouts were trained on: checked too
+    assert out["targets"] == {**published["targets"], "every_rollout_checked": {**out["audit"], "passed": True}}
+    for k in ("rl_gain_points_ge_15", "keeps_80pct_at_8x", "control_within_noise"):  # the first arm's, as before
+        assert out["targets"][k] == published["targets"][k]
+    # a second arm that is not `rl --draw 1`, or an evaluation of another model, is refused by name
+    (results / "rl_draw1_stage.json").write_text(json.dumps(published["rl_stage"]))
+    with pytest.raises(B.Unpublishable, match=r"rl_draw1_stage.json is not RL's second draw \(`rl --draw 1`"):
+        B.published(results, **meta)
+    (results / "rl_draw1_stage.json").write_text(json.dumps(second))
+    (results / "eval_rl_draw1.json").write_text(json.dumps(published["eval_rl"]))
+    with pytest.raises(B.Unpublishable, match="eval_rl_draw1.json: its model is 'RL', not 'RL, second draw'"):
+        B.published(results, **meta)
+    unaudited = copy.deepcopy(second)
+    unaudited["curve"][2]["audit"] = None
+    (results / "eval_rl_draw1.json").write_text(json.dumps(evaluation))
+    (results / "rl_draw1_stage.json").write_text(json.dumps(unaudited))
+    with pytest.raises(B.Unpublishable, match=r"RL steps not audited \(RL draw 1 step 2\)"):
+        B.published(results, **meta)
 
 
 # the example README's "Results in short": run | warm start | RL | RL at 32K | control | figures file

@@ -28,6 +28,7 @@ MACHINE = "one NVIDIA H200 (device machine), 16 cores"
 REWARD_NOTE = "the rewarded share of each step's 256 rollouts at temperature 1.0 (the evaluation samples at 0.7)"
 ARMS = {"untrained": "untrained", "warmstart": "warm start", "rl": "RL",
         "rl_permuted": "RL, permuted rewards (control)"}  # eval_<key>.json: the model's name in it
+DRAW = {"rl_draw1": "RL, second draw"}  # a run with RL_DRAWS=2 has this arm too; the targets read "rl"
 
 
 class Unpublishable(ValueError):
@@ -55,7 +56,7 @@ def _kilo(lengths: list[int]) -> str:
 def audit_total(*stages: dict[str, Any]) -> dict[str, Any]:
     """The per-step `check_run` audits of the RL arms, summed (the largest |delta| of all)."""
     points = [point for stage in stages for point in stage["curve"]]
-    unaudited = [f"{'control' if stage['permuted'] else 'RL'} step {point['step']}" for stage in stages
+    unaudited = [f"{_arm(stage)} step {point['step']}" for stage in stages
                  for point in stage["curve"] if point.get("audit") is None]  # `rl --no-audit` writes None
     if not points or unaudited:
         raise Unpublishable(f"RL steps not audited ({', '.join(unaudited[:3]) or 'no step at all'}): every rollout "
@@ -64,6 +65,31 @@ def audit_total(*stages: dict[str, Any]) -> dict[str, Any]:
     total = {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens", "breaches")}
     return {**total, "max_abs_delta": max(a["max_abs_delta"] for a in audits),
             "over_threshold": sum(a["over_threshold"] for a in audits)}
+
+
+def _arm(stage: dict[str, Any]) -> str:
+    """An RL stage file's arm, as a refusal names it."""
+    if stage["permuted"]:
+        return "control"
+    draw = stage["args"].get("draw", 0)  # stage files written before `rl --draw`: draw 0
+    return f"RL draw {draw}" if draw else "RL"
+
+
+def _second_draw(results: Path, evals: dict[str, Any], compare: dict[str, Any]) -> dict[str, Any]:
+    """The second RL arm of a run with RL_DRAWS=2 (its stage file, its evaluation, and its figures: against the
+    warm start and its 32K share as `compare.json` reads them, and paired against the first arm at the training
+    lengths), or {} for a run without it."""
+    if not (results / "rl_draw1_stage.json").exists():
+        return {}
+    stage, evaluation = _read(results, "rl_draw1_stage.json"), _read(results, "eval_rl_draw1.json")
+    if evaluation["name"] != DRAW["rl_draw1"]:
+        raise Unpublishable(f"eval_rl_draw1.json: its model is {evaluation['name']!r}, not {DRAW['rl_draw1']!r}")
+    if stage["args"].get("draw") != 1 or stage["permuted"]:
+        raise Unpublishable("rl_draw1_stage.json is not RL's second draw (`rl --draw 1`, rewards not permuted)")
+    row = compare["vs_base"][2]
+    return {"rl_draw1_stage": stage, "eval_rl_draw1": evaluation,
+            "second_draw": {"vs_warm_start": row["training_lengths"], "kept_at_8x": row["kept_at_8x"],
+                            "vs_first_draw": P.paired(evals["rl"], evaluation, compare["train_lengths"])}}
 
 
 def published(results: Path, *, when: str, command: str, device_seconds: int, changes_from: int, changes: str,
@@ -80,9 +106,11 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
             raise Unpublishable(f"eval_{key}.json: its model is {evals[key]['name']!r}, not {name!r}")
     compare = _read(results, "compare.json")
     compared = [compare["base"], *(row["name"] for row in compare["vs_base"])]
-    if compared != [ARMS["warmstart"], ARMS["rl"], ARMS["rl_permuted"]]:
+    drawn = (results / "rl_draw1_stage.json").exists()
+    if compared != [ARMS["warmstart"], ARMS["rl"], ARMS["rl_permuted"], *([DRAW["rl_draw1"]] if drawn else [])]:
         raise Unpublishable(f"compare.json compares {compared}; the targets read RL and its control against the warm "
-                            "start: run `reproduce.py compare eval_warmstart.json eval_rl.json eval_rl_permuted.json`")
+                            "start: run `reproduce.py compare eval_warmstart.json eval_rl.json eval_rl_permuted.json"
+                            + (" eval_rl_draw1.json`" if drawn else "`"))
     train, far = compare["train_lengths"], compare["lengths_8x"]
     if not far:
         raise Unpublishable(f"compare.json: no evaluation length is 8x the longest training length {max(train)}, so "
@@ -94,8 +122,9 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
         label: {"RL": P.paired(base, evals["rl"], lengths), "control": P.paired(base, evals["rl_permuted"], lengths)}
         for label, lengths in ((_kilo(longer), longer), (_kilo(far), far), ("all", every))}
     paired_more[f"RL_vs_control_{_kilo(train)}"] = P.paired(evals["rl_permuted"], evals["rl"], train)
-    audit = audit_total(rl, control)
-    vs_rl, vs_control = compare["vs_base"]
+    second = _second_draw(results, evals, compare)
+    audit = audit_total(rl, control, *([second["rl_draw1_stage"]] if second else []))
+    vs_rl, vs_control = compare["vs_base"][:2]
     after = f"after_{rl['seconds'] / 60:.1f}_min"
     untrained = P.pooled(evals["untrained"]["results"], train)
     warm_train = P.pooled(base["results"], train)
@@ -114,6 +143,7 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
                for arm, s in (("rl", rl), ("control", control))},
             "note": REWARD_NOTE},
         "paired_more": paired_more,
+        **second,
         "curves": _read(results, "curves.json"),
         "targets": {
             "rl_gain_points_ge_15": {after: vs_rl["training_lengths"]["gain_points"],

@@ -47,22 +47,25 @@ def _engine(ckpt: Path, device: str, seed: int, sampler: str = DEFAULT_SAMPLER) 
                              max_batch=512, max_prefill_tokens=65536 if device == "cuda" else 8192)
 
 
-def _open(ckpt: Path, device: str, part: int = 0, sampler: str = DEFAULT_SAMPLER) -> tuple[P.ReproConfig, Any, Any]:
+def _open(ckpt: Path, device: str, part: int = 0, sampler: str = DEFAULT_SAMPLER, draw: int = 0
+          ) -> tuple[P.ReproConfig, Any, Any]:
     """A stage's start: the checkpoint's settings, torch and the engine seeded from them (and `part`: a resumed
-    stage's later part draws other sampling seeds than its first), its engine and the filler pool."""
+    stage's later part draws other sampling seeds than its first; `draw`: another RL arm's seeds), its engine and
+    the filler pool."""
     import torch
 
     from agentgraphs.memagent.synthetic import build_filler_pool
 
     cfg = P.ReproConfig.load(ckpt)
-    seed = _seed(cfg, part)
+    seed = _seed(cfg, part, draw)
     torch.manual_seed(seed)
     engine = _engine(ckpt, device, seed, sampler)
     return cfg, engine, build_filler_pool(engine.tokenizer)
 
 
-def _seed(cfg: P.ReproConfig, part: int) -> int:
-    return cfg.seed + 1_000_003 * part
+def _seed(cfg: P.ReproConfig, part: int, draw: int = 0) -> int:
+    """The seed of a stage's `part` (0: its first call) in RL's `draw` (0: the run's own, the control's too)."""
+    return cfg.seed + 1_000_003 * part + 7_000_003 * draw
 
 
 SAVING = ".saving"  # a checkpoint's files are written here first, then moved in; stage.json, moved last, commits
@@ -490,7 +493,7 @@ def stage_rl(args: argparse.Namespace) -> None:
     init, out = Path(args.init), Path(args.out)
     earlier = _earlier_rl(init, args)
     part = len(earlier.get("curve", []))
-    cfg, engine, pool = _open(init, args.device, part=part, sampler=args.sampler)
+    cfg, engine, pool = _open(init, args.device, part=part, sampler=args.sampler, draw=args.draw)
     audits: list[dict[str, Any]] = []
     # the seed's GRPO flags (run_memagent_7b.sh): --use-kl-loss --kl-loss-coef 0.001 --kl-loss-type low_var_kl
     # --eps-clip 0.2 --eps-clip-high 0.3 --weight-decay 0.1 --adam-beta2 0.98; the lr is ours (see --lr)
@@ -505,7 +508,7 @@ def stage_rl(args: argparse.Namespace) -> None:
     reference = _reference(reference_dir, args.device) if config.use_kl_loss else None
 
     def rows_for(step: int) -> list[dict[str, Any]]:
-        split = f"rl-{step}"  # the same documents for the run and its control
+        split = f"rl-{step}" if args.draw == 0 else f"rl-draw{args.draw}-{step}"  # draw 0: the run's and its control's
         return P.needle_rows(engine.tokenizer, P.random_lengths(cfg, args.prompts, split), split, cfg, pool)
 
     def audit(rollouts: Any, samples: Any) -> None:
@@ -541,7 +544,7 @@ def stage_rl(args: argparse.Namespace) -> None:
                              "permuted": args.permute, "steps": len(curve),
                              "reference": str(reference_dir) if reference is not None else "",
                              "seconds": round(seconds + time.perf_counter() - started, 1), "curve": curve,
-                             "calls": list(earlier.get("calls", [])) + [{**_args(args), "seed": _seed(cfg, part)}],
+                             "calls": [*earlier.get("calls", []), {**_args(args), "seed": _seed(cfg, part, args.draw)}],
                              "batch_stats": vars(engine.batcher.stats) if engine.batcher else None},
           extra=lambda d: torch.save(trainer.optimizer.state_dict(), d / OPTIMIZER))
 
@@ -611,8 +614,8 @@ def _earlier_rl(init: Path, args: argparse.Namespace) -> dict[str, Any]:
     _check_files(init, stage)
     was = stage["args"]
     same = ("prompts", "samples", "lr", "permute", "skip_flat", "steps_per_rollout", "kl_coef", "kl_type",
-            "lr_warmup", "weight_decay", "sampler", "eps_clip", "eps_clip_high")
-    was = {**SEED_CLIP, **was}
+            "lr_warmup", "weight_decay", "sampler", "eps_clip", "eps_clip_high", "draw")
+    was = {**SEED_CLIP, "draw": 0, **was}  # stage files written before the flags: the seed's clip, draw 0
     changed = [k for k in same if was.get(k) != getattr(args, k)]
     if changed:
         raise SystemExit(f"--resume: {', '.join(f'{k} was {was.get(k)!r}, now {getattr(args, k)!r}' for k in changed)}"
@@ -808,6 +811,9 @@ def main() -> None:
     r.add_argument("--tf32", action="store_true", help="TF32 matmuls in the update (generation stays fp32)")
     r.add_argument("--micro-batch", type=int, default=64)
     r.add_argument("--permute", action="store_true", help="the control: rewards permuted within each group")
+    r.add_argument("--draw", type=_whole_number(0, "a whole number", "1: a second RL arm"), default=0,
+                   help="another draw of RL from the same start: its own documents and sampling seeds (0: the "
+                        "run's, which its control shares); whether RL's gain is the start's or RL's own luck")
     r.add_argument("--no-audit", action="store_true", help="skip the per-step `check` audit (never in a reported run)")
     r.add_argument("--max-minutes", type=float, default=0.0, help="stop stepping after this wall time (0: no cap)")
     r.add_argument("--device", default=dev)

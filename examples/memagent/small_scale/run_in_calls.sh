@@ -33,6 +33,12 @@ R="python3 $here/reproduce.py"
 # DEMO_WORKERS: each worker holds its own engine on the GPU (on an H200: 8 fit beside an evaluation in most runs and
 # ran out once, bench/README "Run 20, lost"; 6 fit, 99.8 s for 8,192 demonstrations; 14 ran out of memory)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
+: "${RL_DRAWS:=1}"  # 2: a second RL arm from the same start, its own documents and sampling seeds (`rl --draw 1`,
+# evaluated as "RL, second draw"): whether the spread between runs of one plan is the start's or RL's own; the
+# targets read the first arm, as with 1 (the three arms share the GPU: each steps less in the same time)
+case "$RL_DRAWS" in 1|2) ;; *) echo "RL_DRAWS=$RL_DRAWS: set 1 (RL and its control, the default) or 2 (and a" \
+  "second RL arm from the same start)" >&2; exit 2;; esac
+arms=(rl rl_permuted); [ "$RL_DRAWS" = 2 ] && arms+=(rl_draw1)
 : "${LAST_CALL:=0}"  # 1: this call ends the run: RL steps what it leaves after EVAL_S (RL_TOTAL_S aside), then
 # the evaluations and the table, so that the last call's RL need not be worked out by hand
 case "$LAST_CALL" in 0|1) ;; *) echo "LAST_CALL=$LAST_CALL: set 1 (this call ends the run) or 0 (the default)" >&2
@@ -45,6 +51,12 @@ if [ "$RESUME" = 1 ] && [ ! -f "$w/model/repro.json" ]; then
     "given back between calls, and this call's fresh machine has an empty /tmp). Nothing was run. Start the run" \
     "again from its first call (RESUME=0)." >&2
   exit 3
+fi
+if [ -f "$w/rl_draws" ] && [ "$(cat "$w/rl_draws")" != "$RL_DRAWS" ]; then
+  echo "RL_DRAWS=$RL_DRAWS: this run's RL began with RL_DRAWS=$(cat "$w/rl_draws") ($w/rl_draws), and its arms go on" \
+    "together; set RL_DRAWS=$(cat "$w/rl_draws") on every call of it (a new WORK_DIR for a run with the other)." \
+    "Nothing was run." >&2
+  exit 2
 fi
 mkdir -p "$out" "$r"
 t0=$(date +%s)
@@ -122,26 +134,30 @@ warm="$w/warm$last"
 
 # RL and its control: RL_TOTAL_S seconds of stepping each (0: what one call leaves), over as many calls as that takes
 rl_s() { python3 -c "import json; print(int(json.load(open('$1/stage.json'))['seconds']))" 2>/dev/null || echo 0; }
-both() { [ -f "$w/rl/stage.json" ] && [ -f "$w/rl_permuted/stage.json" ]; }
+both() { local d; for d in "${arms[@]}"; do [ -f "$w/$d/stage.json" ] || return 1; done; }  # every arm has begun
+flags() { case "$1" in rl) ;; rl_permuted) echo --permute;; rl_draw1) echo --draw 1;; esac; }  # an arm's own flags
 before_evals() { echo $(( $(left) - EVAL_S - 50 )); }  # RL's seconds before the evaluations (50: load, save the arms)
-step_rl() {  # step_rl SECONDS: both arms step SECONDS more each (fresh from the warm start, or resumed), in parallel
-  local minutes a b from_a from_b; minutes=$(as_minutes "$1")
+step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the warm start, or resumed), in parallel
+  local minutes d pids=() resume=0; minutes=$(as_minutes "$1")
   local rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
       --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --sampler "$RL_SAMPLER" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
+  local which="RL and control"; [ "$RL_DRAWS" = 2 ] && which="RL, control and RL's second draw"
   if both; then
-    stamp "RL and control resumed after $(rl_s "$w/rl") s, $minutes min each"
-    from_a=(--init "$w/rl" --resume); from_b=(--init "$w/rl_permuted" --resume)
+    stamp "$which resumed after $(rl_s "$w/rl") s, $minutes min each"; resume=1
   else
-    stamp "RL and control from $warm, $minutes min each"
+    stamp "$which from $warm, $minutes min each"; echo "$RL_DRAWS" > "$w/rl_draws"  # the arms this run steps
     why=$(probe_stopped "$warm") || stamp "RL starts from a warm start its probe never stopped ($why): as it" \
       "stands; the warm start's evaluation says where RL began"
-    from_a=(--init "$warm"); from_b=(--init "$warm")
   fi
   evaluate "$warm" "warm start" warmstart
-  timeout "$(cap)" $R rl --out "$w/rl" "${from_a[@]}" "${rl[@]}" >> "$r/rl.log" 2>&1 & a=$!
-  timeout "$(cap)" $R rl --out "$w/rl_permuted" --permute "${from_b[@]}" "${rl[@]}" >> "$r/rl_permuted.log" 2>&1 & b=$!
-  wait $a $b
-  for d in rl rl_permuted; do cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"; done
+  for d in "${arms[@]}"; do
+    local from=(--init "$warm"); [ "$resume" = 1 ] && from=(--init "$w/$d" --resume)
+    timeout "$(cap)" $R rl --out "$w/$d" $(flags "$d") "${from[@]}" "${rl[@]}" >> "$r/$d.log" 2>&1 & pids+=($!)
+  done
+  wait "${pids[@]}"
+  for d in "${arms[@]}"; do
+    cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"
+  done
 }
 if [ "$LAST_CALL" = 1 ]; then  # what is left before the evaluations is RL's
   extra=$(before_evals)
@@ -171,11 +187,14 @@ stamp evaluations
 evaluate "$warm" "warm start" warmstart
 evaluate "$w/rl" "RL" rl
 evaluate "$w/rl_permuted" "RL, permuted rewards (control)" rl_permuted
+[ "$RL_DRAWS" = 2 ] && evaluate "$w/rl_draw1" "RL, second draw" rl_draw1
 wait
-for f in untrained warmstart rl rl_permuted; do tail -1 "$r/eval_$f.log" | tee -a "$r/calls.log"; done
-if [ -f "$r/eval_untrained.json" ] && [ -f "$r/eval_warmstart.json" ] && [ -f "$r/eval_rl.json" ] && [ -f "$r/eval_rl_permuted.json" ]; then
-  $R table "$r/eval_untrained.json" "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/table.md"
-  $R compare "$r/eval_warmstart.json" "$r/eval_rl.json" "$r/eval_rl_permuted.json" --out "$r/compare.json" | tee -a "$r/calls.log"
+evals=(untrained warmstart "${arms[@]}"); files=("${evals[@]/#/$r/eval_}"); files=("${files[@]/%/.json}")
+for f in "${evals[@]}"; do tail -1 "$r/eval_$f.log" | tee -a "$r/calls.log"; done
+missing=0; for f in "${files[@]}"; do [ -f "$f" ] || missing=1; done
+if [ "$missing" = 0 ]; then
+  $R table "${files[@]}" --out "$r/table.md"
+  $R compare "${files[@]:1}" --out "$r/compare.json" | tee -a "$r/calls.log"
   $R curves "$w/rl/stage.json" "$w/rl_permuted/stage.json" --out "$r/curves.json" | tee -a "$r/calls.log"
   stamp "all stages done"
 else
