@@ -1011,11 +1011,11 @@ def test_run_in_calls_packs_a_cut_call_and_refuses_to_resume_a_lost_run(tmp_path
 
 def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
     def arm(path: Path, permuted: bool, init: str, steps: list[tuple[float, float, float, int | None]],
-            prompts: int = 16) -> str:
+            prompts: int = 16, draw: int | None = None) -> str:  # draw None: a stage file from before `rl --draw`
         curve = [{"step": i, "reward_mean": r, "entropy": e, "kl": k, **({} if f is None else {"flat_groups": f})}
                  for i, (r, e, k, f) in enumerate(steps)]
-        path.write_text(json.dumps({"permuted": permuted, "calls": [{"init": init, "prompts": prompts}],
-                                    "curve": curve}))
+        call = {"init": init, "prompts": prompts, **({} if draw is None else {"draw": draw})}
+        path.write_text(json.dumps({"permuted": permuted, "calls": [call], "curve": curve}))
         return str(path)
 
     nan = float("nan")  # a skipped step's entropy
@@ -1039,10 +1039,16 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
     older = arm(tmp_path / "old.json", False, "w", [(0.5, 0.1, 0.0, None)])  # before run 9: no flat groups kept
     assert P.curve_windows(json.loads(Path(older).read_text()), json.loads(Path(control).read_text()), 10)[0][
         "flat_groups"] == {"rl": None, "control": 2.0}  # one step both took
+    drawn0 = arm(tmp_path / "new.json", False, "w", [(0.5, 0.1, 0.0, 0)], draw=0)  # draw 0 is the older files' arm
+    assert P.curve_windows(json.loads(Path(drawn0).read_text()), json.loads(Path(control).read_text()), 10)[0][
+        "difference"] == 0.25
     for a, b, said in ((control, rl, "RL's stage file first"),
                        (rl, arm(tmp_path / "x.json", True, "v", []), "RL's init is 'w' and the control's 'v'"),
                        (rl, arm(tmp_path / "y.json", True, "w", [], prompts=8),
-                        "RL's prompts is 16 and the control's 8")):
+                        "RL's prompts is 16 and the control's 8"),
+                       # RL's second draw rolls other documents than the control: not paired with it step by step
+                       (arm(tmp_path / "d.json", False, "w", [(0.5, 0.1, 0.0, 0)], draw=1), control,
+                        "RL's draw is 1 and the control's 0")):
         refused = subprocess.run([sys.executable, str(HERE / "reproduce.py"), "curves", a, b],
                                  capture_output=True, text=True, cwd=ROOT)
         assert refused.returncode == 1 and said in refused.stderr and "Traceback" not in refused.stderr
@@ -2223,12 +2229,16 @@ def _run21s_plan(n: int, end: str, device_seconds: int, lr: float = 5e-5, rounds
     return section, published
 
 
+def _published_runs() -> dict[int, dict[str, Any]]:
+    """Every numbered run's results file in bench/results, by number, in order."""
+    paths = {int(p.stem.removeprefix("memagent_small_scale_run")): p
+             for p in (ROOT / "bench" / "results").glob("memagent_small_scale_run*.json")}
+    return {n: json.loads(paths[n].read_text()) for n in sorted(paths)}
+
+
 def _evaluated_runs(first: int, last: int) -> dict[int, dict[str, Any]]:
     """Every published run from `first` to `last` whose file holds the five targets' verdicts, by number."""
-    every = {int(p.stem.removeprefix("memagent_small_scale_run")): p
-             for p in (ROOT / "bench" / "results").glob("memagent_small_scale_run*") if p.suffix == ".json"}
-    files = {n: json.loads(every[n].read_text()) for n in sorted(every) if first <= n <= last}
-    return {n: f for n, f in files.items() if "targets" in f}
+    return {n: f for n, f in _published_runs().items() if first <= n <= last and "targets" in f}
 
 
 def test_run_23s_section_shows_what_its_files_hold() -> None:
@@ -2577,11 +2587,10 @@ def test_run_28s_section_shows_what_its_files_hold() -> None:
     answers = published["compare_strict"]["answers"]
     start = answers["warm start"]["training_lengths"]
     assert f"{_warm_start_line(warm, 'codes')}, and {start['stored_wrong']} codes stored wrong" in section
-    files = _evaluated_runs(5, 28)
+    files, every = _evaluated_runs(5, 28), _published_runs()
 
     def kept(n: int) -> Fraction:  # the share of its 1K-4K score run n's warm start kept at 32K
-        return _kept_at_32k(files[n] if n in files else json.loads(
-            (ROOT / "bench" / "results" / f"memagent_small_scale_run{n}.json").read_text()))
+        return _kept_at_32k(every[n])
 
     # runs 3 and 4, the earlier runs with an evaluated start, kept less too (run 4's also prints 0.87x)
     assert kept(28) > max(kept(n) for n in [3, 4, *files] if n < 28)
@@ -2696,16 +2705,15 @@ def test_run_29s_section_shows_what_its_files_hold() -> None:
             "codes stored wrong") in section
     under = probes[702]["confirm_strict"] - float(_strict_score(warm, train))
     assert round(under) == 14 and "14 points under its confirmation" in section
-    gaps = {}  # every published start with a confirmation at its stop: the confirmation less the evaluation
-    for path in (ROOT / "bench" / "results").glob("memagent_small_scale_run*.json"):
-        f = json.loads(path.read_text())
+    gaps, every = {}, _published_runs()  # every start with a confirmation at its stop: confirmation less evaluation
+    for n, f in every.items():
         stopped = f.get("warmstart_stage", {}).get("stop") or {}
         at_stop = [c for c in f.get("warmstart_stage", {}).get("curve", [])
                    if c["step"] == stopped.get("step") and "confirm_strict" in c]
         if at_stop and "eval_warmstart" in f:
             evaluated = float(_strict_score(f["eval_warmstart"]["results"], train))
-            gaps[path.stem] = at_stop[-1]["confirm_strict"] - evaluated
-    others = [g for name, g in gaps.items() if name != "memagent_small_scale_run29"]
+            gaps[n] = at_stop[-1]["confirm_strict"] - evaluated
+    others = [g for n, g in gaps.items() if n != 29]
     assert len(gaps) == 16 and max(others) < under
     assert (f"the widest gap of the sixteen runs with both (in the other fifteen the evaluation read from "
             f"{max(others):.1f} points under its confirmation to {-min(others):.1f} over)") in section
@@ -2750,8 +2758,6 @@ def test_run_29s_section_shows_what_its_files_hold() -> None:
     answers = published["compare_strict"]["answers"]
     assert start["unboxed"] == 7 and {answers[k]["training_lengths"]["unboxed"] for k in answers} == {7, 0}
     # the largest gain of any run with a warm start and RL evaluated
-    every = {int(p.stem.removeprefix("memagent_small_scale_run")): json.loads(p.read_text())
-             for p in (ROOT / "bench" / "results").glob("memagent_small_scale_run*.json")}
     gains = _rl_gains({n: f for n, f in every.items() if "eval_rl" in f and "eval_warmstart" in f})
     assert max(gains, key=gains.get) == 29 and {3, 4, 5, 28} <= set(gains)
     assert "(+50.7, z 8.21: the largest of any run)" in section

@@ -480,8 +480,9 @@ def curve_windows(run: dict[str, Any], control: dict[str, Any], window: int = 10
         raise ValueError(f"curve_windows: window={window}; give a number of steps >= 1")
     if run.get("permuted") or not control.get("permuted"):
         raise ValueError("curve_windows: give RL's stage file first and its control's (rl --permute) second")
-    for key in ("init", "prompts"):  # what decides a step's documents: the start's settings and documents a step
-        ours, theirs = run["calls"][0].get(key), control["calls"][0].get(key)
+    for key in ("init", "prompts", "draw"):  # what decides a step's documents: the start's settings, documents a
+        # step and RL's draw (`rl --draw`; stage files written before it: draw 0)
+        ours, theirs = ({"draw": 0, **arm["calls"][0]}.get(key) for arm in (run, control))
         if ours != theirs:
             raise ValueError(f"curve_windows: RL's {key} is {ours!r} and the control's {theirs!r}: not one run's "
                              "arms, their steps' documents differ (give the two arms of one run_in_calls run)")

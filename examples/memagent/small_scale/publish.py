@@ -76,11 +76,9 @@ def _arm(stage: dict[str, Any]) -> str:
 
 
 def _second_draw(results: Path, evals: dict[str, Any], compare: dict[str, Any]) -> dict[str, Any]:
-    """The second RL arm of a run with RL_DRAWS=2 (its stage file, its evaluation, and its figures: against the
+    """The second RL arm of a run with RL_DRAWS=2: its stage file, its evaluation, and its figures (against the
     warm start and its 32K share as `compare.json` reads them, and paired against the first arm at the training
-    lengths), or {} for a run without it."""
-    if not (results / "rl_draw1_stage.json").exists():
-        return {}
+    lengths)."""
     stage, evaluation = _read(results, "rl_draw1_stage.json"), _read(results, "eval_rl_draw1.json")
     if evaluation["name"] != DRAW["rl_draw1"]:
         raise Unpublishable(f"eval_rl_draw1.json: its model is {evaluation['name']!r}, not {DRAW['rl_draw1']!r}")
@@ -122,7 +120,7 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
         label: {"RL": P.paired(base, evals["rl"], lengths), "control": P.paired(base, evals["rl_permuted"], lengths)}
         for label, lengths in ((_kilo(longer), longer), (_kilo(far), far), ("all", every))}
     paired_more[f"RL_vs_control_{_kilo(train)}"] = P.paired(evals["rl_permuted"], evals["rl"], train)
-    second = _second_draw(results, evals, compare)
+    second = _second_draw(results, evals, compare) if drawn else {}
     audit = audit_total(rl, control, *([second["rl_draw1_stage"]] if second else []))
     vs_rl, vs_control = compare["vs_base"][:2]
     after = f"after_{rl['seconds'] / 60:.1f}_min"

@@ -134,7 +134,7 @@ warm="$w/warm$last"
 
 # RL and its control: RL_TOTAL_S seconds of stepping each (0: what one call leaves), over as many calls as that takes
 rl_s() { python3 -c "import json; print(int(json.load(open('$1/stage.json'))['seconds']))" 2>/dev/null || echo 0; }
-both() { local d; for d in "${arms[@]}"; do [ -f "$w/$d/stage.json" ] || return 1; done; }  # every arm has begun
+all_begun() { local d; for d in "${arms[@]}"; do [ -f "$w/$d/stage.json" ] || return 1; done; }  # every arm has begun
 flags() { case "$1" in rl) ;; rl_permuted) echo --permute;; rl_draw1) echo --draw 1;; esac; }  # an arm's own flags
 before_evals() { echo $(( $(left) - EVAL_S - 50 )); }  # RL's seconds before the evaluations (50: load, save the arms)
 step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the warm start, or resumed), in parallel
@@ -142,7 +142,7 @@ step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the war
   local rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
       --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --sampler "$RL_SAMPLER" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
   local which="RL and control"; [ "$RL_DRAWS" = 2 ] && which="RL, control and RL's second draw"
-  if both; then
+  if all_begun; then
     stamp "$which resumed after $(rl_s "$w/rl") s, $minutes min each"; resume=1
   else
     stamp "$which from $warm, $minutes min each"; echo "$RL_DRAWS" > "$w/rl_draws"  # the arms this run steps
@@ -162,16 +162,16 @@ step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the war
 if [ "$LAST_CALL" = 1 ]; then  # what is left before the evaluations is RL's
   extra=$(before_evals)
   if [ "$extra" -ge 10 ]; then stamp "last call: RL ${extra} s more, then the evaluations"; step_rl "$extra"
-  elif ! both; then
+  elif ! all_begun; then
     wait; stamp "too little time left for RL before the evaluations ($(left) s, EVAL_S=$EVAL_S): call again" \
       "(with a larger BUDGET)"; pack; exit 0
   fi
-elif ! both || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; }; then
+elif ! all_begun || { [ "$RL_TOTAL_S" -gt 0 ] && [ "$(rl_s "$w/rl")" -lt $((RL_TOTAL_S - 60)) ]; }; then
   if [ "$(left)" -lt "$RL_MIN_S" ]; then
     wait; stamp "too little time left for RL ($(left) s, RL_MIN_S=$RL_MIN_S): call again (with BUDGET over RL_MIN_S)"
     pack; exit 0
   fi
-  want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(both && rl_s "$w/rl" || echo 0) : 100000 ))
+  want=$(( RL_TOTAL_S > 0 ? RL_TOTAL_S - $(all_begun && rl_s "$w/rl" || echo 0) : 100000 ))
   reserve=0  # keep time for the evaluations when RL can finish in this call anyway
   if [ "$RL_TOTAL_S" -gt 0 ]; then [ "$want" -le "$(before_evals)" ] && reserve=$EVAL_S
   else [ "$(left)" -gt $((RL_MIN_S + EVAL_S)) ] && reserve=$EVAL_S; fi
