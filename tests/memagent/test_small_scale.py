@@ -893,6 +893,9 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     draw, rl = later["rl_draw1"], later["rl"]
     assert (draw["args"]["draw"], rl["args"]["draw"], later["rl_permuted"]["args"]["draw"]) == (1, 0, 0)
     assert not draw["permuted"]
+    # its rollouts, like the other arms', were audited by `check_run` before each update (invariants 1-3, every
+    # trained token re-scored): what publish.py counts in the run's audit total
+    assert all(c["audit"]["breaches"] == 0 and c["audit"]["rescored_tokens"] > 0 for c in draw["curve"])
     assert [c["init"] for c in draw["calls"]] == [str(drawn / "warm2"), str(drawn / "rl_draw1")]
     assert draw["calls"][0]["seed"] == rl["calls"][0]["seed"] + 7_000_003  # each call: its part's seed, drawn anew
     assert draw["calls"][1]["seed"] == draw["calls"][0]["seed"] + 1_000_003 * len(arms["rl_draw1"]["curve"])
