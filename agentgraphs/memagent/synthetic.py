@@ -9,6 +9,14 @@ Speed: the filler is drawn from a pool of sentences whose token counts are measu
 ``encode`` per pooled sentence); a document's length is then a sum, never a re-tokenisation, so a
 448K-token document is built in well under a second. The counts assume tokens do not merge across the
 single space between sentences, which holds for byte-level BPE (GPT/Qwen) and whitespace tokenizers.
+
+Sentence lengths vary (``"varied"``, the default: 6 to 15 tokens with Qwen2.5's vocabulary), so where a chunk
+boundary falls inside a sentence does not depend on the chunk's index. With sentences of one length
+(``"uniform"``: every sentence 11 tokens with Qwen2.5; what the pool held until now, and the documents of the
+small-scale MemAgent runs 3-29) that place cycles with the chunk index (period 11 for 512-token chunks), so short training
+documents never show a model the alignments that long evaluation documents hold: four of those runs' models
+wrote a code after reading chunk 10, the first chunk that ends exactly at a sentence's end, in nearly every
+document with no needle yet (bench/README, "Chunk alignment").
 """
 
 from __future__ import annotations
@@ -17,13 +25,14 @@ import bisect
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from agentgraphs.memagent.data import MemAgentRow
 
 __all__ = [
     "TextEncoder",
     "FillerPool",
+    "SentenceLengths",
     "build_filler_pool",
     "make_needle_example",
     "make_dataset",
@@ -48,6 +57,9 @@ _LAST_NAMES = ("Marlow", "Okafor", "Lindqvist", "Castellano", "Nakamura", "Brenn
 _POOL_SIZE = 256
 _POOL_SEED = 20250701
 
+SentenceLengths = Literal["varied", "uniform"]
+SENTENCE_LENGTHS: tuple[SentenceLengths, ...] = ("varied", "uniform")
+
 
 class TextEncoder(Protocol):
     """Anything with a HF-style ``encode`` (a transformers tokenizer, or a stub in tests)."""
@@ -70,21 +82,41 @@ def _filler_sentence(rng: random.Random) -> str:
     return f"The {adj1} {noun1} {verb} the {noun2} {prep} the {adj2} {noun3}."
 
 
+def _varied_sentence(rng: random.Random) -> str:
+    """A filler sentence of 6 to 15 words and a period: optional adjectives, prepositional phrase and tail."""
+    words = ["The"] + ([rng.choice(_ADJECTIVES)] if rng.random() < 0.5 else []) + [rng.choice(_NOUNS)]
+    words += [rng.choice(_VERBS), "the"] + ([rng.choice(_ADJECTIVES)] if rng.random() < 0.5 else []) + [rng.choice(_NOUNS)]
+    if rng.random() < 0.6:
+        words += [rng.choice(_PREPOSITIONS), "the"] + ([rng.choice(_ADJECTIVES)] if rng.random() < 0.5 else [])
+        words.append(rng.choice(_NOUNS))
+    if rng.random() < 0.3:
+        words += ["and", "the", rng.choice(_NOUNS)]
+    return " ".join(words) + "."
+
+
 def _count(tokenizer: TextEncoder, text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def build_filler_pool(tokenizer: TextEncoder, size: int = _POOL_SIZE) -> FillerPool:
+def build_filler_pool(tokenizer: TextEncoder, size: int = _POOL_SIZE,
+                      sentence_lengths: SentenceLengths = "varied") -> FillerPool:
     """Measure a fixed pool of filler sentences once; reuse it for many documents (``make_dataset`` does).
+
+    ``sentence_lengths``: ``"varied"`` (the default; see the module's docstring for why) or ``"uniform"``
+    (every sentence the same words' count: what documents were made of before, kept to rebuild them).
 
     >>> class Words:
     ...     def encode(self, text, add_special_tokens=False): return text.split()
-    >>> pool = build_filler_pool(Words(), size=4)
-    >>> pool.token_counts
+    >>> build_filler_pool(Words(), size=4, sentence_lengths="uniform").token_counts
     (10, 10, 10, 10)
+    >>> sorted(set(build_filler_pool(Words()).token_counts))
+    [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     """
+    if sentence_lengths not in SENTENCE_LENGTHS:
+        raise ValueError(f"sentence_lengths must be one of {SENTENCE_LENGTHS}, got {sentence_lengths!r}")
     rng = random.Random(_POOL_SEED)
-    sentences = tuple(_filler_sentence(rng) for _ in range(size))
+    make = _filler_sentence if sentence_lengths == "uniform" else _varied_sentence
+    sentences = tuple(make(rng) for _ in range(size))
     return FillerPool(sentences, tuple(_count(tokenizer, " " + s) for s in sentences))
 
 

@@ -18,7 +18,11 @@ from agentgraphs.memagent.data import (
     row_from_ruler,
     to_slime_row,
 )
-from agentgraphs.memagent.synthetic import make_dataset, make_needle_example
+from agentgraphs.memagent.synthetic import (
+    build_filler_pool,
+    make_dataset,
+    make_needle_example,
+)
 
 
 def _jsonl(path: Path, rows: list[Any]) -> Path:
@@ -267,3 +271,33 @@ def test_make_dataset(tokenizer: Any) -> None:
         assert length is not None and abs(_n_tokens(tokenizer, row["document"]) - length) <= 0.02 * length
     slime = to_slime_row(rows[0])
     assert slime["label"] == rows[0]["answers"] and slime["metadata"]["context"] == rows[0]["document"]
+
+
+def _flush_chunks(tokenizer: Any, document: str, chunk: int) -> list[int]:
+    """The whole chunks of `chunk` tokens that end exactly at a sentence's end (their last token a period)."""
+    ids = tokenizer.encode(document, add_special_tokens=False)
+    return [k for k in range(len(ids) // chunk) if tokenizer.decode(ids[(k + 1) * chunk - 1:(k + 1) * chunk]) == "."]
+
+
+def test_where_a_chunk_ends_in_a_sentence_does_not_cycle_with_the_chunk_index(tokenizer: Any) -> None:
+    """With sentences of one length (11 Qwen2.5 tokens) and 512-token chunks, the chunks before a needle that end
+    at a sentence's end are exactly 10, 21, ...: a model trained on up to 8 chunks never reads one, a long
+    document shows one every 11 chunks. With varied lengths (the default) any chunk can, about as often early
+    as late."""
+    uniform, varied = (build_filler_pool(tokenizer, sentence_lengths=s) for s in ("uniform", "varied"))
+    assert set(uniform.token_counts) == {11}
+    assert len(set(varied.token_counts)) >= 6 and min(varied.token_counts) >= 6 and max(varied.token_counts) <= 15
+    kw = {"needle_position": 15, "chunk_size": 512}  # 16 chunks: the needle in the last, 15 chunks of filler before
+    for seed in range(4):
+        row = make_needle_example(tokenizer, 8_000, seed=seed, pool=uniform, **kw)
+        assert _flush_chunks(tokenizer, row["document"], 512)[:1] == [10]
+    early = late = 0
+    docs = 60
+    for seed in range(docs):
+        row = make_needle_example(tokenizer, 8_000, seed=seed, **kw)
+        ends = _flush_chunks(tokenizer, row["document"], 512)
+        early += sum(1 for k in ends if k < 7)  # chunks a 4K training document has before its needle
+        late += sum(1 for k in ends if 7 < k < 15)
+    assert 0.03 < early / (7 * docs) < 0.2 and 0.03 < late / (7 * docs) < 0.2, (early, late)
+    with pytest.raises(ValueError, match="sentence_lengths"):
+        build_filler_pool(tokenizer, sentence_lengths="equal")  # type: ignore[arg-type]

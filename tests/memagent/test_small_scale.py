@@ -496,16 +496,51 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
         assert refused.value.code == 2 and said in capsys.readouterr().err
 
 
+def test_the_filler_a_model_was_made_with_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 qwen25: Any) -> None:
+    """`model` keeps its filler in repro.json (varied by default, uniform on request) and every stage draws its
+    documents from it; a repro.json from before the setting (runs 3-29's) reads as uniform, so those
+    checkpoints resume and re-evaluate on their own documents."""
+    model = _tiny_repro_model(tmp_path, monkeypatch)
+    assert json.loads((model / P.CONFIG_FILE).read_text())["sentence_lengths"] == "varied"
+    cfg = P.ReproConfig.load(model)
+    assert set(cfg.filler_pool(qwen25).token_counts) != {11}
+    old = json.loads((model / P.CONFIG_FILE).read_text())
+    del old["sentence_lengths"]
+    (model / P.CONFIG_FILE).write_text(json.dumps(old))
+    assert P.ReproConfig.load(model).sentence_lengths == "uniform"
+    assert set(P.ReproConfig.load(model).filler_pool(qwen25).token_counts) == {11}
+    uniform = tmp_path / "uniform"
+    _repro_stage(monkeypatch, "model", "--out", str(uniform), "--hidden-size", "32", "--layers", "1", "--heads", "2",
+                 "--kv-heads", "1", "--intermediate-size", "64", "--sentence-lengths", "uniform")
+    assert P.ReproConfig.load(uniform).sentence_lengths == "uniform"
+    rows = {fill: P.needle_rows(qwen25, [1500], "probe", P.ReproConfig(sentence_lengths=fill))[0]
+            for fill in ("uniform", "varied")}
+    assert rows["uniform"]["metadata"]["context"] != rows["varied"]["metadata"]["context"]
+    assert rows["uniform"]["label"] == rows["varied"]["label"]  # the same needle: only the filler differs
+
+
 def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any, rows: list[dict[str, Any]]) -> None:
     """The oracle through MemAgent's graph: no code before the needle's chunk, the gold from the update that
     read it to the answer. An oracle that reverses the code in the update after storing it (where there is
     one) misses with the code reversed, lost in memory; one that answers it reversed loses it answering."""
     tok = engine.tokenizer
-    chunks = [-(-len(tok.encode(r["metadata"]["context"], add_special_tokens=False)) // CFG.chunk_tokens) for r in rows]
-    for row, rollout, n in zip(rows, _roll(engine, rows, P.oracle_reply), chunks):
+    longer = [*rows, *P.needle_rows(tok, [440] * 8, "flush", CFG)]  # 4 chunks each: some end at a sentence end inside
+    chunks = [-(-len(tok.encode(r["metadata"]["context"], add_special_tokens=False)) // CFG.chunk_tokens)
+              for r in longer]
+    flushed = 0
+    for row, rollout, n in zip(longer, _roll(engine, longer, P.oracle_reply), chunks):
         at, gold = row["metadata"]["needle_chunk"], row["label"][0]
         assert P.memory_codes(rollout, tok) == [""] * (at + 1) + [gold] * (n - at)  # n updates + the answer
-        assert P.miss_step(P.result_of(row, rollout, tok)) == "right"
+        result = P.result_of(row, rollout, tok)
+        assert P.miss_step(result) == "right"
+        # the chunks that end at a sentence's end, as the plain tokenizer cuts the document: a period last
+        ids, size = tok.encode(row["metadata"]["context"], add_special_tokens=False), CFG.chunk_tokens
+        assert result["flush_chunks"] == [k for k in range(n) if tok.decode(ids[min((k + 1) * size, len(ids)) - 1]) == "."]
+        flushed += len(result["flush_chunks"]) - 1  # besides the last chunk, which ends the document
+        assert P.needle_free_writes([result]) == {"flush": [len([k for k in result["flush_chunks"] if k < at]), 0],
+                                                  "other": [at - len([k for k in result["flush_chunks"] if k < at]), 0]}
+    assert flushed > 0  # varied sentences: some chunk inside a document ends at a sentence's end
 
     stored: dict[str, str] = {}  # the memory sentence as the oracle first stored it, by document question
 
@@ -522,7 +557,7 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
         reply = P.oracle_reply(call)
         return "\\boxed{" + reply[7:-1][::-1] + "}" if reply.startswith("\\boxed{") else reply
 
-    later = [r for r, n in zip(rows, chunks) if r["metadata"]["needle_chunk"] < n - 1]  # an update after the needle
+    later = [r for r, n in zip(longer, chunks) if r["metadata"]["needle_chunk"] < n - 1]  # an update after the needle
     assert later, "the fixture needs a document whose needle is not in its last chunk"
     for row, rollout in zip(later, _roll(engine, later, reverse_in_memory)):
         result = P.result_of(row, rollout, tok)
@@ -1220,6 +1255,49 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     assert more["warmstart_stage"] == last
     assert more["warmstart_earlier_rounds"] == [*earlier, published["warmstart_stage"]]
     assert len(earlier) == (run in ("run21", "run28"))  # runs 21 and 28 warmed up in two rounds, the others in one
+
+
+def test_publish_counts_codes_written_before_the_needle(tmp_path: Path) -> None:
+    """Evaluations that keep `flush_chunks` (since "Chunk alignment"): publish.py counts, per evaluation, the codes
+    written into an empty memory before the needle, by the kind of chunk read; counted here by a plain loop on run
+    29's files given the flush chunks its documents hold before a needle (10, 21, ...). Evaluations that keep
+    them only in part are refused by name; runs 3-29's, which keep none, publish as before (the test above)."""
+    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run29.json").read_text())
+    results = tmp_path / "results"
+    results.mkdir()
+    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage", "curves.json": "curves",
+             "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict"}
+    for name, key in files.items():
+        (results / name).write_text(json.dumps(published[key]))
+    (results / "table.md").write_text(published["table"])
+    (results / "calls.log").write_text(published["calls_log"])
+    arms = ("untrained", "warmstart", "rl", "rl_permuted")
+    for arm in arms:
+        evaluation = copy.deepcopy(published[f"eval_{arm}"])
+        for r in evaluation["results"]:
+            r["flush_chunks"] = [k for k in range(r["length"] // 512) if k % 11 == 10]
+        (results / f"eval_{arm}.json").write_text(json.dumps(evaluation))
+    import publish as B
+
+    meta = {"when": "w", "command": "c", "device_seconds": 1, "changes_from": 29, "changes": "x", "failures": []}
+    out = B.published(results, **meta)
+    for arm in arms:
+        counts = {"flush": [0, 0], "other": [0, 0]}
+        for r in out[f"eval_{arm}"]["results"]:
+            if r["status"] in ("failed", "aborted"):
+                continue
+            codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+            for k in range(r["needle_chunk"]):
+                if k + 1 < len(codes) and not codes[k]:
+                    kind = "flush" if k % 11 == 10 else "other"
+                    counts[kind][0] += 1
+                    counts[kind][1] += bool(codes[k + 1])
+        assert out["needle_free_writes"][arm] == counts
+    assert out["needle_free_writes"]["rl"] == {"flush": [179, 0], "other": [2740, 0]}  # run 29 wrote none
+    assert out["targets"] == published["targets"] and out["audit"] == published["audit"]
+    (results / "eval_rl.json").write_text(json.dumps(published["eval_rl"]))  # one evaluation from before
+    with pytest.raises(B.Unpublishable, match=r"eval_rl.json: no flush_chunks, where the other evaluations keep"):
+        B.published(results, **meta)
 
 
 def test_publish_keeps_a_second_rl_draw_beside_the_run(tmp_path: Path) -> None:
@@ -2677,7 +2755,7 @@ def test_run_29s_section_shows_what_its_files_hold() -> None:
     of its reading (a warm start in one round with two overshoots, a call that ended before RL, the audits, the three
     runs of run 14's RL setting side by side, what seventeen runs say) from the kept files; and the example README's
     count of the runs that passed four targets."""
-    section, published = _run21s_plan(29, "## Fixes these benchmarks led to", 1615, lr=1e-4)
+    section, published = _run21s_plan(29, "**Chunk alignment**", 1615, lr=1e-4)
     train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
     files = _evaluated_runs(5, 29)
@@ -2807,3 +2885,81 @@ def test_run_29s_section_shows_what_its_files_hold() -> None:
     # the next run's reason: each target has passed in some run of this setting
     assert all(any(files[n]["targets"][k]["passed"] for n in setting) for k in published["targets"])
     assert "Each of the five targets has passed in some run of this RL setting (runs 14, 28 and 29)" in section
+
+
+def _document_flush_chunks(tok: Any, document: str, size: int) -> list[int]:
+    """The chunks of a document that end at a sentence's end, cut as MemAgent's graph cuts it (`flush_chunks` of
+    a rollout of the document reads the same: test_memory_codes_follow_the_code_call_by_call_and_place_a_miss)."""
+    from agentgraphs.chat import encode_text
+    from agentgraphs.memagent.graph import chunk_ids, chunk_spans
+
+    ids = encode_text(tok, document)
+    return [k for k, spans in enumerate(chunk_spans(len(ids), size, None))
+            if P.ends_sentence(tok.decode(chunk_ids(ids, spans)))]
+
+
+def _pre_needle_flush(tok: Any, rows: list[dict[str, Any]], size: int) -> tuple[int, int]:
+    """Of the chunks read before the needle in `rows`: how many, and how many end at a sentence's end."""
+    before = [(k, row["metadata"]["needle_chunk"]) for row in rows
+              for k in _document_flush_chunks(tok, row["metadata"]["context"], size)]
+    return sum(row["metadata"]["needle_chunk"] for row in rows), sum(1 for k, at in before if k < at)
+
+
+def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
+    """bench/README's "Chunk alignment": every figure from the published evaluations of runs 9-29 and their
+    documents, rebuilt from their seeds with the filler they were made of (each document's gold checked against
+    the file, so the rebuilt documents are theirs), and the training coverage with both fillers."""
+    section = _bench_section("**Chunk alignment**", "## Fixes these benchmarks led to")
+    old = P.ReproConfig(value_digits=2, sentence_lengths="uniform")
+    rows = P.eval_rows(qwen25, old, old.eval_lengths, 48, "eval")
+    flush = [_document_flush_chunks(qwen25, r["metadata"]["context"], old.chunk_tokens) for r in rows]
+    before = {k for f, r in zip(flush, rows) for k in f if k < r["metadata"]["needle_chunk"]}
+    assert sorted(before) == [10, 21, 32, 43, 54] and "only chunks 10, 21, 32, 43 and 54 end exactly" in section
+    assert 512 == 46 * 11 + 6 and "512 = 46 x 11 + 6 tokens" in section
+    runs = {n: f for n, f in _published_runs().items() if "memory_codes" in f["eval_rl"]["results"][0]}
+    assert sorted(runs) == [9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29]
+    assert "thirteen runs that keep memory codes (9-12, 14, 17, 19, 21, 23 and 26-29)" in section
+    arms = ("warmstart", "rl", "rl_permuted")
+    writes = {}
+    for n, published in runs.items():
+        for arm in arms:
+            results = published[f"eval_{arm}"]["results"]
+            assert [(x["gold"], x["needle_chunk"]) for x in results] == [
+                (r["label"][0], r["metadata"]["needle_chunk"]) for r in rows]  # the run's own documents
+            writes[n, arm] = P.needle_free_writes([{**x, "flush_chunks": f} for x, f in zip(results, flush)])
+    for n in (10, 19, 26, 27, 11, 17):
+        cells = " | ".join(f"{writes[n, a]['flush'][1]} of {writes[n, a]['flush'][0]}" for a in arms)
+        scores = " / ".join(f"{runs[n][f'eval_{a}']['by_length']['32000']['sub_em_strict']:.2f}" for a in arms)
+        assert f"| {n} | {cells} | {scores} |" in section
+    every_arm = [n for n in runs if all(writes[n, a]["flush"][1] >= 0.8 * writes[n, a]["flush"][0] for a in arms)]
+    some = [n for n in runs if any(writes[n, a]["flush"][1] for a in arms)]
+    assert every_arm == [10, 19, 26, 27] and sorted(set(some) - set(every_arm)) == [11, 17]
+    assert [n for n in runs if n not in some] == [9, 12, 14, 21, 23, 28, 29]
+    assert "Runs 9, 12, 14, 21, 23, 28 and 29: none in any arm" in section
+    alike = [n for n in every_arm if len({tuple(writes[n, a]["flush"]) for a in arms}) == 1]
+    assert alike == [10, 19, 27] and "(runs 10, 19 and 27, every arm alike)" in section
+    assert (writes[17, "warmstart"]["flush"][1], writes[17, "rl"]["flush"][1]) == (17, 0)
+    assert (writes[11, "warmstart"]["flush"][1], writes[11, "rl_permuted"]["flush"][1]) == (1, 49)
+    pooled = {kind: [sum(w[kind][i] for w in writes.values()) for i in (0, 1)] for kind in ("flush", "other")}
+    assert len(writes) == 39 and "Over the 39 evaluations" in section
+    (reads, wrote), (other_reads, other_wrote) = pooled["flush"], pooled["other"]
+    assert (f"{wrote:,} of {reads:,} such reads ({_printed(Fraction(100 * wrote, reads))} %) wrote a code, against "
+            f"{other_wrote} of {other_reads:,} reads of the other chunks before a needle "
+            f"({_printed(Fraction(100 * other_wrote, other_reads), 3)} %)") in section
+    rl_passed = [n for n in runs if runs[n]["targets"]["rl_gain_points_ge_15"]["passed"]]
+    assert rl_passed == [9, 14, 29] and not set(rl_passed) & set(some) and "(9, 14 and 29) wrote none" in section
+    # training coverage: 400 training documents of split demo1, and the 8K-32K evaluation documents, both fillers
+    for fill, (train_words, eval_words) in {"uniform": ("none of the 858", None),
+                                            "varied": ("91 of the same 858", "236 of 2,666")}.items():
+        cfg = P.ReproConfig(value_digits=2, sentence_lengths=fill)
+        train = P.needle_rows(qwen25, P.random_lengths(cfg, 400, "demo1"), "demo1", cfg)
+        read, ending = _pre_needle_flush(qwen25, train, cfg.chunk_tokens)
+        assert read == 858 and f"{train_words} chunks" in section
+        assert ending == (0 if fill == "uniform" else 91)
+        if eval_words:
+            assert f"({_printed(Fraction(100 * ending, read))} %)" in section
+            longer = [r for r in P.eval_rows(qwen25, cfg, cfg.eval_lengths, 48, "eval")
+                      if r["metadata"]["length"] >= 8000]
+            read, ending = _pre_needle_flush(qwen25, longer, cfg.chunk_tokens)
+            assert f"{ending} of {read:,} in the 8K-32K evaluation documents ({_printed(Fraction(100 * ending, read))} %)" \
+                in section

@@ -32,7 +32,7 @@ from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
 from agentgraphs.memagent import SPEC
 from agentgraphs.memagent.reward import REWARD_TAIL_CHARS, ruler_answer
-from agentgraphs.memagent.synthetic import FillerPool, build_filler_pool, make_needle_example
+from agentgraphs.memagent.synthetic import FillerPool, SentenceLengths, build_filler_pool, make_needle_example
 from agentgraphs.records import SEQUENCE_KEYS, Rollout, sample_fields, trace_record
 from agentgraphs.rollout import raised_in_graph, rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
@@ -67,16 +67,26 @@ class ReproConfig(BaseModel):
     eval_temperature: float = Field(0.7, description="the seed's evaluation sampling (run_eval.sh)")
     eval_top_p: float = 0.95
     seed: int = 0
+    sentence_lengths: SentenceLengths = Field(
+        "varied", description="the filler's sentences (agentgraphs.memagent.synthetic): varied lengths, or all of "
+        "one length (11 tokens: where a chunk boundary falls in a sentence then cycles with the chunk index)")
 
     def save(self, out_dir: Path) -> None:
         (out_dir / CONFIG_FILE).write_text(self.model_dump_json(indent=1) + "\n")
 
     @classmethod
     def load(cls, ckpt: Path) -> "ReproConfig":
+        """The settings a stage wrote; a file from before `sentence_lengths` was made with "uniform" filler."""
         path = ckpt / CONFIG_FILE
         if not path.is_file():
             raise SystemExit(f"{ckpt}: no {CONFIG_FILE}; pass a directory written by an earlier stage")
-        return cls.model_validate_json(path.read_text())
+        data = json.loads(path.read_text())
+        data.setdefault("sentence_lengths", "uniform")
+        return cls.model_validate(data)
+
+    def filler_pool(self, tokenizer: Any) -> FillerPool:
+        """The pool every document of this model's stages is drawn from."""
+        return build_filler_pool(tokenizer, sentence_lengths=self.sentence_lengths)
 
     @property
     def train_lengths(self) -> list[int]:
@@ -108,7 +118,7 @@ def needle_rows(tokenizer: Any, lengths: Sequence[int], split: str, cfg: ReproCo
 
     `split` names a disjoint family of documents ("train-..", "probe", "eval"): the seeds differ.
     """
-    pool = pool if pool is not None else build_filler_pool(tokenizer)
+    pool = pool if pool is not None else cfg.filler_pool(tokenizer)
     rows = []
     for i, n in enumerate(lengths):
         rng = random.Random(f"{cfg.seed}-{split}-{i}")
@@ -203,12 +213,55 @@ def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, conc
 def result_of(row: dict[str, Any], rollout: Rollout, tokenizer: Any) -> dict[str, Any]:
     """What the evaluation keeps of one document's rollout: its length, status, answer (the window the seed
     scores: its last REWARD_TAIL_CHARS characters, so `ruler_answer` reads it as the metrics did), gold, the
-    seed's metrics, `digits`, where the needle sat and the `memory_codes` (run-length)."""
+    seed's metrics, `digits`, where the needle sat, the `memory_codes` (run-length) and the `flush_chunks`."""
     return {"length": row["metadata"]["length"], "status": rollout.status,
             "answer": rollout.answer.strip()[-REWARD_TAIL_CHARS:],
             "gold": row["label"][0], **{k: rollout.metrics.get(k, 0.0) for k in METRICS},
             "digits": digits_right(rollout.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
-            "memory_codes": to_runs(memory_codes(rollout, tokenizer))}
+            "memory_codes": to_runs(memory_codes(rollout, tokenizer)), "flush_chunks": flush_chunks(rollout, tokenizer)}
+
+
+def ends_sentence(section: str) -> bool:
+    """Whether a chunk's text stops at the end of a sentence (every filler and needle sentence ends with ".").
+
+    >>> ends_sentence("the quiet river."), ends_sentence("the quiet river. The old")
+    (True, False)
+    """
+    return section.rstrip().endswith(".")
+
+
+def flush_chunks(rollout: Rollout, tokenizer: Any) -> list[int]:
+    """The memory updates, by index, whose chunk (the `<section>` of the prompt they were given) ends at a
+    sentence's end. With the filler's sentences all 11 tokens and 512-token chunks, the first such chunk before
+    a needle is chunk 10 (the place of a chunk boundary in a sentence cycles every 11 chunks), which no 1K-4K
+    training document holds; with sentences of varied lengths it can be any chunk (bench/README, "Chunk
+    alignment")."""
+    updates = (t for t in rollout.turns if t["node"] == "memory_update")
+    return [k for k, turn in enumerate(updates)
+            if ends_sentence(_between(tokenizer.decode(turn["prompt_ids"]), "<section>\n", "\n</section>"))]
+
+
+def needle_free_writes(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """Codes written into a memory that held none before the needle's chunk was read, split by the chunk read:
+    one that ends at a sentence's end (`flush`, from `flush_chunks`) or not (`other`); each [reads, writes].
+    A failed or aborted rollout is left out, as `miss_step` leaves it out of the copy's steps.
+
+    >>> r = {"status": "completed", "needle_chunk": 3, "flush_chunks": [2], "memory_codes": [["", 3], ["51", 2]]}
+    >>> needle_free_writes([r])  # updates 0 and 1 kept no code; update 2, a flush chunk, wrote one
+    {'flush': [1, 1], 'other': [2, 0]}
+    """
+    out = {"flush": [0, 0], "other": [0, 0]}
+    for r in results:
+        if r["status"] in ("failed", "aborted"):
+            continue
+        codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+        flush = set(r["flush_chunks"])
+        for k in range(min(r["needle_chunk"], len(codes) - 1)):
+            if codes[k] == "":
+                cell = out["flush" if k in flush else "other"]
+                cell[0] += 1
+                cell[1] += codes[k + 1] != ""
+    return out
 
 
 def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:

@@ -54,13 +54,11 @@ def _open(ckpt: Path, device: str, part: int = 0, sampler: str = DEFAULT_SAMPLER
     the filler pool."""
     import torch
 
-    from agentgraphs.memagent.synthetic import build_filler_pool
-
     cfg = P.ReproConfig.load(ckpt)
     seed = _seed(cfg, part, draw)
     torch.manual_seed(seed)
     engine = _engine(ckpt, device, seed, sampler)
-    return cfg, engine, build_filler_pool(engine.tokenizer)
+    return cfg, engine, cfg.filler_pool(engine.tokenizer)
 
 
 def _seed(cfg: P.ReproConfig, part: int, draw: int = 0) -> int:
@@ -129,7 +127,8 @@ def stage_model(args: argparse.Namespace) -> None:
                         memory_tokens=args.memory_tokens, final_tokens=args.final_tokens,
                         train_min_tokens=args.train_min_tokens, train_max_tokens=args.train_max_tokens,
                         eval_per_length=args.eval_per_length, seed=args.seed, value_digits=args.value_digits,
-                        eval_lengths=[int(x) for x in args.eval_lengths.split(",")])
+                        eval_lengths=[int(x) for x in args.eval_lengths.split(",")],
+                        sentence_lengths=args.sentence_lengths)
     out = Path(args.out)
     build_tiny_model(out, seed=cfg.seed, hidden_size=cfg.hidden_size, num_layers=cfg.layers, num_heads=cfg.heads,
                      num_kv_heads=cfg.kv_heads, intermediate_size=cfg.intermediate_size, init_std=cfg.init_std)
@@ -725,6 +724,9 @@ def main() -> None:
     m.add_argument("--eval-per-length", type=int, default=64)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--value-digits", type=int, default=7, help="digits of the needle's secret code (the answer)")
+    m.add_argument("--sentence-lengths", choices=("varied", "uniform"), default="varied",
+                   help="the filler's sentences: of varied lengths, or all 11 tokens as in runs 3-29 (bench/README, "
+                   "'Chunk alignment': there the place of a chunk boundary in a sentence cycles with the chunk index)")
     m.set_defaults(run=stage_model)
 
     w = sub.add_parser("warmstart", help="2. supervised steps on oracle rollouts, stopped early")
