@@ -188,15 +188,18 @@ def memagent_rows(n: int, tokenizer: Any, *, chunks: int = 2, chunk_tokens: int 
     >>> rows[0]["prompt"].startswith("What is the secret code of "), len(rows[0]["metadata"]["context"].split()) > 128
     (True, True)
     """
-    from ..memagent.synthetic import make_needle_example
+    from ..memagent.synthetic import build_filler_pool, make_needle_example
 
     if n < 1 or chunks < 1 or chunk_tokens < 16:
         raise ValueError(f"memagent_rows needs n >= 1, chunks >= 1, chunk_tokens >= 16; got {n}, {chunks}, {chunk_tokens}")
     n_tokens = chunks * chunk_tokens - chunk_tokens // 4  # the last chunk is not full: exactly `chunks` chunks
+    # the filler the check's published figures were measured on (bench/README); a few chunks, so the alignment
+    # cycle that made the library's default filler varied cannot arise
+    pool = build_filler_pool(tokenizer, sentence_lengths="uniform")
     rows = []
     for i in range(n):
         row = make_needle_example(tokenizer, n_tokens, seed=f"learn-{i}", needle_position=(i % chunks),
-                                  chunk_size=chunk_tokens)
+                                  chunk_size=chunk_tokens, pool=pool)
         rows.append({"prompt": row["question"], "label": row["answers"], "metadata": {"context": row["document"], "i": i}})
     return rows
 
