@@ -2916,7 +2916,7 @@ def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
     before = {k for f, r in zip(flush, rows) for k in f if k < r["metadata"]["needle_chunk"]}
     assert sorted(before) == [10, 21, 32, 43, 54] and "only chunks 10, 21, 32, 43 and 54 end exactly" in section
     assert 512 == 46 * 11 + 6 and "512 = 46 x 11 + 6 tokens" in section
-    runs = {n: f for n, f in _published_runs().items() if "memory_codes" in f["eval_rl"]["results"][0]}
+    runs = {n: f for n, f in _published_runs().items() if n <= 29 and "memory_codes" in f["eval_rl"]["results"][0]}
     assert sorted(runs) == [9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29]
     assert "thirteen runs that keep memory codes (9-12, 14, 17, 19, 21, 23 and 26-29)" in section
     arms = ("warmstart", "rl", "rl_permuted")
@@ -2934,6 +2934,15 @@ def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
     every_arm = [n for n in runs if all(writes[n, a]["flush"][1] >= 0.8 * writes[n, a]["flush"][0] for a in arms)]
     some = [n for n in runs if any(writes[n, a]["flush"][1] for a in arms)]
     assert every_arm == [10, 19, 26, 27] and sorted(set(some) - set(every_arm)) == [11, 17]
+    for n in every_arm:  # the first code with no needle read comes after chunk 10, in nearly every document
+        first = []
+        for x in runs[n]["eval_rl"]["results"]:
+            codes = [code for code, times in x["memory_codes"] for _ in range(times)]
+            first += [k for k in range(x["needle_chunk"]) if not codes[k] and codes[k + 1]][:1]
+        assert first.count(10) >= 0.8 * len(first) and len(first) >= 40
+    readme = " ".join((ROOT / "bench" / "README.md").read_text().split())
+    assert ("in runs 10, 19, 26 and 27 every arm wrote a code with no needle read after chunk 10, an artifact of "
+            "filler sentences all 11 tokens long") in readme  # the 8x target's row
     assert [n for n in runs if n not in some] == [9, 12, 14, 21, 23, 28, 29]
     assert "Runs 9, 12, 14, 21, 23, 28 and 29: none in any arm" in section
     alike = [n for n in every_arm if len({tuple(writes[n, a]["flush"]) for a in arms}) == 1]

@@ -33,6 +33,7 @@ R="python3 $here/reproduce.py"
 # DEMO_WORKERS: each worker holds its own engine on the GPU (on an H200: 8 fit beside an evaluation in most runs and
 # ran out once, bench/README "Run 20, lost"; 6 fit, 99.8 s for 8,192 demonstrations; 14 ran out of memory)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
+# (MODEL_ARGS="--sentence-lengths uniform": the filler of runs 3-29, every sentence 11 tokens; the default is varied)
 : "${RL_DRAWS:=1}"  # 2: a second RL arm from the same start, its own documents and sampling seeds (`rl --draw 1`,
 # evaluated as "RL, second draw"): whether the spread between runs of one plan is the start's or RL's own; the
 # targets read the first arm, as with 1 (the three arms share the GPU: each steps less in the same time)
