@@ -13,10 +13,10 @@ single space between sentences, which holds for byte-level BPE (GPT/Qwen) and wh
 Sentence lengths vary (``"varied"``, the default: 6 to 15 tokens with Qwen2.5's vocabulary), so where a chunk
 boundary falls inside a sentence does not depend on the chunk's index. With sentences of one length
 (``"uniform"``: every sentence 11 tokens with Qwen2.5; what the pool held until now, and the documents of the
-small-scale MemAgent runs 3-29) that place cycles with the chunk index (period 11 for 512-token chunks), so short training
-documents never show a model the alignments that long evaluation documents hold: four of those runs' models
-wrote a code after reading chunk 10, the first chunk that ends exactly at a sentence's end, in nearly every
-document with no needle yet (bench/README, "Chunk alignment").
+small-scale MemAgent runs 3-29) that place cycles with the chunk index (period 11 for 512-token chunks), so
+short training documents never show a model the alignments that long evaluation documents hold: four of those
+runs' models wrote a code after reading chunk 10, the first chunk that ends exactly at a sentence's end, in
+nearly every document with no needle yet (bench/README, "Chunk alignment").
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "TextEncoder",
     "FillerPool",
     "SentenceLengths",
+    "SENTENCE_LENGTHS",
     "build_filler_pool",
     "make_needle_example",
     "make_dataset",
@@ -83,12 +84,15 @@ def _filler_sentence(rng: random.Random) -> str:
 
 
 def _varied_sentence(rng: random.Random) -> str:
-    """A filler sentence of 6 to 15 words and a period: optional adjectives, prepositional phrase and tail."""
-    words = ["The"] + ([rng.choice(_ADJECTIVES)] if rng.random() < 0.5 else []) + [rng.choice(_NOUNS)]
-    words += [rng.choice(_VERBS), "the"] + ([rng.choice(_ADJECTIVES)] if rng.random() < 0.5 else []) + [rng.choice(_NOUNS)]
+    """A filler sentence of 5 to 14 words and a period (6 to 15 Qwen2.5 tokens): optional adjectives, a
+    prepositional phrase and a tail."""
+    def adjective() -> list[str]:
+        return [rng.choice(_ADJECTIVES)] if rng.random() < 0.5 else []
+
+    words = ["The", *adjective(), rng.choice(_NOUNS)]
+    words += [rng.choice(_VERBS), "the", *adjective(), rng.choice(_NOUNS)]
     if rng.random() < 0.6:
-        words += [rng.choice(_PREPOSITIONS), "the"] + ([rng.choice(_ADJECTIVES)] if rng.random() < 0.5 else [])
-        words.append(rng.choice(_NOUNS))
+        words += [rng.choice(_PREPOSITIONS), "the", *adjective(), rng.choice(_NOUNS)]
     if rng.random() < 0.3:
         words += ["and", "the", rng.choice(_NOUNS)]
     return " ".join(words) + "."

@@ -536,7 +536,8 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
         assert P.miss_step(result) == "right"
         # the chunks that end at a sentence's end, as the plain tokenizer cuts the document: a period last
         ids, size = tok.encode(row["metadata"]["context"], add_special_tokens=False), CFG.chunk_tokens
-        assert result["flush_chunks"] == [k for k in range(n) if tok.decode(ids[min((k + 1) * size, len(ids)) - 1]) == "."]
+        ends = [tok.decode(ids[min((k + 1) * size, len(ids)) - 1]) for k in range(n)]
+        assert result["flush_chunks"] == [k for k, end in enumerate(ends) if end == "."]
         flushed += len(result["flush_chunks"]) - 1  # besides the last chunk, which ends the document
         assert P.needle_free_writes([result]) == {"flush": [len([k for k in result["flush_chunks"] if k < at]), 0],
                                                   "other": [at - len([k for k in result["flush_chunks"] if k < at]), 0]}
@@ -2970,5 +2971,5 @@ def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
             longer = [r for r in P.eval_rows(qwen25, cfg, cfg.eval_lengths, 48, "eval")
                       if r["metadata"]["length"] >= 8000]
             read, ending = _pre_needle_flush(qwen25, longer, cfg.chunk_tokens)
-            assert f"{ending} of {read:,} in the 8K-32K evaluation documents ({_printed(Fraction(100 * ending, read))} %)" \
-                in section
+            share = _printed(Fraction(100 * ending, read))
+            assert f"{ending} of {read:,} in the 8K-32K evaluation documents ({share} %)" in section

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pipeline as P  # noqa: E402
 
 from agentgraphs.engines.sampling import DEFAULT_SAMPLER, SAMPLERS  # noqa: E402
+from agentgraphs.memagent.synthetic import SENTENCE_LENGTHS  # noqa: E402
 
 
 def _engine(ckpt: Path, device: str, seed: int, sampler: str = DEFAULT_SAMPLER) -> Any:
@@ -724,7 +725,7 @@ def main() -> None:
     m.add_argument("--eval-per-length", type=int, default=64)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--value-digits", type=int, default=7, help="digits of the needle's secret code (the answer)")
-    m.add_argument("--sentence-lengths", choices=("varied", "uniform"), default="varied",
+    m.add_argument("--sentence-lengths", choices=SENTENCE_LENGTHS, default="varied",
                    help="the filler's sentences: of varied lengths, or all 11 tokens as in runs 3-29 (bench/README, "
                    "'Chunk alignment': there the place of a chunk boundary in a sentence cycles with the chunk index)")
     m.set_defaults(run=stage_model)
