@@ -2956,6 +2956,15 @@ def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
     assert (f"{wrote:,} of {reads:,} such reads ({_printed(Fraction(100 * wrote, reads))} %) wrote a code, against "
             f"{other_wrote} of {other_reads:,} reads of the other chunks before a needle "
             f"({_printed(Fraction(100 * other_wrote, other_reads), 3)} %)") in section
+    # the next run's last call: run 29's evaluated two arms in 80 s and ended 569 s after it began
+    log = runs[29]["calls_log"]
+    began = _clock(re.findall(r"\[(\d\d:\d\d:\d\d)\] call starts, budget 585s", log)[0])
+    evaluations = _clock(re.search(r"\[(\d\d:\d\d:\d\d)\] evaluations", log).group(1))
+    evaluated = max(_clock(t) for t in re.findall(r"\[(\d\d:\d\d:\d\d)\] RL[,:]", log))
+    done = _clock(re.search(r"\[(\d\d:\d\d:\d\d)\] all stages done", log).group(1))
+    assert (evaluated - evaluations, done - began) == (80, 569)
+    assert "evaluated two arms in parallel in 80 s and ended 569 s after it began" in section
+    assert "RL_DRAWS=2 EVAL_S=150 LAST_CALL=1 RESUME=1 BUDGET=585" in section
     rl_passed = [n for n in runs if runs[n]["targets"]["rl_gain_points_ge_15"]["passed"]]
     assert rl_passed == [9, 14, 29] and not set(rl_passed) & set(some) and "(9, 14 and 29) wrote none" in section
     # training coverage: 400 training documents of split demo1, and the 8K-32K evaluation documents, both fillers

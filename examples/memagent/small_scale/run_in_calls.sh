@@ -36,7 +36,8 @@ R="python3 $here/reproduce.py"
 # (MODEL_ARGS="--sentence-lengths uniform": the filler of runs 3-29, every sentence 11 tokens; the default is varied)
 : "${RL_DRAWS:=1}"  # 2: a second RL arm from the same start, its own documents and sampling seeds (`rl --draw 1`,
 # evaluated as "RL, second draw"): whether the spread between runs of one plan is the start's or RL's own; the
-# targets read the first arm, as with 1 (the three arms share the GPU: each steps less in the same time)
+# targets read the first arm, as with 1 (the three arms share the GPU: each steps less in the same time; a last
+# call's EVAL_S must then cover three evaluations at once: run 29's two took 80 s, its last call 569 s of 600)
 case "$RL_DRAWS" in 1|2) ;; *) echo "RL_DRAWS=$RL_DRAWS: set 1 (RL and its control, the default) or 2 (and a" \
   "second RL arm from the same start)" >&2; exit 2;; esac
 arms=(rl rl_permuted); [ "$RL_DRAWS" = 2 ] && arms+=(rl_draw1)
