@@ -1284,6 +1284,7 @@ def test_publish_counts_codes_written_before_the_needle(tmp_path: Path) -> None:
     out = B.published(results, **meta)
     for arm in arms:
         counts = {"flush": [0, 0], "other": [0, 0]}
+        held = {"last": [0, 0], "flush": [0, 0], "other": [0, 0]}
         for r in out[f"eval_{arm}"]["results"]:
             if r["status"] in ("failed", "aborted"):
                 continue
@@ -1293,7 +1294,14 @@ def test_publish_counts_codes_written_before_the_needle(tmp_path: Path) -> None:
                     kind = "flush" if k % 11 == 10 else "other"
                     counts[kind][0] += 1
                     counts[kind][1] += bool(codes[k + 1])
-        assert out["needle_free_writes"][arm] == counts
+            k = r["needle_chunk"] + 1  # the held code, update by update, to its first change
+            while k + 1 < len(codes) and codes[k] == r["gold"]:
+                kind = "last" if k + 2 == len(codes) else "flush" if k % 11 == 10 else "other"
+                held[kind][0] += 1
+                held[kind][1] += codes[k + 1] != r["gold"]
+                k += 1
+        assert out["needle_free_writes"][arm] == counts and out["held_code_changes"][arm] == held
+    assert out["held_code_changes"]["rl"]["last"][0] > 0 and out["held_code_changes"]["rl"]["flush"][0] > 0
     assert out["needle_free_writes"]["rl"] == {"flush": [179, 0], "other": [2740, 0]}  # run 29 wrote none
     assert out["targets"] == published["targets"] and out["audit"] == published["audit"]
     (results / "eval_rl.json").write_text(json.dumps(published["eval_rl"]))  # one evaluation from before
@@ -2965,6 +2973,36 @@ def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
     assert (evaluated - evaluations, done - began) == (80, 569)
     assert "evaluated two arms in parallel in 80 s and ended 569 s after it began" in section
     assert "RL_DRAWS=2 EVAL_S=150 LAST_CALL=1 RESUME=1 BUDGET=585" in section
+    # after the needle: held codes changed, by the chunk read, at the training lengths and at 8K-32K
+    held: dict[str, dict[str, list[int]]] = {"1K-4K": {}, "8K-32K": {}}
+    last = {}
+    for n, published in runs.items():
+        last[n] = [0, 0]
+        for arm in arms:
+            results = [{**x, "flush_chunks": f} for x, f in zip(published[f"eval_{arm}"]["results"], flush)]
+            for group, lengths in (("1K-4K", (1000, 2000, 4000)), ("8K-32K", (8000, 16000, 32000))):
+                counts = P.held_code_changes([x for x in results if x["length"] in lengths])
+                for kind, (reads, changed) in counts.items():
+                    cell = held[group].setdefault(kind, [0, 0])
+                    cell[0], cell[1] = cell[0] + reads, cell[1] + changed
+                last[n] = [last[n][0] + counts["last"][0], last[n][1] + counts["last"][1]]
+
+    def share(cell: list[int]) -> str:
+        return f"{cell[1]:,} of {cell[0]:,}"
+
+    def pct(cell: list[int]) -> str:
+        return _printed(Fraction(100 * cell[1], cell[0]))
+
+    train, far = held["1K-4K"], held["8K-32K"]
+    assert (f"changed a held code at {share(train['flush'])} reads at 1K-4K ({pct(train['flush'])} %) and "
+            f"{share(far['flush'])} at 8K-32K ({pct(far['flush'])} %), other chunks at {share(train['other'])} "
+            f"({pct(train['other'])} %) and {share(far['other'])} ({pct(far['other'])} %)") in section
+    assert f"at {share(train['last'])} ({pct(train['last'])} %) and {share(far['last'])} ({pct(far['last'])} %)" \
+        in section
+    over = [n for n, (reads, changed) in last.items() if changed > 0.3 * reads]
+    assert over == [12, 17, 19]
+    shares = f"{pct(last[12])}, {pct(last[17])} and {pct(last[19])} %"
+    assert f"over 30 % of its reads in runs 12, 17 and 19 ({shares} over their three arms)" in section
     rl_passed = [n for n in runs if runs[n]["targets"]["rl_gain_points_ge_15"]["passed"]]
     assert rl_passed == [9, 14, 29] and not set(rl_passed) & set(some) and "(9, 14 and 29) wrote none" in section
     # training coverage: 400 training documents of split demo1, and the 8K-32K evaluation documents, both fillers

@@ -264,6 +264,32 @@ def needle_free_writes(results: Sequence[Mapping[str, Any]]) -> dict[str, list[i
     return out
 
 
+def held_code_changes(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """How often a memory update changed the gold code the memory held after the needle's chunk, by the chunk
+    read: the document's last (`last`: shorter than the others, and it ends at a sentence's end), another that
+    ends at a sentence's end (`flush`, from `flush_chunks`) or any other (`other`); each [reads, changes],
+    counted up to a document's first change. A failed or aborted rollout is left out.
+
+    >>> r = {"status": "completed", "needle_chunk": 0, "gold": "51", "flush_chunks": [1, 3],
+    ...      "memory_codes": [["", 1], ["51", 3], ["15", 1]]}
+    >>> held_code_changes([r])  # updates 1 (flush) and 2 kept the code; update 3, the last, changed it
+    {'last': [1, 1], 'flush': [1, 0], 'other': [1, 0]}
+    """
+    out = {"last": [0, 0], "flush": [0, 0], "other": [0, 0]}
+    for r in results:
+        if r["status"] in ("failed", "aborted"):
+            continue
+        codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+        flush, last = set(r["flush_chunks"]), len(codes) - 2  # update k turns codes[k] into codes[k + 1]
+        for k in range(r["needle_chunk"] + 1, len(codes) - 1):
+            if codes[k] != r["gold"]:
+                break
+            cell = out["last" if k == last else "flush" if k in flush else "other"]
+            cell[0] += 1
+            cell[1] += codes[k + 1] != r["gold"]
+    return out
+
+
 def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
     """The code each engine call of a MemAgent rollout found in its memory, call by call: read from the
     `<memory>` block of the prompt the call was given (what the graph held, exactly), its last run of digits

@@ -90,10 +90,11 @@ def _second_draw(results: Path, evals: dict[str, Any], compare: dict[str, Any]) 
                             "vs_first_draw": P.paired(evals["rl"], evaluation, compare["train_lengths"])}}
 
 
-def _needle_free_writes(evals: dict[str, Any]) -> dict[str, Any]:
-    """Per evaluation, the codes written before the needle was read, by the kind of chunk read (`pipeline.
-    needle_free_writes`; bench/README, "Chunk alignment"). Evaluations from before `flush_chunks` was kept (runs
-    3-29) have none to count; a run whose evaluations keep it only in part is refused, naming the others."""
+def _alignment_readings(evals: dict[str, Any]) -> dict[str, Any]:
+    """Per evaluation, the codes written before the needle was read and the held codes changed after it, by the
+    kind of chunk read (`pipeline.needle_free_writes`, `pipeline.held_code_changes`; bench/README, "Chunk
+    alignment"). Evaluations from before `flush_chunks` was kept (runs 3-29) have none to count; a run whose
+    evaluations keep it only in part is refused, naming the others."""
     kept = {k: all("flush_chunks" in r for r in e["results"]) for k, e in evals.items()}
     if not any(kept.values()):
         return {}
@@ -101,7 +102,8 @@ def _needle_free_writes(evals: dict[str, Any]) -> dict[str, Any]:
         lacking = ", ".join(f"eval_{k}.json" for k, has in kept.items() if not has)
         raise Unpublishable(f"{lacking}: no flush_chunks, where the other evaluations keep them; evaluate that model "
                             "again with this reproduce.py (`reproduce.py eval`)")
-    return {"needle_free_writes": {k: P.needle_free_writes(e["results"]) for k, e in evals.items()}}
+    return {"needle_free_writes": {k: P.needle_free_writes(e["results"]) for k, e in evals.items()},
+            "held_code_changes": {k: P.held_code_changes(e["results"]) for k, e in evals.items()}}
 
 
 def published(results: Path, *, when: str, command: str, device_seconds: int, changes_from: int, changes: str,
@@ -156,7 +158,7 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
             "note": REWARD_NOTE},
         "paired_more": paired_more,
         **second,
-        **_needle_free_writes({**evals, **({"rl_draw1": second["eval_rl_draw1"]} if second else {})}),
+        **_alignment_readings({**evals, **({"rl_draw1": second["eval_rl_draw1"]} if second else {})}),
         "curves": _read(results, "curves.json"),
         "targets": {
             "rl_gain_points_ge_15": {after: vs_rl["training_lengths"]["gain_points"],

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pipeline as P  # noqa: E402
 
 from agentgraphs.engines.sampling import DEFAULT_SAMPLER, SAMPLERS  # noqa: E402
-from agentgraphs.memagent.synthetic import SENTENCE_LENGTHS  # noqa: E402
+from agentgraphs.memagent.synthetic import SENTENCE_LENGTHS
 
 
 def _engine(ckpt: Path, device: str, seed: int, sampler: str = DEFAULT_SAMPLER) -> Any:
