@@ -25,7 +25,7 @@ import bisect
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from agentgraphs.memagent.data import MemAgentRow
 
@@ -59,7 +59,7 @@ _POOL_SIZE = 256
 _POOL_SEED = 20250701
 
 SentenceLengths = Literal["varied", "uniform"]
-SENTENCE_LENGTHS: tuple[SentenceLengths, ...] = ("varied", "uniform")
+SENTENCE_LENGTHS: tuple[SentenceLengths, ...] = get_args(SentenceLengths)
 
 
 class TextEncoder(Protocol):

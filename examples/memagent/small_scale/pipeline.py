@@ -214,11 +214,17 @@ def result_of(row: dict[str, Any], rollout: Rollout, tokenizer: Any) -> dict[str
     """What the evaluation keeps of one document's rollout: its length, status, answer (the window the seed
     scores: its last REWARD_TAIL_CHARS characters, so `ruler_answer` reads it as the metrics did), gold, the
     seed's metrics, `digits`, where the needle sat, the `memory_codes` (run-length) and the `flush_chunks`."""
+    prompts = _prompts(rollout, tokenizer)  # decoded once: the memory codes and the flush chunks read them both
     return {"length": row["metadata"]["length"], "status": rollout.status,
             "answer": rollout.answer.strip()[-REWARD_TAIL_CHARS:],
             "gold": row["label"][0], **{k: rollout.metrics.get(k, 0.0) for k in METRICS},
             "digits": digits_right(rollout.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
-            "memory_codes": to_runs(memory_codes(rollout, tokenizer)), "flush_chunks": flush_chunks(rollout, tokenizer)}
+            "memory_codes": to_runs(_codes_in(prompts)), "flush_chunks": _flush_in(rollout, prompts)}
+
+
+def _prompts(rollout: Rollout, tokenizer: Any) -> list[str]:
+    """Each engine call's prompt, decoded: what the graph gave the model, call by call."""
+    return [tokenizer.decode(turn["prompt_ids"]) for turn in rollout.turns]
 
 
 def ends_sentence(section: str) -> bool:
@@ -236,9 +242,12 @@ def flush_chunks(rollout: Rollout, tokenizer: Any) -> list[int]:
     a needle is chunk 10 (the place of a chunk boundary in a sentence cycles every 11 chunks), which no 1K-4K
     training document holds; with sentences of varied lengths it can be any chunk (bench/README, "Chunk
     alignment")."""
-    updates = (t for t in rollout.turns if t["node"] == "memory_update")
-    return [k for k, turn in enumerate(updates)
-            if ends_sentence(_between(tokenizer.decode(turn["prompt_ids"]), "<section>\n", "\n</section>"))]
+    return _flush_in(rollout, _prompts(rollout, tokenizer))
+
+
+def _flush_in(rollout: Rollout, prompts: Sequence[str]) -> list[int]:
+    updates = (text for turn, text in zip(rollout.turns, prompts) if turn["node"] == "memory_update")
+    return [k for k, text in enumerate(updates) if ends_sentence(_between(text, "<section>\n", "\n</section>"))]
 
 
 def needle_free_writes(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
@@ -252,9 +261,9 @@ def needle_free_writes(results: Sequence[Mapping[str, Any]]) -> dict[str, list[i
     """
     out = {"flush": [0, 0], "other": [0, 0]}
     for r in results:
-        if r["status"] in ("failed", "aborted"):
+        if not made_every_call(r):
             continue
-        codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+        codes = codes_by_call(r)
         flush = set(r["flush_chunks"])
         for k in range(min(r["needle_chunk"], len(codes) - 1)):
             if codes[k] == "":
@@ -277,9 +286,9 @@ def held_code_changes(results: Sequence[Mapping[str, Any]]) -> dict[str, list[in
     """
     out = {"last": [0, 0], "flush": [0, 0], "other": [0, 0]}
     for r in results:
-        if r["status"] in ("failed", "aborted"):
+        if not made_every_call(r):
             continue
-        codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+        codes = codes_by_call(r)
         flush, last = set(r["flush_chunks"]), len(codes) - 2  # update k turns codes[k] into codes[k + 1]
         for k in range(r["needle_chunk"] + 1, len(codes) - 1):
             if codes[k] != r["gold"]:
@@ -294,12 +303,27 @@ def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
     """The code each engine call of a MemAgent rollout found in its memory, call by call: read from the
     `<memory>` block of the prompt the call was given (what the graph held, exactly), its last run of digits
     ("" for none). Call k sees the memory after k updates; the last call, the final answer's, the final memory."""
-    codes = []
-    for turn in rollout.turns:
-        memory = _between(tokenizer.decode(turn["prompt_ids"]), "<memory>\n", "\n</memory>")
-        digits = re.findall(r"\d+", memory)
-        codes.append(digits[-1] if digits else "")
-    return codes
+    return _codes_in(_prompts(rollout, tokenizer))
+
+
+def _codes_in(prompts: Sequence[str]) -> list[str]:
+    digits = (re.findall(r"\d+", _between(text, "<memory>\n", "\n</memory>")) for text in prompts)
+    return [found[-1] if found else "" for found in digits]
+
+
+def codes_by_call(result: Mapping[str, Any]) -> list[str]:
+    """A result's `memory_codes`, one per engine call (its run-length form expanded).
+
+    >>> codes_by_call({"memory_codes": [["", 2], ["51", 1]]})
+    ['', '', '51']
+    """
+    return [code for code, times in result["memory_codes"] for _ in range(times)]
+
+
+def made_every_call(result: Mapping[str, Any]) -> bool:
+    """Whether a rollout made every engine call (a truncated one did: a turn hit its cap); a failed or aborted
+    one stopped early, so its memory codes say nothing of the copy's later steps."""
+    return result["status"] not in ("failed", "aborted")
 
 
 MISS_STEPS = ("right", "stored_wrong", "lost_in_memory", "lost_answering", "not_completed")
@@ -320,9 +344,9 @@ def miss_step(result: dict[str, Any]) -> str:
     """
     if result["sub_em_strict"]:
         return "right"
-    if result["status"] in ("failed", "aborted"):  # a truncated one (a turn hit its cap) made every call
+    if not made_every_call(result):
         return "not_completed"
-    codes = [code for code, times in result["memory_codes"] for _ in range(times)]
+    codes = codes_by_call(result)
     after = codes[result["needle_chunk"] + 1:]  # the memories after the update that read the needle
     if not after or after[0] != result["gold"]:
         return "stored_wrong"
