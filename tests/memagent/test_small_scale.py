@@ -541,6 +541,12 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
         flushed += len(result["flush_chunks"]) - 1  # besides the last chunk, which ends the document
         assert P.needle_free_writes([result]) == {"flush": [len([k for k in result["flush_chunks"] if k < at]), 0],
                                                   "other": [at - len([k for k in result["flush_chunks"] if k < at]), 0]}
+        # the memory texts: the initial memory to the needle's chunk, then the needle sentence the document holds
+        needle = re.search(r"The secret code of [A-Z][a-z]+ [A-Z][a-z]+ is \d+\.", row["metadata"]["context"])
+        assert result["memory_texts"] == [["No previous memory", at + 1], [needle.group(), n - at]]
+        assert P.blank_memory([result]) == {"updates": [at, 0], "stored_from_initial": [1, 1],
+                                            "stored_from_other": [0, 0]}
+        assert P.held_code_returns([result]) == {"changed": 0, "returned": 0, "at_answer": 0, "gold_elsewhere": 0}
     assert flushed > 0  # varied sentences: some chunk inside a document ends at a sentence's end
 
     stored: dict[str, str] = {}  # the memory sentence as the oracle first stored it, by document question
@@ -563,6 +569,7 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
     for row, rollout in zip(later, _roll(engine, later, reverse_in_memory)):
         result = P.result_of(row, rollout, tok)
         assert (P.answer_kind(result), P.miss_step(result)) == ("reversed", "lost_in_memory")
+        assert P.held_code_returns([result]) == {"changed": 1, "returned": 0, "at_answer": 0, "gold_elsewhere": 0}
     for row, rollout in zip(rows, _roll(engine, rows, reverse_answering)):
         result = P.result_of(row, rollout, tok)
         assert (P.answer_kind(result), P.miss_step(result)) == ("reversed", "lost_answering")
@@ -570,6 +577,50 @@ def test_memory_codes_follow_the_code_call_by_call_and_place_a_miss(engine: Any,
                            [r["metadata"]["length"] for r in rows])
     assert kinds == {"right": 0, "reversed": len(rows), "one_place": 0, "other_code": 0, "unboxed": 0,
                      "stored_wrong": 0, "lost_in_memory": 0, "lost_answering": len(rows), "not_completed": 0}
+
+
+def test_memory_texts_show_a_blank_memory_left_and_a_code_kept_twice(engine: Any, rows: list[dict[str, Any]]) -> None:
+    """`memory_texts` through MemAgent's graph, with policies that do what the codes alone cannot show: one that
+    leaves the initial memory for a sentence with no code at the first update (a fact kept as None, its text
+    not), and one that stores the needle, appends another digit (now the last number, so `memory_codes` reads a
+    change; a short one, under the memory's token cap), then drops it (the gold comes back: it was held as the
+    first number)."""
+    tok = engine.tokenizer
+    longer = [*rows, *P.needle_rows(tok, [440] * 8, "flush", CFG)]
+    chunks = [-(-len(tok.encode(r["metadata"]["context"], add_special_tokens=False)) // CFG.chunk_tokens)
+              for r in longer]
+    early = [r for r in longer if r["metadata"]["needle_chunk"] >= 1]
+    assert early, "the fixture needs a document whose needle is not in its first chunk"
+
+    def leave_blank(call: Any) -> str:
+        reply, memory = P.oracle_reply(call), P._between(call.prompt_text, "<memory>\n", "\n</memory>")
+        return "Nothing found yet." if reply == memory == "No previous memory" else reply
+
+    for row, rollout in zip(early, _roll(engine, early, leave_blank)):
+        result, at = P.result_of(row, rollout, tok), row["metadata"]["needle_chunk"]
+        assert result["memory_texts"][:2] == [["No previous memory", 1], [None, at]]
+        assert result["memory_codes"][0] == ["", at + 1]  # the codes alone read the same as the oracle's
+        assert P.blank_memory([result]) == {"updates": [1, 1], "stored_from_initial": [0, 0],
+                                            "stored_from_other": [1, 1]}
+
+    def twice(call: Any) -> str:
+        reply, memory = P.oracle_reply(call), P._between(call.prompt_text, "<memory>\n", "\n</memory>")
+        found = P.NEEDLE.search(memory)
+        if "<section>\n" not in call.prompt_text or not found:
+            return reply
+        other = (int(found.group(1)[0]) + 1) % 10
+        return f"{found.group()} {other}" if memory == found.group() else found.group()
+
+    later = [r for r, n in zip(longer, chunks) if r["metadata"]["needle_chunk"] < n - 2]  # two updates after it
+    assert later, "the fixture needs a document with two chunks after its needle's"
+    for row, rollout in zip(later, _roll(engine, later, twice)):
+        result, gold = P.result_of(row, rollout, tok), row["label"][0]
+        codes = P.codes_by_call(result)
+        first = codes.index(gold)
+        assert codes[first + 1] != gold and codes[first + 2] == gold
+        assert P.texts_by_call(result)[first + 1] == f"{P.texts_by_call(result)[first]} {codes[first + 1]}"
+        assert P.held_code_returns([result]) == {"changed": 1, "returned": 1,
+                                                 "at_answer": int(codes[-1] == gold), "gold_elsewhere": 1}
 
 
 def test_evaluation_scores_as_the_seed_and_prints_its_table(engine: Any) -> None:
@@ -1306,6 +1357,74 @@ def test_publish_counts_codes_written_before_the_needle(tmp_path: Path) -> None:
     assert out["targets"] == published["targets"] and out["audit"] == published["audit"]
     (results / "eval_rl.json").write_text(json.dumps(published["eval_rl"]))  # one evaluation from before
     with pytest.raises(B.Unpublishable, match=r"eval_rl.json: no flush_chunks, where the other evaluations keep"):
+        B.published(results, **meta)
+
+
+def test_publish_reads_what_the_memories_held(tmp_path: Path) -> None:
+    """Evaluations that keep `memory_texts` (since "What the memory holds"): publish.py keeps, per evaluation,
+    how the initial memory fared before the needle and whether a changed held code came back, and with what. Built
+    on run 29's files, with texts that agree with their codes (a third of the documents leave the initial memory
+    for a text with no code after the first update; every other changed held code keeps the gold as its first
+    number) and counted by a plain loop; evaluations that keep texts only in part are refused by name."""
+    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run29.json").read_text())
+    results = tmp_path / "results"
+    results.mkdir()
+    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage", "curves.json": "curves",
+             "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict"}
+    for name, key in files.items():
+        (results / name).write_text(json.dumps(published[key]))
+    (results / "table.md").write_text(published["table"])
+    (results / "calls.log").write_text(published["calls_log"])
+    arms = ("untrained", "warmstart", "rl", "rl_permuted")
+    for arm in arms:
+        evaluation = copy.deepcopy(published[f"eval_{arm}"])
+        for i, r in enumerate(evaluation["results"]):
+            codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+            texts: list[str | None] = []
+            for k, code in enumerate(codes):
+                if not code:
+                    texts.append(None if i % 3 == 0 and 1 <= k <= r["needle_chunk"] else "No previous memory")
+                elif i % 2 and code != r["gold"] and r["gold"] in codes[:k]:
+                    texts.append(f"The secret code is {r['gold']}. Or {code}.")
+                else:
+                    texts.append(f"The secret code is {code}.")
+            r["memory_texts"] = [[t, 1] for t in texts]
+        (results / f"eval_{arm}.json").write_text(json.dumps(evaluation))
+    import publish as B
+
+    meta = {"when": "w", "command": "c", "device_seconds": 1, "changes_from": 29, "changes": "x", "failures": []}
+    out = B.published(results, **meta)
+    assert "needle_free_writes" not in out  # no flush_chunks kept: those readings need them
+    for arm in arms:
+        blank = {"updates": [0, 0], "stored_from_initial": [0, 0], "stored_from_other": [0, 0]}
+        returns = {"changed": 0, "returned": 0, "at_answer": 0, "gold_elsewhere": 0}
+        for r in out[f"eval_{arm}"]["results"]:
+            if r["status"] in ("failed", "aborted"):
+                continue
+            texts = [t for t, times in r["memory_texts"] for _ in range(times)]
+            codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+            k = 0
+            while k < r["needle_chunk"] and texts[k] == "No previous memory":
+                blank["updates"][0] += 1
+                blank["updates"][1] += texts[k + 1] != "No previous memory"
+                k += 1
+            kind = "stored_from_initial" if texts[r["needle_chunk"]] == "No previous memory" else "stored_from_other"
+            blank[kind][0] += 1
+            blank[kind][1] += codes[r["needle_chunk"] + 1] == r["gold"]
+            held = codes[r["needle_chunk"] + 1:]
+            if held and held[0] == r["gold"] and any(c != r["gold"] for c in held):
+                first = next(j for j, c in enumerate(held) if c != r["gold"])
+                returns["changed"] += 1
+                returns["returned"] += r["gold"] in held[first:]
+                returns["at_answer"] += held[-1] == r["gold"]
+                returns["gold_elsewhere"] += f"is {r['gold']}. Or" in (texts[r["needle_chunk"] + 1 + first] or "")
+        assert out["blank_memory"][arm] == blank and out["held_code_returns"][arm] == returns
+    assert out["blank_memory"]["rl"]["stored_from_other"][0] > 0 and out["blank_memory"]["rl"]["updates"][1] > 0
+    assert out["held_code_returns"]["rl"]["gold_elsewhere"] > 0
+    assert out["held_code_returns"]["rl"]["returned"] > out["held_code_returns"]["rl"]["gold_elsewhere"]
+    assert out["targets"] == published["targets"] and out["audit"] == published["audit"]
+    (results / "eval_rl_permuted.json").write_text(json.dumps(published["eval_rl_permuted"]))  # one from before
+    with pytest.raises(B.Unpublishable, match=r"^eval_rl_permuted.json: no memory_texts, where the other evaluat"):
         B.published(results, **meta)
 
 

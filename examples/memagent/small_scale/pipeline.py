@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentgraphs.batch import JsonlWriter
 from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
-from agentgraphs.memagent import SPEC
+from agentgraphs.memagent import INITIAL_MEMORY, SPEC
 from agentgraphs.memagent.reward import REWARD_TAIL_CHARS, ruler_answer
 from agentgraphs.memagent.synthetic import FillerPool, SentenceLengths, build_filler_pool, make_needle_example
 from agentgraphs.records import SEQUENCE_KEYS, Rollout, sample_fields, trace_record
@@ -213,13 +213,16 @@ def evaluate(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, conc
 def result_of(row: dict[str, Any], rollout: Rollout, tokenizer: Any) -> dict[str, Any]:
     """What the evaluation keeps of one document's rollout: its length, status, answer (the window the seed
     scores: its last REWARD_TAIL_CHARS characters, so `ruler_answer` reads it as the metrics did), gold, the
-    seed's metrics, `digits`, where the needle sat, the `memory_codes` (run-length) and the `flush_chunks`."""
-    prompts = _prompts(rollout, tokenizer)  # decoded once: the memory codes and the flush chunks read them both
+    seed's metrics, `digits`, where the needle sat, the `memory_codes` and `memory_texts` (run-length) and the
+    `flush_chunks`."""
+    prompts = _prompts(rollout, tokenizer)  # decoded once: the memories and the flush chunks read them both
+    memories = _memories_in(prompts)
     return {"length": row["metadata"]["length"], "status": rollout.status,
             "answer": rollout.answer.strip()[-REWARD_TAIL_CHARS:],
             "gold": row["label"][0], **{k: rollout.metrics.get(k, 0.0) for k in METRICS},
             "digits": digits_right(rollout.answer, row["label"][0]), "needle_chunk": row["metadata"]["needle_chunk"],
-            "memory_codes": to_runs(_codes_in(prompts)), "flush_chunks": _flush_in(rollout, prompts)}
+            "memory_codes": to_runs(_codes_of(memories)), "memory_texts": to_runs(_texts_kept(memories)),
+            "flush_chunks": _flush_in(rollout, prompts)}
 
 
 def _prompts(rollout: Rollout, tokenizer: Any) -> list[str]:
@@ -299,16 +302,100 @@ def held_code_changes(results: Sequence[Mapping[str, Any]]) -> dict[str, list[in
     return out
 
 
+def blank_memory(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """Before the needle, from `memory_texts`: `updates` [reads, left]: the updates before the needle's chunk
+    that read the initial memory, and how many wrote anything else (counted up to a document's first such
+    update); `stored_from_initial` / `stored_from_other` [documents, stored]: the needle's update, by whether
+    the memory it read was still the initial one, and how many stored the gold code. A failed or aborted rollout
+    is left out.
+
+    >>> r = {"status": "completed", "needle_chunk": 2, "gold": "51", "memory_codes": [["", 3], ["51", 2]],
+    ...      "memory_texts": [["No previous memory", 2], [None, 1], ["The secret code of Ann Lee is 51.", 2]]}
+    >>> blank_memory([r])  # update 1 left the initial memory; the needle's update read the other and stored
+    {'updates': [2, 1], 'stored_from_initial': [0, 0], 'stored_from_other': [1, 1]}
+    """
+    out = {"updates": [0, 0], "stored_from_initial": [0, 0], "stored_from_other": [0, 0]}
+    for r in results:
+        if not made_every_call(r):
+            continue
+        texts, codes, at = texts_by_call(r), codes_by_call(r), r["needle_chunk"]
+        for k in range(at):
+            if texts[k] != INITIAL_MEMORY:
+                break
+            out["updates"][0] += 1
+            out["updates"][1] += texts[k + 1] != INITIAL_MEMORY
+        cell = out["stored_from_initial" if texts[at] == INITIAL_MEMORY else "stored_from_other"]
+        cell[0] += 1
+        cell[1] += codes[at + 1] == r["gold"]
+    return out
+
+
+def held_code_returns(results: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """After the needle, from `memory_codes`: the documents whose memory stored the gold code and a later update
+    changed it (`changed`), how many held it again at a later update (`returned`) and when the answer was asked
+    (`at_answer`); when every result keeps `memory_texts`, how many first changed memories still held the gold
+    code as a number other than their last (`gold_elsewhere`: a memory with more than one code; evaluations
+    from before the texts were kept have no such count). A failed or aborted rollout is left out.
+
+    >>> r = {"status": "completed", "needle_chunk": 0, "gold": "51", "memory_codes": [["", 1], ["51", 1],
+    ...      ["15", 1], ["51", 1]], "memory_texts": [["No previous memory", 1], ["Code 51.", 1],
+    ...      ["Code 51. Code 15.", 1], ["Code 51.", 1]]}
+    >>> held_code_returns([r]), held_code_returns([{k: v for k, v in r.items() if k != "memory_texts"}])
+    ({'changed': 1, 'returned': 1, 'at_answer': 1, 'gold_elsewhere': 1}, {'changed': 1, 'returned': 1, 'at_answer': 1})
+    """
+    texts = all("memory_texts" in r for r in results)
+    out = {"changed": 0, "returned": 0, "at_answer": 0, **({"gold_elsewhere": 0} if texts else {})}
+    for r in results:
+        if not made_every_call(r):
+            continue
+        codes, gold, at = codes_by_call(r), r["gold"], r["needle_chunk"] + 1
+        changed = next((k for k in range(at, len(codes)) if codes[k] != gold), None)
+        if at >= len(codes) or codes[at] != gold or changed is None:
+            continue
+        out["changed"] += 1
+        out["returned"] += gold in codes[changed:]
+        out["at_answer"] += codes[-1] == gold
+        if texts:
+            text = texts_by_call(r)[changed]
+            out["gold_elsewhere"] += text is not None and gold in re.findall(r"\d+", text)[:-1]
+    return out
+
+
 def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
     """The code each engine call of a MemAgent rollout found in its memory, call by call: read from the
     `<memory>` block of the prompt the call was given (what the graph held, exactly), its last run of digits
     ("" for none). Call k sees the memory after k updates; the last call, the final answer's, the final memory."""
-    return _codes_in(_prompts(rollout, tokenizer))
+    return _codes_of(_memories_in(_prompts(rollout, tokenizer)))
 
 
-def _codes_in(prompts: Sequence[str]) -> list[str]:
-    digits = (re.findall(r"\d+", _between(text, "<memory>\n", "\n</memory>")) for text in prompts)
-    return [found[-1] if found else "" for found in digits]
+def _memories_in(prompts: Sequence[str]) -> list[str]:
+    """The `<memory>` block of each prompt: the memory each engine call was given."""
+    return [_between(text, "<memory>\n", "\n</memory>") for text in prompts]
+
+
+def _codes_of(memories: Sequence[str]) -> list[str]:
+    found = (re.findall(r"\d+", memory) for memory in memories)
+    return [digits[-1] if digits else "" for digits in found]
+
+
+def _texts_kept(memories: Sequence[str]) -> list[str | None]:
+    """The memory texts an evaluation keeps, call by call: a memory that holds a digit (where a code is read
+    from) and the initial memory verbatim, any other memory as None (one with no code that is not the initial
+    one: kept as a fact, not a text, so an untrained model's noise does not fill the file).
+
+    >>> _texts_kept(["No previous memory", "Lorem.", "The secret code of Ann Lee is 51.", "Ipsum."])
+    ['No previous memory', None, 'The secret code of Ann Lee is 51.', None]
+    """
+    return [m if m == INITIAL_MEMORY or re.search(r"\d", m) else None for m in memories]
+
+
+def texts_by_call(result: Mapping[str, Any]) -> list[str | None]:
+    """A result's `memory_texts`, one per engine call (its run-length form expanded).
+
+    >>> texts_by_call({"memory_texts": [["No previous memory", 2], [None, 1]]})
+    ['No previous memory', 'No previous memory', None]
+    """
+    return [text for text, times in result["memory_texts"] for _ in range(times)]
 
 
 def codes_by_call(result: Mapping[str, Any]) -> list[str]:

@@ -90,20 +90,31 @@ def _second_draw(results: Path, evals: dict[str, Any], compare: dict[str, Any]) 
                             "vs_first_draw": P.paired(evals["rl"], evaluation, compare["train_lengths"])}}
 
 
-def _alignment_readings(evals: dict[str, Any]) -> dict[str, Any]:
+def _kept_by_all(evals: dict[str, Any], field: str) -> bool:
+    """Whether every evaluation's results keep `field` (False when none does: evaluations made before it was
+    kept); a run whose evaluations keep it only in part is refused, naming the others."""
+    kept = {k: all(field in r for r in e["results"]) for k, e in evals.items()}
+    if any(kept.values()) and not all(kept.values()):
+        lacking = ", ".join(f"eval_{k}.json" for k, has in kept.items() if not has)
+        raise Unpublishable(f"{lacking}: no {field}, where the other evaluations keep them; evaluate that model again "
+                            "with this reproduce.py (`reproduce.py eval`)")
+    return all(kept.values())
+
+
+def _memory_readings(evals: dict[str, Any]) -> dict[str, Any]:
     """Per evaluation, the codes written before the needle was read and the held codes changed after it, by the
     kind of chunk read (`pipeline.needle_free_writes`, `pipeline.held_code_changes`; bench/README, "Chunk
-    alignment"). Evaluations from before `flush_chunks` was kept (runs 3-29) have none to count; a run whose
-    evaluations keep it only in part is refused, naming the others."""
-    kept = {k: all("flush_chunks" in r for r in e["results"]) for k, e in evals.items()}
-    if not any(kept.values()):
-        return {}
-    if not all(kept.values()):
-        lacking = ", ".join(f"eval_{k}.json" for k, has in kept.items() if not has)
-        raise Unpublishable(f"{lacking}: no flush_chunks, where the other evaluations keep them; evaluate that model "
-                            "again with this reproduce.py (`reproduce.py eval`)")
-    return {"needle_free_writes": {k: P.needle_free_writes(e["results"]) for k, e in evals.items()},
-            "held_code_changes": {k: P.held_code_changes(e["results"]) for k, e in evals.items()}}
+    alignment") when the evaluations keep `flush_chunks`; and what their memories held (`pipeline.blank_memory`,
+    `pipeline.held_code_returns`; bench/README, "What the memory holds") when they keep `memory_texts`. Runs
+    3-29's evaluations keep neither."""
+    readings: dict[str, Any] = {}
+    if _kept_by_all(evals, "flush_chunks"):
+        readings["needle_free_writes"] = {k: P.needle_free_writes(e["results"]) for k, e in evals.items()}
+        readings["held_code_changes"] = {k: P.held_code_changes(e["results"]) for k, e in evals.items()}
+    if _kept_by_all(evals, "memory_texts"):
+        readings["blank_memory"] = {k: P.blank_memory(e["results"]) for k, e in evals.items()}
+        readings["held_code_returns"] = {k: P.held_code_returns(e["results"]) for k, e in evals.items()}
+    return readings
 
 
 def published(results: Path, *, when: str, command: str, device_seconds: int, changes_from: int, changes: str,
@@ -158,7 +169,7 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
             "note": REWARD_NOTE},
         "paired_more": paired_more,
         **second,
-        **_alignment_readings({**evals, **({"rl_draw1": second["eval_rl_draw1"]} if second else {})}),
+        **_memory_readings({**evals, **({"rl_draw1": second["eval_rl_draw1"]} if second else {})}),
         "curves": _read(results, "curves.json"),
         "targets": {
             "rl_gain_points_ge_15": {after: vs_rl["training_lengths"]["gain_points"],
