@@ -1309,21 +1309,34 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     assert len(earlier) == (run in ("run21", "run28"))  # runs 21 and 28 warmed up in two rounds, the others in one
 
 
+RUN29_ARMS = ("untrained", "warmstart", "rl", "rl_permuted")
+
+
+def _run29_packed(tmp_path: Path, *also: str) -> tuple[dict[str, Any], Path]:
+    """Run 29's published file, and a results folder under `tmp_path` holding what its last call packed that
+    publish.py reads: the stage files, curves, table and call log, and the files `also` names (`compare.json`,
+    `eval_<arm>.json`) as published; a test writes the others."""
+    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run29.json").read_text())
+    results = tmp_path / "results"
+    results.mkdir()
+    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage", "curves.json": "curves",
+             "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict",
+             **{f"eval_{k}.json": f"eval_{k}" for k in RUN29_ARMS}}
+    for name, key in files.items():
+        if name in also or not (name.startswith("eval_") or name == "compare.json"):
+            (results / name).write_text(json.dumps(published[key]))
+    (results / "table.md").write_text(published["table"])
+    (results / "calls.log").write_text(published["calls_log"])
+    return published, results
+
+
 def test_publish_counts_codes_written_before_the_needle(tmp_path: Path) -> None:
     """Evaluations that keep `flush_chunks` (since "Chunk alignment"): publish.py counts, per evaluation, the codes
     written into an empty memory before the needle, by the kind of chunk read; counted here by a plain loop on run
     29's files given the flush chunks its documents hold before a needle (10, 21, ...). Evaluations that keep
     them only in part are refused by name; runs 3-29's, which keep none, publish as before (the test above)."""
-    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run29.json").read_text())
-    results = tmp_path / "results"
-    results.mkdir()
-    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage", "curves.json": "curves",
-             "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict"}
-    for name, key in files.items():
-        (results / name).write_text(json.dumps(published[key]))
-    (results / "table.md").write_text(published["table"])
-    (results / "calls.log").write_text(published["calls_log"])
-    arms = ("untrained", "warmstart", "rl", "rl_permuted")
+    published, results = _run29_packed(tmp_path, "compare.json")
+    arms = RUN29_ARMS
     for arm in arms:
         evaluation = copy.deepcopy(published[f"eval_{arm}"])
         for r in evaluation["results"]:
@@ -1366,16 +1379,8 @@ def test_publish_reads_what_the_memories_held(tmp_path: Path) -> None:
     on run 29's files, with texts that agree with their codes (a third of the documents leave the initial memory
     for a text with no code after the first update; every other changed held code keeps the gold as its first
     number) and counted by a plain loop; evaluations that keep texts only in part are refused by name."""
-    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run29.json").read_text())
-    results = tmp_path / "results"
-    results.mkdir()
-    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage", "curves.json": "curves",
-             "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict"}
-    for name, key in files.items():
-        (results / name).write_text(json.dumps(published[key]))
-    (results / "table.md").write_text(published["table"])
-    (results / "calls.log").write_text(published["calls_log"])
-    arms = ("untrained", "warmstart", "rl", "rl_permuted")
+    published, results = _run29_packed(tmp_path, "compare.json")
+    arms = RUN29_ARMS
     for arm in arms:
         evaluation = copy.deepcopy(published[f"eval_{arm}"])
         for i, r in enumerate(evaluation["results"]):
@@ -1433,16 +1438,7 @@ def test_publish_keeps_a_second_rl_draw_beside_the_run(tmp_path: Path) -> None:
     `compare.json`): publish.py keeps it beside the run, its figures against the warm start and the first arm, its
     rollouts in the audit total, and the targets still read the first arm. Built on run 29's files, the second arm
     standing in as run 29's RL evaluated on the control's answers, compared by `reproduce.py compare` itself."""
-    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run29.json").read_text())
-    results = tmp_path / "results"
-    results.mkdir()
-    files = {"warmstart1_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage", "curves.json": "curves",
-             "rl_permuted_stage.json": "rl_permuted_stage",
-             **{f"eval_{k}.json": f"eval_{k}" for k in ("untrained", "warmstart", "rl", "rl_permuted")}}
-    for name, key in files.items():
-        (results / name).write_text(json.dumps(published[key]))
-    (results / "table.md").write_text(published["table"])
-    (results / "calls.log").write_text(published["calls_log"])
+    published, results = _run29_packed(tmp_path, *(f"eval_{k}.json" for k in RUN29_ARMS))
     second = {**published["rl_stage"], "args": {**published["rl_stage"]["args"], "draw": 1}}
     (results / "rl_draw1_stage.json").write_text(json.dumps(second))
     evaluation = {**published["eval_rl_permuted"], "name": "RL, second draw"}
