@@ -1375,7 +1375,8 @@ def test_publish_counts_codes_written_before_the_needle(tmp_path: Path) -> None:
 
 def test_publish_reads_what_the_memories_held(tmp_path: Path) -> None:
     """Evaluations that keep `memory_texts` (since "What the memory holds"): publish.py keeps, per evaluation,
-    how the initial memory fared before the needle and whether a changed held code came back, and with what. Built
+    how the initial memory fared before the needle, whether a changed held code came back, and with what, and
+    the answers that are not the final memory's last number, at 1K-4K and 8K-32K. Built
     on run 29's files, with texts that agree with their codes (a third of the documents leave the initial memory
     for a text with no code after the first update; every other changed held code keeps the gold as its first
     number) and counted by a plain loop; evaluations that keep texts only in part are refused by name."""
@@ -1403,11 +1404,18 @@ def test_publish_reads_what_the_memories_held(tmp_path: Path) -> None:
     for arm in arms:
         blank = {"updates": [0, 0], "stored_from_initial": [0, 0], "stored_from_other": [0, 0]}
         returns = {"changed": 0, "returned": 0, "at_answer": 0, "gold_elsewhere": 0}
+        answers = {group: {"answers": 0, "off_last": 0, "elsewhere": 0} for group in ("1K-4K", "8K-32K")}
         for r in out[f"eval_{arm}"]["results"]:
             if r["status"] in ("failed", "aborted"):
                 continue
             texts = [t for t, times in r["memory_texts"] for _ in range(times)]
             codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+            boxed = re.findall(r"\\boxed\{([^{}]*)\}", r["answer"])
+            if boxed and boxed[-1].strip() and codes[-1]:
+                cell = answers["1K-4K" if r["length"] <= 4000 else "8K-32K"]
+                cell["answers"] += 1
+                cell["off_last"] += boxed[-1].strip() != codes[-1]
+                cell["elsewhere"] += boxed[-1].strip() != codes[-1] and f"is {boxed[-1].strip()}. Or" in texts[-1]
             k = 0
             while k < r["needle_chunk"] and texts[k] == "No previous memory":
                 blank["updates"][0] += 1
@@ -1424,9 +1432,12 @@ def test_publish_reads_what_the_memories_held(tmp_path: Path) -> None:
                 returns["at_answer"] += held[-1] == r["gold"]
                 returns["gold_elsewhere"] += f"is {r['gold']}. Or" in (texts[r["needle_chunk"] + 1 + first] or "")
         assert out["blank_memory"][arm] == blank and out["held_code_returns"][arm] == returns
+        assert out["answers_off_memory"][arm] == answers
     assert out["blank_memory"]["rl"]["stored_from_other"][0] > 0 and out["blank_memory"]["rl"]["updates"][1] > 0
     assert out["held_code_returns"]["rl"]["gold_elsewhere"] > 0
     assert out["held_code_returns"]["rl"]["returned"] > out["held_code_returns"]["rl"]["gold_elsewhere"]
+    assert 0 < out["answers_off_memory"]["rl"]["8K-32K"]["elsewhere"] < out["answers_off_memory"]["rl"]["8K-32K"][
+        "off_last"]
     assert out["targets"] == published["targets"] and out["audit"] == published["audit"]
     (results / "eval_rl_permuted.json").write_text(json.dumps(published["eval_rl_permuted"]))  # one from before
     with pytest.raises(B.Unpublishable, match=r"^eval_rl_permuted.json: no memory_texts, where the other evaluat"):
@@ -3206,6 +3217,46 @@ def test_what_the_memory_holds_section_shows_what_its_files_hold() -> None:
             rl[0] += 1
             rl[1] += len(set(held)) == 2
     assert f"(run 29: {swings[1]} of {swings[0]} documents, {rl[1]} of RL's {rl[0]})" in section
+    # answers that are not the final memory's last number, at 1K-4K, beside RL's gain
+    off: dict[tuple[int, str], Fraction] = {}
+    gain = {}
+    for n, published in runs.items():
+        printed = []
+        for arm in arms:
+            count = [0, 0]
+            for r in published[f"eval_{arm}"]["results"]:
+                if r["length"] > 4000 or r["status"] in ("failed", "aborted"):
+                    continue
+                boxed = re.findall(r"\\boxed\{([^{}]*)\}", r["answer"])
+                last = [code for code, times in r["memory_codes"] for _ in range(times)][-1]
+                if boxed and boxed[-1].strip() and last:
+                    count[0] += 1
+                    count[1] += boxed[-1].strip() != last
+            assert P.answers_off_memory(published[f"eval_{arm}"]["results"], [1000, 2000, 4000]) == {
+                "answers": count[0], "off_last": count[1]}
+            off[n, arm] = Fraction(count[1], count[0])
+            printed.append(f"{count[1]} of {count[0]}")
+        target = published["targets"]["rl_gain_points_ge_15"]
+        gain[n] = next(v for k, v in target.items() if k.startswith("after_"))
+        assert f"| {n} | {' | '.join(printed)} | {gain[n]:+.1f} |" in section
+    coin, learned = [10, 21, 23, 27, 28], [14, 29]
+    others = [n for n in runs if n not in (*coin, *learned)]
+
+    def span(values: Any) -> str:
+        values = [round(100 * v) for v in values]
+        return f"{min(values)}-{max(values)} %"
+
+    assert f"left its memory's last number in {span(off[n, 'warmstart'] for n in coin)} of documents, RL kept that " \
+           f"share ({span(off[n, 'rl'] for n in coin)}) and gained {min(gain[n] for n in coin):+.1f} to " \
+           f"{max(gain[n] for n in coin):+.1f}" in section
+    assert max(gain[n] for n in coin) < 15 <= min(gain[n] for n in learned)
+    starts = " and ".join(str(round(100 * off[n, "warmstart"])) for n in learned)
+    after = " and ".join(str(round(100 * off[n, "rl"])) for n in learned)
+    gains = " and ".join(f"{gain[n]:+.1f}" for n in learned)
+    assert f"in runs 14 and 29 the start's share was {starts} %, RL cut it to {after} % and gained {gains}" in section
+    assert f"in the other six it was {span(off[n, 'warmstart'] for n in others)} and RL gained " \
+           f"{min(gain[n] for n in others):+.1f} to {max(gain[n] for n in others):+.1f}" in section
+    assert len(others) == 6 and max(off[n, "warmstart"] for n in others) < min(off[n, "warmstart"] for n in learned)
     # run 29's reading of RL's misses at 32K, from the last number: 19 misses, 8 lost in memory
     at_32k = [r for r in runs[29]["eval_rl"]["results"] if r["length"] == 32000]
     steps = [P.miss_step(r) for r in at_32k]
@@ -3241,4 +3292,3 @@ def test_what_the_memory_holds_section_shows_what_its_files_hold() -> None:
     warm, control = stored["warmstart"], stored["rl_permuted"]
     assert (f"the warm start {pct(warm['early'])} and {pct(warm['late'])} %, the control {pct(control['early'])} and "
             f"{pct(control['late'])} %") in section
-

@@ -361,6 +361,33 @@ def held_code_returns(results: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return out
 
 
+def answers_off_memory(results: Sequence[Mapping[str, Any]], lengths: Sequence[int]) -> dict[str, int]:
+    """At `lengths`, the answers with a box (what the metrics scored, `ruler_answer`) given from a final memory
+    that holds a code (`answers`), how many are not that memory's last number (`off_last`), and, when every
+    result keeps `memory_texts`, how many of those are another number of that memory (`elsewhere`: the answer
+    picked one of two codes). A failed or aborted rollout is left out.
+
+    >>> r = {"status": "completed", "length": 1000, "gold": "51", "answer": "\\\\boxed{51}",
+    ...      "memory_codes": [["", 1], ["15", 1]], "memory_texts": [["No previous memory", 1], ["It is 51 or 15.", 1]]}
+    >>> answers_off_memory([r], [1000])
+    {'answers': 1, 'off_last': 1, 'elsewhere': 1}
+    """
+    texts = all("memory_texts" in r for r in results)
+    out = {"answers": 0, "off_last": 0, **({"elsewhere": 0} if texts else {})}
+    for r in results:
+        if r["length"] not in lengths or not made_every_call(r):
+            continue
+        got, last = ruler_answer(r["answer"]), codes_by_call(r)[-1]
+        if not got or not last:
+            continue
+        out["answers"] += 1
+        if got != last:
+            out["off_last"] += 1
+            if texts:
+                out["elsewhere"] += got in re.findall(r"\d+", texts_by_call(r)[-1] or "")
+    return out
+
+
 def memory_codes(rollout: Rollout, tokenizer: Any) -> list[str]:
     """The code each engine call of a MemAgent rollout found in its memory, call by call: read from the
     `<memory>` block of the prompt the call was given (what the graph held, exactly), its last run of digits

@@ -101,12 +101,13 @@ def _kept_by_all(evals: dict[str, Any], field: str) -> bool:
     return all(kept.values())
 
 
-def _memory_readings(evals: dict[str, Any]) -> dict[str, Any]:
+def _memory_readings(evals: dict[str, Any], groups: dict[str, list[int]]) -> dict[str, Any]:
     """Per evaluation, the codes written before the needle was read and the held codes changed after it, by the
     kind of chunk read (`pipeline.needle_free_writes`, `pipeline.held_code_changes`; bench/README, "Chunk
     alignment") when the evaluations keep `flush_chunks`; and what their memories held (`pipeline.blank_memory`,
-    `pipeline.held_code_returns`; bench/README, "What the memory holds") when they keep `memory_texts`. Runs
-    3-29's evaluations keep neither."""
+    `pipeline.held_code_returns`, and `pipeline.answers_off_memory` for each group of `groups`' lengths;
+    bench/README, "What the memory holds") when they keep `memory_texts`. Runs 3-29's evaluations keep
+    neither."""
     readings: dict[str, Any] = {}
     if _kept_by_all(evals, "flush_chunks"):
         readings["needle_free_writes"] = {k: P.needle_free_writes(e["results"]) for k, e in evals.items()}
@@ -114,6 +115,8 @@ def _memory_readings(evals: dict[str, Any]) -> dict[str, Any]:
     if _kept_by_all(evals, "memory_texts"):
         readings["blank_memory"] = {k: P.blank_memory(e["results"]) for k, e in evals.items()}
         readings["held_code_returns"] = {k: P.held_code_returns(e["results"]) for k, e in evals.items()}
+        readings["answers_off_memory"] = {k: {label: P.answers_off_memory(e["results"], lengths)
+                                              for label, lengths in groups.items()} for k, e in evals.items()}
     return readings
 
 
@@ -169,7 +172,8 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
             "note": REWARD_NOTE},
         "paired_more": paired_more,
         **second,
-        **_memory_readings({**evals, **({"rl_draw1": second["eval_rl_draw1"]} if second else {})}),
+        **_memory_readings({**evals, **({"rl_draw1": second["eval_rl_draw1"]} if second else {})},
+                           {_kilo(train): train, _kilo(longer): longer}),
         "curves": _read(results, "curves.json"),
         "targets": {
             "rl_gain_points_ge_15": {after: vs_rl["training_lengths"]["gain_points"],
