@@ -242,22 +242,24 @@ def test_warm_start_learning_rate_warms_up_then_follows_its_schedule() -> None:
 def test_the_warm_start_probe_counts_reversed_codes_at_the_training_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe's `probe_reversed`: the share (%) of answers at the training lengths that are the gold code
     with its digits swapped; a longer document's answers and a palindrome code (51 and 15 differ, 77 does not)
-    never count."""
+    never count. Its `probe_off_memory`: the share of those answers that are not the final memory's last
+    number (the 15 given from a memory ending in 51, the 3 from one ending in 30; the 82 is the memory's)."""
     import reproduce as R
 
-    def doc(length: int, gold: str, answer: str) -> dict[str, Any]:
+    def doc(length: int, gold: str, answer: str, last: str) -> dict[str, Any]:
         right = float(answer == f"\\boxed{{{gold}}}")
         return {"length": length, "gold": gold, "answer": answer, "sub_em_strict": right, "sub_em": right,
-                "digits": right}
+                "digits": right, "status": "completed", "needle_chunk": 1, "memory_codes": [["", 2], [last, 1]]}
 
-    results = [doc(1000, "51", "\\boxed{15}"), doc(1000, "51", "\\boxed{51}"), doc(2000, "77", "\\boxed{77}"),
-               doc(2000, "30", "\\boxed{3}"), doc(4000, "28", "\\boxed{82}"), doc(8000, "46", "\\boxed{64}")]
+    results = [doc(1000, "51", "\\boxed{15}", "51"), doc(1000, "51", "\\boxed{51}", "51"),
+               doc(2000, "77", "\\boxed{77}", "77"), doc(2000, "30", "\\boxed{3}", "30"),
+               doc(4000, "28", "\\boxed{82}", "82"), doc(8000, "46", "\\boxed{64}", "46")]
     monkeypatch.setattr(R.P, "evaluate", lambda engine, probe, cfg: results)
     cfg = P.ReproConfig()  # the example's sizes: trained at 1K-4K, evaluated to 32K
     assert cfg.train_lengths == [1000, 2000, 4000]
     scores = R._probe(None, [], cfg)
     assert scores["probe_reversed"] == 40.0  # 2 of the 5 answers at 1K-4K (51 -> 15, 28 -> 82); 8K not counted
-    assert scores["probe_strict"] == 40.0
+    assert scores["probe_strict"] == 40.0 and scores["probe_off_memory"] == 40.0
     # the confirmation before a stop reads the same share on its own new documents, beside its strict score
     asked = []
     monkeypatch.setattr(R.P, "eval_rows", lambda tokenizer, cfg, lengths, n, split, pool: asked.append(split) or
@@ -265,7 +267,12 @@ def test_the_warm_start_probe_counts_reversed_codes_at_the_training_lengths(monk
     point: dict[str, Any] = {}
     args = argparse.Namespace(confirm_per_length=2)
     assert R._confirm(types.SimpleNamespace(tokenizer=None), cfg, args, 7, point, None) == 40.0
-    assert point == {"confirm_strict": 40.0, "confirm_reversed": 40.0} and asked == ["confirm-7"]
+    assert point == {"confirm_strict": 40.0, "confirm_reversed": 40.0, "confirm_off_memory": 40.0}
+    assert asked == ["confirm-7"]
+    # no answer given from a memory that holds a code: no share to read, and the log says so
+    for r in results:
+        r["memory_codes"] = [["", 3]]
+    assert R._probe(None, [], cfg)["probe_off_memory"] is None and R._shown(None) == "-"
 
 
 def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
@@ -305,7 +312,7 @@ def _script_probe(monkeypatch: pytest.MonkeyPatch, probes: list[tuple[float, flo
 
     asked, confirmed = iter(probes), iter(confirms)
     monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: dict(
-        zip(("probe_strict", "probe_reversed"), next(asked), strict=True), probe_digits=0.0))
+        zip(("probe_strict", "probe_reversed"), next(asked), strict=True), probe_digits=0.0, probe_off_memory=None))
 
     def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
         if args.confirm_per_length <= 0:

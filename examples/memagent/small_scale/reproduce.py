@@ -180,6 +180,7 @@ def _probe(engine: Any, probe: list[dict[str, Any]], cfg: P.ReproConfig) -> dict
     scores = {f"probe_{name}": round(P.pooled(results, cfg.train_lengths, metric), 2)
               for name, metric in (("strict", "sub_em_strict"), ("sub_em", "sub_em"), ("digits", "digits"))}
     scores["probe_reversed"] = _reversed_share(results, cfg)
+    scores["probe_off_memory"] = _off_memory_share(results, cfg)
     return scores
 
 
@@ -187,6 +188,19 @@ def _reversed_share(results: list[dict[str, Any]], cfg: P.ReproConfig) -> float:
     """The share (%) of the answers at the training lengths that are the gold code with its digits swapped."""
     kinds = P.answer_kinds(results, cfg.train_lengths)
     return round(100 * kinds["reversed"] / sum(kinds[k] for k in P.ANSWER_KINDS), 2)
+
+
+def _off_memory_share(results: list[dict[str, Any]], cfg: P.ReproConfig) -> float | None:
+    """The share (%) of the boxed answers at the training lengths, given from a final memory that holds a code,
+    that are not its last number (`pipeline.answers_off_memory`; None: no such answer). The starts whose answers
+    left it in about half their documents gained least from RL (bench/README, "What the memory holds"), so the
+    warm start's log shows it before RL begins."""
+    counts = P.answers_off_memory(results, cfg.train_lengths)
+    return round(100 * counts["off_last"] / counts["answers"], 2) if counts["answers"] else None
+
+
+def _shown(share: float | None) -> str:
+    return "-" if share is None else f"{share:.1f}%"
 
 
 def _confirm(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: int, point: dict[str, Any],
@@ -203,8 +217,10 @@ def _confirm(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: in
     results = P.evaluate(engine, rows, cfg)
     point["confirm_strict"] = round(P.pooled(results, cfg.train_lengths), 2)
     point["confirm_reversed"] = _reversed_share(results, cfg)
+    point["confirm_off_memory"] = _off_memory_share(results, cfg)
     _log(f"step {step}: confirmation on {len(rows)} new documents: strict sub_em {point['confirm_strict']:.1f}%, "
-         f"reversed {point['confirm_reversed']:.1f}%")
+         f"reversed {point['confirm_reversed']:.1f}%, answers off the memory's last number "
+         f"{_shown(point['confirm_off_memory'])}")
     return point["confirm_strict"]
 
 
@@ -360,7 +376,8 @@ def _attempt(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _Trai
             continue
         point.update(_probe(engine, t.probe, cfg))
         _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
-             f"digits right {point['probe_digits']:.1f}%, reversed {point['probe_reversed']:.1f}%")
+             f"digits right {point['probe_digits']:.1f}%, reversed {point['probe_reversed']:.1f}%, "
+             f"off the memory's last number {_shown(point['probe_off_memory'])}")
         verdict = P.band_verdict(point["probe_strict"], args.stop_at, top)
         if verdict != "over" or not refines:  # with no refinement left, an overshoot counts as over the mark
             over = over + 1 if verdict != "under" else 0
