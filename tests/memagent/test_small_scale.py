@@ -1381,9 +1381,10 @@ def test_publish_counts_codes_written_before_the_needle(tmp_path: Path) -> None:
 
 
 def test_publish_reads_what_the_memories_held(tmp_path: Path) -> None:
-    """Evaluations that keep `memory_texts` (since "What the memory holds"): publish.py keeps, per evaluation,
-    how the initial memory fared before the needle, whether a changed held code came back, and with what, and
-    the answers that are not the final memory's last number, at 1K-4K and 8K-32K. Built
+    """Evaluations that keep `memory_texts` (since "Confused digits"): publish.py keeps, per evaluation,
+    how the initial memory fared before the needle, whether a changed held code came back, and with what, the
+    answers that are not the final memory's last number, at 1K-4K and 8K-32K, and the digits its copies flipped.
+    Built
     on run 29's files, with texts that agree with their codes (a third of the documents leave the initial memory
     for a text with no code after the first update; every other changed held code keeps the gold as its first
     number) and counted by a plain loop; evaluations that keep texts only in part are refused by name."""
@@ -1440,11 +1441,13 @@ def test_publish_reads_what_the_memories_held(tmp_path: Path) -> None:
                 returns["gold_elsewhere"] += f"is {r['gold']}. Or" in (texts[r["needle_chunk"] + 1 + first] or "")
         assert out["blank_memory"][arm] == blank and out["held_code_returns"][arm] == returns
         assert out["answers_off_memory"][arm] == answers
+        assert out["digit_flips"][arm] == _digit_flips(out[f"eval_{arm}"]["results"])
     assert out["blank_memory"]["rl"]["stored_from_other"][0] > 0 and out["blank_memory"]["rl"]["updates"][1] > 0
     assert out["held_code_returns"]["rl"]["gold_elsewhere"] > 0
     assert out["held_code_returns"]["rl"]["returned"] > out["held_code_returns"]["rl"]["gold_elsewhere"]
     assert 0 < out["answers_off_memory"]["rl"]["8K-32K"]["elsewhere"] < out["answers_off_memory"]["rl"]["8K-32K"][
         "off_last"]
+    assert out["digit_flips"]["rl"]["7"][1] > 0.25 * out["digit_flips"]["rl"]["7"][0]  # run 29's RL flipped its 7s
     assert out["targets"] == published["targets"] and out["audit"] == published["audit"]
     (results / "eval_rl_permuted.json").write_text(json.dumps(published["eval_rl_permuted"]))  # one from before
     with pytest.raises(B.Unpublishable, match=r"^eval_rl_permuted.json: no memory_texts, where the other evaluat"):
@@ -3051,7 +3054,7 @@ def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
     """bench/README's "Chunk alignment": every figure from the published evaluations of runs 9-29 and their
     documents, rebuilt from their seeds with the filler they were made of (each document's gold checked against
     the file, so the rebuilt documents are theirs), and the training coverage with both fillers."""
-    section = _bench_section("**Chunk alignment**", "**What the memory holds**")
+    section = _bench_section("**Chunk alignment**", "**Confused digits**")
     old = P.ReproConfig(value_digits=2, sentence_lengths="uniform")
     rows = P.eval_rows(qwen25, old, old.eval_lengths, 48, "eval")
     flush = [_document_flush_chunks(qwen25, r["metadata"]["context"], old.chunk_tokens) for r in rows]
@@ -3155,14 +3158,85 @@ def test_chunk_alignment_section_shows_what_its_files_hold(qwen25: Any) -> None:
             assert f"{ending} of {read:,} in the 8K-32K evaluation documents ({share} %)" in section
 
 
-def test_what_the_memory_holds_section_shows_what_its_files_hold() -> None:
-    """bench/README's "What the memory holds": every figure from the published evaluations of runs 9-29, counted
-    by plain loops over their memory codes (and `pipeline.held_code_returns` checked against the loop)."""
-    section = _bench_section("**What the memory holds**", "## Fixes these benchmarks led to")
+def _pct(x: Fraction) -> int:
+    """A share in whole percent, halves rounded up."""
+    return math.floor(100 * x + Fraction(1, 2))
+
+
+def _digit_flips(results: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per digit, [reads, flips] over every copy a memory update made of a code its memory held: a plain loop."""
+    out = {d: [0, 0] for d in "0123456789"}
+    for r in results:
+        if r["status"] in ("failed", "aborted"):
+            continue
+        codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+        for k in range(len(codes) - 1):
+            for i, digit in enumerate(codes[k]):
+                if digit not in out:  # another script's digit (an untrained model's noise): not a code's
+                    continue
+                out[digit][0] += 1
+                nxt = codes[k + 1]
+                out[digit][1] += (len(nxt) == len(codes[k]) and nxt[i] != digit
+                                  and nxt[:i] + nxt[i + 1:] == codes[k][:i] + codes[k][i + 1:])
+    return out
+
+
+def test_confused_digits_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Confused digits": every figure from the published evaluations of runs 9-29, counted by
+    plain loops over their memory codes and answers (`pipeline.digit_flips`, `held_code_returns` and
+    `answers_off_memory` checked against the loops)."""
+    section = _bench_section("**Confused digits**", "## Fixes these benchmarks led to")
     runs = {n: f for n, f in _published_runs().items() if n <= 29 and "memory_codes" in f["eval_rl"]["results"][0]}
     arms = ("warmstart", "rl", "rl_permuted")
+    gain = {}
+    for n, published in runs.items():  # RL vs its start at 1K-4K, exact: (won - lost) of the documents
+        paired = published["compare_strict"]["vs_base"][0]["training_lengths"]
+        gain[n] = Fraction(100 * (paired["won"] - paired["lost"]), paired["documents"])
+    # per digit, the copies that flipped it; the digits at 25 % or more
+    confused: dict[tuple[int, str], dict[str, Fraction]] = {}
+    for n, published in runs.items():
+        cells = []
+        for arm in arms:
+            flips = _digit_flips(published[f"eval_{arm}"]["results"])
+            assert P.digit_flips(published[f"eval_{arm}"]["results"]) == flips
+            confused[n, arm] = {d: Fraction(f, r) for d, (r, f) in flips.items() if r and 4 * f >= r}
+            cells.append(", ".join(f"{d} ({_pct(x)} %)" for d, x in confused[n, arm].items()) or "none")
+        assert f"| {n} | {' | '.join(cells)} | {_printed(gain[n], plus=True)} |" in section
+    many = [n for n in runs if len(confused[n, "warmstart"]) >= 3]
+    none = [n for n in runs if not confused[n, "warmstart"]]
+    assert many == [10, 21, 23, 26, 27, 28] and none == [9, 11, 12, 14, 17, 19]
+    assert "Six starts flipped three digits or more (runs 10, 21, 23, 26, 27 and 28): RL gained " \
+           f"{_printed(min(gain[n] for n in many), plus=True)} to {_printed(max(gain[n] for n in many), plus=True)}" \
+           in section
+    same = {n: (set(confused[n, "rl"]) - set(confused[n, "warmstart"]), set(confused[n, "warmstart"]) -
+                set(confused[n, "rl"])) for n in many}
+    assert [n for n in many if same[n] == (set(), set())] == [21, 23, 26, 27]
+    assert (len(same[10][0]), len(same[10][1]), len(same[28][0]), len(same[28][1])) == (1, 0, 0, 1)
+    assert "(exactly in runs 21, 23, 26 and 27; run 10's one more, run 28's one fewer)" in section
+    passed = [n for n in none if runs[n]["targets"]["rl_gain_points_ge_15"]["passed"]]
+    assert passed == [9, 14] and "RL's target passed in two of them (9 and 14)" in section
+    assert _printed(Fraction(P.pooled(runs[11]["eval_warmstart"]["results"], [1000, 2000, 4000]))) == "96.5"
+    assert "run 11's start was at its ceiling (96.5 %)" in section
+    assert "every RL run whose start reversed 28 or more codes gained 1.4-13.9 points (runs 8, 12, 17, 19" in \
+        " ".join((ROOT / "bench" / "README.md").read_text().split())
+    start29, rl29 = confused[29, "warmstart"], confused[29, "rl"]
+    assert f"Run 29's start flipped two, 6 and 7 ({_pct(start29['6'])} and {_pct(start29['7'])} %), and RL gained " \
+           f"{_printed(gain[29], plus=True)} while its model flipped a 7 at {_pct(rl29['7'])} % of copies" in section
+    assert list(rl29) == ["7"]
+    # the flips pair up: run 29's one-digit changes of a code held in memory, by the pair of digits
+    for arm, words in (("warmstart", "in run 29's start, {} of {} turned"), ("rl", "in its RL, {} of {}.")):
+        pairs: dict[frozenset[str], int] = {}
+        for r in runs[29][f"eval_{arm}"]["results"]:
+            codes = [code for code, times in r["memory_codes"] for _ in range(times)]
+            for a, b in itertools.pairwise(codes):
+                changed = [i for i in range(len(a)) if len(b) == len(a) and a[i] != b[i]]
+                if a and len(changed) == 1:
+                    pair = frozenset((a[changed[0]], b[changed[0]]))
+                    pairs[pair] = pairs.get(pair, 0) + 1
+        assert max(pairs, key=pairs.get) == frozenset("67")
+        assert words.format(pairs[frozenset("67")], sum(pairs.values())) in section
+    # held codes that changed and came back, per run over its three arms
     per_run: dict[int, dict[str, list[int]]] = {}
-    by_arm: dict[tuple[int, str], list[int]] = {}
     for n, published in runs.items():
         row = {"changed": [0, 0, 0], "swings": [0, 0], "answers": [0, 0]}
         for arm in arms:
@@ -3189,44 +3263,27 @@ def test_what_the_memory_holds_section_shows_what_its_files_hold() -> None:
                     row["swings"][0] += 1
                     row["swings"][1] += len(set(held)) == 2
             assert list(P.held_code_returns(results).values()) == mine
-            by_arm[n, arm] = mine
             row["changed"] = [a + b for a, b in zip(row["changed"], mine)]
         per_run[n] = row
         changed, back, kept = row["changed"]
         assert (f"| {n} | {changed} | {back} | {kept} | {row['swings'][1]} of {row['swings'][0]} | "
                 f"{row['answers'][1]} of {row['answers'][0]} |") in section
     total = [sum(r["changed"][i] for r in per_run.values()) for i in range(3)]
-    assert len(by_arm) == 39 and "Over the 39 evaluations" in section
+    assert len(runs) * len(arms) == 39 and "Over the 39 evaluations" in section
     assert (f"{total[1]} of {total[0]:,} changed held codes came back ({_printed(Fraction(100 * total[1], total[0]))} "
             f"%), and {total[2]} were held again") in section
 
     def came_back(n: int) -> Fraction:
         return Fraction(per_run[n]["changed"][1], per_run[n]["changed"][0])
 
-    def answered(n: int) -> Fraction:
-        return Fraction(per_run[n]["answers"][1], per_run[n]["answers"][0])
-
-    many, few = [10, 21, 23, 27, 28, 29], [9, 11, 12, 17, 19]
-    assert min(came_back(n) for n in many) > max(came_back(n) for n in (*few, 14, 26))
-    assert (round(100 * min(map(came_back, many))), round(100 * max(map(came_back, many)))) == (23, 66)
-    assert (round(100 * min(map(answered, many))), round(100 * max(map(answered, many)))) == (9, 24)
-    assert "In runs 10, 21, 23 and 27-29 between 23 and 66 % came back, 9-24 % of the answers" in section
-    assert max(map(came_back, few)) < Fraction(6, 100) and float(round(100 * max(map(answered, few)), 1)) == 3.3
-    assert "In runs 9, 11, 12, 17 and 19 at most 6 % came back and at most 3.3 % of those answers" in section
-    assert max(map(came_back, few)) < came_back(14) < min(map(came_back, many))
-    assert max(map(answered, few)) < answered(14) < min(map(answered, many)) and "runs 14 and 26 lie between" \
-        in section and max(map(came_back, few)) < came_back(26) < min(map(came_back, many))
-    swings = per_run[29]["swings"]
-    rl = [0, 0]
-    for r in runs[29]["eval_rl"]["results"]:
-        held = [code for code, times in r["memory_codes"] for _ in range(times)][r["needle_chunk"] + 1:]
-        if held and held[0] == r["gold"] and sum(a != b for a, b in itertools.pairwise(held)) >= 3:
-            rl[0] += 1
-            rl[1] += len(set(held)) == 2
-    assert f"(run 29: {swings[1]} of {swings[0]} documents, {rl[1]} of RL's {rl[0]})" in section
+    back_many, back_few = [10, 21, 23, 27, 28, 29], [9, 11, 12, 17, 19]
+    assert min(map(came_back, back_many)) > max(came_back(n) for n in (*back_few, 14, 26))
+    assert (_pct(min(map(came_back, back_many))), _pct(max(map(came_back, back_many)))) == (23, 66)
+    assert max(map(came_back, back_few)) < Fraction(6, 100)
+    assert "in runs 10, 21, 23 and 27-29 between 23 and 66 % came back, in runs 9, 11, 12, 17 and 19 at most 6 %" \
+        in section
     # answers that are not the final memory's last number, at 1K-4K, beside RL's gain
     off: dict[tuple[int, str], Fraction] = {}
-    gain = {}
     for n, published in runs.items():
         printed = []
         for arm in arms:
@@ -3243,41 +3300,55 @@ def test_what_the_memory_holds_section_shows_what_its_files_hold() -> None:
                 "answers": count[0], "off_last": count[1]}
             off[n, arm] = Fraction(count[1], count[0])
             printed.append(f"{count[1]} of {count[0]}")
-        target = published["targets"]["rl_gain_points_ge_15"]
-        gain[n] = next(v for k, v in target.items() if k.startswith("after_"))
-        assert f"| {n} | {' | '.join(printed)} | {gain[n]:+.1f} |" in section
+        assert f"| {n} | {' | '.join(printed)} | {_printed(gain[n], plus=True)} |" in section
     coin, learned = [10, 21, 23, 27, 28], [14, 29]
     others = [n for n in runs if n not in (*coin, *learned)]
 
     def span(values: Any) -> str:
-        values = [round(100 * v) for v in values]
+        values = [_pct(v) for v in values]
         return f"{min(values)}-{max(values)} %"
 
+    def gains(ns: list[int]) -> str:
+        return f"{_printed(min(gain[n] for n in ns), plus=True)} to {_printed(max(gain[n] for n in ns), plus=True)}"
+
     assert f"left its memory's last number in {span(off[n, 'warmstart'] for n in coin)} of documents, RL kept that " \
-           f"share ({span(off[n, 'rl'] for n in coin)}) and gained {min(gain[n] for n in coin):+.1f} to " \
-           f"{max(gain[n] for n in coin):+.1f}" in section
+           f"share ({span(off[n, 'rl'] for n in coin)}) and gained {gains(coin)}" in section
     assert max(gain[n] for n in coin) < 15 <= min(gain[n] for n in learned)
-    starts = " and ".join(str(round(100 * off[n, "warmstart"])) for n in learned)
-    after = " and ".join(str(round(100 * off[n, "rl"])) for n in learned)
-    gains = " and ".join(f"{gain[n]:+.1f}" for n in learned)
-    assert f"in runs 14 and 29 the start's share was {starts} %, RL cut it to {after} % and gained {gains}" in section
-    assert f"in the other six it was {span(off[n, 'warmstart'] for n in others)} and RL gained " \
-           f"{min(gain[n] for n in others):+.1f} to {max(gain[n] for n in others):+.1f}" in section
+    starts = " and ".join(str(_pct(off[n, "warmstart"])) for n in learned)
+    after = " and ".join(str(_pct(off[n, "rl"])) for n in learned)
+    both = " and ".join(_printed(gain[n], plus=True) for n in learned)
+    assert f"in runs 14 and 29 the start's share was {starts} %, RL cut it to {after} % and gained {both}" in section
+    assert f"in the other six it was {span(off[n, 'warmstart'] for n in others)} and RL gained {gains(others)}" \
+        in section
     assert len(others) == 6 and max(off[n, "warmstart"] for n in others) < min(off[n, "warmstart"] for n in learned)
-    # run 29's reading of RL's misses at 32K, from the last number: 19 misses, 8 lost in memory
-    at_32k = [r for r in runs[29]["eval_rl"]["results"] if r["length"] == 32000]
-    steps = [P.miss_step(r) for r in at_32k]
-    assert (len(steps) - steps.count("right"), steps.count("lost_in_memory")) == (19, 8)
-    quoted = "Of RL's 19 misses at 32K, 8 are codes it stored right that a later memory update changed"
-    assert quoted in _bench_section("**Run 29**", "**Chunk alignment**") and f"run 29's \"{quoted}\"" in section
+    # run 29's RL by whether the code holds a 6 or a 7, at 1K-4K, 8K-16K and 32K
+    words = []
+    for has in (False, True):
+        for lengths in ((1000, 2000, 4000), (8000, 16000), (32000,)):
+            picked = [r for r in runs[29]["eval_rl"]["results"]
+                      if r["length"] in lengths and bool(set(r["gold"]) & set("67")) == has]
+            right = sum(r["sub_em_strict"] == 1.0 for r in picked)
+            words.append((right, len(picked), _printed(Fraction(100 * right, len(picked)))))
+    clean, mixed = words[:3], words[3:]
+    assert (f"RL answered {clean[0][0]} of the {clean[0][1]} documents at 1K-4K whose code holds neither a 6 nor a 7 "
+            f"({clean[0][2]} %), {clean[1][0]} of {clean[1][1]} at 8K-16K ({clean[1][2]} %) and {clean[2][0]} of "
+            f"{clean[2][1]} at 32K ({clean[2][2]} %: "
+            f"{_printed(Fraction(clean[2][0] * clean[0][1], clean[2][1] * clean[0][0]), 2)}x of 1K-4K)") in section
+    assert ("of those with a 6 or a 7, " + ", ".join(f"{r} of {t} ({x} %)" for r, t, x in mixed[:2]) +
+            f" and {mixed[2][0]} of {mixed[2][1]} ({mixed[2][2]} %)") in section
+    # not two codes in one memory: RL's first step, trained tokens per sequence
+    per_sequence = {n: Fraction(f["rl_stage"]["curve"][0]["trained_tokens"], f["rl_stage"]["curve"][0]["sequences"])
+                    for n, f in runs.items()}
+    rest = [x for n, x in per_sequence.items() if n != 17]
+    assert f"{_printed(min(rest), 2)}-{_printed(max(rest), 2)} in every run but 17 " \
+           f"({_printed(per_sequence[17], 2)})" in section
     # storing at the needle's chunk, by where it sat, over the runs "Chunk alignment" finds with no code written at
     # a chunk ending a sentence (its test re-derives them), in documents whose memory held no code before it
-    alignment = _bench_section("**Chunk alignment**", "**What the memory holds**")
+    alignment = _bench_section("**Chunk alignment**", "**Confused digits**")
     assert "Runs 9, 12, 14, 21, 23, 28 and 29: none in any arm" in alignment
-    clean = [9, 12, 14, 21, 23, 28, 29]
     assert "over the seven runs that \"Chunk alignment\" finds writing none (9, 12, 14, 21, 23, 28 and 29)" in section
     stored = {arm: {"early": [0, 0], "late": [0, 0]} for arm in arms}
-    for n in clean:
+    for n in (9, 12, 14, 21, 23, 28, 29):
         for arm in arms:
             for r in runs[n][f"eval_{arm}"]["results"]:
                 if r["status"] in ("failed", "aborted") or 4 <= r["needle_chunk"] <= 15:
@@ -3299,3 +3370,9 @@ def test_what_the_memory_holds_section_shows_what_its_files_hold() -> None:
     warm, control = stored["warmstart"], stored["rl_permuted"]
     assert (f"the warm start {pct(warm['early'])} and {pct(warm['late'])} %, the control {pct(control['early'])} and "
             f"{pct(control['late'])} %") in section
+    # RL repaired no start's confusion: every digit a start flipped at 25 % or more, RL's model did too, but two
+    kept = [(n, d, _pct(confused[n, "rl"].get(d) or Fraction(P.digit_flips(runs[n]["eval_rl"]["results"])[d][1],
+                                                                P.digit_flips(runs[n]["eval_rl"]["results"])[d][0])))
+            for n in runs for d in confused[n, "warmstart"] if d not in confused[n, "rl"]]
+    assert kept == [(28, "8", 20), (29, "6", 20)]
+    assert "its model flipped the same digits at 25 % or more, but run 28's 8 and run 29's 6, at 20 % each" in section

@@ -15,6 +15,7 @@ training sequences are exactly what RL would train on.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -358,6 +359,32 @@ def held_code_returns(results: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         if texts:
             text = texts_by_call(r)[changed]
             out["gold_elsewhere"] += text is not None and gold in re.findall(r"\d+", text)[:-1]
+    return out
+
+
+def digit_flips(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """How each digit fared when a memory update copied a held code, from `memory_codes`: per digit, [reads,
+    flips]: the digits of every code a memory update read, and how many came out as another digit with the
+    rest of the code unchanged (one digit flipped); digits 0-9 only (a memory's run of digits can hold another
+    script's, from an untrained model's noise). A model that cannot tell two digits apart flips both, often into
+    each other (bench/README, "Confused digits"). A failed or aborted rollout is left out.
+
+    >>> r = {"status": "completed", "memory_codes": [["", 1], ["67", 2], ["66", 1], ["6", 1]]}
+    >>> flips = digit_flips([r])  # 67 -> 67 -> 66 (the 7 flipped) -> 6 (not one digit flipped: a read only)
+    >>> flips["6"], flips["7"], flips["0"]
+    ([4, 0], [2, 1], [0, 0])
+    """
+    out = {digit: [0, 0] for digit in "0123456789"}
+    for r in results:
+        if not made_every_call(r):
+            continue
+        codes = codes_by_call(r)
+        for code, then in itertools.pairwise(codes):
+            changed = [i for i, (a, b) in enumerate(zip(code, then)) if a != b] if len(then) == len(code) else []
+            for i, digit in enumerate(code):
+                if digit in out:
+                    out[digit][0] += 1
+                    out[digit][1] += changed == [i]
     return out
 
 

@@ -105,9 +105,9 @@ def _memory_readings(evals: dict[str, Any], groups: dict[str, list[int]]) -> dic
     """Per evaluation, the codes written before the needle was read and the held codes changed after it, by the
     kind of chunk read (`pipeline.needle_free_writes`, `pipeline.held_code_changes`; bench/README, "Chunk
     alignment") when the evaluations keep `flush_chunks`; and what their memories held (`pipeline.blank_memory`,
-    `pipeline.held_code_returns`, and `pipeline.answers_off_memory` for each group of `groups`' lengths;
-    bench/README, "What the memory holds") when they keep `memory_texts`. Runs 3-29's evaluations keep
-    neither."""
+    `pipeline.held_code_returns`, `pipeline.answers_off_memory` for each group of `groups`' lengths, and
+    `pipeline.digit_flips`; bench/README, "Confused digits") when they keep `memory_texts`. Runs 3-29's
+    evaluations keep neither."""
     readings: dict[str, Any] = {}
     if _kept_by_all(evals, "flush_chunks"):
         readings["needle_free_writes"] = {k: P.needle_free_writes(e["results"]) for k, e in evals.items()}
@@ -117,6 +117,7 @@ def _memory_readings(evals: dict[str, Any], groups: dict[str, list[int]]) -> dic
         readings["held_code_returns"] = {k: P.held_code_returns(e["results"]) for k, e in evals.items()}
         readings["answers_off_memory"] = {k: {label: P.answers_off_memory(e["results"], lengths)
                                               for label, lengths in groups.items()} for k, e in evals.items()}
+        readings["digit_flips"] = {k: P.digit_flips(e["results"]) for k, e in evals.items()}
     return readings
 
 

@@ -192,9 +192,10 @@ def _reversed_share(results: list[dict[str, Any]], cfg: P.ReproConfig) -> float:
 
 def _off_memory_share(results: list[dict[str, Any]], cfg: P.ReproConfig) -> float | None:
     """The share (%) of the boxed answers at the training lengths, given from a final memory that holds a code,
-    that are not its last number (`pipeline.answers_off_memory`; None: no such answer). The starts whose answers
-    left it in about half their documents gained least from RL (bench/README, "What the memory holds"), so the
-    warm start's log shows it before RL begins."""
+    that are not its last number (`pipeline.answers_off_memory`; None: no such answer): the answer's copy of the
+    code, which a start that confuses digits gets wrong. The starts whose answers left it in about half their
+    documents gained least from RL (bench/README, "Confused digits"), so the warm start's log shows it before RL
+    begins."""
     counts = P.answers_off_memory(results, cfg.train_lengths)
     return round(100 * counts["off_last"] / counts["answers"], 2) if counts["answers"] else None
 
