@@ -267,12 +267,19 @@ def test_the_warm_start_probe_counts_reversed_codes_at_the_training_lengths(monk
     point: dict[str, Any] = {}
     args = argparse.Namespace(confirm_per_length=2)
     assert R._confirm(types.SimpleNamespace(tokenizer=None), cfg, args, 7, point, None) == 40.0
-    assert point == {"confirm_strict": 40.0, "confirm_reversed": 40.0, "confirm_off_memory": 40.0}
-    assert asked == ["confirm-7"]
+    assert point == {"confirm_strict": 40.0, "confirm_reversed": 40.0, "confirm_off_memory": 40.0,
+                     "confirm_flips": [0, 0]} and asked == ["confirm-7"]  # one code per document: none copied
     # no answer given from a memory that holds a code: no share to read, and the log says so
     for r in results:
         r["memory_codes"] = [["", 3]]
     assert R._probe(None, [], cfg)["probe_off_memory"] is None and R._shown(None) == "-"
+    # `probe_flips`: the digits memory updates copied at the training lengths, and those that came out as another
+    # digit with the rest of the code unchanged (51 -> 51 -> 57: the 1 flipped; 30 -> 3: a change, not a flip)
+    copies = [{**doc(1000, "51", "\\boxed{57}", "57"), "memory_codes": [["", 1], ["51", 2], ["57", 1]]},
+              {**doc(2000, "30", "\\boxed{3}", "3"), "memory_codes": [["", 2], ["30", 1], ["3", 1]]},
+              {**doc(8000, "46", "\\boxed{46}", "46"), "memory_codes": [["", 1], ["46", 5]]}]  # 8K: not read
+    assert R._flips(copies, cfg) == [6, 1] and R._flip_share([6, 1]) == "16.7% of 6"
+    assert R._flip_share([0, 0]) == "- (no code copied)"
 
 
 def _roll(engine: Any, rows: list[dict[str, Any]], reply: Any) -> list[Any]:
@@ -304,20 +311,27 @@ def _tiny_repro_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return model
 
 
-def _script_probe(monkeypatch: pytest.MonkeyPatch, probes: list[tuple[float, float]],
-                  confirms: list[tuple[float, float]] = ()) -> None:
-    """The warm start's probe and confirmation read these (strict, reversed) shares, in the order asked (a tiny
-    CPU model scores 0); the training stays real."""
+def _script_probe(monkeypatch: pytest.MonkeyPatch, probes: list[tuple[Any, ...]],
+                  confirms: list[tuple[Any, ...]] = ()) -> None:
+    """The warm start's probe and confirmation read these (strict, reversed) shares, and (strict, reversed,
+    [copied digits, flipped]) where a test gives its flips (none copied otherwise: a tiny CPU model scores 0), in
+    the order asked; the training stays real."""
     import reproduce as R
 
     asked, confirmed = iter(probes), iter(confirms)
-    monkeypatch.setattr(R, "_probe", lambda engine, probe, cfg: dict(
-        zip(("probe_strict", "probe_reversed"), next(asked), strict=True), probe_digits=0.0, probe_off_memory=None))
+
+    def probe(engine: Any, rows: Any, cfg: Any) -> dict[str, Any]:
+        strict, reversed_, *flips = next(asked)
+        return {"probe_strict": strict, "probe_reversed": reversed_, "probe_digits": 0.0, "probe_off_memory": None,
+                "probe_flips": flips[0] if flips else [0, 0]}
+    monkeypatch.setattr(R, "_probe", probe)
 
     def confirm(engine: Any, cfg: Any, args: Any, step: int, point: dict[str, Any], pool: Any) -> float | None:
         if args.confirm_per_length <= 0:
             return None
-        point["confirm_strict"], point["confirm_reversed"] = next(confirmed)
+        strict, reversed_, *flips = next(confirmed)
+        point["confirm_strict"], point["confirm_reversed"] = strict, reversed_
+        point["confirm_flips"] = flips[0] if flips else [0, 0]
         return point["confirm_strict"]
     monkeypatch.setattr(R, "_confirm", confirm)
 
@@ -494,13 +508,56 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
                         (["--restart-reversed", "120"], "--restart-reversed: '120': a share of answers in %"),
                         (["--restart-reversed", "a fifth"], "--restart-reversed: 'a fifth': a share of answers"),
                         (["--restarts", "0"], "--restarts: '0': a whole number of attempts after the first, 1 or more"),
-                        (["--restarts", "3"], "--restarts 3 without --restart-reversed: nothing would begin again"),
+                        (["--restarts", "3"], ("--restarts 3 without --restart-reversed or --restart-flips: "
+                                               "nothing would begin again")),
+                        (["--restart-flips", "0"], "--restart-flips: '0': a share of copied digits in %, over 0"),
+                        (["--restart-flips", "10", "--schedule", "cosine", "--max-minutes", "5"],
+                         "--restart-flips with --schedule cosine and --max-minutes: the cosine runs over"),
                         (["--restart-reversed", "20", "--schedule", "cosine", "--max-minutes", "5"],
                          "--restart-reversed with --schedule cosine and --max-minutes: the cosine runs over")):
         capsys.readouterr()
         with pytest.raises(SystemExit) as refused:  # argparse's refusal, before anything loads
             _repro_stage(monkeypatch, "warmstart", "--init", str(model), "--out", str(tmp_path / "x"), *flags)
         assert refused.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_warm_start_that_flips_digits_begins_again_from_its_init(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`warmstart --restart-flips PCT`: a stop whose memory updates flipped PCT % or more of the digits they copied
+    (the probe's and the confirmation's copies pooled) is rejected and begun again as `--restart-reversed` begins
+    it; a stop with nothing copied has nothing to read and stands. With both flags, a stop over either is rejected,
+    and if every attempt is, the one least over its limits is kept. The readings are scripted; the training is real."""
+    model = _tiny_repro_model(tmp_path, monkeypatch)
+
+    def warm(name: str, probes: list[tuple[Any, ...]], *flags: str, confirms: list[tuple[Any, ...]] = ()) -> dict:
+        _script_probe(monkeypatch, probes, confirms)
+        _repro_stage(monkeypatch, "warmstart", "--init", str(model), "--out", str(tmp_path / name), "--demos", "3",
+                     "--batch", "4", "--warmup", "2", "--max-steps", "6", "--probe-per-length", "1", "--device", "cpu",
+                     "--stop-at", "30", "--eval-every", "2", "--eval-from", "2", *flags)
+        return json.loads((tmp_path / name / "stage.json").read_text())["stop"]
+
+    stop = warm("flips", [(40.0, 0.0, [100, 30]), (40.0, 0.0, [100, 5])], "--restart-flips", "10")
+    assert stop["reason"] == ("probe strict sub_em 40.0% >= 30.0% at step 2, digits flipped 5.0% under "
+                              "--restart-flips 10.0% in attempt 2, after 1 restart (stop['rejected'])")
+    assert (stop["attempt"], stop["flips"], "reversed" in stop) == (1, 5.0, False)
+    [first] = stop["rejected"]
+    assert (first["attempt"], first["flips"], first["probe_flips"]) == (0, 30.0, [100, 30])
+    # the probe's copies and the confirmation's pooled: 5 of 10 and 4 of 90 read 9 %, under 10
+    stop = warm("pooled", [(40.0, 0.0, [10, 5])], "--restart-flips", "10", "--confirm-per-length", "3",
+                confirms=[(40.0, 0.0, [90, 4])])
+    assert (stop["flips"], stop["attempt"], stop["rejected"]) == (9.0, 0, [])
+    stop = warm("none", [(40.0, 0.0)], "--restart-flips", "10")  # nothing copied: nothing to read, the stop stands
+    assert stop["flips"] is None and stop["reason"].endswith(", digits flipped - under --restart-flips 10.0%")
+    # both rules: attempt 1 reverses (50/20 of its limit), attempt 2 flips (20/10), attempt 3 both (25/20, 15/10):
+    # every one is over, and attempt 3, whose worse reading is least over its limit (1.5x), is kept
+    stop = warm("both", [(40.0, 50.0, [100, 0]), (40.0, 0.0, [100, 20]), (40.0, 25.0, [100, 15])],
+                "--restart-reversed", "20", "--restart-flips", "10")
+    assert stop["reason"] == (
+        "probe strict sub_em 40.0% >= 30.0% at step 2, reversed 25.0%, digits flipped 15.0%: every one of the 3 "
+        "attempts read --restart-reversed 20.0% or --restart-flips 10.0% or more (--restarts 2): kept attempt 3, the "
+        "least over its limits (stop['rejected'])")
+    assert (stop["attempt"], stop["reversed"], stop["flips"]) == (2, 25.0, 15.0)
+    assert [(r["attempt"], r["reversed"], r["flips"]) for r in stop["rejected"]] == [(0, 50.0, 0.0), (1, 0.0, 20.0)]
 
 
 def test_the_filler_a_model_was_made_with_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -805,7 +862,8 @@ CALLS_ENV = {
                   "--eval-lengths 110",
     "EVAL_PER_LENGTH": "2", "DEMOS": "4", "DEMO_WORKERS": "1", "WS_ARGS": "--batch 8 --max-steps 2",
     "WS_EVAL_EVERY": "2", "WS_EVAL_FROM": "2", "PROBE": "1", "CONFIRM": "1", "WS_STOP_AT": "101", "WS_ROUNDS": "2",
-    "WS_STOP_ABOVE": "102", "WS_REFINES": "1", "WS_RESTART_REVERSED": "20", "WS_RESTARTS": "1",
+    "WS_STOP_ABOVE": "102", "WS_REFINES": "1", "WS_RESTART_REVERSED": "20", "WS_RESTART_FLIPS": "10",
+    "WS_RESTARTS": "1",
     "RL_PROMPTS": "2", "RL_SAMPLES": "2", "RL_STEPS_PER_ROLLOUT": "2", "RL_WARMUP": "3", "RL_MIN_S": "30",
     "RL_TOTAL_S": "88", "EVAL_S": "30",
     # an untrained model never scores: every group is flat, and --skip-flat would take no AdamW step to resume
@@ -879,7 +937,8 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     ws1 = json.loads(first["packed"]["warmstart1_stage.json"])
     assert ws1["stop"]["reason"] == "max_steps 2 reached"  # under the probe mark: another round follows
     assert ws1["args"]["stop_above"] == 102.0 and ws1["args"]["refines"] == 1 and ws1["stop"]["overshoots"] == []
-    assert (ws1["args"]["restart_reversed"], ws1["args"]["restarts"]) == (20.0, 1)  # WS_RESTART_REVERSED, WS_RESTARTS
+    assert (ws1["args"]["restart_reversed"], ws1["args"]["restart_flips"], ws1["args"]["restarts"]) == (
+        20.0, 10.0, 1)  # WS_RESTART_REVERSED, WS_RESTART_FLIPS, WS_RESTARTS
     assert ws1["stop"]["attempt"] == 0 and ws1["stop"]["rejected"] == []  # no probe stop: nothing to begin again from
     # 2: a second round on new documents, from the first; WS_ROUNDS reached, so RL and its control start from it
     # in the same call (RL_MIN_S was left), and end short of RL_TOTAL_S: "call again"
@@ -3334,6 +3393,8 @@ def test_confused_digits_section_shows_what_its_files_hold() -> None:
             f"({clean[0][2]} %), {clean[1][0]} of {clean[1][1]} at 8K-16K ({clean[1][2]} %) and {clean[2][0]} of "
             f"{clean[2][1]} at 32K ({clean[2][2]} %: "
             f"{_printed(Fraction(clean[2][0] * clean[0][1], clean[2][1] * clean[0][0]), 2)}x of 1K-4K)") in section
+    assert ("its training lengths by more, and on codes with neither a 6 nor a 7, the digits its start confused, "
+            "kept 0.90x: see \"Confused digits\"") in " ".join((ROOT / "bench" / "README.md").read_text().split())
     assert ("of those with a 6 or a 7, " + ", ".join(f"{r} of {t} ({x} %)" for r, t, x in mixed[:2]) +
             f" and {mixed[2][0]} of {mixed[2][1]} ({mixed[2][2]} %)") in section
     # not two codes in one memory: RL's first step, trained tokens per sequence
@@ -3376,3 +3437,46 @@ def test_confused_digits_section_shows_what_its_files_hold() -> None:
             for n in runs for d in confused[n, "warmstart"] if d not in confused[n, "rl"]]
     assert kept == [(28, "8", 20), (29, "6", 20)]
     assert "its model flipped the same digits at 25 % or more, but run 28's 8 and run 29's 6, at 20 % each" in section
+    # early and late starts: confused digits once in runs 9-19, every time in 21-29 (29's least); what differed
+    early_runs, late_runs = [n for n in runs if n <= 19], [n for n in runs if n >= 21]
+    assert len(early_runs) == 7 and len(late_runs) == 6
+    assert [n for n in early_runs if confused[n, "warmstart"]] == [10] and all(confused[n, "warmstart"]
+                                                                              for n in late_runs)
+    assert min(late_runs, key=lambda n: len(confused[n, "warmstart"])) == 29
+    assert "The starts of runs 9-19 (seven evaluated) confused digits once (run 10); those of runs 21-29 (six) " \
+           "every time, run 29's least" in section
+    stages = {n: runs[n]["warmstart_stage"] for n in runs}
+    differ = {k for k in set().union(*(s["args"] for s in stages.values()))
+              if len({json.dumps(s["args"].get(k)) for s in stages.values()}) > 1}
+    # the round's split, init and out (a second round's), its time budget (what its call left), and four settings
+    assert differ == {"demo_split", "init", "out", "max_minutes", "eval_every", "eval_from", "stop_above", "refines",
+                      "refine_by", "write_share", "restart_reversed", "restarts"}
+    assert [n for n in runs if stages[n]["args"].get("demo_split") != "demo1"] == [21, 28]
+    assert [n for n in runs if stages[n]["args"].get("eval_every") != 50] == [9]
+    assert [n for n in runs if stages[n]["args"].get("stop_above") is not None] == [n for n in runs if n >= 12]
+    assert [n for n in runs if stages[n]["args"].get("write_share")] == [17]
+    assert [n for n in runs if stages[n]["args"].get("restart_reversed") is not None] == late_runs
+    assert all(stages[n]["stop"]["attempt"] == 0 and not stages[n]["stop"]["rejected"] for n in late_runs)
+    assert all(s["stop"]["attempt"] == 0 and not s["stop"]["rejected"] for n in (21, 28)
+               for s in runs[n]["warmstart_earlier_rounds"])
+    assert "the probe's cadence (run 9), the band's top (runs 12 on), the write share (run 17) and the restart " \
+           "rule (runs 21 on, which began none of them again)" in section
+    # read before RL begins: the share of copied digits flipped at 1K-4K, on 144 documents
+    share = {}
+    for n in runs:
+        at_train = [r for r in runs[n]["eval_warmstart"]["results"] if r["length"] <= 4000]
+        assert len(at_train) == 144
+        counts = _digit_flips(at_train)
+        share[n] = Fraction(sum(f for _, f in counts.values()), sum(r for r, _ in counts.values()))
+    clean_starts = [n for n in runs if not confused[n, "warmstart"]]
+    confusing = [n for n in runs if len(confused[n, "warmstart"]) >= 3]
+
+    def flip_span(ns: list[int]) -> str:
+        return f"{_printed(100 * min(share[n] for n in ns))}-{_printed(100 * max(share[n] for n in ns))} %"
+
+    assert f"the six clean starts' memory updates flipped {flip_span(clean_starts)} of the digits they copied, the " \
+           f"six confusing ones {flip_span(confusing)}, run 29's {_printed(100 * share[29])} %" in section
+    assert max(share[n] for n in clean_starts) < Fraction(10, 100) < share[29] < min(share[n] for n in confusing)
+    assert "WS_RESTART_FLIPS=10 WS_RESTARTS=2" in section and "(run 29's one attempt took 371 s of call 1's 555)" \
+        in section
+    assert round(stages[29]["stop"]["seconds"]) == 371 and "call starts, budget 555s" in runs[29]["calls_log"]

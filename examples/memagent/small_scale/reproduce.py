@@ -181,7 +181,21 @@ def _probe(engine: Any, probe: list[dict[str, Any]], cfg: P.ReproConfig) -> dict
               for name, metric in (("strict", "sub_em_strict"), ("sub_em", "sub_em"), ("digits", "digits"))}
     scores["probe_reversed"] = _reversed_share(results, cfg)
     scores["probe_off_memory"] = _off_memory_share(results, cfg)
+    scores["probe_flips"] = _flips(results, cfg)
     return scores
+
+
+def _flips(results: list[dict[str, Any]], cfg: P.ReproConfig) -> list[int]:
+    """[reads, flips] of the digits memory updates copied at the training lengths (`pipeline.digit_flips`, all
+    digits together): a start that confuses digits flips 15 % or more of them there, a start that does not 5 % or
+    less (bench/README, "Confused digits")."""
+    per_digit = P.digit_flips([r for r in results if r["length"] in cfg.train_lengths])
+    return [sum(reads for reads, _ in per_digit.values()), sum(flips for _, flips in per_digit.values())]
+
+
+def _flip_share(counts: list[int]) -> str:
+    reads, flips = counts
+    return f"{100 * flips / reads:.1f}% of {reads}" if reads else "- (no code copied)"
 
 
 def _reversed_share(results: list[dict[str, Any]], cfg: P.ReproConfig) -> float:
@@ -219,9 +233,10 @@ def _confirm(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, step: in
     point["confirm_strict"] = round(P.pooled(results, cfg.train_lengths), 2)
     point["confirm_reversed"] = _reversed_share(results, cfg)
     point["confirm_off_memory"] = _off_memory_share(results, cfg)
+    point["confirm_flips"] = _flips(results, cfg)
     _log(f"step {step}: confirmation on {len(rows)} new documents: strict sub_em {point['confirm_strict']:.1f}%, "
          f"reversed {point['confirm_reversed']:.1f}%, answers off the memory's last number "
-         f"{_shown(point['confirm_off_memory'])}")
+         f"{_shown(point['confirm_off_memory'])}, digits flipped {_flip_share(point['confirm_flips'])}")
     return point["confirm_strict"]
 
 
@@ -378,7 +393,8 @@ def _attempt(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _Trai
         point.update(_probe(engine, t.probe, cfg))
         _log(f"step {step}: loss {loss_sum:.3f}, probe strict sub_em {point['probe_strict']:.1f}%, "
              f"digits right {point['probe_digits']:.1f}%, reversed {point['probe_reversed']:.1f}%, "
-             f"off the memory's last number {_shown(point['probe_off_memory'])}")
+             f"off the memory's last number {_shown(point['probe_off_memory'])}, "
+             f"digits flipped {_flip_share(point['probe_flips'])}")
         verdict = P.band_verdict(point["probe_strict"], args.stop_at, top)
         if verdict != "over" or not refines:  # with no refinement left, an overshoot counts as over the mark
             over = over + 1 if verdict != "under" else 0
@@ -422,6 +438,18 @@ def _reversed_at_stop(point: dict[str, Any], probe_answers: int, confirm_answers
     return round(sum(share * n for share, n in readings) / sum(n for _, n in readings), 2)
 
 
+def _flips_at_stop(point: dict[str, Any]) -> float | None:
+    """The share (%) of copied digits flipped at a stop: the probe's and the confirmation's copies pooled (None:
+    no code was copied, so there is nothing to read).
+
+    >>> _flips_at_stop({"probe_flips": [100, 20], "confirm_flips": [300, 20]}), _flips_at_stop({"probe_flips": [0, 0]})
+    (10.0, None)
+    """
+    reads = point["probe_flips"][0] + point.get("confirm_flips", [0, 0])[0]
+    flips = point["probe_flips"][1] + point.get("confirm_flips", [0, 0])[1]
+    return round(100 * flips / reads, 2) if reads else None
+
+
 def _weights(model: Any) -> dict[str, Any]:
     """A copy of the model's weights (a state dict is by reference: the next step would change it)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -445,7 +473,8 @@ def stage_warmstart(args: argparse.Namespace) -> None:
                              "--value-digits at the model stage); pass --write-share 0")
         _log(f"{len(writes)} rows first write the code into memory: {args.write_share:.0%} of each batch from them")
     probe = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.probe_per_length, "probe", pool)
-    attempts = args.restarts + 1 if args.restart_reversed is not None else 1
+    restarting = args.restart_reversed is not None or args.restart_flips is not None
+    attempts = args.restarts + 1 if restarting else 1
     run, stop = _warm_starts(engine, cfg, args, _Training(data, trained, writes, probe, pool, started), attempts)
     stop["seconds"] = round(time.perf_counter() - started, 1)
     _log(f"stopped: {stop['reason']}")
@@ -454,22 +483,39 @@ def stage_warmstart(args: argparse.Namespace) -> None:
                              "curve": run.curve})
 
 
+# the readings a stop can be begun again by: (stop key, its flag's dest, its flag, what the reason says it read)
+RESTART_READINGS = (("reversed", "restart_reversed", "--restart-reversed", "reversed"),
+                    ("flips", "restart_flips", "--restart-flips", "digits flipped"))
+
+
+def _stop_readings(point: dict[str, Any], t: _Training, cfg: P.ReproConfig, args: argparse.Namespace,
+                   limits: dict[str, float]) -> dict[str, float | None]:
+    """The readings of a stop that a restart flag acts on (`limits`: stop key -> the flag's share)."""
+    confirm_answers = args.confirm_per_length * len(cfg.train_lengths)
+    read = {"reversed": lambda: _reversed_at_stop(point, len(t.probe), confirm_answers),
+            "flips": lambda: _flips_at_stop(point)}
+    return {key: read[key]() for key in limits}
+
+
 def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _Training,
                  attempts: int) -> tuple[_Attempt, dict[str, Any]]:
-    """The warm start, begun again from the init weights (`--restart-reversed`) while its stop reads that share
-    of reversed codes or more, `attempts` times at most; returns the attempt kept (its weights in the engine's
-    model) and its stop, which lists the attempts begun again from (`rejected`)."""
-    limit = args.restart_reversed
-    init = _weights(engine.model) if limit is not None else {}
+    """The warm start, begun again from the init weights while its stop reads a share at or over a restart flag's
+    (`--restart-reversed`: answers that are the code reversed; `--restart-flips`: copied digits flipped), `attempts`
+    times at most; returns the attempt kept (its weights in the engine's model) and its stop, which lists the
+    attempts begun again from (`rejected`). If every attempt reads as much, the one least over its limits is
+    kept (the largest of its readings over their flags' shares, least)."""
+    limits = {key: getattr(args, dest) for key, dest, _, _ in RESTART_READINGS if getattr(args, dest) is not None}
+    flags = {key: (flag, words) for key, _, flag, words in RESTART_READINGS}
+    init = _weights(engine.model) if limits else {}
     rejected: list[dict[str, Any]] = []
-    least: tuple[float, int, dict[str, Any], _Attempt] | None = None  # the least reversed stop so far
+    least: tuple[float, int, dict[str, float | None], dict[str, Any], _Attempt] | None = None
     for attempt in range(attempts):
         if attempt:
             engine.model.load_state_dict(init)
         begun = time.perf_counter()
         run = _attempt(engine, cfg, args, t, attempt)
         stop = dict(run.stop)
-        if limit is None:
+        if not limits:
             return run, stop
         tried = f" in attempt {attempt + 1}, after {attempt} restart{'s' * (attempt != 1)} (stop['rejected'])"
         tried = tried if attempt else ""
@@ -477,27 +523,41 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
             stop["reason"] += tried
             return run, {**stop, "attempt": attempt, "rejected": rejected}
         point = run.curve[-1]
-        share = _reversed_at_stop(point, len(t.probe), args.confirm_per_length * len(cfg.train_lengths))
-        if share < limit:
-            stop["reason"] += f", reversed {share:.1f}% under --restart-reversed {limit}%{tried}"
-            return run, {**stop, "attempt": attempt, "reversed": share, "rejected": rejected}
+        readings = _stop_readings(point, t, cfg, args, limits)
+        over = [key for key, share in readings.items() if share is not None and share >= limits[key]]
+        said = ", ".join(_reading(flags[key][1], share) for key, share in readings.items())
+        if not over:
+            under = ", ".join(f"{_reading(flags[k][1], share)} under {flags[k][0]} {limits[k]}%"
+                              for k, share in readings.items())
+            stop["reason"] += f", {under}{tried}"
+            return run, {**stop, "attempt": attempt, **readings, "rejected": rejected}
         seconds = round(time.perf_counter() - begun, 1)
-        rejected.append({"attempt": attempt, "reversed": share, **stop, "seconds": seconds,
-                         **{k: point[k] for k in ("probe_strict", "probe_reversed", "confirm_strict",
-                                                  "confirm_reversed") if k in point}, "curve": run.curve})
-        if least is None or share < least[0]:
-            least = (share, attempt, _weights(engine.model), run)
-        _log(f"attempt {attempt + 1} stopped with {share:.1f}% of its answers reversed (>= --restart-reversed "
-             f"{limit}%)" + (": beginning again from the init weights" if attempt + 1 < attempts else ""))
+        rejected.append({"attempt": attempt, **readings, **stop, "seconds": seconds,
+                         **{k: point[k] for k in ("probe_strict", "probe_reversed", "probe_flips", "confirm_strict",
+                                                  "confirm_reversed", "confirm_flips") if k in point},
+                         "curve": run.curve})
+        worst = max((share or 0.0) / limits[key] for key, share in readings.items())
+        if least is None or worst < least[0]:
+            least = (worst, attempt, readings, _weights(engine.model), run)
+        _log(f"attempt {attempt + 1} stopped with {said} (>= " + " / ".join(f"{flags[k][0]} {limits[k]}%" for k in over)
+             + ")" + (": beginning again from the init weights" if attempt + 1 < attempts else ""))
     assert least is not None
-    share, attempt, weights, run = least
+    _, attempt, readings, weights, run = least
     engine.model.load_state_dict(weights)
     rejected.pop(attempt)
     stop = dict(run.stop)
-    stop["reason"] += (f", reversed {share:.1f}%: every one of the {attempts} attempts read --restart-reversed "
-                       f"{limit}% or more (--restarts {attempts - 1}): kept attempt {attempt + 1}, the least reversed "
-                       "(stop['rejected'])")
-    return run, {**stop, "attempt": attempt, "reversed": share, "rejected": rejected}
+    read = " or ".join(f"{flags[k][0]} {limits[k]}%" for k in limits)
+    least_words = "the least reversed" if list(limits) == ["reversed"] else (
+        "the least flipped" if list(limits) == ["flips"] else "the least over its limits")
+    stop["reason"] += (f", {', '.join(_reading(flags[k][1], share) for k, share in readings.items())}: every one of "
+                       f"the {attempts} attempts read {read} or more (--restarts {attempts - 1}): kept attempt "
+                       f"{attempt + 1}, {least_words} (stop['rejected'])")
+    return run, {**stop, "attempt": attempt, **readings, "rejected": rejected}
+
+
+def _reading(words: str, share: float | None) -> str:
+    """A stop's reading as its reason says it ("reversed 12.5%"; "digits flipped -" with nothing copied)."""
+    return f"{words} {'-' if share is None else f'{share:.1f}%'}"
 
 
 # ---------------------------------------------------------------------------------------------- 3. RL
@@ -593,16 +653,17 @@ def _share(text: str) -> float:
     return value
 
 
-def _percent(text: str) -> float:
-    """`--restart-reversed`: a share of answers (%), over 0 and at most 100."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"{text!r}: a share of answers in %, over 0 and at most 100 (20: begin "
-                                         "again when a fifth of the answers at the stop are the code reversed)")
-    return value
+def _percent(what: str, example: str) -> Callable[[str], float]:
+    """A restart flag's type: a share of `what` (%), over 0 and at most 100, refused with `example`."""
+    def share(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = 0.0
+        if not 0 < value <= 100:
+            raise argparse.ArgumentTypeError(f"{text!r}: a share of {what} in %, over 0 and at most 100 ({example})")
+        return value
+    return share
 
 
 def _positive(text: str) -> float:
@@ -789,13 +850,24 @@ def main() -> None:
     w.add_argument("--write-share", type=_share, default=0.0,
                    help="share of each batch drawn from the rows that first write the code into memory (one per "
                         "rollout; 0: every trained row alike)")
-    w.add_argument("--restart-reversed", type=_percent, default=None,
+    w.add_argument("--restart-reversed", default=None,
+                   type=_percent("answers", "20: begin again when a fifth of the answers at the stop are the code "
+                                            "reversed"),
                    help="begin again from the init weights (a fresh AdamW, other batches) when the stop reads this "
                         "share (%%) of answers or more that are the code reversed, probe's and confirmation's pooled: "
                         "RL from a start reversing 28 codes of 144 or more gained +13.9 at most (runs 8, 12, 17, 19); "
                         "default: never")
-    w.add_argument("--restarts", default=None, help="attempts after the first, at most (with --restart-reversed; "
-                   "default 2); if every attempt reverses as much, the least reversed is kept, saying so",
+    w.add_argument("--restart-flips", default=None,
+                   type=_percent("copied digits", "10: begin again when a tenth of the digits memory updates copied "
+                                                  "at the stop came out as another digit"),
+                   help="begin again from the init weights (as --restart-reversed) when the stop reads this share "
+                        "(%%) of the digits memory updates copied or more flipped into another digit, probe's and "
+                        "confirmation's copies pooled: RL from starts that flipped 15 %% or more of them at 1K-4K "
+                        "gained +11.8 at most, or lost 32K on the digits they confused (runs 10, 21, 23, 26-29); "
+                        "default: never")
+    w.add_argument("--restarts", default=None, help="attempts after the first, at most (with --restart-reversed or "
+                   "--restart-flips; default 2); if every attempt reads as much, the one least over its limits is "
+                   "kept, saying so",
                    type=_whole_number(1, "a whole number of attempts after the first", "2: three warm starts at most"))
     w.add_argument("--device", default=dev)
     w.set_defaults(run=stage_warmstart)
@@ -869,15 +941,18 @@ def main() -> None:
     if args.stage == "warmstart" and args.stop_above is not None and args.stop_above <= args.stop_at:
         p.error(f"--stop-above {args.stop_above} must be over --stop-at {args.stop_at}: the stop band is "
                 "[--stop-at, --stop-above]")
-    if (args.stage == "warmstart" and args.restart_reversed is not None and args.schedule == "cosine"
-            and args.max_minutes):
-        p.error("--restart-reversed with --schedule cosine and --max-minutes: the cosine runs over the stage's time "
+    restart = args.stage == "warmstart" and (
+        "--restart-reversed" if args.restart_reversed is not None else
+        "--restart-flips" if args.restart_flips is not None else None)
+    if restart and args.schedule == "cosine" and args.max_minutes:
+        p.error(f"{restart} with --schedule cosine and --max-minutes: the cosine runs over the stage's time "
                 "budget, which a restart cannot begin again; use --schedule constant, or a cosine over --max-steps "
                 "(--max-minutes 0)")
-    if args.stage == "warmstart" and args.restarts is not None and args.restart_reversed is None:
-        p.error(f"--restarts {args.restarts} without --restart-reversed: nothing would begin again; add "
-                "--restart-reversed PCT (20: a fifth of the answers reversed), or drop --restarts")
-    if args.stage == "warmstart" and args.restart_reversed is not None and args.restarts is None:
+    if args.stage == "warmstart" and args.restarts is not None and not restart:
+        p.error(f"--restarts {args.restarts} without --restart-reversed or --restart-flips: nothing would begin "
+                "again; add --restart-reversed PCT (20: a fifth of the answers reversed) or --restart-flips PCT (10: "
+                "a tenth of the copied digits flipped), or drop --restarts")
+    if restart and args.restarts is None:
         args.restarts = 2
     if args.stage == "warmstart" and args.refines < 0:
         p.error(f"--refines {args.refines}: a count of overshoots to go back from, 0 or more")

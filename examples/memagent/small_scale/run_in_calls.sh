@@ -7,8 +7,8 @@
 # after the first: a WORK_DIR that lost the run (a machine given back between calls) is then refused at once
 # instead of silently starting over.
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
-#   (at most WS_ROUNDS; a round whose stop reads WS_RESTART_REVERSED % of answers reversed or more begins again from
-#   its init, WS_RESTARTS times at most) -> RL and its permuted-reward control in parallel (+ the warm start's
+#   (at most WS_ROUNDS; a round whose stop reads WS_RESTART_REVERSED % of answers reversed or more, or
+#   WS_RESTART_FLIPS % of copied digits flipped, begins again from its init, WS_RESTARTS times at most) -> RL and its permuted-reward control in parallel (+ the warm start's
 #   evaluation; in the warm start's own call when RL_MIN_S seconds are left; a last round its probe did not stop
 #   goes on to RL as it stands, and the call log says so, with its last probe),
 #   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds (or, in a call
@@ -26,6 +26,8 @@ R="python3 $here/reproduce.py"
 : "${WS_STOP_ABOVE:=}" "${WS_REFINES:=2}"  # the stop band's top (empty: none): an overshoot goes back, probes finer
 : "${WS_RESTART_REVERSED:=}" "${WS_RESTARTS:=2}"  # a stop reading this % of answers reversed or more (empty: never)
 # begins the round's warm start again from its init weights, WS_RESTARTS times at most (the least reversed is kept)
+: "${WS_RESTART_FLIPS:=}"  # the same for a stop whose memory updates flipped this % of the digits they copied or more
+restarting="$WS_RESTART_REVERSED$WS_RESTART_FLIPS"  # non-empty: a restart rule is on, and WS_RESTARTS bounds it
 : "${RL_STEPS_PER_ROLLOUT:=2}" "${RL_TOTAL_S:=720}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
 : "${RL_WARMUP:=10}" "${RL_KL:=0.001}"  # optimizer steps of lr warm-up; the seed's KL loss coefficient (low_var_kl)
 : "${RL_SAMPLER:=inverse_cdf}"  # the rollouts' engine sampler (inverse_cdf | multinomial: the same distribution;
@@ -121,7 +123,8 @@ if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" > /dev/null && [ "$last
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
     --eval-every "$WS_EVAL_EVERY" --eval-from "$WS_EVAL_FROM" --probe-per-length "$PROBE" --stop-at "$WS_STOP_AT" --settle "$WS_SETTLE" --confirm-per-length "$CONFIRM" \
     ${WS_STOP_ABOVE:+--stop-above "$WS_STOP_ABOVE" --refines "$WS_REFINES"} \
-    ${WS_RESTART_REVERSED:+--restart-reversed "$WS_RESTART_REVERSED" --restarts "$WS_RESTARTS"} $WS_ARGS
+    ${WS_RESTART_REVERSED:+--restart-reversed "$WS_RESTART_REVERSED"} ${WS_RESTART_FLIPS:+--restart-flips "$WS_RESTART_FLIPS"} \
+    ${restarting:+--restarts "$WS_RESTARTS"} $WS_ARGS
   cp "$w/warm$k/stage.json" "$r/warmstart${k}_stage.json" 2>/dev/null; tail -2 "$r/warmstart$k.log" | tee -a "$r/calls.log"
   # the warm start is done (its probe reached the stop, or it was the last round): RL goes on in this call if
   # RL_MIN_S is left, so that the time an early stop leaves is not lost
