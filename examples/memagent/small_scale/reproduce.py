@@ -653,6 +653,23 @@ def _share(text: str) -> float:
     return value
 
 
+# the warm start's restart flags: what each reads a share of, its refusal's example, its help
+RESTART_FLAGS = {
+    "--restart-reversed": (
+        "answers", "20: begin again when a fifth of the answers at the stop are the code reversed",
+        ("begin again from the init weights (a fresh AdamW, other batches) when the stop reads this share (%%) of "
+         "answers or more that are the code reversed, probe's and confirmation's pooled: RL from a start reversing 28 "
+         "codes of 144 or more gained +13.9 at most (runs 8, 12, 17, 19); default: never")),
+    "--restart-flips": (
+        "copied digits",
+        "10: begin again when a tenth of the digits memory updates copied at the stop came out as another digit",
+        ("begin again from the init weights (as --restart-reversed) when the stop reads this share (%%) of the digits "
+         "memory updates copied or more flipped into another digit, probe's and confirmation's copies pooled: RL from "
+         "starts that flipped 15 %% or more of them at 1K-4K gained +11.8 at most, or lost 32K on the digits they "
+         "confused (runs 10, 21, 23, 26-29); default: never")),
+}
+
+
 def _percent(what: str, example: str) -> Callable[[str], float]:
     """A restart flag's type: a share of `what` (%), over 0 and at most 100, refused with `example`."""
     def share(text: str) -> float:
@@ -850,21 +867,8 @@ def main() -> None:
     w.add_argument("--write-share", type=_share, default=0.0,
                    help="share of each batch drawn from the rows that first write the code into memory (one per "
                         "rollout; 0: every trained row alike)")
-    w.add_argument("--restart-reversed", default=None,
-                   type=_percent("answers", "20: begin again when a fifth of the answers at the stop are the code "
-                                            "reversed"),
-                   help="begin again from the init weights (a fresh AdamW, other batches) when the stop reads this "
-                        "share (%%) of answers or more that are the code reversed, probe's and confirmation's pooled: "
-                        "RL from a start reversing 28 codes of 144 or more gained +13.9 at most (runs 8, 12, 17, 19); "
-                        "default: never")
-    w.add_argument("--restart-flips", default=None,
-                   type=_percent("copied digits", "10: begin again when a tenth of the digits memory updates copied "
-                                                  "at the stop came out as another digit"),
-                   help="begin again from the init weights (as --restart-reversed) when the stop reads this share "
-                        "(%%) of the digits memory updates copied or more flipped into another digit, probe's and "
-                        "confirmation's copies pooled: RL from starts that flipped 15 %% or more of them at 1K-4K "
-                        "gained +11.8 at most, or lost 32K on the digits they confused (runs 10, 21, 23, 26-29); "
-                        "default: never")
+    for flag, (what, example, text) in RESTART_FLAGS.items():
+        w.add_argument(flag, default=None, type=_percent(what, example), help=text)
     w.add_argument("--restarts", default=None, help="attempts after the first, at most (with --restart-reversed or "
                    "--restart-flips; default 2); if every attempt reads as much, the one least over its limits is "
                    "kept, saying so",
