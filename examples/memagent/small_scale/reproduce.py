@@ -473,19 +473,13 @@ def stage_warmstart(args: argparse.Namespace) -> None:
                              "--value-digits at the model stage); pass --write-share 0")
         _log(f"{len(writes)} rows first write the code into memory: {args.write_share:.0%} of each batch from them")
     probe = P.eval_rows(engine.tokenizer, cfg, cfg.train_lengths, args.probe_per_length, "probe", pool)
-    restarting = args.restart_reversed is not None or args.restart_flips is not None
-    attempts = args.restarts + 1 if restarting else 1
+    attempts = args.restarts + 1 if _restart_limits(args) else 1
     run, stop = _warm_starts(engine, cfg, args, _Training(data, trained, writes, probe, pool, started), attempts)
     stop["seconds"] = round(time.perf_counter() - started, 1)
     _log(f"stopped: {stop['reason']}")
     _save(engine, out, cfg, {"stage": "warmstart", "args": _args(args), "demos": args.demos,
                              "sequences": len(data["tokens"]), "demo_s": round(demo_s, 1), "stop": stop,
                              "curve": run.curve})
-
-
-# the readings a stop can be begun again by: (stop key, its flag's dest, its flag, what the reason says it read)
-RESTART_READINGS = (("reversed", "restart_reversed", "--restart-reversed", "reversed"),
-                    ("flips", "restart_flips", "--restart-flips", "digits flipped"))
 
 
 def _stop_readings(point: dict[str, Any], t: _Training, cfg: P.ReproConfig, args: argparse.Namespace,
@@ -504,8 +498,8 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
     times at most; returns the attempt kept (its weights in the engine's model) and its stop, which lists the
     attempts begun again from (`rejected`). If every attempt reads as much, the one least over its limits is
     kept (the largest of its readings over their flags' shares, least)."""
-    limits = {key: getattr(args, dest) for key, dest, _, _ in RESTART_READINGS if getattr(args, dest) is not None}
-    flags = {key: (flag, words) for key, _, flag, words in RESTART_READINGS}
+    limits = _restart_limits(args)
+    flags = {rule.key: (flag, rule.words) for flag, rule in RESTART_FLAGS.items()}
     init = _weights(engine.model) if limits else {}
     rejected: list[dict[str, Any]] = []
     least: tuple[float, int, dict[str, float | None], dict[str, Any], _Attempt] | None = None
@@ -653,21 +647,36 @@ def _share(text: str) -> float:
     return value
 
 
-# the warm start's restart flags: what each reads a share of, its refusal's example, its help
+class RestartFlag(NamedTuple):
+    """A warm start's restart rule: a stop reading its share or more begins again from the init weights."""
+    key: str  # the stop's key for its reading (stage.json's stop.<key>)
+    words: str  # how a stop's reason says the reading
+    what: str  # what the flag's value is a share of, as a refusal says it
+    example: str  # a value and what it means, as a refusal gives it
+    help: str
+
+
 RESTART_FLAGS = {
-    "--restart-reversed": (
-        "answers", "20: begin again when a fifth of the answers at the stop are the code reversed",
-        ("begin again from the init weights (a fresh AdamW, other batches) when the stop reads this share (%%) of "
-         "answers or more that are the code reversed, probe's and confirmation's pooled: RL from a start reversing 28 "
-         "codes of 144 or more gained +13.9 at most (runs 8, 12, 17, 19); default: never")),
-    "--restart-flips": (
-        "copied digits",
+    "--restart-reversed": RestartFlag(
+        "reversed", "reversed", "answers",
+        "20: begin again when a fifth of the answers at the stop are the code reversed",
+        "begin again from the init weights (a fresh AdamW, other batches) when the stop reads this share (%%) of "
+        "answers or more that are the code reversed, probe's and confirmation's pooled: RL from a start reversing 28 "
+        "codes of 144 or more gained +13.9 at most (runs 8, 12, 17, 19); default: never"),
+    "--restart-flips": RestartFlag(
+        "flips", "digits flipped", "copied digits",
         "10: begin again when a tenth of the digits memory updates copied at the stop came out as another digit",
-        ("begin again from the init weights (as --restart-reversed) when the stop reads this share (%%) of the digits "
-         "memory updates copied or more flipped into another digit, probe's and confirmation's copies pooled: RL from "
-         "starts that flipped 15 %% or more of them at 1K-4K gained +11.8 at most, or lost 32K on the digits they "
-         "confused (runs 10, 21, 23, 26-29); default: never")),
+        "begin again from the init weights (as --restart-reversed) when the stop reads this share (%%) of the digits "
+        "memory updates copied or more flipped into another digit, probe's and confirmation's copies pooled: RL from "
+        "starts that flipped 15 %% or more of them at 1K-4K gained +11.8 at most, or lost 32K on the digits they "
+        "confused (runs 10, 21, 23, 26-29); default: never"),
 }
+
+
+def _restart_limits(args: argparse.Namespace) -> dict[str, float]:
+    """The restart rules a warm start was given: each rule's stop key -> its flag's share (empty: none)."""
+    given = ((rule.key, getattr(args, flag[2:].replace("-", "_"))) for flag, rule in RESTART_FLAGS.items())
+    return {key: share for key, share in given if share is not None}
 
 
 def _percent(what: str, example: str) -> Callable[[str], float]:
@@ -867,8 +876,8 @@ def main() -> None:
     w.add_argument("--write-share", type=_share, default=0.0,
                    help="share of each batch drawn from the rows that first write the code into memory (one per "
                         "rollout; 0: every trained row alike)")
-    for flag, (what, example, text) in RESTART_FLAGS.items():
-        w.add_argument(flag, default=None, type=_percent(what, example), help=text)
+    for flag, rule in RESTART_FLAGS.items():
+        w.add_argument(flag, default=None, type=_percent(rule.what, rule.example), help=rule.help)
     w.add_argument("--restarts", default=None, help="attempts after the first, at most (with --restart-reversed or "
                    "--restart-flips; default 2); if every attempt reads as much, the one least over its limits is "
                    "kept, saying so",
@@ -945,9 +954,8 @@ def main() -> None:
     if args.stage == "warmstart" and args.stop_above is not None and args.stop_above <= args.stop_at:
         p.error(f"--stop-above {args.stop_above} must be over --stop-at {args.stop_at}: the stop band is "
                 "[--stop-at, --stop-above]")
-    restart = args.stage == "warmstart" and (
-        "--restart-reversed" if args.restart_reversed is not None else
-        "--restart-flips" if args.restart_flips is not None else None)
+    restart = next((flag for flag, rule in RESTART_FLAGS.items() if rule.key in _restart_limits(args)), None) \
+        if args.stage == "warmstart" else None
     if restart and args.schedule == "cosine" and args.max_minutes:
         p.error(f"{restart} with --schedule cosine and --max-minutes: the cosine runs over the stage's time "
                 "budget, which a restart cannot begin again; use --schedule constant, or a cosine over --max-steps "
