@@ -8,9 +8,10 @@
 # instead of silently starting over.
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
 #   (at most WS_ROUNDS; a round whose stop reads WS_RESTART_REVERSED % of answers reversed or more, or
-#   WS_RESTART_FLIPS % of copied digits flipped, begins again from its init, WS_RESTARTS times at most) -> RL and its permuted-reward control in parallel (+ the warm start's
-#   evaluation; in the warm start's own call when RL_MIN_S seconds are left; a last round its probe did not stop
-#   goes on to RL as it stands, and the call log says so, with its last probe),
+#   WS_RESTART_FLIPS % of copied digits flipped, begins again from its init, WS_RESTARTS times at most)
+#   -> RL and its permuted-reward control in parallel (+ the warm start's evaluation; in the warm start's own
+#   call when RL_MIN_S seconds are left; a last round its probe did not stop goes on to RL as it stands, and the
+#   call log says so, with its last probe),
 #   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds (or, in a call
 #   with LAST_CALL=1, for what that call leaves after the evaluations)
 #   -> evaluations of RL and control -> the seed's table, the paired comparison and the two arms' curves.
@@ -25,7 +26,8 @@ R="python3 $here/reproduce.py"
 : "${WS_STOP_AT:=30}" "${WS_SETTLE:=1}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=16}" "${RL_SAMPLES:=16}" "${RL_LR:=1e-4}" "${RL_MIN_S:=240}"
 : "${WS_STOP_ABOVE:=}" "${WS_REFINES:=2}"  # the stop band's top (empty: none): an overshoot goes back, probes finer
 : "${WS_RESTART_REVERSED:=}" "${WS_RESTARTS:=2}"  # a stop reading this % of answers reversed or more (empty: never)
-# begins the round's warm start again from its init weights, WS_RESTARTS times at most (the least reversed is kept)
+# begins the round's warm start again from its init weights, WS_RESTARTS times at most (if every attempt reads as
+# much, the one least over its limits is kept)
 : "${WS_RESTART_FLIPS:=}"  # the same for a stop whose memory updates flipped this % of the digits they copied or more
 restarting="$WS_RESTART_REVERSED$WS_RESTART_FLIPS"  # non-empty: a restart rule is on, and WS_RESTARTS bounds it
 : "${RL_STEPS_PER_ROLLOUT:=2}" "${RL_TOTAL_S:=720}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
