@@ -3264,6 +3264,12 @@ def test_confused_digits_section_shows_what_its_files_hold() -> None:
     many = [n for n in runs if len(confused[n, "warmstart"]) >= 3]
     none = [n for n in runs if not confused[n, "warmstart"]]
     assert many == [10, 21, 23, 26, 27, 28] and none == [9, 11, 12, 14, 17, 19]
+    rates = [_pct(x) for n in many for x in confused[n, "warmstart"].values()]
+    assert f"In six runs the copies turned some digits into others at {min(rates)}-{max(rates)} % of their copies" \
+        in section
+    assert f"flipping them at {min(rates)}-{max(rates)} % of their copies, and RL gained " \
+           f"{_printed(min(gain[n] for n in many), plus=True)} to {_printed(max(gain[n] for n in many), plus=True)}" \
+           in " ".join((ROOT / "README.md").read_text().split())
     assert "Six starts flipped three digits or more (runs 10, 21, 23, 26, 27 and 28): RL gained " \
            f"{_printed(min(gain[n] for n in many), plus=True)} to {_printed(max(gain[n] for n in many), plus=True)}" \
            in section
