@@ -143,3 +143,12 @@ def to_runs(roles: Sequence[Any]) -> list[list[Any]]:
         else:
             runs.append([r, 1])
     return runs
+
+
+def from_runs(runs: Sequence[Sequence[Any]]) -> list[Any]:
+    """The items `to_runs` encoded, in order.
+
+    >>> from_runs([["", 2], ["51", 1]]), from_runs(to_runs([0, 0, 1])) == [0, 0, 1]
+    (['', '', '51'], True)
+    """
+    return [item for item, times in runs for _ in range(times)]

@@ -40,7 +40,7 @@ from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample
 from agentgraphs.train_data import TrainDataSettings, to_train_data
 from agentgraphs.viewer.check import CheckReport, check_run, prefetched_scorer
-from agentgraphs.viewer.roles import to_runs
+from agentgraphs.viewer.roles import from_runs, to_runs
 
 CONFIG_FILE = "repro.json"
 METRICS = ("sub_em", "sub_em_strict", "em", "answered")
@@ -240,16 +240,12 @@ def ends_sentence(section: str) -> bool:
     return section.rstrip().endswith(".")
 
 
-def flush_chunks(rollout: Rollout, tokenizer: Any) -> list[int]:
-    """The memory updates, by index, whose chunk (the `<section>` of the prompt they were given) ends at a
-    sentence's end. With the filler's sentences all 11 tokens and 512-token chunks, the first such chunk before
-    a needle is chunk 10 (the place of a chunk boundary in a sentence cycles every 11 chunks), which no 1K-4K
-    training document holds; with sentences of varied lengths it can be any chunk (bench/README, "Chunk
-    alignment")."""
-    return _flush_in(rollout, _prompts(rollout, tokenizer))
-
-
 def _flush_in(rollout: Rollout, prompts: Sequence[str]) -> list[int]:
+    """A result's `flush_chunks`: the memory updates, by index, whose chunk (the `<section>` of the prompt they
+    were given, `prompts` decoded from the rollout's turns) ends at a sentence's end. With the filler's sentences
+    all 11 tokens and 512-token chunks, the first such chunk before a needle is chunk 10 (the place of a chunk
+    boundary in a sentence cycles every 11 chunks), which no 1K-4K training document holds; with sentences of
+    varied lengths it can be any chunk (bench/README, "Chunk alignment")."""
     updates = (text for turn, text in zip(rollout.turns, prompts) if turn["node"] == "memory_update")
     return [k for k, text in enumerate(updates) if ends_sentence(_between(text, "<section>\n", "\n</section>"))]
 
@@ -350,15 +346,17 @@ def held_code_returns(results: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         if not made_every_call(r):
             continue
         codes, gold, at = codes_by_call(r), r["gold"], r["needle_chunk"] + 1
+        if at >= len(codes) or codes[at] != gold:  # the needle's update did not store it: nothing held
+            continue
         changed = next((k for k in range(at, len(codes)) if codes[k] != gold), None)
-        if at >= len(codes) or codes[at] != gold or changed is None:
+        if changed is None:
             continue
         out["changed"] += 1
         out["returned"] += gold in codes[changed:]
         out["at_answer"] += codes[-1] == gold
         if texts:
             text = texts_by_call(r)[changed]
-            out["gold_elsewhere"] += text is not None and gold in re.findall(r"\d+", text)[:-1]
+            out["gold_elsewhere"] += text is not None and gold in _numbers(text)[:-1]
     return out
 
 
@@ -411,7 +409,7 @@ def answers_off_memory(results: Sequence[Mapping[str, Any]], lengths: Sequence[i
         if got != last:
             out["off_last"] += 1
             if texts:
-                out["elsewhere"] += got in re.findall(r"\d+", texts_by_call(r)[-1] or "")
+                out["elsewhere"] += got in _numbers(texts_by_call(r)[-1] or "")
     return out
 
 
@@ -427,9 +425,14 @@ def _memories_in(prompts: Sequence[str]) -> list[str]:
     return [_between(text, "<memory>\n", "\n</memory>") for text in prompts]
 
 
+def _numbers(text: str) -> list[str]:
+    """The runs of digits in a memory's text, in order: its last is the code `memory_codes` reads."""
+    return re.findall(r"\d+", text)
+
+
 def _codes_of(memories: Sequence[str]) -> list[str]:
-    found = (re.findall(r"\d+", memory) for memory in memories)
-    return [digits[-1] if digits else "" for digits in found]
+    found = (_numbers(memory) for memory in memories)
+    return [numbers[-1] if numbers else "" for numbers in found]
 
 
 def _texts_kept(memories: Sequence[str]) -> list[str | None]:
@@ -440,7 +443,7 @@ def _texts_kept(memories: Sequence[str]) -> list[str | None]:
     >>> _texts_kept(["No previous memory", "Lorem.", "The secret code of Ann Lee is 51.", "Ipsum."])
     ['No previous memory', None, 'The secret code of Ann Lee is 51.', None]
     """
-    return [m if m == INITIAL_MEMORY or re.search(r"\d", m) else None for m in memories]
+    return [m if m == INITIAL_MEMORY or _numbers(m) else None for m in memories]
 
 
 def texts_by_call(result: Mapping[str, Any]) -> list[str | None]:
@@ -449,7 +452,7 @@ def texts_by_call(result: Mapping[str, Any]) -> list[str | None]:
     >>> texts_by_call({"memory_texts": [["No previous memory", 2], [None, 1]]})
     ['No previous memory', 'No previous memory', None]
     """
-    return [text for text, times in result["memory_texts"] for _ in range(times)]
+    return from_runs(result["memory_texts"])
 
 
 def codes_by_call(result: Mapping[str, Any]) -> list[str]:
@@ -458,7 +461,7 @@ def codes_by_call(result: Mapping[str, Any]) -> list[str]:
     >>> codes_by_call({"memory_codes": [["", 2], ["51", 1]]})
     ['', '', '51']
     """
-    return [code for code, times in result["memory_codes"] for _ in range(times)]
+    return from_runs(result["memory_codes"])
 
 
 def made_every_call(result: Mapping[str, Any]) -> bool:
