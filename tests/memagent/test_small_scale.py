@@ -497,12 +497,48 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
     pooled, _ = warm("pooled2", "--restart-reversed", "25", "--confirm-per-length", "3", "--restarts", "1")
     assert [r["reversed"] for r in pooled["stop"]["rejected"]] == [25.0] and pooled["stop"]["attempt"] == 1
 
-    # an attempt that never stops on its probe ends at the step cap (or the time budget), saying which attempt
-    scripted([(40.0, 50.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)])
+    # a first attempt that never stops on its probe ends at the step cap (or the time budget): nothing to read
+    scripted([(0.0, 0.0), (0.0, 0.0), (0.0, 0.0)])
     capped, _ = warm("capped", "--restart-reversed", "20")
-    assert capped["stop"]["reason"] == "max_steps 6 reached in attempt 2, after 1 restart (stop['rejected'])"
-    assert capped["stop"]["attempt"] == 1 and [r["attempt"] for r in capped["stop"]["rejected"]] == [0]
-    assert [p["step"] for p in capped["curve"]] == [1, 2, 3, 4, 5, 6]
+    assert capped["stop"]["reason"] == "max_steps 6 reached" and capped["stop"]["attempt"] == 0
+    assert capped["stop"]["rejected"] == [] and [p["step"] for p in capped["curve"]] == [1, 2, 3, 4, 5, 6]
+    # an attempt begun again that never stops on its probe does not replace the stop rejected before it (run 30's
+    # second attempt ran out of time at a probe of 4.2 %, and RL began there): the rejected stop, in the band, is
+    # kept, weights and curve, and the unfinished attempt is kept in the file
+    scripted([(40.0, 50.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)])
+    unfinished, unfinished_w = warm("unfinished", "--restart-reversed", "20")
+    stop = unfinished["stop"]
+    assert stop["reason"] == (
+        "probe strict sub_em 40.0% >= 30.0% at step 2, reversed 50.0%: attempt 2 ended (max_steps 6 reached) before "
+        "its probe stopped it (its last probe: strict sub_em 0.0% at step 6): kept attempt 1, the least reversed "
+        "(stop['unfinished'])")
+    assert (stop["attempt"], stop["reversed"], stop["rejected"]) == (0, 50.0, [])
+    assert (stop["unfinished"]["attempt"], stop["unfinished"]["step"], stop["unfinished"]["probe_strict"]) == (1, 6, 0.0)
+    assert [p["step"] for p in stop["unfinished"]["curve"]] == [1, 2, 3, 4, 5, 6]
+    assert [p["step"] for p in unfinished["curve"]] == [1, 2] and same(unfinished_w, plain_w)
+
+    # a restart needs the time its rejected attempt took: with less of --max-minutes left, the stop is kept. The
+    # clock is scripted (each probe takes 200 s of it); the training is real
+    clock = [0.0]
+    monkeypatch.setattr(R, "time", types.SimpleNamespace(perf_counter=lambda: clock[0], strftime=R.time.strftime))
+
+    def timed(name: str, minutes: str, probes: list[tuple[float, float]]) -> tuple[dict[str, Any], dict[str, Any]]:
+        scripted(probes)
+        probe = R._probe
+
+        def slow(*a: Any) -> dict[str, Any]:
+            clock[0] += 200.0
+            return probe(*a)
+        monkeypatch.setattr(R, "_probe", slow)
+        return warm(name, "--restart-reversed", "20", "--max-minutes", minutes)
+    short, short_w = timed("short", "5", [(40.0, 50.0)])  # 100 s left of 300, under the 200 s attempt 1 took
+    assert short["stop"]["reason"] == (
+        "probe strict sub_em 40.0% >= 30.0% at step 2, reversed 50.0%: not begun again: 100 s of the time budget "
+        "left, under the 200 s it took to its stop: kept attempt 1, the least reversed")
+    assert (short["stop"]["attempt"], short["stop"]["rejected"]) == (0, []) and same(short_w, plain_w)
+    roomy, roomy_w = timed("roomy", "10", [(40.0, 50.0), (40.0, 0.0)])  # 400 s left: begun again, as without a clock
+    assert roomy["stop"]["attempt"] == 1 and [r["seconds"] for r in roomy["stop"]["rejected"]] == [200.0]
+    assert same(roomy_w, again_w)
 
     for flags, said in ((["--restart-reversed", "0"], "--restart-reversed: '0': a share of answers in %, over 0"),
                         (["--restart-reversed", "120"], "--restart-reversed: '120': a share of answers in %"),

@@ -496,13 +496,19 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
     """The warm start, begun again from the init weights while its stop reads a share at or over a restart flag's
     (`--restart-reversed`: answers that are the code reversed; `--restart-flips`: copied digits flipped), `attempts`
     times at most; returns the attempt kept (its weights in the engine's model) and its stop, which lists the
-    attempts begun again from (`rejected`). If every attempt reads as much, the one least over its limits is
-    kept (the largest of its readings over their flags' shares, least)."""
+    attempts begun again from (`rejected`). A rejected stop is kept, the one least over its limits (the largest of
+    its readings over their flags' shares, least), when every attempt reads as much, when the time budget left is
+    shorter than the last rejected attempt took to its stop (run 30 began again with 102 s left after a 317 s
+    attempt, and RL started from an attempt its probe never stopped, at 4.2 %), or when an attempt begun again
+    ends at the step cap or the time budget before its probe stops it (kept as `stop['unfinished']`)."""
     limits = _restart_limits(args)
     flags = {rule.key: (flag, rule.words) for flag, rule in RESTART_FLAGS.items()}
     init = _weights(engine.model) if limits else {}
     rejected: list[dict[str, Any]] = []
     least: tuple[float, int, dict[str, float | None], dict[str, Any], _Attempt] | None = None
+    unfinished: dict[str, Any] = {}
+    read = " or ".join(f"{flags[k][0]} {limits[k]}%" for k in limits)
+    why = f"every one of the {attempts} attempts read {read} or more (--restarts {attempts - 1})"
     for attempt in range(attempts):
         if attempt:
             engine.model.load_state_dict(init)
@@ -513,9 +519,18 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
             return run, stop
         tried = f" in attempt {attempt + 1}, after {attempt} restart{'s' * (attempt != 1)} (stop['rejected'])"
         tried = tried if attempt else ""
-        if not run.by_probe:  # the step cap or the time budget: no stop to read
+        if not run.by_probe and least is None:  # the step cap or the time budget, and no stop to fall back on
             stop["reason"] += tried
             return run, {**stop, "attempt": attempt, "rejected": rejected}
+        if not run.by_probe:  # begun again, and never stopped by its probe: the stop rejected before is worth more
+            last = next((p for p in reversed(run.curve) if "probe_strict" in p), {})
+            unfinished = {"attempt": attempt, **stop, "seconds": round(time.perf_counter() - begun, 1),
+                          **{k: last[k] for k in ("probe_strict", "probe_reversed", "probe_flips") if k in last},
+                          "curve": run.curve}
+            probed = f" (its last probe: strict sub_em {last['probe_strict']:.1f}% at step {last['step']})" if last \
+                else ""
+            why = f"attempt {attempt + 1} ended ({stop['reason']}) before its probe stopped it{probed}"
+            break
         point = run.curve[-1]
         readings = _stop_readings(point, t, cfg, args, limits)
         over = [key for key, share in readings.items() if share is not None and share >= limits[key]]
@@ -533,20 +548,36 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
         worst = max((share or 0.0) / limits[key] for key, share in readings.items())
         if least is None or worst < least[0]:
             least = (worst, attempt, readings, _weights(engine.model), run)
+        left = _budget_left(args, t)
+        short = attempt + 1 < attempts and left is not None and left < seconds  # a restart would not reach a stop
+        if short:
+            why = f"not begun again: {left:.0f} s of the time budget left, under the {seconds:.0f} s it took to its stop"
         _log(f"attempt {attempt + 1} stopped with {said} (>= " + " / ".join(f"{flags[k][0]} {limits[k]}%" for k in over)
-             + ")" + (": beginning again from the init weights" if attempt + 1 < attempts else ""))
+             + ")" + (f": {why}" if short else ": beginning again from the init weights" if attempt + 1 < attempts
+                      else ""))
+        if short:
+            break
     assert least is not None
     _, attempt, readings, weights, run = least
     engine.model.load_state_dict(weights)
-    rejected.pop(attempt)
+    rejected = [r for r in rejected if r["attempt"] != attempt]
     stop = dict(run.stop)
-    read = " or ".join(f"{flags[k][0]} {limits[k]}%" for k in limits)
     least_words = "the least reversed" if list(limits) == ["reversed"] else (
         "the least flipped" if list(limits) == ["flips"] else "the least over its limits")
-    stop["reason"] += (f", {', '.join(_reading(flags[k][1], share) for k, share in readings.items())}: every one of "
-                       f"the {attempts} attempts read {read} or more (--restarts {attempts - 1}): kept attempt "
-                       f"{attempt + 1}, {least_words} (stop['rejected'])")
-    return run, {**stop, "attempt": attempt, **readings, "rejected": rejected}
+    stop["reason"] += (f", {', '.join(_reading(flags[k][1], share) for k, share in readings.items())}: {why}: kept "
+                       f"attempt {attempt + 1}, {least_words}{_where(unfinished, rejected)}")
+    return run, {**stop, "attempt": attempt, **readings, "rejected": rejected,
+                 **({"unfinished": unfinished} if unfinished else {})}
+
+
+def _where(unfinished: dict[str, Any], rejected: list[dict[str, Any]]) -> str:
+    """Where a kept stop's reason points for the attempts it was kept over (nothing, when there are none)."""
+    return " (stop['unfinished'])" if unfinished else " (stop['rejected'])" if rejected else ""
+
+
+def _budget_left(args: argparse.Namespace, t: _Training) -> float | None:
+    """Seconds of the stage's time budget (`--max-minutes`) left now (None: no budget)."""
+    return 60 * args.max_minutes - (time.perf_counter() - t.started) if args.max_minutes else None
 
 
 def _reading(words: str, share: float | None) -> str:
