@@ -1249,7 +1249,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
-                                 "run23", "run26", "run27", "run28", "run29"])
+                                 "run23", "run26", "run27", "run28", "run29", "run30"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1279,7 +1279,11 @@ def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
         assert shown["kept_at_8x"] == pytest.approx(score(evals[arm], at_8x) / score(evals[arm], train), abs=0.01)
     targets, (rl, control) = published["targets"], published["compare_strict"]["vs_base"]
     assert targets["rl_gain_points_ge_15"]["passed"] == (rl["training_lengths"]["gain_points"] >= 15)
-    assert targets["keeps_80pct_at_8x"]["passed"] == (rl["kept_at_8x"] >= 0.8)
+    # 32K kept at 0.8x of a training-length score that reaches the start band's floor: a ratio of two scores near
+    # 0 keeps nothing (run 30: 8.3 % at 32K of 7.6 % at 1K-4K)
+    floor = published["warmstart_stage"]["args"]["stop_at"]
+    assert targets["keeps_80pct_at_8x"]["passed"] == (rl["kept_at_8x"] >= 0.8 and score(evals["rl"], train) >= floor)
+    assert ("under_floor" in targets["keeps_80pct_at_8x"]) == (score(evals["rl"], train) < floor) == (run == "run30")
     assert targets["control_within_noise"]["passed"] == (abs(control["training_lengths"]["mcnemar_z"]) < 1.96)
     assert targets["untrained_strict_near_0"]["passed"] == (score(evals["untrained"], train) == 0.0)
     audits = [p["audit"] for arm in ("rl_stage", "rl_permuted_stage") for p in published[arm]["curve"]]
@@ -1337,11 +1341,12 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
     "run27": ["--changes-from", "21"],
     "run28": ["--changes-from", "27"],
     "run29": ["--changes-from", "28"],
+    "run30": ["--changes-from", "29"],
 }
 
 
 @pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26", "run27",
-                                 "run28", "run29"])
+                                 "run28", "run29", "run30"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1408,7 +1413,7 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     more = B.published(results, **meta)
     assert more["warmstart_stage"] == last
     assert more["warmstart_earlier_rounds"] == [*earlier, published["warmstart_stage"]]
-    assert len(earlier) == (run in ("run21", "run28"))  # runs 21 and 28 warmed up in two rounds, the others in one
+    assert len(earlier) == (run in ("run21", "run28", "run30"))  # runs 21, 28 and 30 warmed up in two rounds
 
 
 RUN29_ARMS = ("untrained", "warmstart", "rl", "rl_permuted")
@@ -1647,7 +1652,7 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29, 30])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
     """Each row of the example README's results table (runs 5-29: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
