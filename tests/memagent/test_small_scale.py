@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import types
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -3285,7 +3286,7 @@ def test_confused_digits_section_shows_what_its_files_hold() -> None:
     """bench/README's "Confused digits": every figure from the published evaluations of runs 9-29, counted by
     plain loops over their memory codes and answers (`pipeline.digit_flips`, `held_code_returns` and
     `answers_off_memory` checked against the loops)."""
-    section = _bench_section("**Confused digits**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Confused digits**", "**Run 30**")
     runs = {n: f for n, f in _published_runs().items() if n <= 29 and "memory_codes" in f["eval_rl"]["results"][0]}
     arms = ("warmstart", "rl", "rl_permuted")
     gain = {}
@@ -3527,3 +3528,124 @@ def test_confused_digits_section_shows_what_its_files_hold() -> None:
     assert "WS_RESTART_FLIPS=10 WS_RESTARTS=2" in section and "(run 29's one attempt took 371 s of call 1's 555)" \
         in section
     assert round(stages[29]["stop"]["seconds"]) == 371 and "call starts, budget 555s" in runs[29]["calls_log"]
+
+
+def test_run_30s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 30" (run 29's plan with --restart-flips 10): its tables and paired figures as for run 14,
+    and each figure of its reading (a first round with no stop, a second whose first attempt was rejected and begun
+    again without the time to stop, the start RL got, the 8x target's floor, the steps to a stop against the
+    confusion) from the kept files."""
+    section, published = _run21s_plan(30, "## Fixes these benchmarks led to", 1724, lr=1e-4, rounds=2)
+    train = [1000, 2000, 4000]
+    every = _published_runs()
+    assert published["command"] == every[29]["command"].replace("WS_RESTARTS=2", "WS_RESTART_FLIPS=10 WS_RESTARTS=2")
+    (first,), second = published["warmstart_earlier_rounds"], published["warmstart_stage"]
+    assert {first["args"]["restart_flips"], second["args"]["restart_flips"]} == {10.0}
+
+    def flipped(c: dict[str, Any], key: str = "probe_flips") -> Fraction:
+        return Fraction(100 * c[key][1], c[key][0])
+
+    def span(points: list[dict[str, Any]], read: Callable[[dict[str, Any]], float | Fraction]) -> str:
+        return f"{_printed(min(map(read, points)))}-{_printed(max(map(read, points)))} %"
+    # round 1: its time budget, no stop; the flips high from its first probe
+    one = [c for c in first["curve"] if "probe_strict" in c]
+    assert (first["stop"]["step"], first["stop"]["reason"]) == (1498, "time budget of 8.1 min spent")
+    assert round(first["demo_s"]) == 102 and (one[0]["step"], one[-1]["step"]) == (150, 1450)
+    assert (f"probes {span(one, lambda c: c['probe_strict'])} from step 150 to 1,450 (digits right "
+            f"{span(one, lambda c: c['probe_digits'])})") in section
+    assert (f"flipped {span(one, flipped)} of the digits they copied at every probe, from the first "
+            f"({_printed(flipped(one[0]))} % at step 150)") in section
+    # round 2, attempt 1: in the band, over the flips limit, rejected; begun again without its time
+    stop = second["stop"]
+    (rejected,) = stop["rejected"]
+    assert (rejected["attempt"], rejected["step"], stop["attempt"]) == (0, 1080, 1) and round(second["demo_s"]) == 95
+    tried = [c for c in rejected["curve"] if "probe_strict" in c]
+    (shot,) = rejected["overshoots"]
+    assert (f"Attempt 1: probes {span(tried, lambda c: c['probe_strict'])}, flips {span(tried, flipped)}; an "
+            f"overshoot at step 1,100 ({_printed(shot['probe_strict'])} %) sent it back to 1,050") in section
+    assert (shot["step"], shot["back_to"]) == (1100, 1050)
+    copied = rejected["probe_flips"][0] + rejected["confirm_flips"][0]
+    changed = rejected["probe_flips"][1] + rejected["confirm_flips"][1]
+    assert rejected["flips"] == pytest.approx(100 * changed / copied, abs=0.005)
+    assert rejected["flips"] >= second["args"]["restart_flips"]
+    assert (f"at 1,080 the probe read {_printed(rejected['probe_strict'])} % and its confirmation "
+            f"{_printed(rejected['confirm_strict'])} %, in the band, {rejected['reversed']:.1f} % reversed, with "
+            f"{changed} of the {copied} copied digits flipped ({_printed(Fraction(100 * changed, copied))} %)") \
+        in section
+    budget = 60 * second["args"]["max_minutes"]
+    left = budget - second["curve"][0]["s"]  # the time left as attempt 2 took its first step
+    assert (round(rejected["seconds"]), round(left), round(budget)) == (317, 102, 515)
+    assert ("it began again from round 1's weights, 317 s into the attempt, with 102 s of the round's 515 left"
+            in section)
+    kept = [c for c in second["curve"] if "probe_strict" in c]
+    assert stop["reason"].startswith("time budget of 8.58 min spent in attempt 2") and stop["step"] == 450
+    assert (f"Attempt 2: probes {span(kept, lambda c: c['probe_strict'])}, flips {span(kept, flipped)}; the round's "
+            f"time ended it at step 450 (probe {_printed(kept[-1]['probe_strict'])} %)") in section
+    # the calls, RL's time, the audits, the training rewards
+    log = published["calls_log"]
+    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    ended = re.findall(r"\[([\d:]+)\] call ends", log)
+    gaps = [_clock(s) - _clock(e) for (s, _), e in zip(starts[1:], ended, strict=True)]
+    assert [int(b) for _, b in starts] == [555, 560, 585] and "call ends after warm start round 1" in log
+    assert f"(call 2, sent {gaps[0]} s after call 1 returned;" in section
+    assert f"The last call (sent {gaps[1]} s after call 2 returned)" in section
+    rl, control = published["rl_stage"], published["rl_permuted_stage"]
+    assert _arms_time(rl, control) in section and _audit_line(rl, control) in section
+    rewards = published["training_reward_at_t1"]
+    assert (f"RL's training reward stayed flat ({rewards['rl']['steps_0_4']:.2f} over its first 5 steps, "
+            f"{rewards['rl']['last_10']:.2f} over the last 10), as did the control's "
+            f"({rewards['control']['steps_0_4']:.2f} -> {rewards['control']['last_10']:.2f})") in section
+    # the targets: three pass; 32K's ratio of two scores near 0 is under the floor
+    targets = published["targets"]
+    assert [k for k, t in targets.items() if not t["passed"]] == ["rl_gain_points_ge_15", "keeps_80pct_at_8x"]
+    after = published["eval_rl"]["results"]
+    floor = targets["keeps_80pct_at_8x"]["under_floor"]
+    assert floor["floor"] == second["args"]["stop_at"] == 30.0 and "(`--stop-at`, 30 %)" in section
+    assert (f"RL read {_printed(_strict_score(after, [32000]))} % there and {_printed(_strict_score(after, train))} % "
+            f"at 1K-4K, {_printed(_kept_at_32k(published, 'rl'), 2)}x") in section
+    kept_08 = {n: float(_strict_score(f["eval_rl"]["results"], train)) for n, f in every.items()
+               if "targets" in f and f["targets"]["keeps_80pct_at_8x"]["passed"]}
+    assert 30 not in kept_08 and kept_08[6] < floor["floor"] and min(v for n, v in kept_08.items() if n != 6) >= 58
+    assert (f"every one that kept 0.8x was at 58 % or more, but run 6's "
+            f"{_printed(_kept_at_32k(every[6], 'rl'), 2)}x of {_printed(kept_08[6])} %") in section
+    # the start: no copy yet
+    warm = published["eval_warmstart"]["results"]
+    answers = published["compare_strict"]["answers"]["warm start"]["training_lengths"]
+    off = published["answers_off_memory"]["warmstart"]["1K-4K"]
+    counts = _digit_flips([r for r in warm if r["length"] in train])
+    copies, flips = sum(c for c, _ in counts.values()), sum(f for _, f in counts.values())
+    assert (f"{answers['stored_wrong']} of its 144 codes at 1K-4K were stored wrong, {off['off_last']} of its "
+            f"{off['answers']} answers were not its final memory's last number, and its memory updates flipped "
+            f"{flips} of the {copies} digits they copied there ({_printed(Fraction(100 * flips, copies))} %)") \
+        in section
+    others = [Fraction(100 * f, c) for d, (c, f) in counts.items() if d != "0"]
+    assert counts["0"][1] == 0 and f"every digit but 0 (0 of {counts['0'][0]}) at " \
+        f"{round(min(others))}-{round(max(others))} %" in section
+    windows = published["curves"]["windows"]
+    assert {f"{w['reward']['rl']:.2f}" for w in windows} == {"0.07", "0.08"} and "stayed at 0.07-0.08" in section
+    # the flips limit's evidence, as "Confused digits" derives it
+    confused = _bench_section("**Confused digits**", "**Run 30**")
+    assert "the six clean starts' memory updates flipped 0.4-4.5 %" in confused and "run 29's 15.3 %" in confused
+    assert "the six confusing ones 16.7-23.5 %" in confused and "(clean starts 0.4-4.5 %, confusing ones 15.3-23.5 %)" \
+        in section
+    assert min(min(map(flipped, tried)), min(map(flipped, kept))) >= 13.6 and "read 13.6 % or more" in section
+    # the steps to a stop against the confusion "Confused digits" reads
+    assert ("The starts of runs 9-19 (seven evaluated) confused digits once (run 10); those of runs 21-29 (six) "
+            "every time") in confused
+    clean = [9, 11, 12, 14, 17, 19]
+    steps = {n: _warm_start_steps(every[n]) for n in (*clean, 10, 21, 23, 26, 27, 28, 29)}
+    confusing = [steps[n] for n in (10, 21, 23, 26, 27, 28, 29)] + [first["stop"]["step"] + rejected["step"]]
+    calm = [steps[n] for n in clean]
+    assert f"stopped after {min(calm):,}-{max(calm):,} steps" in section
+    assert f"after {min(confusing):,}-{max(confusing):,}, every start that needed a second round" in section
+    assert [n for n, f in every.items() if f.get("warmstart_earlier_rounds")] == [21, 28, 30]
+
+    def u(a: list[int], b: list[int]) -> Fraction:  # pairs where a's start took fewer steps (ties half)
+        return sum((Fraction(x < y) + Fraction(x == y, 2) for x in a for y in b), Fraction(0))
+    pooled = calm + confusing
+    seen = u(calm, confusing)
+    extreme = sum(u([pooled[i] for i in pick], [pooled[i] for i in range(len(pooled)) if i not in pick]) >= seen
+                  for pick in itertools.combinations(range(len(pooled)), len(calm)))
+    p = 2 * extreme / math.comb(len(pooled), len(calm))
+    assert (seen, len(calm) * len(confusing)) == (39, 48)
+    assert f"a clean start had taken fewer steps in 39 of the 48 pairs (Mann-Whitney, p {p:.3f} two-sided)" in section

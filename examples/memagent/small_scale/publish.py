@@ -172,12 +172,13 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
     vs_rl, vs_control = compare["vs_base"][:2]
     after = f"after_{rl['seconds'] / 60:.1f}_min"
     untrained = P.pooled(evals["untrained"]["results"], train)
+    warm_stage = json.loads(rounds[-1].read_text())
     warm_train = P.pooled(base["results"], train)
     warm_kept = round(P.pooled(base["results"], far) / warm_train, 2) if warm_train else None  # None: 0 at 1K-4K
     return {
         "when": when, "machine": machine, "command": command, "device_seconds": device_seconds,
         "calls_log": _read(results, "calls.log"), f"changes_from_run_{changes_from}": changes, "failures": failures,
-        "warmstart_stage": json.loads(rounds[-1].read_text()),  # the round RL started from; earlier ones below
+        "warmstart_stage": warm_stage,  # the round RL started from; earlier ones below
         **({"warmstart_earlier_rounds": [json.loads(p.read_text()) for p in rounds[:-1]]} if len(rounds) > 1 else {}),
         "rl_stage": rl, "rl_permuted_stage": control,
         **{f"eval_{k}": e for k, e in evals.items()},
@@ -197,7 +198,7 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
                                      "mcnemar_z": vs_rl["training_lengths"]["mcnemar_z"],
                                      "passed": vs_rl["training_lengths"]["gain_points"] >= 15},
             "keeps_80pct_at_8x": _kept_at_8x(vs_rl["kept_at_8x"], round(P.pooled(evals["rl"]["results"], train), 2),
-                                             json.loads(rounds[-1].read_text())["args"]["stop_at"],
+                                             warm_stage["args"]["stop_at"],
                                              {after: vs_rl["kept_at_8x"], "warm_start": warm_kept}),
             "control_within_noise": {after: vs_control["training_lengths"],
                                      "passed": abs(vs_control["training_lengths"]["mcnemar_z"]) < 1.96},

@@ -551,7 +551,8 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
         left = _budget_left(args, t)
         short = attempt + 1 < attempts and left is not None and left < seconds  # a restart would not reach a stop
         if short:
-            why = f"not begun again: {left:.0f} s of the time budget left, under the {seconds:.0f} s it took to its stop"
+            why = (f"not begun again: {left:.0f} s of the time budget left, under the {seconds:.0f} s it took to its "
+                   "stop")
         _log(f"attempt {attempt + 1} stopped with {said} (>= " + " / ".join(f"{flags[k][0]} {limits[k]}%" for k in over)
              + ")" + (f": {why}" if short else ": beginning again from the init weights" if attempt + 1 < attempts
                       else ""))
@@ -911,7 +912,8 @@ def main() -> None:
         w.add_argument(flag, default=None, type=_percent(rule.what, rule.example), help=rule.help)
     w.add_argument("--restarts", default=None, help="attempts after the first, at most (with --restart-reversed or "
                    "--restart-flips; default 2); if every attempt reads as much, the one least over its limits is "
-                   "kept, saying so",
+                   "kept, saying so, and so it is when the --max-minutes left are fewer than the rejected attempt "
+                   "took, or when an attempt begun again ends before its probe stops it",
                    type=_whole_number(1, "a whole number of attempts after the first", "2: three warm starts at most"))
     w.add_argument("--device", default=dev)
     w.set_defaults(run=stage_warmstart)
