@@ -3629,6 +3629,11 @@ def test_run_30s_section_shows_what_its_files_hold() -> None:
     assert "the six confusing ones 16.7-23.5 %" in confused and "(clean starts 0.4-4.5 %, confusing ones 15.3-23.5 %)" \
         in section
     assert min(min(map(flipped, tried)), min(map(flipped, kept))) >= 13.6 and "read 13.6 % or more" in section
+    both = [*tried, *kept]  # the example README says the two rounds' probes in whole percents
+    example = " ".join((HERE / "README.md").read_text().split())
+    assert (f"run 30's probes read {round(min(map(flipped, one)))}-{round(max(map(flipped, one)))} % through its first "
+            f"round, from the untrained model on, and {round(min(map(flipped, both)))}-{round(max(map(flipped, both)))} "
+            "% through its second") in example
     # the steps to a stop against the confusion "Confused digits" reads
     assert ("The starts of runs 9-19 (seven evaluated) confused digits once (run 10); those of runs 21-29 (six) "
             "every time") in confused
