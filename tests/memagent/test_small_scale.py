@@ -514,7 +514,8 @@ def test_a_warm_start_that_stops_reversing_codes_begins_again_from_its_init(
         "its probe stopped it (its last probe: strict sub_em 0.0% at step 6): kept attempt 1, the least reversed "
         "(stop['unfinished'])")
     assert (stop["attempt"], stop["reversed"], stop["rejected"]) == (0, 50.0, [])
-    assert (stop["unfinished"]["attempt"], stop["unfinished"]["step"], stop["unfinished"]["probe_strict"]) == (1, 6, 0.0)
+    left = stop["unfinished"]
+    assert (left["attempt"], left["step"], left["probe_strict"]) == (1, 6, 0.0)
     assert [p["step"] for p in stop["unfinished"]["curve"]] == [1, 2, 3, 4, 5, 6]
     assert [p["step"] for p in unfinished["curve"]] == [1, 2] and same(unfinished_w, plain_w)
 
@@ -3631,9 +3632,9 @@ def test_run_30s_section_shows_what_its_files_hold() -> None:
     assert min(min(map(flipped, tried)), min(map(flipped, kept))) >= 13.6 and "read 13.6 % or more" in section
     both = [*tried, *kept]  # the example README says the two rounds' probes in whole percents
     example = " ".join((HERE / "README.md").read_text().split())
-    assert (f"run 30's probes read {round(min(map(flipped, one)))}-{round(max(map(flipped, one)))} % through its first "
-            f"round, from the untrained model on, and {round(min(map(flipped, both)))}-{round(max(map(flipped, both)))} "
-            "% through its second") in example
+    rounds = [[round(f(map(flipped, probes))) for f in (min, max)] for probes in (one, both)]
+    assert (f"run 30's probes read {rounds[0][0]}-{rounds[0][1]} % through its first round, from the untrained model "
+            f"on, and {rounds[1][0]}-{rounds[1][1]} % through its second") in example
     # the steps to a stop against the confusion "Confused digits" reads
     assert ("The starts of runs 9-19 (seven evaluated) confused digits once (run 10); those of runs 21-29 (six) "
             "every time") in confused
