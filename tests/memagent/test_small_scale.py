@@ -3655,3 +3655,11 @@ def test_run_30s_section_shows_what_its_files_hold() -> None:
     p = 2 * extreme / math.comb(len(pooled), len(calm))
     assert (seen, len(calm) * len(confusing)) == (39, 48)
     assert f"a clean start had taken fewer steps in 39 of the 48 pairs (Mann-Whitney, p {p:.3f} two-sided)" in section
+    # the next run's restart has the time only after an early stop: run 29's left too little for another attempt
+    w29 = every[29]["warmstart_stage"]
+    room, took = 60 * w29["args"]["max_minutes"], w29["stop"]["seconds"]
+    attempt = took - w29["curve"][0]["s"]  # from its first step to its stop
+    assert room - took < attempt
+    assert (round(took), round(room), round(room - took), round(attempt)) == (371, 479, 108, 251)
+    assert ("(run 29's stopped 371 s into its round's 479, leaving 108 s for a second attempt that would need some "
+            "251)") in section
