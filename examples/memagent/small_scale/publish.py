@@ -197,7 +197,7 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
             "rl_gain_points_ge_15": {after: vs_rl["training_lengths"]["gain_points"],
                                      "mcnemar_z": vs_rl["training_lengths"]["mcnemar_z"],
                                      "passed": vs_rl["training_lengths"]["gain_points"] >= 15},
-            "keeps_80pct_at_8x": _kept_at_8x(vs_rl["kept_at_8x"], round(P.pooled(evals["rl"]["results"], train), 2),
+            "keeps_80pct_at_8x": _kept_at_8x(vs_rl["kept_at_8x"], vs_rl["training_lengths"]["after"],
                                              warm_stage["args"]["stop_at"],
                                              {after: vs_rl["kept_at_8x"], "warm_start": warm_kept}),
             "control_within_noise": {after: vs_control["training_lengths"],

@@ -364,7 +364,7 @@ def _attempt(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _Trai
     step = 0
     while step < args.max_steps:
         step += 1
-        if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+        if _over_budget(args, started):
             stop = {"reason": f"time budget of {args.max_minutes} min spent"}
             break
         for group in optimizer.param_groups:
@@ -548,7 +548,7 @@ def _warm_starts(engine: Any, cfg: P.ReproConfig, args: argparse.Namespace, t: _
         worst = max((share or 0.0) / limits[key] for key, share in readings.items())
         if least is None or worst < least[0]:
             least = (worst, attempt, readings, _weights(engine.model), run)
-        left = _budget_left(args, t)
+        left = _budget_left(args, t.started)
         short = attempt + 1 < attempts and left is not None and left < seconds  # a restart would not reach a stop
         if short:
             why = (f"not begun again: {left:.0f} s of the time budget left, under the {seconds:.0f} s it took to its "
@@ -576,9 +576,16 @@ def _where(unfinished: dict[str, Any], rejected: list[dict[str, Any]]) -> str:
     return " (stop['unfinished'])" if unfinished else " (stop['rejected'])" if rejected else ""
 
 
-def _budget_left(args: argparse.Namespace, t: _Training) -> float | None:
-    """Seconds of the stage's time budget (`--max-minutes`) left now (None: no budget)."""
-    return 60 * args.max_minutes - (time.perf_counter() - t.started) if args.max_minutes else None
+def _budget_left(args: argparse.Namespace, started: float) -> float | None:
+    """Seconds of a stage's time budget (`--max-minutes`, counted from `started`, a perf_counter) left now (None:
+    no budget)."""
+    return 60 * args.max_minutes - (time.perf_counter() - started) if args.max_minutes else None
+
+
+def _over_budget(args: argparse.Namespace, started: float) -> bool:
+    """A stage's time budget is spent (never, with no budget)."""
+    left = _budget_left(args, started)
+    return left is not None and left < 0
 
 
 def _reading(words: str, share: float | None) -> str:
@@ -628,7 +635,7 @@ def stage_rl(args: argparse.Namespace) -> None:
         _log(f"resuming after step {len(curve) - 1} ({seconds:.0f} s of RL so far)")
     started = time.perf_counter()
     for step in range(len(curve), args.steps):
-        if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+        if _over_budget(args, started):
             _log(f"time budget of {args.max_minutes} min spent after {step} steps")
             break
         trainer.rows = rows_for(step)
