@@ -955,6 +955,8 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
                               text=True, env={**env, "BUDGET": str(budget), **last_call}, cwd=ROOT,
                               timeout=budget + 120, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        if i == 0:  # round 1 done: the run WS_ROUND_FROM=untrained goes on from here, below
+            shutil.copytree(work, tmp_path / "fresh_draw")
         said = [m.group(1) for m in re.finditer(r"^\[\d\d:\d\d:\d\d\] (.*)$", done.stdout, re.MULTILINE)]
         packed = _packed(out / "results.tgz")
         calls.append({"said": said, "packed": packed, "work": sorted(p.name for p in work.iterdir()),
@@ -999,7 +1001,8 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     # 3: RL not done, but the call is shorter than RL_MIN_S: nothing started, nothing changed
     assert len(short["said"]) == 2 and re.fullmatch(r"too little time left for RL \(\d+ s, RL_MIN_S=30\): call again "
                                                     r"\(with BUDGET over RL_MIN_S\)", short["said"][1])
-    assert short["work"] == second["work"] == ["model", "results", "rl", "rl_draws", "rl_permuted", "warm1", "warm2"]
+    assert short["work"] == second["work"] == ["model", "results", "rl", "rl_draws", "rl_permuted", "warm1", "warm2",
+                                               "ws_round_from"]
     assert (work / "rl_draws").read_text() == "1\n"  # the arms RL began with (RL_DRAWS), which its calls keep
     assert short["rl"] == second["rl"] and short["control"] == second["control"]
     # 4, the last call: both arms resumed from their own checkpoints, with their AdamW state and curve, for what
@@ -1043,6 +1046,53 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert curves[0]["steps"][0] == 0 and curves[-1]["steps"][1] == steps - 1
     assert curves[0]["reward"]["rl"] == pytest.approx(
         sum(c["reward_mean"] for c in final["rl"]["curve"][:10]) / len(final["rl"]["curve"][:10]), abs=1e-3)
+    assert (work / "ws_round_from").read_text() == "last\n"  # the default, which the run's calls keep
+    # WS_ROUND_FROM=untrained: round 2 is a fresh draw from the untrained model on its own documents, and with no
+    # round stopped by its probe RL starts from the round whose last probe read highest (here round 1's, set to
+    # 50 %: the CPU model's probes read 0). Round 1 began from the untrained model either way; the run's file
+    # that says where its later rounds begin is the one thing the copy changes
+    drawn_fresh = tmp_path / "fresh_draw"
+    (drawn_fresh / "ws_round_from").unlink()
+    ws1_path = drawn_fresh / "warm1" / "stage.json"
+    ws1 = json.loads(ws1_path.read_text())
+    probed = max(i for i, c in enumerate(ws1["curve"]) if "probe_strict" in c)
+    ws1["curve"][probed]["probe_strict"] = 50.0
+    ws1_path.write_text(json.dumps(ws1))
+    round2 = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(drawn_fresh)], capture_output=True,
+                            text=True, env={**env, "BUDGET": str(ROUND_2_BUDGET), "WS_ROUND_FROM": "untrained"},
+                            cwd=ROOT, timeout=ROUND_2_BUDGET + 120, check=False)
+    assert round2.returncode == 0, round2.stdout[-3000:] + round2.stderr[-3000:]
+    said = [m.group(1) for m in re.finditer(r"^\[\d\d:\d\d:\d\d\] (.*)$", round2.stdout, re.MULTILINE)]
+    assert said[1].startswith(f"warm start round 2 from {drawn_fresh / 'model'}, "), said
+    ws2 = json.loads((drawn_fresh / "warm2" / "stage.json").read_text())
+    assert ws2["args"]["init"] == str(drawn_fresh / "model") and ws2["args"]["demo_split"] == "demo2"
+    probe2 = [c["probe_strict"] for c in ws2["curve"] if "probe_strict" in c][-1]
+    taken = said.index(next(s for s in said if s.startswith("warm start done after round 2"))) + 1
+    assert said[taken:taken + 3] == [
+        "RL starts from warm start round 1 of 2 (WS_ROUND_FROM=untrained: each round a fresh draw from the untrained "
+        f"model, none stopped by its probe; round 1's last probe read highest, 50.0 %; round 2's {probe2:.1f} %)",
+        f"RL and control from {drawn_fresh / 'warm1'}, {said[taken + 1].split(', ')[1]}",
+        f"RL starts from a warm start its probe never stopped (max_steps 2 reached; its last probe read 50.0 % at step "
+        f"{ws1['curve'][probed]['step']}): as it stands; the warm start's evaluation says where RL began"]
+    for d in ("rl", "rl_permuted"):
+        assert json.loads((drawn_fresh / d / "stage.json").read_text())["reference"] == str(drawn_fresh / "warm1")
+    assert json.loads((drawn_fresh / "results" / "eval_warmstart.json").read_text())["ckpt"] == str(
+        drawn_fresh / "warm1")
+    assert (drawn_fresh / "ws_round_from").read_text() == "untrained\n"
+    # a run's rounds begin one way: a call with the other is refused before anything runs, as is another value
+    for d, asked, began in ((work, "untrained", "last"), (drawn_fresh, "last", "untrained")):
+        other = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(d)], capture_output=True,
+                               text=True, env={**env, "WS_ROUND_FROM": asked, "RESUME": "1"}, cwd=ROOT, timeout=60,
+                               check=False)
+        assert other.returncode == 2 and other.stdout == "" and other.stderr.startswith(
+            f"WS_ROUND_FROM={asked}: this run's warm start began with WS_ROUND_FROM={began} ({d / 'ws_round_from'})"
+            f", which decides its rounds' init and the round RL starts from; set WS_ROUND_FROM={began} on every "
+            "call of it"), other.stderr
+    wrong = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(work)], capture_output=True,
+                           text=True, env={**env, "WS_ROUND_FROM": "first"}, cwd=ROOT, timeout=60, check=False)
+    assert wrong.returncode == 2 and wrong.stdout == "" and wrong.stderr == (
+        "WS_ROUND_FROM=first: set last (each warm start round from the one before, the default) or untrained (each "
+        "from the untrained model: a fresh draw)\n")
     # a last call that cannot start RL before the evaluations says so and changes nothing; a LAST_CALL that is
     # neither 0 nor 1 is refused before anything runs
     fresh = tmp_path / "fresh"  # the warm start done, RL never started
@@ -1053,7 +1103,7 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     assert short_last.returncode == 0 and re.search(
         r"\] too little time left for RL before the evaluations \(\d+ s, EVAL_S=50\): call again \(with a larger "
         r"BUDGET\)\n$", short_last.stdout), short_last.stdout
-    assert sorted(p.name for p in fresh.iterdir()) == ["model", "results", "warm1", "warm2"]
+    assert sorted(p.name for p in fresh.iterdir()) == ["model", "results", "warm1", "warm2", "ws_round_from"]
     refused = subprocess.run(["bash", str(HERE / "run_in_calls.sh"), str(out), str(fresh)], capture_output=True,
                              text=True, env={**env, "LAST_CALL": "yes"}, cwd=ROOT, timeout=60, check=False)
     assert refused.returncode == 2 and refused.stdout == ""
@@ -1133,6 +1183,38 @@ def test_run_in_calls_says_when_rl_starts_from_a_warm_start_its_probe_did_not_st
     assert run19["stop"]["reason"].startswith("probe") and said(run19) == (0, "")
     capped = {"stop": {"reason": "max_steps 2 reached"}, "curve": [{"step": 1, "loss": 7.0}, {"step": 2, "loss": 6.0}]}
     assert said(capped) == (1, "max_steps 2 reached; no probe ran\n")
+
+
+def test_run_in_calls_best_round_takes_the_round_whose_last_probe_read_highest(tmp_path: Path) -> None:
+    """run_in_calls.sh's `best_round` (with WS_ROUND_FROM=untrained, the round RL starts from when no round's probe
+    stopped it) on published rounds none of whose probes stopped: run 30's first (its last probe 0.0 %) and run 21's
+    two (6.2 % and 43.8 %), in either order; on a tie the later; a round no probe read comes last."""
+    script = (HERE / "run_in_calls.sh").read_text()
+    start = script.index("best_round() {")
+    function = script[start:script.index("\n}\n", start) + 3]
+    env = _calls_env(tmp_path)  # the script's `python3`: this interpreter
+    results = ROOT / "bench" / "results"
+    run30 = json.loads((results / "memagent_small_scale_run30.json").read_text())["warmstart_earlier_rounds"][0]
+    run21 = json.loads((results / "memagent_small_scale_run21.json").read_text())
+    first21, last21 = run21["warmstart_earlier_rounds"][0], run21["warmstart_stage"]
+    unprobed = {"stop": {"reason": "max_steps 2 reached"}, "curve": [{"step": 1, "loss": 7.0}]}
+
+    def best(*rounds: dict[str, Any]) -> list[str]:
+        work = tmp_path / f"work{len(list(tmp_path.glob('work*')))}"
+        for k, stage in enumerate(rounds, 1):
+            (work / f"warm{k}").mkdir(parents=True)
+            (work / f"warm{k}" / "stage.json").write_text(json.dumps(stage))
+        done = subprocess.run(["bash", "-c", f'{function}\nbest_round "$1" "$2"', "-", str(work), str(len(rounds))],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return done.stdout.removesuffix("\n").split("\t")
+
+    assert best(run30, last21) == ["2", "43.8 %", "round 1's 0.0 %"]
+    assert best(last21, run30) == ["1", "43.8 %", "round 2's 0.0 %"]
+    assert best(first21, last21, run30) == ["2", "43.8 %", "round 1's 6.2 %, round 3's 0.0 %"]
+    assert best(last21, last21) == ["2", "43.8 %", "round 1's 43.8 %"]  # a tie: the later
+    assert best(unprobed, run30) == ["2", "0.0 %", "round 1's no probe"]
+    assert best(unprobed) == ["1", "no probe", ""]
 
 
 @pytest.mark.slow
@@ -1404,18 +1486,33 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     refused = subprocess.run(publish, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith(
         "compare.json compares ['warm start', 'RL, permuted rewards (control)', 'RL']; the targets read RL")
-    # one more round: the last is the one RL started from, every earlier one is kept beside it, in order
+    # one more round: the round RL started from is the one the warm start's evaluation read (the last, or with
+    # WS_ROUND_FROM=untrained an earlier one), every other kept beside it, in order; an evaluation of no round's
+    # checkpoint, or of two, is refused
     import publish as B
 
     (results / "compare.json").write_text(json.dumps(published["compare_strict"]))
     k = len(earlier) + 2
-    last = {**published["warmstart_stage"], "args": {**published["warmstart_stage"]["args"], "demo_split": f"demo{k}"}}
+    start = published["warmstart_stage"]
+    last = {**start, "args": {**start["args"], "demo_split": f"demo{k}", "out": f"/tmp/repro/warm{k}"}}
     (results / f"warmstart{k}_stage.json").write_text(json.dumps(last))
     meta = {"when": "w", "command": "c", "device_seconds": 1, "changes_from": 1, "changes": "x", "failures": []}
+    kept = B.published(results, **meta)  # RL began from the round before the last: the evaluation's
+    assert kept["warmstart_stage"] == start and kept["warmstart_later_rounds"] == [last]
+    assert kept.get("warmstart_earlier_rounds", []) == earlier
+    assert kept["targets"] == published["targets"] and kept["audit"] == published["audit"]
+    (results / "eval_warmstart.json").write_text(json.dumps({**published["eval_warmstart"], "ckpt": last["args"]["out"]}))
     more = B.published(results, **meta)
-    assert more["warmstart_stage"] == last
-    assert more["warmstart_earlier_rounds"] == [*earlier, published["warmstart_stage"]]
+    assert more["warmstart_stage"] == last and "warmstart_later_rounds" not in more
+    assert more["warmstart_earlier_rounds"] == [*earlier, start]
     assert len(earlier) == (run in ("run21", "run28", "run30"))  # runs 21, 28 and 30 warmed up in two rounds
+    for ckpt, matched in (("/tmp/elsewhere/warm1", 0), (start["args"]["out"], 2)):
+        (results / "eval_warmstart.json").write_text(json.dumps({**published["eval_warmstart"], "ckpt": ckpt}))
+        if matched == 2:
+            (results / f"warmstart{k}_stage.json").write_text(json.dumps({**last, "args": start["args"]}))
+        with pytest.raises(B.Unpublishable, match=rf"^eval_warmstart.json evaluated {ckpt}, which is {matched} of "
+                                                  rf"the warm start rounds' checkpoints \(warmstart1_stage.json: "):
+            B.published(results, **meta)
 
 
 RUN29_ARMS = ("untrained", "warmstart", "rl", "rl_permuted")

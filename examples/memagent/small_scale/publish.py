@@ -137,10 +137,24 @@ def _kept_at_8x(kept: float, trained: float, floor: float, figures: dict[str, An
     return {**figures, "passed": kept >= 0.8}
 
 
+def _round_taken(stages: list[dict[str, Any]], base: dict[str, Any], names: list[str]) -> int:
+    """The index of the warm start round RL started from: the one whose checkpoint `eval_warmstart.json` evaluated
+    (a round after the first may begin from the untrained model, and RL start from an earlier one: run_in_calls.sh
+    WS_ROUND_FROM=untrained)."""
+    taken = [i for i, stage in enumerate(stages) if stage["args"]["out"] == base["ckpt"]]
+    if len(taken) != 1:
+        outs = ", ".join(f"{n}: {stage['args']['out']}" for n, stage in zip(names, stages))
+        raise Unpublishable(f"eval_warmstart.json evaluated {base['ckpt']}, which is {len(taken)} of the warm start "
+                            f"rounds' checkpoints ({outs}), not one; unpack one run's last call's results.tgz, whose "
+                            "warm start evaluation is of the round RL started from")
+    return taken[0]
+
+
 def published(results: Path, *, when: str, command: str, device_seconds: int, changes_from: int, changes: str,
               failures: list[str], machine: str = MACHINE) -> dict[str, Any]:
-    """The results file's contents (the keys of `bench/results/memagent_small_scale_run12.json`, and
-    `warmstart_earlier_rounds` when the warm start ran in more than one round)."""
+    """The results file's contents (the keys of `bench/results/memagent_small_scale_run12.json`, and, when the warm
+    start ran in more than one round, `warmstart_earlier_rounds` and `warmstart_later_rounds`: the rounds before
+    and after the one RL started from, the one `eval_warmstart.json` evaluated)."""
     rounds = sorted(results.glob("warmstart*_stage.json"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
     if not rounds:
         raise Unpublishable(f"{results}: no warmstart<k>_stage.json; unpack the last call's results.tgz there")
@@ -172,14 +186,17 @@ def published(results: Path, *, when: str, command: str, device_seconds: int, ch
     vs_rl, vs_control = compare["vs_base"][:2]
     after = f"after_{rl['seconds'] / 60:.1f}_min"
     untrained = P.pooled(evals["untrained"]["results"], train)
-    warm_stage = json.loads(rounds[-1].read_text())
+    stages = [json.loads(p.read_text()) for p in rounds]
+    taken = _round_taken(stages, base, [p.name for p in rounds])
+    warm_stage = stages[taken]
     warm_train = P.pooled(base["results"], train)
     warm_kept = round(P.pooled(base["results"], far) / warm_train, 2) if warm_train else None  # None: 0 at 1K-4K
     return {
         "when": when, "machine": machine, "command": command, "device_seconds": device_seconds,
         "calls_log": _read(results, "calls.log"), f"changes_from_run_{changes_from}": changes, "failures": failures,
-        "warmstart_stage": warm_stage,  # the round RL started from; earlier ones below
-        **({"warmstart_earlier_rounds": [json.loads(p.read_text()) for p in rounds[:-1]]} if len(rounds) > 1 else {}),
+        "warmstart_stage": warm_stage,  # the round RL started from; the others below
+        **({"warmstart_earlier_rounds": stages[:taken]} if taken else {}),
+        **({"warmstart_later_rounds": stages[taken + 1:]} if taken + 1 < len(stages) else {}),
         "rl_stage": rl, "rl_permuted_stage": control,
         **{f"eval_{k}": e for k, e in evals.items()},
         "table": _read(results, "table.md"), "compare_strict": compare, "audit": audit,

@@ -7,8 +7,9 @@
 # after the first: a WORK_DIR that lost the run (a machine given back between calls) is then refused at once
 # instead of silently starting over.
 #   model -> untrained evaluation | warm start, in rounds of new documents until its probe reaches the stop
-#   (at most WS_ROUNDS; a round whose stop reads WS_RESTART_REVERSED % of answers reversed or more, or
-#   WS_RESTART_FLIPS % of copied digits flipped, begins again from its init, WS_RESTARTS times at most)
+#   (at most WS_ROUNDS, each from the round before or, with WS_ROUND_FROM=untrained, from the untrained model;
+#   a round whose stop reads WS_RESTART_REVERSED % of answers reversed or more, or WS_RESTART_FLIPS % of copied
+#   digits flipped, begins again from its init, WS_RESTARTS times at most)
 #   -> RL and its permuted-reward control in parallel (+ the warm start's evaluation; in the warm start's own
 #   call when RL_MIN_S seconds are left; a last round its probe did not stop goes on to RL as it stands, and the
 #   call log says so, with its last probe),
@@ -30,6 +31,11 @@ R="python3 $here/reproduce.py"
 # much, the one least over its limits is kept)
 : "${WS_RESTART_FLIPS:=}"  # the same for a stop whose memory updates flipped this % of the digits they copied or more
 restarting="$WS_RESTART_REVERSED$WS_RESTART_FLIPS"  # non-empty: a restart rule is on, and WS_RESTARTS bounds it
+: "${WS_ROUND_FROM:=last}"  # where a warm start round after the first begins: last (the round before's weights, as
+# in runs 3-30) or untrained (the untrained model, on the round's own new documents: a fresh draw of the start;
+# if no round's probe stops, RL starts from the round whose last probe read highest, the later on a tie)
+case "$WS_ROUND_FROM" in last|untrained) ;; *) echo "WS_ROUND_FROM=$WS_ROUND_FROM: set last (each warm start round" \
+  "from the one before, the default) or untrained (each from the untrained model: a fresh draw)" >&2; exit 2;; esac
 : "${RL_STEPS_PER_ROLLOUT:=2}" "${RL_TOTAL_S:=720}"  # RL_TOTAL_S: seconds of RL per arm, over several calls (0: one call)
 : "${RL_WARMUP:=10}" "${RL_KL:=0.001}"  # optimizer steps of lr warm-up; the seed's KL loss coefficient (low_var_kl)
 : "${RL_SAMPLER:=inverse_cdf}"  # the rollouts' engine sampler (inverse_cdf | multinomial: the same distribution;
@@ -64,6 +70,13 @@ if [ -f "$w/rl_draws" ] && [ "$(cat "$w/rl_draws")" != "$RL_DRAWS" ]; then
     "Nothing was run." >&2
   exit 2
 fi
+if [ -f "$w/ws_round_from" ] && [ "$(cat "$w/ws_round_from")" != "$WS_ROUND_FROM" ]; then
+  echo "WS_ROUND_FROM=$WS_ROUND_FROM: this run's warm start began with WS_ROUND_FROM=$(cat "$w/ws_round_from")" \
+    "($w/ws_round_from), which decides its rounds' init and the round RL starts from; set" \
+    "WS_ROUND_FROM=$(cat "$w/ws_round_from") on every call of it (a new WORK_DIR for a run with the other)." \
+    "Nothing was run." >&2
+  exit 2
+fi
 mkdir -p "$out" "$r"
 t0=$(date +%s)
 left() { echo $((t0 + BUDGET - $(date +%s))); }
@@ -85,6 +98,21 @@ if last is not None and "confirm_strict" in last:
     read += f", its confirmation {last['confirm_strict']:.1f} %"
 print(f"{stage['stop']['reason']}; {read}")
 sys.exit(1)
+PY
+}
+best_round() {  # best_round WORK_DIR ROUNDS: of rounds 1..ROUNDS (none stopped by its probe), the one whose
+  # last probe read highest (the later on a tie), tab-separated: its number, that probe, the others' last probes
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+last = {}
+for k in range(1, int(sys.argv[2]) + 1):
+    curve = json.load(open(f"{sys.argv[1]}/warm{k}/stage.json"))["curve"]
+    probes = [c["probe_strict"] for c in curve if "probe_strict" in c]
+    last[k] = probes[-1] if probes else None
+best = max(last, key=lambda k: (-1.0 if last[k] is None else last[k], k))
+read = lambda p: "no probe" if p is None else f"{p:.1f} %"
+others = ", ".join(f"round {k}'s {read(p)}" for k, p in last.items() if k != best)
+print(best, read(last[best]), others, sep="\t")
 PY
 }
 declare -A started=()  # the evaluations this call started (a second one would truncate the first's log)
@@ -117,7 +145,8 @@ evaluate "$w/model" "untrained" untrained
 # warm start: rounds of new documents, each from the last, until the probe reaches the stop or WS_ROUNDS ran
 k=1; while [ -f "$w/warm$k/stage.json" ]; do k=$((k + 1)); done; last=$((k - 1))
 if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" > /dev/null && [ "$last" -lt "$WS_ROUNDS" ]; }; then
-  init="$w/model"; [ "$last" -ge 1 ] && init="$w/warm$last"
+  init="$w/model"; [ "$last" -ge 1 ] && [ "$WS_ROUND_FROM" = last ] && init="$w/warm$last"
+  echo "$WS_ROUND_FROM" > "$w/ws_round_from"  # where this run's rounds begin, which its later calls keep
   minutes=$(as_minutes $(( $(left) - 45 )))
   stamp "warm start round $k from $init, $minutes min"
   interruptible "$r/warmstart$k.log" timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" \
@@ -166,6 +195,14 @@ step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the war
     cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"
   done
 }
+if [ "$WS_ROUND_FROM" = untrained ] && [ "$last" -gt 1 ] && ! probe_stopped "$warm" > /dev/null; then
+  # the rounds are separate draws from the untrained model, none stopped by its probe: RL takes the best of them
+  IFS=$'\t' read -r best probe others <<< "$(best_round "$w" "$last")"
+  warm="$w/warm$best"
+  all_begun || stamp "RL starts from warm start round $best of $last (WS_ROUND_FROM=untrained: each round a fresh" \
+    "draw from the untrained model, none stopped by its probe; round $best's last probe read highest, $probe;" \
+    "$others)"
+fi
 if [ "$LAST_CALL" = 1 ]; then  # what is left before the evaluations is RL's
   extra=$(before_evals)
   if [ "$extra" -ge 10 ]; then stamp "last call: RL ${extra} s more, then the evaluations"; step_rl "$extra"
