@@ -3633,7 +3633,7 @@ def test_run_30s_section_shows_what_its_files_hold() -> None:
     and each figure of its reading (a first round with no stop, a second whose first attempt was rejected and begun
     again without the time to stop, the start RL got, the 8x target's floor, the steps to a stop against the
     confusion) from the kept files."""
-    section, published = _run21s_plan(30, "## Fixes these benchmarks led to", 1724, lr=1e-4, rounds=2)
+    section, published = _run21s_plan(30, "**Run 31, lost**", 1724, lr=1e-4, rounds=2)
     train = [1000, 2000, 4000]
     every = _published_runs()
     assert published["command"] == every[29]["command"].replace("WS_RESTARTS=2", "WS_RESTART_FLIPS=10 WS_RESTARTS=2")
@@ -3760,3 +3760,38 @@ def test_run_30s_section_shows_what_its_files_hold() -> None:
     assert (round(took), round(room), round(room - took), round(attempt)) == (371, 479, 108, 251)
     assert ("(run 29's stopped 371 s into its round's 479, leaving 108 s for a second attempt that would need some "
             "251)") in section
+
+
+def _plan_commands(start: str, end: str) -> list[dict[str, str]]:
+    """The `run_in_calls.sh` commands bench/README shows from `start` to `end` (its indented blocks, continued
+    lines joined), each as its environment's assignments."""
+    readme = (ROOT / "bench" / "README.md").read_text()
+    begins = readme.index(start)
+    text = readme[begins:readme.index(end, begins)]
+    block = "\n".join(line[4:] for line in text.splitlines() if line.startswith("    "))
+    commands = [c for c in block.replace("\\\n", " ").splitlines() if c.startswith("env ")]
+    assert all(c.endswith("bash examples/memagent/small_scale/run_in_calls.sh $OUT /tmp/repro") for c in commands)
+    return [dict(re.findall(r"(\w+)=(\S+)", c.split(" bash ")[0])) for c in commands]
+
+
+def test_run_31_lost_shows_its_call_and_the_next_plan() -> None:
+    """bench/README's "Run 31, lost" (nothing came back): its call 1 and the next run's calls are run 30's with
+    WS_ROUND_FROM=untrained, every variable one `run_in_calls.sh` reads and a value it takes; its reasons from the
+    kept files (run 30's first round, the clean starts' steps, the runs that went on to a second round)."""
+    run30 = _plan_commands("**Run 30**", "- Warm start, round 1")
+    lost, *plan = _plan_commands("**Run 31, lost**", "## Fixes these benchmarks led to")
+    assert [lost, *plan] == [{**c, "WS_ROUND_FROM": "untrained"} for c in (run30[0], *run30)]
+    script = (HERE / "run_in_calls.sh").read_text()
+    assert all(f'"${{{name}:=' in script for c in plan for name in c), [n for c in plan for n in c
+                                                                      if f'"${{{n}:=' not in script]
+    assert "case \"$WS_ROUND_FROM\" in last|untrained)" in script
+    section = _bench_section("**Run 31, lost**", "## Fixes these benchmarks led to")
+    every = _published_runs()
+    (first,) = every[30]["warmstart_earlier_rounds"]
+    assert (first["stop"]["step"], first["stop"]["reason"]) == (1498, "time budget of 8.1 min spent")
+    assert "run 30's round 1 took 8.1 minutes for 1,498 steps" in section
+    calm = [_warm_start_steps(every[n]) for n in (9, 11, 12, 14, 17, 19)]
+    assert f"the six clean starts stopped after {min(calm):,}-{max(calm):,} steps" in section
+    went_on = [n for n, f in every.items() if f.get("warmstart_earlier_rounds")]
+    assert went_on == [21, 28, 30] and "three starts went on (runs 21, 28, 30)" in section
+    assert not (ROOT / "bench" / "results" / "memagent_small_scale_run31.json").exists()  # nothing came back
