@@ -166,7 +166,7 @@ if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" > /dev/null && [ "$last
     wait; stamp "call ends after warm start round $k"; pack; exit 0
   fi
 fi
-warm="$w/warm$last"
+warm="$w/warm$last"; chosen=""
 
 # RL and its control: RL_TOTAL_S seconds of stepping each (0: what one call leaves), over as many calls as that takes
 rl_s() { python3 -c "import json; print(int(json.load(open('$1/stage.json'))['seconds']))" 2>/dev/null || echo 0; }
@@ -181,6 +181,7 @@ step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the war
   if all_begun; then
     stamp "$which resumed after $(rl_s "$w/rl") s, $minutes min each"; resume=1
   else
+    [ -n "$chosen" ] && stamp "$chosen"  # the round RL starts from, when the rounds were separate draws
     stamp "$which from $warm, $minutes min each"; echo "$RL_DRAWS" > "$w/rl_draws"  # the arms this run steps
     why=$(probe_stopped "$warm") || stamp "RL starts from a warm start its probe never stopped ($why): as it" \
       "stands; the warm start's evaluation says where RL began"
@@ -199,9 +200,8 @@ if [ "$WS_ROUND_FROM" = untrained ] && [ "$last" -gt 1 ] && ! probe_stopped "$wa
   # the rounds are separate draws from the untrained model, none stopped by its probe: RL takes the best of them
   IFS=$'\t' read -r best probe others <<< "$(best_round "$w" "$last")"
   warm="$w/warm$best"
-  all_begun || stamp "RL starts from warm start round $best of $last (WS_ROUND_FROM=untrained: each round a fresh" \
-    "draw from the untrained model, none stopped by its probe; round $best's last probe read highest, $probe;" \
-    "$others)"
+  chosen="RL starts from warm start round $best of $last (WS_ROUND_FROM=untrained: each round a fresh draw from the"
+  chosen+=" untrained model, none stopped by its probe; round $best's last probe read highest, $probe; $others)"
 fi
 if [ "$LAST_CALL" = 1 ]; then  # what is left before the evaluations is RL's
   extra=$(before_evals)
