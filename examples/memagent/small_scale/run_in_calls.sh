@@ -11,8 +11,8 @@
 #   a round whose stop reads WS_RESTART_REVERSED % of answers reversed or more, or WS_RESTART_FLIPS % of copied
 #   digits flipped, begins again from its init, WS_RESTARTS times at most)
 #   -> RL and its permuted-reward control in parallel (+ the warm start's evaluation; in the warm start's own
-#   call when RL_MIN_S seconds are left; a last round its probe did not stop goes on to RL as it stands, and the
-#   call log says so, with its last probe),
+#   call when RL_MIN_S seconds are left; a last round its probe did not stop goes on to RL as it stands, or with
+#   WS_ROUND_FROM=untrained the round whose last probe read highest, and the call log says so, with its last probe),
 #   resumed with their AdamW state in the next calls until each has stepped RL_TOTAL_S seconds (or, in a call
 #   with LAST_CALL=1, for what that call leaves after the evaluations)
 #   -> evaluations of RL and control -> the seed's table, the paired comparison and the two arms' curves.
@@ -142,7 +142,8 @@ if [ ! -f "$w/model/repro.json" ]; then
 fi
 evaluate "$w/model" "untrained" untrained
 
-# warm start: rounds of new documents, each from the last, until the probe reaches the stop or WS_ROUNDS ran
+# warm start: rounds of new documents, each from the last (WS_ROUND_FROM=untrained: from the untrained model),
+# until the probe reaches the stop or WS_ROUNDS ran
 k=1; while [ -f "$w/warm$k/stage.json" ]; do k=$((k + 1)); done; last=$((k - 1))
 if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" > /dev/null && [ "$last" -lt "$WS_ROUNDS" ]; }; then
   init="$w/model"; [ "$last" -ge 1 ] && [ "$WS_ROUND_FROM" = last ] && init="$w/warm$last"
