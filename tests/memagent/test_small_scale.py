@@ -1069,11 +1069,11 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
     probe2 = [c["probe_strict"] for c in ws2["curve"] if "probe_strict" in c][-1]
     taken = said.index(next(s for s in said if s.startswith("warm start done after round 2"))) + 1
     assert said[taken:taken + 3] == [
-        "RL starts from warm start round 1 of 2 (WS_ROUND_FROM=untrained: each round a fresh draw from the untrained "
-        f"model, none stopped by its probe; round 1's last probe read highest, 50.0 %; round 2's {probe2:.1f} %)",
+        ("RL starts from warm start round 1 of 2 (WS_ROUND_FROM=untrained: each round a fresh draw from the untrained "
+         f"model, none stopped by its probe; round 1's last probe read highest, 50.0 %; round 2's {probe2:.1f} %)"),
         f"RL and control from {drawn_fresh / 'warm1'}, {said[taken + 1].split(', ')[1]}",
-        f"RL starts from a warm start its probe never stopped (max_steps 2 reached; its last probe read 50.0 % at step "
-        f"{ws1['curve'][probed]['step']}): as it stands; the warm start's evaluation says where RL began"]
+        (f"RL starts from a warm start its probe never stopped (max_steps 2 reached; its last probe read 50.0 % at "
+         f"step {ws1['curve'][probed]['step']}): as it stands; the warm start's evaluation says where RL began")]
     for d in ("rl", "rl_permuted"):
         assert json.loads((drawn_fresh / d / "stage.json").read_text())["reference"] == str(drawn_fresh / "warm1")
     assert json.loads((drawn_fresh / "results" / "eval_warmstart.json").read_text())["ckpt"] == str(
@@ -1501,7 +1501,8 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     assert kept["warmstart_stage"] == start and kept["warmstart_later_rounds"] == [last]
     assert kept.get("warmstart_earlier_rounds", []) == earlier
     assert kept["targets"] == published["targets"] and kept["audit"] == published["audit"]
-    (results / "eval_warmstart.json").write_text(json.dumps({**published["eval_warmstart"], "ckpt": last["args"]["out"]}))
+    evaluated_last = {**published["eval_warmstart"], "ckpt": last["args"]["out"]}
+    (results / "eval_warmstart.json").write_text(json.dumps(evaluated_last))
     more = B.published(results, **meta)
     assert more["warmstart_stage"] == last and "warmstart_later_rounds" not in more
     assert more["warmstart_earlier_rounds"] == [*earlier, start]
