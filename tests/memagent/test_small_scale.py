@@ -2908,8 +2908,29 @@ def test_run_27s_section_shows_what_its_files_hold() -> None:
 
 
 def _warm_start_steps(f: dict[str, Any]) -> int:
-    """A published run's warm-start steps over all its rounds."""
-    return sum(w["stop"]["step"] for w in [*f.get("warmstart_earlier_rounds", []), f["warmstart_stage"]])
+    """A published run's warm-start steps to the start RL got: its round's, and those of each round it began from
+    (every earlier round in runs 3-30; none under WS_ROUND_FROM=untrained, whose rounds begin from the model)."""
+    rounds = {w["args"]["out"]: w for w in [*f.get("warmstart_earlier_rounds", []), f["warmstart_stage"],
+                                            *f.get("warmstart_later_rounds", [])]}
+    steps, at = 0, f["warmstart_stage"]
+    while at is not None:
+        steps += at["stop"]["step"]
+        at = rounds.get(at["args"]["init"])
+    return steps
+
+
+def test_warm_start_steps_follow_the_rounds_a_start_began_from() -> None:
+    """`_warm_start_steps` (the steps the readings of runs 28-30 rank starts by) sums a start's round and the
+    rounds it went on from: both of run 30's, none but its own for a round begun from the untrained model."""
+    run30 = _published_runs()[30]
+    (first,), second = run30["warmstart_earlier_rounds"], run30["warmstart_stage"]
+    assert second["args"]["init"] == first["args"]["out"]
+    assert _warm_start_steps(run30) == first["stop"]["step"] + second["stop"]["step"] == 1498 + 450
+    fresh = {**second, "args": {**second["args"], "init": first["args"]["init"]}}  # round 2 from the model
+    assert _warm_start_steps({**run30, "warmstart_stage": fresh}) == 450
+    taken_first = {**run30, "warmstart_stage": first, "warmstart_later_rounds": [fresh]}
+    del taken_first["warmstart_earlier_rounds"]
+    assert _warm_start_steps(taken_first) == 1498
 
 
 def _rl_start_entropy(f: dict[str, Any]) -> float:
