@@ -1159,13 +1159,18 @@ def test_run_in_calls_does_the_next_stages_call_after_call(tmp_path: Path, agent
             f"together; set RL_DRAWS={began} on every call of it"), other.stderr
 
 
+def _script_function(name: str) -> str:
+    """A shell function of run_in_calls.sh, its definition as the script holds it (to call it alone in a test)."""
+    script = (HERE / "run_in_calls.sh").read_text()
+    start = script.index(f"{name}() {{")
+    return script[start:script.index("\n}\n", start) + 3]
+
+
 def test_run_in_calls_says_when_rl_starts_from_a_warm_start_its_probe_did_not_stop(tmp_path: Path) -> None:
     """run_in_calls.sh's `probe_stopped` (whether a round goes on, and the line the call log gets when RL starts
     fresh) on published stage files: run 21's last round (its time budget ended it one step after an unconfirmed
     probe), run 19's (stopped by its probe: nothing to say), and a stage whose step cap came before any probe."""
-    script = (HERE / "run_in_calls.sh").read_text()
-    start = script.index("probe_stopped() {")
-    function = script[start:script.index("\n}\n", start) + 3]
+    function = _script_function("probe_stopped")
     env = _calls_env(tmp_path)  # the script's `python3`: this interpreter
 
     def said(stage: dict[str, Any]) -> tuple[int, str]:
@@ -1189,9 +1194,7 @@ def test_run_in_calls_best_round_takes_the_round_whose_last_probe_read_highest(t
     """run_in_calls.sh's `best_round` (with WS_ROUND_FROM=untrained, the round RL starts from when no round's probe
     stopped it) on published rounds none of whose probes stopped: run 30's first (its last probe 0.0 %) and run 21's
     two (6.2 % and 43.8 %), in either order; on a tie the later; a round no probe read comes last."""
-    script = (HERE / "run_in_calls.sh").read_text()
-    start = script.index("best_round() {")
-    function = script[start:script.index("\n}\n", start) + 3]
+    function = _script_function("best_round")
     env = _calls_env(tmp_path)  # the script's `python3`: this interpreter
     results = ROOT / "bench" / "results"
     run30 = json.loads((results / "memagent_small_scale_run30.json").read_text())["warmstart_earlier_rounds"][0]
