@@ -163,9 +163,9 @@ def fail_fields(fields: dict[str, Any], reason: str) -> None:
 def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict[str, Any]:
     """The slime Sample fields for a rollout (status as a lower-case string).
 
-    The top-level tokens/loss_mask/rollout_log_probs hold the first training sequence, so slime's
-    default path sees a valid sample; `train_metadata["turns"]` holds every sequence for
-    rl_bridge.convert, each with the `sampling` its trained tokens were generated with. A failed rollout
+    The top-level tokens/loss_mask/rollout_log_probs hold the first training sequence that trains a token
+    (else the first), so slime's default path sees a valid sample; `train_metadata["turns"]` holds every
+    sequence for rl_bridge.convert, each with the `sampling` its trained tokens were generated with. A failed rollout
     trains nothing: all-zero masks and remove_sample=True, reward 0. `metadata["llm_calls"]` counts every
     engine call the rollout made and `metadata["untrained_calls"]` names the trainable ones the graph
     dropped. Nothing here depends on the wall clock (the rollout's time is in its trace record), so a
@@ -179,7 +179,9 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
         sequences = [dict(tokens=[pad_id, pad_id], response_length=1, loss_mask=[0], rollout_log_probs=[0.0],
                           sampling=None)]
     warn_trailing_zero(sequences, spec.name)
-    head = sequences[0]
+    # the first sequence that trains a token: a top-level mask of all zeros then means "train nothing",
+    # whoever set it (slime's --mask-offpolicy-in-partial-rollout; rl_bridge.convert honours it)
+    head = next((s for s in sequences if any(s["loss_mask"])), sequences[0])
     options = rollout.options.model_dump() if isinstance(rollout.options, MethodOptions) else {}
     fields: dict[str, Any] = {
         "tokens": list(head["tokens"]),

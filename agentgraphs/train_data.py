@@ -44,11 +44,17 @@ Named reward shapings (agentgraphs.shaping)
 
 Failed trajectories
     status FAILED or remove_sample=True: sequences keep their tokens, get an all-zero loss mask and
-    0.0 log-probs (invariant 4: never train garbage). A FAILED trajectory (an infrastructure or graph
-    failure, not a wrong answer) is also left out of its group's mean/std and gets reward 0, so a
-    timeout does not shift the baseline of the others; `failed_in_group_stats: true` [agentgraph_failed_in_group_stats]
-    counts it with its reward, as slime does with removed samples. ABORTED samples and samples without a
-    reward must not reach training: ValueError.
+    0.0 log-probs (invariant 4: never train garbage). So does a trajectory whose top-level loss_mask was
+    zeroed after generate set it (slime's --mask-offpolicy-in-partial-rollout on a sample carried over
+    from an earlier rollout; counted in agentgraph_offpolicy_masked_trajectories); any other change to
+    the top-level mask is a ValueError, since training reads train_metadata["turns"]. A FAILED
+    trajectory (an infrastructure or graph failure, not a wrong answer) is also left out of its group's
+    mean/std and gets reward 0, so a timeout does not shift the baseline of the others;
+    `failed_in_group_stats: true` [agentgraph_failed_in_group_stats] counts it with its reward, as
+    slime does with removed samples. An ABORTED trajectory (slime drops those of its own end-of-rollout
+    abort, or re-queues them with --partial-rollout; one aborted elsewhere reaches the converter) is
+    treated as FAILED whatever that setting says, warned about and counted in
+    agentgraph_aborted_trajectories. A sample without a reward must not reach training: ValueError.
 
 Output keys
     v0.2.x: tokens, response_lengths, rewards (normalised), raw_reward (the trajectory's raw reward,
@@ -66,11 +72,16 @@ Trimming (v0.2.x only)
     slime v0.2.x trims *samples* to a multiple of global_batch_size before calling the converter;
     the trainer then counts each *row* as a batch member (steps = rows // global_batch_size per
     rank). Expanding trajectories breaks that multiple, so rows are trimmed again here, from the end,
-    unless disable_rollout_trim_samples, use_dynamic_global_batch_size or debug_rollout_only is set
-    (with use_dynamic_global_batch_size slime sized the batch from the trajectory count; rows beyond
-    it are left for the trainer to drop). Normalisation happens before trimming, over whole groups.
+    unless disable_rollout_trim_samples, use_dynamic_global_batch_size or debug_rollout_only is set.
+    Normalisation happens before trimming, over whole groups.
     slime >= 0.3 counts global_batch_size in rollouts and drops trailing rollouts itself
     (slime/utils/dp_schedule.py), keeping a rollout's rows together, so nothing is trimmed here.
+
+Batch layouts refused (ValueError at the first step that has a trajectory of several rows)
+    slime 0.2.x with use_dynamic_global_batch_size [--use-dynamic-global-batch-size]: slime sizes the
+    batch from the trajectory count, so ranks would get different step counts from the rows.
+    slime >= 0.3 with static_micro_batches (no --use-dynamic-batch-size): its fixed-size micro-batches
+    need a step's row count to be a multiple of dp_size x micro_batch_size, and that count varies.
 
 Known incompatibility: --log-passrate reshapes raw_reward to (rollout_batch_size, n_samples_per_prompt)
 and asserts its length, which fails once a trajectory yields more than one row.
@@ -90,6 +101,7 @@ from .errors import validation_message
 
 __all__ = [
     "TrainDataSettings",
+    "slime_v03",
     "to_train_data",
     "normalize_by_group",
     "MEAN_CENTERED_ESTIMATORS",
@@ -126,6 +138,8 @@ class TrainDataSettings(BaseModel):
         "trajectory", description="agentgraph_group_by: one group member per trajectory or per sequence")
     failed_in_group_stats: bool = Field(False, description="agentgraph_failed_in_group_stats")
     slime_version: Optional[str] = Field(None, description="agentgraph_slime_version: force v0.3 keys")
+    static_micro_batches: bool = Field(False, description="slime without --use-dynamic-batch-size")
+    dynamic_global_batch_size: bool = Field(False, description="slime --use-dynamic-global-batch-size")
     global_batch_size: Optional[int] = Field(None, ge=1, description="v0.2.x trims rows to a multiple")
     trim: bool = Field(True, description="False when slime does not trim (dynamic batch, debug, disabled)")
 
@@ -147,6 +161,9 @@ class TrainDataSettings(BaseModel):
             "slime_version": None if getattr(args, "agentgraph_slime_version", None) is None
             else str(args.agentgraph_slime_version),
             "global_batch_size": getattr(args, "global_batch_size", None) or None,
+            # only flags slime set count (an attribute missing from args means "not slime")
+            "static_micro_batches": hasattr(args, "use_dynamic_batch_size") and not args.use_dynamic_batch_size,
+            "dynamic_global_batch_size": bool(get("use_dynamic_global_batch_size", False)),
             "trim": not (get("disable_rollout_trim_samples", False) or get("use_dynamic_global_batch_size", False)
                          or get("debug_rollout_only", False)),
         }
@@ -175,25 +192,28 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
     divide = np.zeros(len(samples), dtype=bool)
     truncated_of: list[int] = []
     to_check: list[tuple[int, int, list[int], Any]] = []  # (pos, seq, mask, log-probs) with masked slots
+    masked_after = 0  # trajectories whose top-level mask slime zeroed after generate (off-policy)
+    aborted = 0
 
     for pos, sample in enumerate(samples):
         status = _status(sample)
-        if status == "aborted":
-            raise ValueError(
-                f"sample {_name(pos, sample)} is ABORTED: aborted samples must be re-queued by the rollout, "
-                "never passed to training"
-            )
-        raw[pos] = _reward(sample, reward_key, pos)
+        # slime drops the ABORTED results of its own end-of-rollout abort (re-queues them with
+        # --partial-rollout); one aborted elsewhere reaches us: it trains nothing, like a FAILED one
+        aborted += status == "aborted"
+        raw[pos] = 0.0 if status == "aborted" else _reward(sample, reward_key, pos)
         meta = getattr(sample, "train_metadata", None) or {}
         split = meta.get("reward_split") or "broadcast"
         if split not in REWARD_SPLITS:
             raise ValueError(f"sample {_name(pos, sample)}: reward_split must be one of {REWARD_SPLITS}, got {split!r}")
         divide[pos] = split == "divide"
-        zero = bool(getattr(sample, "remove_sample", False)) or status == "failed"
+        zero = bool(getattr(sample, "remove_sample", False)) or status in ("failed", "aborted")
         truncated_of.append(1 if status == "truncated" else 0)
         seqs = meta.get("turns")
         if seqs is None:
             seqs = [_as_sequence(sample)]
+        elif not zero and _masked_after_generate(pos, sample, seqs):
+            zero = True
+            masked_after += 1
         n_seqs[pos] = len(seqs)
         for k, seq in enumerate(seqs):
             toks, n, mask, lps = seq["tokens"], seq["response_length"], seq.get("loss_mask"), seq.get("rollout_log_probs")
@@ -212,6 +232,13 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
             owner.append(pos)
 
     _check_masks(samples, loss_masks, owner, to_check)
+    _check_layout(settings, samples, n_seqs)
+    if aborted:
+        logger.warning("convert: %d ABORTED trajectories reached training (an abort slime did not make): they "
+                       "train nothing and stay out of their groups' statistics", aborted)
+    if masked_after:
+        logger.info("convert: %d trajectories trained nothing: their top-level loss_mask was zeroed after "
+                    "generate (slime's --mask-offpolicy-in-partial-rollout)", masked_after)
 
     rows = np.asarray(owner, dtype=np.int64)
     rewards, dropped, untrained = _rewards(settings, samples, raw, n_seqs, divide, rows, group_by)
@@ -232,6 +259,10 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
     if any((getattr(x, "train_metadata", None) or {}).get("reward_shaping") for x in samples):
         data["agentgraph_dropped_trajectories"] = len(dropped)
         data["agentgraph_untrained_trajectories"] = len(untrained - dropped)
+    if masked_after:
+        data["agentgraph_offpolicy_masked_trajectories"] = masked_after
+    if aborted:
+        data["agentgraph_aborted_trajectories"] = aborted
     if all(lp is not None for lp in log_probs):
         data["rollout_log_probs"] = log_probs
 
@@ -283,9 +314,8 @@ def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, g
     # A FAILED trajectory is an infrastructure failure, not a bad answer: by default it stays out of its
     # group's mean/std (else three correct answers would be "rewarded" because a fourth timed out) and
     # gets advantage 0. agentgraph_failed_in_group_stats: true keeps slime's behaviour (reward 0 counted).
-    keep = np.ones(len(samples), dtype=bool)
-    if not settings.failed_in_group_stats:
-        keep = np.array([_status(x) != "failed" for x in samples], dtype=bool)
+    left_out = ("aborted",) if settings.failed_in_group_stats else ("failed", "aborted")
+    keep = np.array([_status(x) not in left_out for x in samples], dtype=bool)
     shaped, dropped, untrained = _shaped(samples, raw, groups, keep, standardise=normalise)
     out = _normalised(raw, share, owner, groups, keep, normalise, use_std, group_by)
     for row, pos in enumerate(owner.tolist()):
@@ -365,13 +395,21 @@ def _trim(settings: TrainDataSettings, data: dict[str, Any]) -> int:
     return n - keep
 
 
-def _is_v03(settings: TrainDataSettings, samples) -> bool:
-    version = settings.slime_version
+def slime_v03(sample: Any, version: Any = None) -> bool:
+    """Whether slime >= 0.3 made this Sample: `version` (agentgraph_slime_version) when given, else the
+    Sample's own fields (rollout_id, or v0.3.0's group_id).
+
+    >>> slime_v03(object(), "0.3.1"), slime_v03(object())
+    (True, False)
+    """
     if version:
         return _version_tuple(version) >= (0, 3)
-    first = samples[0]
     # v0.3.0's Sample raises AttributeError on reading rollout_id (it became group_id): hasattr is safe.
-    return hasattr(first, "rollout_id") or hasattr(first, "group_id")
+    return hasattr(sample, "rollout_id") or hasattr(sample, "group_id")
+
+
+def _is_v03(settings: TrainDataSettings, samples) -> bool:
+    return slime_v03(samples[0], settings.slime_version)
 
 
 def _version_tuple(version: Any) -> tuple[int, ...]:
@@ -439,6 +477,42 @@ def _as_sequence(sample) -> dict[str, Any]:
         "loss_mask": sample.loss_mask,
         "rollout_log_probs": sample.rollout_log_probs,
     }
+
+
+def _masked_after_generate(pos: int, sample, seqs) -> bool:
+    """True when the Sample's top-level loss_mask was zeroed after generate set it: slime's
+    --partial-rollout --mask-offpolicy-in-partial-rollout does so to a sample carried over from an earlier
+    rollout (its tokens are off-policy), and a whole-sample mask of zeros means "train nothing".
+    generate sets the top level to the first sequence that trains a token (agentgraphs.records), so any
+    other change to it is not ours to guess about: ValueError."""
+    top = getattr(sample, "loss_mask", None)
+    head = next((q for q in seqs if any(q.get("loss_mask") or ())), seqs[0] if seqs else None)
+    if top is None or head is None or list(top) == list(head.get("loss_mask") or ()):
+        return False
+    if not any(top):
+        return True
+    raise ValueError(
+        f"sample {_name(pos, sample)}: its top-level loss_mask was changed after rl_bridge.generate set it "
+        "(it no longer matches its first trained sequence), but training reads train_metadata['turns']. "
+        "Change masks through the graph (trainable=False) or zero the whole top-level mask to train nothing")
+
+
+def _check_layout(settings: TrainDataSettings, samples, n_seqs) -> None:
+    """slime batch layouts that cannot take a trajectory of several rows: refused at the first step."""
+    if not (n_seqs > 1).any():
+        return
+    if _is_v03(settings, samples) and settings.static_micro_batches:
+        raise ValueError(
+            "convert: a trajectory yields several training rows, so a step's row count varies, and slime >= 0.3's "
+            "fixed-size micro-batches (no --use-dynamic-batch-size) need it to be a multiple of dp_size x "
+            "micro_batch_size (slime/utils/dp_schedule.py asserts it mid-run). Pass --use-dynamic-batch-size "
+            "--max-tokens-per-gpu N, as the examples' launch scripts do")
+    if not _is_v03(settings, samples) and settings.dynamic_global_batch_size:
+        raise ValueError(
+            "convert: --use-dynamic-global-batch-size on slime 0.2.x sizes the batch from the trajectory count, "
+            "but a trajectory yields several training rows: data-parallel ranks would get different step counts "
+            "(a hang) or --balance-data's equal split would fail. Drop --use-dynamic-global-batch-size, or use "
+            "slime >= 0.3, which counts the global batch in rollouts")
 
 
 def _check_lengths(pos, sample, k, toks, n, mask, lps) -> None:

@@ -18,7 +18,7 @@ import os
 from typing import Any, Sequence
 
 from agentgraphs.engines import SamplingParams
-from agentgraphs.errors import SamplingMismatchError
+from agentgraphs.errors import ConfigError, SamplingMismatchError
 from agentgraphs.records import (
     FAILED_FIELDS,
     Rollout,
@@ -32,6 +32,7 @@ from agentgraphs.records import (
 )
 from agentgraphs.rollout import rollout_input, run_rollout, score, untrain_turns
 from agentgraphs.trace import SamplingMismatch, sampling_mismatches
+from agentgraphs.train_data import slime_v03
 
 from .setup import get_setup
 
@@ -53,6 +54,11 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     `agentgraph_on_sampling_mismatch: mask`, trains nothing (mask 0, log-prob 0.0; `metadata["masked_turns"]`).
     """
     setup = get_setup(args)
+    if setup.return_list and not slime_v03(sample, getattr(args, "agentgraph_slime_version", None)):
+        raise ConfigError(
+            "agentgraph_return_list: true needs slime >= 0.3 (siblings grouped by rollout_id), but this Sample has "
+            "neither rollout_id nor group_id: slime 0.2.x logs and scores a generate result as one Sample. Use "
+            "the default single-Sample layout with --custom-convert-samples-to-train-data-path rl_bridge.convert")
     ctx = setup.context(SamplingParams.from_slime(sampling_params), evaluation=evaluation)
     inp = rollout_input(sample.prompt, sample.label, _row_metadata(sample), getattr(sample, "index", None))
     rollout = await run_rollout(setup.spec, inp, ctx, options=setup.options)
@@ -137,9 +143,12 @@ def _apply(sample: Any, fields: dict[str, Any]) -> Any:
     base = dict(meta) if isinstance(meta, dict) else ({} if meta is None else {"value": meta})
     sample.metadata = {**base, **fields["metadata"]}
     sample.train_metadata = {**(getattr(sample, "train_metadata", None) or {}), **fields["train_metadata"]}
-    if hasattr(sample, "rollout_id") and getattr(sample, "rollout_id", None) is None \
-            and "trajectory_sequences" in fields["train_metadata"]:
-        sample.rollout_id = getattr(sample, "index", None)  # siblings share one rollout id (slime >= 0.3)
+    if "trajectory_sequences" in fields["train_metadata"]:
+        # siblings share one rollout id (slime >= 0.3: rollout_id; v0.3.0 named it group_id, and its Sample
+        # raises AttributeError on reading rollout_id, so hasattr is the test)
+        own = next((name for name in ("rollout_id", "group_id") if hasattr(sample, name)), None)
+        if own is not None and getattr(sample, own) is None:
+            setattr(sample, own, getattr(sample, "index", None))
     return sample
 
 

@@ -22,7 +22,10 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
 
 Refused up front (ConfigError, before any rollout): --apply-chat-template; multi-sequence trajectories
 without --custom-convert-samples-to-train-data-path (slime would train only the first sequence);
-agentgraph_return_list with --partial-rollout or --group-rm; a labelled agent without --label-key.
+agentgraph_return_list with --partial-rollout, --group-rm or --dynamic-sampling-filter-path, or on slime
+0.2.x (a Sample without rollout_id / group_id); --use-rollout-routing-replay; --rollout-top-p below 1; a
+labelled agent without --label-key. rl_bridge.convert refuses the batch layouts slime cannot take with
+multi-row trajectories (agentgraphs.train_data).
 """
 
 from __future__ import annotations
@@ -198,6 +201,16 @@ def check_slime_args(args: Any, spec: AgentSpec, settings: BridgeSettings) -> No
             "agentgraph_return_list: true cannot be combined with --partial-rollout or --group-rm (slime "
             "expects one Sample per prompt there); use the default single-Sample layout with rl_bridge.convert"
         )
+    if return_list and getattr(args, "dynamic_sampling_filter_path", None):
+        raise ConfigError(
+            "agentgraph_return_list: true cannot be combined with --dynamic-sampling-filter-path: slime's filter "
+            "reads one Sample per group member, and list mode hands it a list per member. Use the default "
+            "single-Sample layout with rl_bridge.convert")
+    if getattr(args, "use_rollout_routing_replay", False):
+        raise ConfigError(
+            "--use-rollout-routing-replay needs the routed experts SGLang returns for every sampled token "
+            "(rollout_routed_experts), and agent graphs do not record them: slime's actor would stop at its first "
+            "training step. Drop --use-rollout-routing-replay")
     top_p = getattr(args, "rollout_top_p", None)
     if top_p is not None and float(top_p) < 1.0:
         raise ConfigError(

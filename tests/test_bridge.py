@@ -15,7 +15,7 @@ import pytest
 import rl_bridge
 from agentgraphs.errors import ConfigError
 from agentgraphs.testing.server import SGLangTestServer
-from agentgraphs.testing.slime_sample import Sample, SampleV03
+from agentgraphs.testing.slime_sample import Sample, SampleV03, SampleV030
 from rl_bridge.setup import aclose_all, clear_cache
 from tests.test_multiturn import RecordingEngine
 
@@ -111,6 +111,30 @@ def test_list_layout_siblings_share_rollout_id(server: Any, tiny_model_dir: Path
         assert len(o.loss_mask) == o.response_length == len(o.rollout_log_probs)
     rewards = asyncio.run(rl_bridge.reward_func(args, out))
     assert len(rewards) == 2 and all(isinstance(r, float) for r in rewards)
+
+
+def test_list_layout_on_slime_030_shares_group_id(server: Any, tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN_PER_TURN",
+                     agentgraph_return_list=True)
+    out = generate(args, sample(7, SampleV030))
+    assert len(out) == 2 and [o.group_id for o in out] == [7, 7]  # v0.3.0 asserts every sibling has one
+    with pytest.raises(AttributeError):
+        out[0].rollout_id  # noqa: B018 - v0.3.0's Sample refuses to read it
+    data = rl_bridge.convert(make_args(server.url, tiny_model_dir, "x", n_samples_per_prompt=1), out)
+    assert data["group_ids"] == [7, 7] and data["group_mask_sums"][0] == sum(map(sum, data["loss_masks"]))
+
+
+def test_partial_rollout_carried_over_sample_trains_nothing(server: Any, tiny_model_dir: Path) -> None:
+    """slime's generate_and_rm with --partial-rollout --mask-offpolicy-in-partial-rollout zeroes the top-level
+    mask of a sample carried over from an earlier rollout and returns a COMPLETED one as it is."""
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN_PER_TURN",
+                     n_samples_per_prompt=2, partial_rollout=True, mask_offpolicy_in_partial_rollout=True)
+    fresh, carried = generate(args, sample(0)), generate(args, sample(1))
+    assert fresh.loss_mask == fresh.train_metadata["turns"][0]["loss_mask"] and any(fresh.loss_mask)
+    carried.loss_mask = [0] * carried.response_length  # what slime does before it sees the COMPLETED status
+    data = rl_bridge.convert(args, [fresh, carried])
+    assert data["agentgraph_offpolicy_masked_trajectories"] == 1
+    assert all(any(m) for m in data["loss_masks"][:2]) and not any(map(any, data["loss_masks"][2:]))
 
 
 def test_reward_and_convert_round_trip(server: Any, tiny_model_dir: Path) -> None:
@@ -243,6 +267,10 @@ def test_failed_placeholder_keeps_a_prompt_token(server: Any, tiny_model_dir: Pa
     ({"apply_chat_template": True}, "--apply-chat-template"),
     ({"custom_convert_samples_to_train_data_path": None}, "--custom-convert-samples-to-train-data-path"),
     ({"agentgraph_return_list": True, "partial_rollout": True}, "--partial-rollout"),
+    ({"agentgraph_return_list": True, "dynamic_sampling_filter_path": "slime.rollout.filter_hub."
+      "dynamic_sampling_filters.check_reward_nonzero_std"}, "--dynamic-sampling-filter-path"),
+    ({"agentgraph_return_list": True}, "needs slime >= 0.3"),  # a v0.2.2 Sample: no rollout_id / group_id
+    ({"use_rollout_routing_replay": True}, "--use-rollout-routing-replay"),
     ({"label_key": None}, "--label-key"),
 ])
 def test_slime_flags_that_would_break_training_are_refused(server: Any, tiny_model_dir: Path,

@@ -275,7 +275,7 @@ def test_trimming_to_a_multiple_of_global_batch_size(caplog):
     assert data["sample_indices"][-2:] == [4, 4]
 
     assert convert(make_args(global_batch_size=4), batch())["agentgraph_trimmed_sequences"] == 0
-    for flag in ("disable_rollout_trim_samples", "use_dynamic_global_batch_size", "debug_rollout_only"):
+    for flag in ("disable_rollout_trim_samples", "debug_rollout_only"):
         out = convert(make_args(global_batch_size=5, **{flag: True}), batch())
         assert len(out["tokens"]) == 12 and out["agentgraph_trimmed_sequences"] == 0, flag
     with pytest.raises(ValueError, match="Not enough training sequences 12 for global_batch_size 16"):
@@ -307,14 +307,10 @@ def test_validation_names_sample_and_sequence(mutate, message):
     assert r"sample #2 (index=2), sequence 1" in str(err.value)
 
 
-def test_unrewarded_aborted_and_bad_split_are_rejected():
+def test_unrewarded_and_bad_split_are_rejected():
     samples = batch()
     samples[3].reward = None
     with pytest.raises(ValueError, match=r"sample #3 \(index=3\) has no reward"):
-        convert(make_args(), samples)
-    samples = batch()
-    samples[4].status = Status.ABORTED
-    with pytest.raises(ValueError, match=r"#4 \(index=4\) is ABORTED"):
         convert(make_args(), samples)
     samples = batch()
     samples[0].train_metadata["reward_split"] = "share"
@@ -347,3 +343,68 @@ def test_ten_thousand_sequences():
     data = convert(make_args(n_samples_per_prompt=8, global_batch_size=256), samples)
     assert len(data["tokens"]) == 9984 and data["agentgraph_trimmed_sequences"] == 16
     assert all(abs(r) < 10 for r in data["rewards"])
+
+
+# --- slime's own changes after generate, and batch layouts slime cannot take ------------------------------
+
+
+def _as_generated(sample):
+    """The top level as rl_bridge.generate sets it: the first sequence that trains a token."""
+    head = next(q for q in sample.train_metadata["turns"] if any(q["loss_mask"]))
+    for key in ("tokens", "response_length", "loss_mask", "rollout_log_probs"):
+        setattr(sample, key, list(head[key]) if isinstance(head[key], list) else head[key])
+    return sample
+
+
+def test_a_top_level_mask_zeroed_after_generate_trains_nothing(caplog):
+    samples = [_as_generated(s) for s in batch()]
+    first = samples[2].train_metadata["turns"][0]  # C's first sequence trains nothing: the top level is its second
+    first["loss_mask"], first["rollout_log_probs"] = [0, 0], [0.0, 0.0]
+    samples[2] = _as_generated(samples[2])
+    assert samples[2].response_length == 3
+    for s in (samples[0], samples[2]):  # slime's generate_and_rm with --partial-rollout
+        s.loss_mask = [0] * s.response_length  # --mask-offpolicy-in-partial-rollout, on carried-over samples
+    with caplog.at_level(logging.INFO, logger="agentgraphs.train_data"):
+        data = convert(make_args(partial_rollout=True, mask_offpolicy_in_partial_rollout=True), samples)
+    assert data["agentgraph_offpolicy_masked_trajectories"] == 2
+    assert "2 trajectories trained nothing" in caplog.text
+    masks = data["loss_masks"]
+    assert masks[0:3] == [[0] * 2, [0] * 3, [0] * 4] and masks[4:6] == [[0] * 2, [0] * 3]  # A and C
+    assert all(v == 0.0 for lp in data["rollout_log_probs"][0:3] + data["rollout_log_probs"][4:6] for v in lp)
+    assert masks[3] == [1, 1] and masks[6] == [1, 1]  # B and D train as before
+    # their rewards still count in the group statistics, as slime's own loss mask leaves them
+    assert data["rewards"] == convert(make_args(), [_as_generated(s) for s in batch()])["rewards"]
+
+
+def test_any_other_change_to_the_top_level_mask_is_refused():
+    samples = [_as_generated(s) for s in batch()]
+    samples[1].loss_mask = [1, 0]
+    with pytest.raises(ValueError, match=r"sample #1 \(index=1\): its top-level loss_mask was changed"):
+        convert(make_args(), samples)
+
+
+def test_batch_layouts_slime_cannot_take_are_refused():
+    with pytest.raises(ValueError, match="--use-dynamic-batch-size --max-tokens-per-gpu"):
+        convert(make_args(use_dynamic_batch_size=False), batch(cls=SampleV03))
+    assert len(convert(make_args(use_dynamic_batch_size=True), batch(cls=SampleV03))["tokens"]) == 12
+    assert len(convert(make_args(use_dynamic_batch_size=False), batch())["tokens"]) == 12  # 0.2.x: trimmed rows
+    with pytest.raises(ValueError, match="Drop --use-dynamic-global-batch-size"):
+        convert(make_args(use_dynamic_global_batch_size=True, global_batch_size=5), batch())
+    data = convert(make_args(use_dynamic_global_batch_size=True, global_batch_size=5), batch(cls=SampleV03))
+    assert len(data["tokens"]) == 12
+    one_row = [traj(0, i, 1, float(i % 2)) for i in range(4)]  # one row a trajectory: every layout takes it
+    assert len(convert(make_args(use_dynamic_global_batch_size=True), one_row)["tokens"]) == 4
+    one_row = [traj(0, i, 1, float(i % 2), cls=SampleV03) for i in range(4)]
+    assert len(convert(make_args(use_dynamic_batch_size=False), one_row)["tokens"]) == 4
+
+
+def test_an_aborted_trajectory_trains_nothing_like_a_failed_one(caplog):
+    aborted, failed = batch(), batch()
+    aborted[4].status, aborted[4].reward = Status.ABORTED, None  # slime scores no aborted sample
+    failed[4].status = Status.FAILED
+    with caplog.at_level(logging.WARNING, logger="agentgraphs.train_data"):
+        data = convert(make_args(agentgraph_failed_in_group_stats=True), aborted)
+    assert "1 ABORTED trajectories reached training" in caplog.text
+    assert data["agentgraph_aborted_trajectories"] == 1
+    assert data["loss_masks"][8:] == [[0] * 2, [0] * 3, [0] * 4, [0] * 5]
+    assert data["rewards"] == convert(make_args(), failed)["rewards"]  # out of C and D's group, as FAILED

@@ -89,7 +89,7 @@ def test_list_mode_divides_a_shared_reward_when_asked(server: Any, tiny_model_di
     args = make_args(server.url, tiny_model_dir, "memagent", agentgraph_return_list=True,
                      agentgraph_options={"chunk_tokens": 64, "memory_max_new_tokens": 4, "final_max_new_tokens": 4,
                                          "reward_split": "divide"})
-    s = Sample(group_index=0, index=0, prompt="What is the code?", label="1234",
+    s = SampleV03(group_index=0, index=0, prompt="What is the code?", label="1234",
                metadata={"context": "The code is 1234. " * 30})
     sibs = generate(args, s)
     assert len(sibs) > 1

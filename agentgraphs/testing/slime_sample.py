@@ -88,3 +88,19 @@ class SampleV03(Sample):
         self.rollout_log_probs = list(self.rollout_log_probs or []) + lp
         if text is not None:
             self.response += text
+
+
+@dataclass
+class SampleV030(Sample):
+    """slime v0.3.0's Sample as the bridge sees it: siblings share `group_id` (v0.3.1 renamed it back to
+    rollout_id); reading `rollout_id` raises AttributeError and assigning it sets group_id."""
+
+    group_id: int | None = None
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "rollout_id":
+            raise AttributeError("Sample.rollout_id is deprecated and write-only; use Sample.group_id instead.")
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, "group_id" if name == "rollout_id" else name, value)
