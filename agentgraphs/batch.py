@@ -154,7 +154,7 @@ async def run_rows(
                                             checkpointer=checkpoints.saver)
             if seed is not None:
                 rollout.trajectory_id = f"{derive_seed(seed, 'trajectory', _position(row, seq)):016x}"
-            deliver(seq, row, rollout, thread)
+            deliver(seq, row, _with_line(rollout, row), thread)
 
     def _context(row: ParsedRow, seq: int) -> AgentContext:
         ctx = make_context()
@@ -177,6 +177,15 @@ async def run_rows(
 
 def _position(row: ParsedRow, seq: int) -> int:
     return row.inp["index"] if row.inp is not None and row.inp["index"] is not None else seq
+
+
+def _with_line(rollout: Rollout, row: ParsedRow) -> Rollout:
+    """A row the graph's make_input refused names its line too, as one the reader refused does."""
+    head = "bad input: "
+    if rollout.status == "failed" and rollout.reason.startswith(head) and not rollout.reason.startswith(
+            f"{head}line "):
+        rollout.reason = f"{head}line {row.line}: {rollout.reason[len(head):]}"
+    return rollout
 
 
 def _bad_row(row: ParsedRow) -> Rollout:

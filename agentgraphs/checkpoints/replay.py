@@ -377,7 +377,8 @@ def context_for(engine: str | Engine | None, record: ThreadRecord | None, *, tok
         sampling = sampling_of(stored) if record else SamplingParams()
     tok = tokenizer if tokenizer is not None else getattr(eng, "tokenizer", None)
     if tok is None:
-        raise ConfigError(f"engine {eng.name!r} has no tokenizer: pass tokenizer= (the model's HF directory)")
+        raise ConfigError(f"engine {eng.name!r} has no tokenizer: pass tokenizer= (the model's HF directory; "
+                          "--tokenizer DIR on the command line)")
     helpers = {k: _make(make_engine, f"engines[{k!r}]", v)
                for k, v in (engines if engines is not None else stored.get("engines") or {}).items()}
     flag = evaluation if evaluation is not None else bool(stored.get("evaluation", False))
