@@ -15,9 +15,10 @@ prompt is rendered afresh under a new conversation name, so `concat` layout star
 there. The check costs O(new tokens) per call where the template treats contents as opaque text (Qwen2.5): each
 AIMessage records that its prompt decodes to exactly the template's text of the messages it saw, so the next
 call renders the history as a skeleton (`ChatTemplate.render_skeleton`: a placeholder per content) and decodes
-and compares only the new ids; other templates (Qwen3) are checked by a full render and decode. Tool calls are parsed from the text with the core hermes parser; the trained ids are never
-re-encoded. The Turn rides in `AIMessage.response_metadata["agentgraphs_turn"]`, so it lives in the
-standard `messages` state, checkpoints and Studio; `turns_from_messages` collects them in order.
+and compares only the new ids; other templates (Qwen3) are checked by a full render and decode. Tool calls
+are parsed from the text with the core hermes parser; the trained ids are never re-encoded. The Turn rides in
+`AIMessage.response_metadata["agentgraphs_turn"]`, so it lives in the standard `messages` state, checkpoints and
+Studio; `turns_from_messages` collects them in order.
 
 Streaming: engines return whole completions (SGLang /generate is called without streaming), so the model
 does not implement `_astream`; LangGraph's `messages` stream mode emits each AIMessage whole when its call
@@ -33,12 +34,14 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import fields as dataclass_fields
 from typing import Any, NamedTuple
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
 )
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -48,7 +51,6 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.exceptions import OutputParserException
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableLambda, RunnableMap
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -57,11 +59,17 @@ from pydantic import BaseModel, Field, ValidationError
 from .calls import CallLedger, current_ledger
 from .chat import ChatTemplate, Conversation, Skeleton
 from .context import AgentContext, context_of
-from .history_digest import digest, history_digests
+from .engines import SamplingParams
 from .errors import ConfigError, InputError
+from .history_digest import digest, history_digests
 from .node import recorded_call
 from .spec import AgentSpec, RewardFn, RolloutInput
-from .toolcalls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, parse_tool_calls, split_reasoning
+from .toolcalls import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    parse_tool_calls,
+    split_reasoning,
+)
 from .trace import Turn
 
 __all__ = ["STRUCTURED_ERROR_KEY", "TURN_KEY", "StructuredParser", "TracedChatModel", "messages_graph_spec",
@@ -85,6 +93,12 @@ class TracedChatModel(BaseChatModel):
     (overrides of the context's SamplingParams, e.g. `{"max_new_tokens": 256}`; `bind(temperature=...)`
     works too).
 
+    Inside a graph run that was given a context (`rl_bridge.generate`, `run_rollout`, `graph.ainvoke(...,
+    context=...)`), that context supplies the engine, sampling and evaluation flag, so the run's policy server
+    is the one sampled and evaluation trains nothing; a `context=` of the model's own whose engine differs from
+    the run's is refused (ConfigError), not silently ignored. LangChain-style arguments such as
+    `temperature=`, `max_tokens=` or `model_kwargs=` are refused too: pass them in `sampling=` or `.bind()`.
+
     >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
     >>> model = TracedChatModel(context=AgentContext(policy=f"hf:{ensure_tiny_model()}",
     ...                                              sampling={"max_new_tokens": 4}))
@@ -98,6 +112,15 @@ class TracedChatModel(BaseChatModel):
     engine: str | None = None
     trainable: bool = True
     sampling: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        # BaseChatModel ignores unknown arguments; here `temperature=0.3` would sample at the context's own
+        # temperature unnoticed, so anything that is not a field is refused, naming where it belongs
+        unknown = [key for key in data if key not in type(self).model_fields]
+        if unknown:
+            raise ConfigError(_unknown_argument_message(unknown[0], data[unknown[0]], sorted(type(self).model_fields)))
+        super().__init__(**data)
+        SamplingParams.from_mapping(self.sampling, where="TracedChatModel(sampling=...)")
 
     @property
     def _llm_type(self) -> str:
@@ -162,21 +185,21 @@ class TracedChatModel(BaseChatModel):
         # Engines are async and an HTTP engine belongs to one event loop: sync calls run on one background
         # loop per process. The run's context, node name and call ledger are read here, in the caller's
         # context (the background loop has none of them).
-        call = self._call(messages, stop, self._raw_context(), _node_name(), kwargs, current_ledger())
+        call = self._call(messages, stop, _run_context(), _node_name(), kwargs, current_ledger())
         return asyncio.run_coroutine_threadsafe(call, _sync_loop()).result()
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        return await self._call(messages, stop, self._raw_context(), _node_name(), kwargs, current_ledger())
+        return await self._call(messages, stop, _run_context(), _node_name(), kwargs, current_ledger())
 
-    async def _call(self, messages: list[BaseMessage], stop: list[str] | None, raw_context: Any, node: str,
+    async def _call(self, messages: list[BaseMessage], stop: str | list[str] | None, run_context: Any, node: str,
                     kwargs: dict[str, Any], ledger: CallLedger | None) -> ChatResult:
-        ctx = await _acontext(raw_context)
+        ctx = await self._context(run_context)
         kwargs = dict(kwargs)
         tools = kwargs.pop("tools", None) or None
         overrides = {**self.sampling, **kwargs}
         if stop:
-            overrides["stop"] = list(stop)
+            overrides["stop"] = stop  # a str or a list: SamplingParams makes a str ONE stop string
         plan: PromptPlan | None = None
 
         def prompt(template: ChatTemplate) -> tuple[list[int], str]:
@@ -192,17 +215,69 @@ class TracedChatModel(BaseChatModel):
         message = _ai_message(turn, template, tools, plan.digest, plan.skeleton)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _raw_context(self) -> Any:
-        """The run's context as given: ours, else LangGraph's runtime context (None outside a run)."""
+    async def _context(self, run_context: Any) -> AgentContext:
+        """The context of this call: the run's when the run was given one, else the model's own, else the
+        default ($AGENTGRAPHS_ENGINE). The model's own context may agree with the run's, never contradict it."""
+        if run_context is None:
+            return await _acontext(self.context)
+        ctx = await _acontext(run_context)
         if self.context is not None:
-            return self.context
-        try:
-            from langgraph.runtime import get_runtime
+            _check_own_context(await _acontext(self.context), ctx, self.engine)
+        return ctx
 
-            return getattr(get_runtime(), "context", None)
-        except (RuntimeError, KeyError):  # called outside a LangGraph run
-            return None
 
+def _run_context() -> Any:
+    """The run's context as given to LangGraph (an AgentContext, a dict or None); None outside a run."""
+    try:
+        from langgraph.runtime import get_runtime
+
+        return getattr(get_runtime(), "context", None)
+    except (RuntimeError, KeyError):  # called outside a LangGraph run
+        return None
+
+
+def _check_own_context(own: AgentContext, run: AgentContext, engine: str | None) -> None:
+    """Refuse a TracedChatModel(context=...) whose engine differs from the one the run's context gives it:
+    the run's wins, and sampling the run's server while the model names another would be a silent surprise."""
+    if own is run:
+        return
+    role = engine or "policy"
+    mine, theirs = _engine_name(own, engine), _engine_name(run, engine)
+    if mine != theirs:
+        raise ConfigError(
+            f"TracedChatModel(context=...) names {role} engine {mine!r}, but this graph runs with a context whose "
+            f"{role} engine is {theirs!r}; inside a run the run's context supplies the engine, sampling and "
+            "evaluation flag. Fix: drop context= from the model (keep it only for use outside a graph run), or "
+            "for a helper model add its engine to the run's AgentContext.engines and pass "
+            "TracedChatModel(engine='NAME')")
+
+
+def _engine_name(ctx: AgentContext, engine: str | None) -> str | None:
+    try:
+        return ctx.engine(engine).name
+    except ConfigError:
+        return None  # the model's own context lacks it: the run's context is asked (and refuses) at the call
+
+
+def _unknown_argument_message(key: str, value: Any, fields: Sequence[str]) -> str:
+    """Why TracedChatModel refuses constructor argument `key`, and where its value belongs."""
+    sampling_keys = [f.name for f in dataclass_fields(SamplingParams)]
+    if key == "model_kwargs" and isinstance(value, Mapping):
+        where = f"pass sampling={dict(value)!r} (TracedChatModel's sampling overrides) or .bind(**{dict(value)!r})"
+    elif key in sampling_keys or key in _LANGCHAIN_SAMPLING:
+        name = _LANGCHAIN_SAMPLING.get(key, key)
+        where = f"pass sampling={{{name!r}: {value!r}}} or use .bind({name}={value!r})"
+    elif key in ("model", "model_name", "base_url", "api_key", "openai_api_base", "openai_api_key"):
+        where = ("the engine comes from the AgentContext: AgentContext(policy=...) or AgentContext(engines={NAME: "
+                 "...}) with TracedChatModel(engine='NAME')")
+    else:
+        where = f"TracedChatModel's fields are {', '.join(fields)}"
+    return f"TracedChatModel({key}={value!r}): not an argument of TracedChatModel (it would be ignored); {where}"
+
+
+# LangChain chat models' sampling arguments, by the SamplingParams field they mean
+_LANGCHAIN_SAMPLING = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens",
+                       "seed": "sampling_seed", "stop_sequences": "stop"}
 
 
 async def _acontext(raw: Any) -> AgentContext:
@@ -410,7 +485,8 @@ def _extend(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]], templa
 def _signature(skeleton: Skeleton | None) -> dict[str, Any] | None:
     if skeleton is None:
         return None
-    return {"chars": len(skeleton.text), "sha256": hashlib.sha256(skeleton.text.encode("utf-8", "surrogatepass")).hexdigest()}
+    text = skeleton.text.encode("utf-8", "surrogatepass")
+    return {"chars": len(skeleton.text), "sha256": hashlib.sha256(text).hexdigest()}
 
 
 def _new_text_matches(skeleton: Skeleton, earlier: Mapping[str, Any], template: ChatTemplate,
@@ -490,7 +566,7 @@ class StructuredParser:
         """The structured answer; OutputParserException when the policy did not write a valid one."""
         if self.method == "json_mode":
             text = _text_of(message, -1)
-            fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text.strip(), re.S)
+            fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text.strip(), re.DOTALL)
             try:
                 value = json.loads(fenced.group(1) if fenced else text)
             except ValueError as exc:
@@ -532,7 +608,8 @@ def turns_from_messages(messages: Sequence[Any]) -> list[Turn]:
     >>> turns_from_messages([HumanMessage("Hi"), AIMessage("Hello"), {"type": "human", "content": "Hi"}])
     []
     """
-    return [{k: v for k, v in turn.items() if k != "visible_text"} for turn in _recorded_turns(messages)]  # type: ignore[misc]
+    turns = _recorded_turns(messages)
+    return [{k: v for k, v in turn.items() if k != "visible_text"} for turn in turns]  # type: ignore[misc]
 
 
 def _recorded_turns(messages: Sequence[Any]) -> Iterator[Mapping[str, Any]]:

@@ -33,6 +33,16 @@ class Limits:
     max_llm_calls: int = 2000
     max_time_s: float | None = None
     recursion_limit: int = 5000
+    # a reward (or eval_metrics) that has not answered by then fails its sample instead of hanging the
+    # rollout: a judge or verifier that stops answering must not freeze slime (agentgraphs.rollout.score)
+    reward_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        timeout = self.reward_timeout_s
+        # `not timeout > 0` also refuses NaN; None is refused too: every reward call has a deadline
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ConfigError(f"Limits.reward_timeout_s must be a number of seconds > 0, got {timeout!r}: raise it "
+                              "for a slow reward rather than removing it (slime: agentgraph_reward_timeout_s)")
 
 
 @dataclass
@@ -75,8 +85,7 @@ class AgentContext:
         if isinstance(self.policy, str):
             self.policy = shared_engine(self.policy)
         self.engines = {k: shared_engine(v) if isinstance(v, str) else v for k, v in self.engines.items()}
-        if isinstance(self.sampling, Mapping):
-            self.sampling = SamplingParams.from_slime(dict(self.sampling))
+        self.sampling = _sampling_of(self.sampling)
         if isinstance(self.limits, Mapping):
             self.limits = Limits(**dict(self.limits))
         if isinstance(self.tokenizer, (str, os.PathLike)):
@@ -132,6 +141,18 @@ class AgentContext:
             self._templates[key] = tpl
         return tpl
 
+
+
+def _sampling_of(sampling: object) -> SamplingParams:
+    """AgentContext.sampling as SamplingParams. A dict is plain data (a JSON context, `langgraph dev`): its keys
+    must be SamplingParams fields, so a misspelt one is refused, not dropped for the defaults. (slime's
+    sampling_params dict, with its text-only keys, goes through `SamplingParams.from_slime` instead.)"""
+    if isinstance(sampling, SamplingParams):
+        return sampling
+    if isinstance(sampling, Mapping):
+        return SamplingParams.from_mapping(sampling, where="AgentContext.sampling")
+    raise ConfigError(f"AgentContext.sampling is a {type(sampling).__name__}: pass a SamplingParams or a dict of "
+                      "its fields, e.g. sampling={'temperature': 0.7, 'max_new_tokens': 256}")
 
 
 def derive_seed(*parts: object) -> int:

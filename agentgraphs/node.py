@@ -13,8 +13,9 @@ be checkpointed, and replaying from a checkpoint continues exactly the same toke
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Mapping, Sequence
+from typing import Annotated, Any
 
 # typing_extensions' TypedDict understands NotRequired on Python 3.10 too (subclasses use it)
 from typing_extensions import TypedDict
@@ -119,6 +120,8 @@ async def call_llm(
     `prompt_ids` bypasses templating entirely (the caller owns the exact ids). Keyword overrides
     (`max_new_tokens=`, `temperature=`, `stop=`...) adjust the context's sampling params; a
     `max_new_tokens=` override never exceeds the context's own (slime's --rollout-max-response-len).
+    `stop=` is one string or a list, `stop_token_ids=` one id or a list; an unknown key or a value of the
+    wrong type raises ConfigError naming it, before any engine call.
     The Turn records the sampling used (temperature, top_p, top_k, min_p): a trainable call sampled
     differently from slime's rollout settings is refused by rl_bridge (README, "Training with slime").
     Turns from helper engines (`engine="judge"`) are recorded with trainable=False.
@@ -224,24 +227,23 @@ def call_params(ctx: AgentContext, overrides: Mapping[str, Any], *, node: str = 
 def _params(base: SamplingParams, overrides: Mapping[str, Any]) -> SamplingParams:
     if not overrides:
         return base
-    for key in ("stop", "stop_token_ids"):
-        if key in overrides and isinstance(overrides[key], list):
-            overrides = {**overrides, key: tuple(overrides[key])}
-    if "max_new_tokens" in overrides:
-        # the context's max_new_tokens (slime: --rollout-max-response-len) is a ceiling per call
-        overrides = {**overrides, "max_new_tokens": min(int(overrides["max_new_tokens"]), base.max_new_tokens)}
+    where = "sampling override (call_llm keyword, TracedChatModel sampling= or .bind())"
+    SamplingParams.check_keys(overrides.keys(), where)
     try:
-        return base.replace(**overrides)
-    except TypeError as exc:
-        raise ConfigError(f"unknown sampling override in call_llm: {exc}") from None
+        params = base.replace(**overrides)  # checks every value's type and range, naming the field
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    # the context's max_new_tokens (slime: --rollout-max-response-len) is a ceiling per call
+    if params.max_new_tokens > base.max_new_tokens:
+        params = params.replace(max_new_tokens=base.max_new_tokens)
+    return params
 
 
 def _visible_text(completion: Completion, template: ChatTemplate) -> str:
     # The end-of-turn token is part of the trained ids but not of the text a parser should see.
     text = completion.text
     eot = template.end_of_turn
-    if text.endswith(eot):
-        text = text[: -len(eot)]
+    text = text.removesuffix(eot)
     return text
 
 
