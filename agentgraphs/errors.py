@@ -27,6 +27,10 @@ class InputError(AgentGraphsError, ValueError):
         super().__init__(f"input field {field!r}: {problem}. Fix: {fix}")
 
 
+class RewardError(AgentGraphsError, ValueError):
+    """A reward that cannot be trained on: missing, not a finite number, without its key, or never returned."""
+
+
 class EngineError(AgentGraphsError):
     """A generation call failed."""
 

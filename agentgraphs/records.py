@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from .calls import DroppedCall
+from .errors import RewardError
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue
 from .trace import TrainSequence, Turn
 
@@ -112,18 +113,30 @@ def reward_input_of_sample(sample: Any) -> RewardInput:
 
 
 def scalar(value: RewardValue | None, key: str) -> float:
-    """The scalar of a reward: a float, or a dict reward's `key` entry; None counts as 0."""
+    """The scalar of a reward: a float, or a dict reward's `key` entry; None (not scored) counts as 0.
+
+    A dict without `key` raises RewardError: a made-up 0.0 would pass for a wrong answer.
+
+    >>> scalar({"reward": 1, "acc": 0.5}, "reward"), scalar(None, "reward")
+    (1.0, 0.0)
+    """
     if value is None:
         return 0.0
-    if isinstance(value, Mapping):
-        return float(value.get(key, 0.0))
-    return float(value)
+    return float(_entry(value, key) if isinstance(value, Mapping) else value)
 
 
 def scale_reward(value: RewardValue, factor: float, key: str) -> RewardValue:
     if isinstance(value, Mapping):
-        return {**value, key: float(value.get(key, 0.0)) * factor}
+        return {**value, key: float(_entry(value, key)) * factor}
     return float(value) * factor
+
+
+def _entry(value: Mapping[str, Any], key: str) -> Any:
+    if key not in value:
+        raise RewardError(f"dict reward {sorted(value)} has no key {key!r}: the reward function must put its scalar "
+                          f"under the spec's reward_key, or name the key that holds it (AgentSpec.reward_key; "
+                          f"slime: --reward-key / --eval-reward-key)")
+    return value[key]
 
 
 def zero_reward(spec: AgentSpec) -> RewardValue:

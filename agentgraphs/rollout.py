@@ -8,15 +8,18 @@ cancellation propagates, so slime can abort a rollout batch.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
+import math
+import threading
 import time
 import traceback
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording_calls
-from .context import AgentContext
-from .errors import ConfigError, EngineError, InputError
+from .context import AgentContext, Limits
+from .errors import ConfigError, EngineError, InputError, RewardError
 from .gc_tuning import rollouts_running
 from .node import LLMCallLimitExceeded, RolloutAborted
 from .records import Rollout, Status, reward_input, trace_summary
@@ -175,15 +178,19 @@ async def _finish(
         try:
             rollout.reward = await score(spec, rin, ctx)
         except Exception as exc:
-            failed = _failed(started, f"reward failed: {type(exc).__name__}: {exc}", exc, turns)
+            failed = _failed(started, reward_failure(exc), exc, turns)
             failed.llm_calls = llm_calls
             return failed
     elif compute_reward:
         rollout.reason += "; no label: not scored"
     if spec.eval_metrics is not None and labelled:
-        try:
-            metrics = spec.eval_metrics(rin)
-            rollout.metrics = await metrics if inspect.isawaitable(metrics) else metrics
+        try:  # user code like the reward, so under the same deadline
+            rollout.metrics = await call_bounded(spec.eval_metrics, (rin,), "eval_metrics function",
+                                                 ctx.limits.reward_timeout_s)
+        except RewardError as exc:
+            failed = _failed(started, str(exc), exc, turns)
+            failed.llm_calls = llm_calls
+            return failed
         except Exception as exc:
             failed = _failed(started, f"{spec.name}.eval_metrics raised {type(exc).__name__}: {exc}", exc, turns)
             failed.llm_calls = llm_calls
@@ -246,10 +253,131 @@ async def rollout_from_state(
 
 
 async def score(spec: AgentSpec, rin: RewardInput, ctx: AgentContext | None) -> RewardValue:
-    value = spec.reward(rin, ctx)
-    if inspect.isawaitable(value):
-        value = await value
-    return value  # type: ignore[return-value]
+    """The spec's reward of `rin`, sync or async, within `ctx.limits.reward_timeout_s`, checked.
+
+    Raises RewardError (callers turn it into a FAILED sample: `reward_failure`) when the reward does not
+    return in time, returns None, a number that is not finite, or a dict without the spec's `reward_key`:
+    each would otherwise train on a made-up value (a NaN poisons its whole GRPO group).
+    """
+    timeout_s = (ctx.limits if ctx is not None else Limits()).reward_timeout_s
+    value = await call_bounded(spec.reward, (rin, ctx), "reward function", timeout_s)
+    return checked_reward(value, spec)
+
+
+def checked_reward(value: Any, spec: AgentSpec) -> RewardValue:
+    """`value` as a trainable reward of `spec` (a float, or a dict with a finite float under `reward_key`)."""
+    name = function_name(spec.reward)
+    if value is None:
+        raise RewardError(f"reward function {name} returned None: return a float (or a dict with the key "
+                          f"{spec.reward_key!r}); a missing `return` statement is the usual cause")
+    if isinstance(value, Mapping):
+        if spec.reward_key not in value:
+            raise RewardError(
+                f"reward function {name} returned a dict without the spec's reward_key {spec.reward_key!r} (keys: "
+                f"{sorted(map(str, value))}): put the scalar under {spec.reward_key!r}, or set "
+                f"AgentSpec(reward_key=...) to the key that holds it")
+        return {**value, spec.reward_key: _finite(value[spec.reward_key], f"{name}'s {spec.reward_key!r}")}
+    return _finite(value, name)
+
+
+def _finite(value: Any, name: str) -> float:
+    try:
+        if isinstance(value, (str, bytes)):  # float("1") would pass: a string reward is a bug, not a number
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise RewardError(f"reward function {name} returned {type(value).__name__} {value!r:.80}, not a number: "
+                          "return a float") from None
+    if not math.isfinite(number):
+        raise RewardError(f"reward function {name} returned {number} (not finite): one NaN or infinite reward "
+                          "makes every advantage of its GRPO group NaN; return a finite float")
+    return number
+
+
+def reward_failure(exc: BaseException) -> str:
+    """The FAILED reason of a reward that raised `exc` (in `run_rollout` and in rl_bridge.reward_func)."""
+    return f"reward failed: {exc}" if isinstance(exc, RewardError) else f"reward failed: {type(exc).__name__}: {exc}"
+
+
+def function_name(fn: Any) -> str:
+    """`module:qualname` of a user's function (or callable object, or functools.partial), for error messages.
+
+    >>> function_name(function_name)
+    'agentgraphs.rollout:function_name'
+    """
+    target = getattr(fn, "func", fn)  # functools.partial: the function it wraps
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    module = getattr(target, "__module__", None)
+    return f"{module}:{qualname}" if module else qualname
+
+
+async def call_bounded(fn: Callable[..., Any], args: tuple[Any, ...], what: str, timeout_s: float) -> Any:
+    """`fn(*args)` (sync or async) awaited for at most `timeout_s`; RewardError naming `fn` past it.
+
+    A sync `fn` runs in a thread of its own, so a blocking one (time.sleep, a stuck socket) leaves the event
+    loop, and every other rollout on it, running. An async `fn` runs on the loop: one that blocks the loop
+    itself (a sync call inside `async def`) cannot be preempted by anything in-process.
+    """
+    async def call() -> Any:
+        value = fn(*args) if _is_async(fn) else await _in_thread(fn, args)
+        return await value if inspect.isawaitable(value) else value
+
+    task = asyncio.ensure_future(call())
+    try:
+        finished, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():
+            # cancelled, never awaited: a coroutine that swallows the cancellation must not hold the rollout
+            task.cancel()
+            task.add_done_callback(_forget)
+    if not finished:
+        name = function_name(fn)
+        logger.warning("%s %s did not return within %s s: its sample is FAILED (a sync one's thread cannot be "
+                       "stopped and runs on in the background)", what, name, timeout_s)
+        raise RewardError(f"{what} {name} did not return within {timeout_s} s (Limits.reward_timeout_s; slime: "
+                          "agentgraph_reward_timeout_s): raise that setting if it is just slow, or make the function "
+                          "time out on its own (agentgraphs.deadline runs a pure function in a killable worker)")
+    return task.result()
+
+
+def _is_async(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)  # async __call__
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a late failure of an abandoned call is not worth an asyncio error log
+
+
+async def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """`fn(*args)` in a daemon thread of its own, awaited without blocking the event loop.
+
+    Not `asyncio.to_thread`: a thread cannot be killed, so a call that never returns would hold one of the
+    loop's default-executor workers for good (starving every later to_thread call in the process) and make
+    `asyncio.run` wait for it at exit. A daemon thread of its own is simply abandoned at the deadline.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    run = contextvars.copy_context().run  # as asyncio.to_thread: the caller's context variables
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():  # cancelled at the deadline: nobody waits for it any more
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def work() -> None:
+        try:
+            value, ok = run(fn, *args), True
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, ok = exc, False
+        except BaseException as exc:  # noqa: BLE001 - SystemExit in a reward fails its sample, not the process
+            value, ok = RuntimeError(f"{type(exc).__name__}: {exc}"), False
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:  # the loop closed while this call ran past its deadline
+            pass
+
+    threading.Thread(target=work, name=f"agentgraphs-call-{function_name(fn)}", daemon=True).start()
+    return await done
 
 
 def raised_in_graph(rollout: Rollout, exc_name: str) -> bool:

@@ -456,7 +456,8 @@ def _reward(sample, reward_key: str | None, pos: int) -> float:
             )
         if reward_key not in reward:
             raise ValueError(
-                f"sample {_name(pos, sample)}: reward dict has no key {reward_key!r} (--reward-key); keys: {sorted(reward)}"
+                f"sample {_name(pos, sample)}: reward dict has no key {reward_key!r} (--reward-key); "
+                f"keys: {sorted(reward)}"
             )
         reward = reward[reward_key]
     if reward is None:
@@ -465,9 +466,13 @@ def _reward(sample, reward_key: str | None, pos: int) -> float:
             "(slime's reward model runs on all non-aborted samples)"
         )
     try:
-        return float(reward)
+        value = float(reward)
     except (TypeError, ValueError):
         raise ValueError(f"sample {_name(pos, sample)}: reward {reward!r} is not a number") from None
+    if not np.isfinite(value):  # rl_bridge.generate refuses these; a second wall for rewards set elsewhere
+        raise ValueError(f"sample {_name(pos, sample)}: reward {value} is not finite: one NaN or infinite reward "
+                         "makes every advantage of its group NaN. Make the reward function return a finite float")
+    return value
 
 
 def _as_sequence(sample) -> dict[str, Any]:

@@ -12,13 +12,15 @@ slime's Sample is duck-typed: fields are set on the object it hands us; siblings
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
 import json
 import logging
 import os
 from typing import Any, Sequence
 
 from agentgraphs.engines import SamplingParams
-from agentgraphs.errors import ConfigError, SamplingMismatchError
+from agentgraphs.errors import ConfigError, RewardError, SamplingMismatchError
 from agentgraphs.records import (
     FAILED_FIELDS,
     Rollout,
@@ -30,7 +32,7 @@ from agentgraphs.records import (
     sibling_fields,
     zero_reward,
 )
-from agentgraphs.rollout import rollout_input, run_rollout, score, untrain_turns
+from agentgraphs.rollout import reward_failure, rollout_input, run_rollout, score, untrain_turns
 from agentgraphs.trace import SamplingMismatch, sampling_mismatches
 from agentgraphs.train_data import slime_v03
 
@@ -160,8 +162,9 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> Any:
     same RewardInput (`agentgraphs.records.reward_input_of_sample`), once per trajectory, and shared by
     its list-mode siblings (divided among them when the reward split is "divide"). Dict rewards carry
     the scalar under the spec's `reward_key`: pass `--reward-key reward`. A sample whose reward cannot
-    be computed (no label, a judge that is down) does not stop slime: it becomes FAILED with zero masks,
-    its reason in metadata, and scores 0.
+    be computed (no label, a judge that is down) or is not a trainable value (None, NaN or infinite, a dict
+    without the reward_key, no answer within agentgraph_reward_timeout_s) does not stop slime: it becomes
+    FAILED with zero masks, its reason in metadata, and scores 0.
     """
     if isinstance(sample, (list, tuple)):
         done: dict[str, Any] = {}
@@ -185,7 +188,7 @@ async def _trajectory_reward(args: Any, sample: Any) -> Any:
         ctx = setup.context(SamplingParams(), evaluation=False)
         return await score(setup.spec, reward_input_of_sample(sample), ctx)
     except Exception as exc:  # noqa: BLE001 - one unscorable sample must not stop slime's rollout
-        _fail_unscorable(sample, f"reward failed: {type(exc).__name__}: {exc}")
+        _fail_unscorable(sample, reward_failure(exc))
         logger.warning("agentgraph %s: sample %s could not be scored: %s", setup.spec.name,
                        getattr(sample, "index", None), exc)
         return zero_reward(setup.spec)
@@ -213,8 +216,9 @@ def eval_log(rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: di
 
     Writes `<dir>/eval_<rollout_id>.json` (dir = args.agentgraph_eval_dir, else args.save/eval_logs,
     else ./eval_logs) and adds `eval/<dataset>/<metric>` entries to slime's `extra_metrics` dict,
-    so slime's own logger (wandb/tensorboard) records them; when slime passes no dict (v0.2.2's
-    default eval), they are logged through slime.utils.logging_utils directly. Returns False:
+    so slime's own logger (wandb/tensorboard) records them; when slime passes no dict (its default
+    eval does not), they are logged through slime's logging_utils directly (slime.observability after
+    v0.3.1, slime.utils before). Returns False:
     slime's default logging still runs.
     """
     metrics = eval_metrics(data, getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None))
@@ -222,7 +226,7 @@ def eval_log(rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: di
     if isinstance(extra_metrics, dict):
         extra_metrics.update(flat)
     else:
-        # slime v0.2.2's default eval passes extra_metrics=None: log through slime's tracker ourselves
+        # slime's default eval passes extra_metrics=None (every version): log through slime's tracker ourselves
         _log_with_slime(rollout_id, args, flat)
     out_dir = getattr(args, "agentgraph_eval_dir", None) or (
         os.path.join(args.save, "eval_logs") if getattr(args, "save", None) else "eval_logs"
@@ -236,26 +240,43 @@ def eval_log(rollout_id: int, args: Any, data: dict[str, Any], extra_metrics: di
 
 
 def _log_with_slime(rollout_id: int, args: Any, flat: dict[str, float]) -> None:
-    try:
-        from slime.utils import logging_utils  # type: ignore[import-not-found]
-    except ImportError:
+    tracker = _slime_module("logging_utils")
+    if tracker is None:
+        if importlib.util.find_spec("slime") is not None:
+            logger.warning("slime is importable but has neither slime.observability.logging_utils nor "
+                           "slime.utils.logging_utils: the eval metrics are only in eval_%s.json", rollout_id)
         return  # outside slime: the JSON file is the record
+    metric_utils = _slime_module("metric_utils")
     try:
-        from slime.utils.metric_utils import compute_rollout_step  # type: ignore[import-not-found]
-
-        step = compute_rollout_step(args, rollout_id)
+        step = metric_utils.compute_rollout_step(args, rollout_id) if metric_utils else rollout_id
     except Exception:  # noqa: BLE001 - older slime: the rollout id is the step
         step = rollout_id
-    logging_utils.log(args, {**flat, "eval/step": step}, step_key="eval/step")
+    tracker.log(args, {**flat, "eval/step": step}, step_key="eval/step")
+
+
+def _slime_module(name: str) -> Any:
+    """slime's `name` module: slime.observability (after v0.3.1), else slime.utils (v0.2-v0.3.1); None outside."""
+    for package in ("slime.observability", "slime.utils"):
+        try:
+            return importlib.import_module(f"{package}.{name}")
+        except ImportError:
+            continue
+    return None
 
 
 def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[str, dict[str, float]]:
     """Per dataset: count, accuracy (mean scalar reward), truncated rate, status counts and the
     means of every numeric metric the agent recorded in sample.metadata["metrics"], over ALL samples
-    (a sample without the metric, e.g. a failed rollout, counts as 0, as in accuracy)."""
+    (a sample without the metric, e.g. a failed rollout, counts as 0, as in accuracy).
+
+    A dict reward without `reward_key` (default "reward") raises ConfigError: its accuracy would be made up.
+    """
     out: dict[str, dict[str, float]] = {}
     for name, entry in data.items():
-        rewards = [scalar(r, reward_key or "reward") for r in entry.get("rewards", [])]
+        try:
+            rewards = [scalar(r, reward_key or "reward") for r in entry.get("rewards", [])]
+        except RewardError as exc:
+            raise ConfigError(f"eval dataset {name!r}: {exc}") from None
         samples: Sequence[Any] = entry.get("samples") or []
         m: dict[str, float] = {"count": float(len(rewards))}
         if rewards:

@@ -11,6 +11,7 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
     agentgraph_max_time_s: 900            # per rollout (default: none)
     agentgraph_max_llm_calls: 2000        # per rollout: guards against graphs that never stop
     agentgraph_eval_max_time_s / agentgraph_eval_max_llm_calls   # the same for evaluation
+    agentgraph_reward_timeout_s: 300      # per reward / eval_metrics call: past it the sample is FAILED
     agentgraph_request_timeout_s: 600     # per HTTP request of the policy and of every helper engine
     agentgraph_max_retries: 3             # the same
     agentgraph_eval_dir: eval_logs        # where rl_bridge.eval_log writes its JSON (default: <save>/eval_logs)
@@ -31,6 +32,7 @@ multi-row trajectories (agentgraphs.train_data).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -63,6 +65,8 @@ class BridgeSettings(BaseModel):
     agentgraph_max_llm_calls: int = Field(Limits.max_llm_calls, ge=1, description="per training rollout")
     agentgraph_eval_max_time_s: Optional[float] = Field(None, gt=0, description="per evaluation rollout")
     agentgraph_eval_max_llm_calls: Optional[int] = Field(None, ge=1, description="per evaluation rollout")
+    agentgraph_reward_timeout_s: float = Field(
+        Limits.reward_timeout_s, gt=0, description="per reward / eval_metrics call: past it the sample is FAILED")
     agentgraph_request_timeout_s: float = Field(600.0, gt=0, description="per request, policy and helper engines")
     agentgraph_max_retries: int = Field(3, ge=0, description="per request, policy and helper engines")
     agentgraph_eval_dir: Optional[str] = Field(None, description="where rl_bridge.eval_log writes")
@@ -75,6 +79,9 @@ class BridgeSettings(BaseModel):
 
     @classmethod
     def from_args(cls, args: Any) -> "BridgeSettings":
+        """The settings on slime's `args`; an `agentgraph_*` key that is not one of them is refused (a typo in
+        the YAML would otherwise leave its setting at the default without a word)."""
+        refuse_unknown_keys(args, set(cls.model_fields))
         values = {name: getattr(args, name) for name in cls.model_fields
                   if getattr(args, name, None) is not None}
         if not values.get("agentgraph"):
@@ -85,6 +92,25 @@ class BridgeSettings(BaseModel):
             return cls(**values)
         except ValidationError as exc:
             raise ConfigError(validation_message(exc, label=lambda key: f"args.{key}")) from None
+
+
+def refuse_unknown_keys(args: Any, known: set[str]) -> None:
+    """ConfigError naming every `agentgraph_*` attribute of `args` that is not in `known`, with the closest
+    known name. Every `agentgraph_*` key read anywhere (rl_bridge.hooks, agentgraphs.train_data's
+    TrainDataSettings.from_args) is a BridgeSettings field, so the fields are the whole list."""
+    unknown = sorted(name for name in dir(args) if name.startswith("agentgraph_") and name not in known)
+    if not unknown:
+        return
+    settings = sorted(k for k in known if k.startswith("agentgraph_"))
+    prefix = len("agentgraph_")  # compared without the prefix every key shares, which would make any name "close"
+    hints, lost = [], False
+    for name in unknown:
+        close = difflib.get_close_matches(name[prefix:], [k[prefix:] for k in settings], n=1, cutoff=0.6)
+        lost = lost or not close
+        hints.append(f"args.{name}" + (f" (did you mean agentgraph_{close[0]}?)" if close else ""))
+    listing = f"; the settings are: {', '.join(settings)}" if lost else ""
+    raise ConfigError(f"unknown agentgraph setting(s): {'; '.join(hints)}. Fix the key in the --custom-config-path "
+                      f"YAML (unknown keys would be ignored, leaving their setting at its default){listing}")
 
 
 @dataclass
@@ -251,11 +277,13 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
         raise ConfigError(f"args.agentgraph_tokenizers names {unknown}, which are not in agentgraph_engines "
                           f"({sorted(engines)}): give a tokenizer for a helper engine you configured")
     tokenizers = {k: load_tokenizer(v) for k, v in settings.agentgraph_tokenizers.items()}
-    limits = Limits(max_llm_calls=settings.agentgraph_max_llm_calls, max_time_s=settings.agentgraph_max_time_s)
+    limits = Limits(max_llm_calls=settings.agentgraph_max_llm_calls, max_time_s=settings.agentgraph_max_time_s,
+                    reward_timeout_s=settings.agentgraph_reward_timeout_s)
     # evaluation reads whole documents (MemAgent: no chunk cap), so it gets its own limits
     eval_limits = Limits(
         max_llm_calls=settings.agentgraph_eval_max_llm_calls or limits.max_llm_calls,
         max_time_s=settings.agentgraph_eval_max_time_s or limits.max_time_s,
+        reward_timeout_s=limits.reward_timeout_s,
     )
     return BridgeSetup(
         spec=spec,

@@ -349,3 +349,22 @@ def test_helper_engines_take_the_request_timeout_and_retries(server: Any, tiny_e
         reward, s = score(agentgraph_max_retries=0, agentgraph_request_timeout_s=0.5)
         assert s.status == Sample.Status.FAILED and "Timeout" in s.metadata["status_reason"], s.metadata
         assert "failed after 1 attempt(s)" in s.metadata["status_reason"]
+
+
+@pytest.mark.parametrize("package", ["slime.observability", "slime.utils"])  # slime after v0.3.1, and before
+def test_eval_log_reaches_slime_tracker_in_either_layout(tmp_path: Path, monkeypatch: Any, package: str) -> None:
+    import sys
+    import types
+
+    logged: list[tuple[dict, str]] = []
+    tracker = types.ModuleType(f"{package}.logging_utils")
+    tracker.log = lambda args, metrics, step_key: logged.append((metrics, step_key))  # type: ignore[attr-defined]
+    metric_utils = types.ModuleType(f"{package}.metric_utils")
+    metric_utils.compute_rollout_step = lambda args, rollout_id: 10 * rollout_id  # type: ignore[attr-defined]
+    for name, module in (("slime", types.ModuleType("slime")), (package, types.ModuleType(package)),
+                         (tracker.__name__, tracker), (metric_utils.__name__, metric_utils)):
+        monkeypatch.setitem(sys.modules, name, module)
+    data = {"ruler": {"rewards": [1.0, 0.0], "samples": []}}
+    args = SimpleNamespace(agentgraph_eval_dir=str(tmp_path), reward_key=None)
+    assert rl_bridge.eval_log(2, args, data, None) is False  # slime's default eval passes no dict
+    assert logged == [({"eval/ruler/count": 2.0, "eval/ruler/accuracy": 0.5, "eval/step": 20}, "eval/step")]

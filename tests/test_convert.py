@@ -408,3 +408,12 @@ def test_an_aborted_trajectory_trains_nothing_like_a_failed_one(caplog):
     assert data["agentgraph_aborted_trajectories"] == 1
     assert data["loss_masks"][8:] == [[0] * 2, [0] * 3, [0] * 4, [0] * 5]
     assert data["rewards"] == convert(make_args(), failed)["rewards"]  # out of C and D's group, as FAILED
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"reward": float("-inf")}])
+def test_a_non_finite_reward_is_refused_naming_the_sample(bad):
+    """The second wall behind rl_bridge.generate's: one NaN would make its whole group's advantages NaN."""
+    samples = batch()
+    samples[3].reward = bad  # D, index 3
+    with pytest.raises(ValueError, match=r"sample #3 \(index=3\): reward -?(nan|inf) is not finite"):
+        convert(make_args(reward_key="reward"), samples)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,13 +17,14 @@ import pytest
 
 import rl_bridge
 from agentgraphs.batch import run_file
+from agentgraphs.context import Limits
 from agentgraphs.errors import ConfigError
 from agentgraphs.records import sample_fields
 from agentgraphs.records import Rollout
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.agents import TWO_TURN, TWO_TURN_PER_TURN
 from agentgraphs.testing.slime_sample import Sample, SampleV03
-from tests.test_bridge import generate, make_args, sample, server  # noqa: F401 (fixture)
+from tests.test_bridge import SLIME_SAMPLING, generate, make_args, sample, server  # noqa: F401 (fixture)
 
 SEEN: list[RewardInput] = []
 
@@ -148,3 +151,175 @@ def test_a_helper_engine_of_another_family_renders_with_its_own_tokenizer(server
                     agentgraph_tokenizers={"critic": qwen3_dir})
     with pytest.raises(ConfigError, match="agentgraph_tokenizers names \\['critic'\\]"):
         generate(bad, sample())
+
+
+# --- rewards that cannot be trained on: every one comes back FAILED, masked, with a reason; none hangs -----------
+
+DEFECTS = replace(TWO_TURN, name="reward_defects", _graphs={})  # each test below patches in its reward
+RELEASE = threading.Event()  # lets the blocking sync reward's abandoned thread finish once its test is done
+BLOCKED_AT: list[float] = []
+
+
+async def hanging_reward(rin: RewardInput, ctx: Any) -> float:
+    await asyncio.sleep(3600)
+    return 1.0
+
+
+def blocking_reward(rin: RewardInput, ctx: Any) -> float:
+    BLOCKED_AT.append(time.monotonic())
+    RELEASE.wait(60)  # time.sleep(3600), but released at the end of the test
+    return 1.0
+
+
+def forgot_return(rin: RewardInput, ctx: Any) -> float:
+    1.0 if "42" in rin["answer"] else 0.0  # the bug under test: no `return`
+
+
+def defects_args(server: Any, model_dir: Path, **extra: Any) -> Any:  # noqa: F811
+    return make_args(server.url, model_dir, "tests.test_reward_paths:DEFECTS", agentgraph_max_time_s=20,
+                     agentgraph_reward_timeout_s=0.5, **extra)
+
+
+def bounded_generate(args: Any, s: Any, limit_s: float = 30.0) -> Any:
+    """rl_bridge.generate, failing the test (not hanging it) if it does not return within `limit_s`."""
+    return asyncio.run(asyncio.wait_for(rl_bridge.generate(args, s, dict(SLIME_SAMPLING)), limit_s))
+
+
+def assert_failed(s: Any, *reason_parts: str, reward: Any = 0.0) -> None:
+    """FAILED and trains nothing; `reward`: what generate set (reward_func returns it and slime sets it)."""
+    assert s.status == Sample.Status.FAILED and s.remove_sample and s.reward == reward
+    assert not any(s.loss_mask) and not any(s.rollout_log_probs)
+    assert all(not any(seq["loss_mask"]) for seq in s.train_metadata["turns"])
+    for part in reason_parts:
+        assert part in s.metadata["status_reason"], (part, s.metadata["status_reason"])
+
+
+def test_a_hanging_async_reward_fails_its_sample_instead_of_hanging_generate(server: Any,  # noqa: F811
+                                                                              tiny_model_dir: Path,
+                                                                              monkeypatch: Any) -> None:
+    monkeypatch.setattr(DEFECTS, "reward", hanging_reward)
+    started = time.monotonic()
+    s = bounded_generate(defects_args(server, tiny_model_dir), sample())
+    assert time.monotonic() - started < 15
+    assert_failed(s, "reward function tests.test_reward_paths:hanging_reward did not return within 0.5 s",
+                  "agentgraph_reward_timeout_s")
+
+
+def test_a_blocking_sync_reward_neither_hangs_generate_nor_blocks_the_event_loop(server: Any,  # noqa: F811
+                                                                                  tiny_model_dir: Path,
+                                                                                  monkeypatch: Any) -> None:
+    monkeypatch.setattr(DEFECTS, "reward", blocking_reward)
+    BLOCKED_AT.clear()
+    RELEASE.clear()
+    ticks: list[float] = []
+
+    async def run() -> Any:
+        async def tick() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.02)
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            return await asyncio.wait_for(rl_bridge.generate(defects_args(server, tiny_model_dir), sample(),
+                                                             dict(SLIME_SAMPLING)), 30)
+        finally:
+            ticker.cancel()
+
+    try:
+        s = asyncio.run(run())
+    finally:
+        RELEASE.set()
+    assert_failed(s, "reward function tests.test_reward_paths:blocking_reward did not return within 0.5 s")
+    assert len(BLOCKED_AT) == 1
+    assert sum(1 for t in ticks if t > BLOCKED_AT[0]) >= 5  # the loop kept running while the reward blocked
+
+
+def test_reward_func_bounds_a_hanging_reward_too(server: Any, tiny_model_dir: Path,  # noqa: F811
+                                                 monkeypatch: Any) -> None:
+    args = defects_args(server, tiny_model_dir)
+    s = bounded_generate(args, sample())
+    assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+    s.reward = None
+    monkeypatch.setattr(DEFECTS, "reward", hanging_reward)
+    started = time.monotonic()
+    assert asyncio.run(asyncio.wait_for(rl_bridge.reward_func(args, s), 10)) == 0.0
+    assert time.monotonic() - started < 5
+    assert_failed(s, "did not return within 0.5 s", "hanging_reward", reward=None)
+
+
+def test_a_hanging_eval_metrics_fails_its_sample(server: Any, tiny_model_dir: Path,  # noqa: F811
+                                                 monkeypatch: Any) -> None:
+    async def metrics(rin: RewardInput) -> dict[str, float]:
+        await asyncio.sleep(3600)
+        return {}
+
+    monkeypatch.setattr(DEFECTS, "eval_metrics", metrics)
+    s = bounded_generate(defects_args(server, tiny_model_dir), sample())
+    assert_failed(s, "eval_metrics function", "did not return within 0.5 s")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_reward_fails_its_sample(server: Any, tiny_model_dir: Path, monkeypatch: Any,  # noqa: F811
+                                              value: float) -> None:
+    monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: value)
+    s = bounded_generate(defects_args(server, tiny_model_dir), sample())
+    assert_failed(s, f"reward function tests.test_reward_paths:{test_a_non_finite_reward_fails_its_sample.__name__}"
+                     f".<locals>.<lambda> returned {value} (not finite)")
+
+
+def test_reward_func_refuses_a_non_finite_reward(server: Any, tiny_model_dir: Path,  # noqa: F811
+                                                 monkeypatch: Any) -> None:
+    args = defects_args(server, tiny_model_dir)
+    s = bounded_generate(args, sample())
+    s.reward = None
+    monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: float("nan"))
+    assert asyncio.run(rl_bridge.reward_func(args, s)) == 0.0
+    assert_failed(s, "returned nan (not finite)", reward=None)
+
+
+def test_a_reward_that_returns_none_fails_its_sample(server: Any, tiny_model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                     monkeypatch: Any) -> None:
+    monkeypatch.setattr(DEFECTS, "reward", forgot_return)
+    s = bounded_generate(defects_args(server, tiny_model_dir), sample())
+    assert_failed(s, "reward function tests.test_reward_paths:forgot_return returned None")
+    rows = tmp_path / "rows.jsonl"  # `agentgraphs run` says so too, instead of a mean reward of 0.0
+    rows.write_text(json.dumps({"input": "What is 6 * 7?", "label": "42"}) + "\n")
+    summary = run_file("tests.test_reward_paths:DEFECTS", rows, f"sglang:{server.url}", tmp_path / "out",
+                       tokenizer=str(tiny_model_dir), max_new_tokens=8)
+    assert summary["by_status"] == {"failed": 1}
+    trace = json.loads((tmp_path / "out" / "traces.jsonl").read_text().splitlines()[0])
+    assert "forgot_return returned None" in trace["reason"] and trace["reward"] is None
+
+
+def test_a_dict_reward_without_the_reward_key_fails_its_sample(server: Any, tiny_model_dir: Path,  # noqa: F811
+                                                                monkeypatch: Any) -> None:
+    monkeypatch.setattr(DEFECTS, "dict_reward", True)
+    monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: {"score": 1.0})
+    args = defects_args(server, tiny_model_dir)
+    s = bounded_generate(args, sample())
+    assert s.status == Sample.Status.FAILED and not any(s.loss_mask)
+    assert s.reward == {"reward": 0.0}  # the spec's zero reward, never {"score": 1.0, "reward": 0.0} made up
+    assert "returned a dict without the spec's reward_key 'reward' (keys: ['score'])" in s.metadata["status_reason"]
+    assert "AgentSpec(reward_key=...)" in s.metadata["status_reason"]
+    monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: {"reward": 1, "score": 1.0})  # with the key: trained
+    ok = bounded_generate(args, sample())
+    assert ok.status != Sample.Status.FAILED and ok.reward == {"reward": 1.0, "score": 1.0}
+
+
+def test_eval_metrics_refuses_a_dict_reward_without_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"eval dataset 'd': dict reward \['score'\] has no key 'reward'.*"
+                                          r"--eval-reward-key"):
+        rl_bridge.eval_metrics({"d": {"rewards": [{"score": 1.0}]}})
+    assert rl_bridge.eval_metrics({"d": {"rewards": [{"score": 1.0}]}}, "score")["d"]["accuracy"] == 1.0
+    assert rl_bridge.eval_metrics({"d": {"rewards": [1.0, 0.0]}})["d"]["accuracy"] == 0.5
+
+
+def test_the_reward_timeout_must_be_positive(server: Any, tiny_model_dir: Path) -> None:  # noqa: F811
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN",
+                     agentgraph_reward_timeout_s=0.0)
+    with pytest.raises(ConfigError, match="agentgraph_reward_timeout_s"):
+        generate(args, sample())
+    with pytest.raises(ConfigError, match="reward_timeout_s must be a number of seconds > 0"):
+        Limits(reward_timeout_s=float("nan"))
+    assert server.stats.generate_requests == 0
