@@ -286,3 +286,83 @@ def test_bad_option_value_is_rejected_before_any_rollout(server: SGLangTestServe
         with pytest.raises(ConfigError, match=words):
             generate_all(args, [sample(0)])
     assert server.stats.generate_requests == before
+
+# -- misspelt agentgraph_* keys on slime's args -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typo, value, meant", [
+    ("agentgraph_optoins", {"chunk_tokens": 64}, "agentgraph_options"),
+    ("agentgraph_on_sampling_missmatch", "mask", "agentgraph_on_sampling_mismatch"),
+    ("agentgraph_retrun_list", True, "agentgraph_return_list"),
+    ("agentgraph_max_time", 900, "agentgraph_max_time_s"),
+])
+def test_a_misspelt_agentgraph_key_is_refused_naming_the_closest_setting(
+        server: SGLangTestServer, tiny_model_dir: Path, typo: str, value: Any, meant: str) -> None:
+    before = server.stats.generate_requests
+    with pytest.raises(ConfigError) as err:
+        generate_all(make_args(server, tiny_model_dir, **{typo: value}), [sample()])
+    assert f"args.{typo} (did you mean {meant}?)" in str(err.value), err.value
+    assert server.stats.generate_requests == before  # raised before any rollout
+
+
+def test_every_agentgraph_key_the_code_reads_is_accepted() -> None:
+    """The keys read from args anywhere (rl_bridge hooks, agentgraphs.train_data, ...) all pass the typo check."""
+    import re
+
+    from rl_bridge.setup import BridgeSettings
+
+    root = Path(__file__).resolve().parents[1]
+    read = set()
+    for path in [*(root / "agentgraphs").rglob("*.py"), *(root / "rl_bridge").rglob("*.py")]:
+        text = path.read_text(encoding="utf-8")
+        read |= set(re.findall(r"""(?:getattr\(args, |get\()["'](agentgraph_\w+)["']""", text))
+    assert {"agentgraph_group_by", "agentgraph_eval_dir", "agentgraph_slime_version"} <= read
+    settings = BridgeSettings.from_args(SimpleNamespace(agentgraph="memagent", **{k: None for k in read}))
+    assert settings.agentgraph == "memagent"
+    with pytest.raises(ConfigError, match="the settings are: agentgraph_engines"):  # nothing close: all listed
+        BridgeSettings.from_args(SimpleNamespace(agentgraph="memagent", agentgraph_zzz=1))
+
+
+# -- gold answers: numbers as their text, blanks refused ------------------------------------------------------
+
+
+def _rin(answer: str, label: Any, **options: Any) -> Any:
+    from agentgraphs.records import reward_input
+
+    return reward_input(answer=answer, prompt="What is 6*7?", label=label, row_metadata=None, status="completed",
+                        summary={}, options=options)
+
+
+def test_a_whole_number_float_label_matches_the_boxed_integer() -> None:
+    from agentgraphs.agentflow.reward import reward as agentflow_reward
+    from agentgraphs.memagent.reward import reward as memagent_reward
+    from agentgraphs.row_fields import answers_of
+
+    assert answers_of(42.0) == ["42"] and answers_of([0.5, 3.0]) == ["0.5", "3"]
+    assert memagent_reward(_rin("so \\boxed{42}", 42.0), None) == 1.0
+    assert asyncio.run(agentflow_reward(_rin("so \\boxed{42}", 42.0, answer_check="boxed_exact"), None)) == 1.0
+    assert memagent_reward(_rin("so \\boxed{0.5}", 0.5), None) == 1.0
+
+
+@pytest.mark.parametrize("label, words", [
+    ("", "the answer is blank"),
+    ("   ", "the answer is blank"),
+    (["Paris", ""], "answer #2 of 2 is blank"),
+    ({"ground_truth": ""}, "the answer is blank"),
+    (float("nan"), "the answer is nan"),
+    (float("inf"), "the answer is inf"),
+])
+def test_a_blank_or_non_finite_gold_answer_is_refused_naming_the_label(label: Any, words: str) -> None:
+    from agentgraphs.errors import InputError
+    from agentgraphs.memagent.reward import reward as memagent_reward
+
+    with pytest.raises(InputError, match=f"input field 'label': {words}"):
+        memagent_reward(_rin("so \\boxed{ }", label), None)  # a blank gold would have scored this 1.0
+
+
+def test_a_row_with_a_blank_label_comes_back_failed_naming_it(server: SGLangTestServer, tiny_model_dir: Path) -> None:
+    before = server.stats.generate_requests
+    (out,) = generate_all(make_args(server, tiny_model_dir), [sample(label="")])
+    assert out.status == Sample.Status.FAILED, out.metadata
+    assert "input field 'label': the answer is blank" in out.metadata["status_reason"], out.metadata
+    assert server.stats.generate_requests == before  # refused before any generation

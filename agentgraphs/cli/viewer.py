@@ -41,8 +41,10 @@ def check(
                                      "failing (exit 1 then only on an invariant breach)"),
     as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
 ) -> None:
-    """The exactness audit: check every invariant and re-score every trained token; exit 1 on a breach or on
-    any trained token over the threshold (unless --allow-drift), 2 on bad arguments or an empty run."""
+    """The exactness audit: check every invariant and re-score every trained token (every policy output token
+    of a run that trains nothing, such as an --eval run); exit 1 on a breach, on any re-scored token over the
+    threshold (unless --allow-drift) or when --model was given and no token could be compared, 2 on bad
+    arguments or an empty run."""
     from ..engines.factory import resolve_model_dir
     from ..viewer import check_run
     from ..viewer.check import report_json

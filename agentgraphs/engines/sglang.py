@@ -168,7 +168,9 @@ class SGLangEngine:
         """POST /generate (retrying as the class says); return the exact sampled ids and log-probs.
 
         `Completion.rid` is the rid of the attempt that succeeded, `retries` the attempts before
-        it, `latency_s` the wall time of the whole call, backoff included.
+        it, `latency_s` the wall time of the whole call, backoff included. A reply whose
+        `meta_info.prompt_tokens` is not len(prompt_ids) (a server that cut the prompt) raises
+        EngineProtocolError at once, without retrying.
         """
         started = time.perf_counter()
         last: _Retryable | None = None
@@ -376,6 +378,8 @@ def _parse_completion(
             protocol=True,
         )
     prompt_tokens = meta.get("prompt_tokens")
+    if not (finish == "abort" and not token_ids):  # "Abort before prefill" reports 0 prompt tokens: nothing ran
+        _refuse_shortened_prompt(prompt_tokens, prompt_len)
     weight_version = meta.get("weight_version")
     text = payload.get("text")
     return Completion(
@@ -394,6 +398,24 @@ def _parse_completion(
             "cached_tokens": meta.get("cached_tokens"),
             "e2e_latency": meta.get("e2e_latency"),
         },
+    )
+
+
+def _refuse_shortened_prompt(prompt_tokens: object, prompt_len: int) -> None:
+    """Refuse a reply whose server read another prompt than the ids sent (invariant 3).
+
+    SGLang started with --allow-auto-truncate cuts a prompt longer than its context length and answers
+    normally, with `prompt_tokens` counting what it kept: the output was generated after a prefix that no
+    Turn records. No retry helps (the cut is deterministic), so this is raised at once, not retried.
+    A proxy that sends no integer count is trusted, as before.
+    """
+    if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int) or prompt_tokens == prompt_len:
+        return
+    raise EngineProtocolError(
+        f"/generate answered for a {prompt_tokens}-token prompt (meta_info.prompt_tokens) but {prompt_len} ids "
+        "were sent: the server cut or changed the prompt, so its output was not generated in the recorded "
+        "context. Do not run SGLang with --allow-auto-truncate; cap the prompt below the server's "
+        "--context-length (shorter inputs or fewer turns in the method's options) or raise --context-length"
     )
 
 

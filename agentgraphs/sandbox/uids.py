@@ -4,6 +4,9 @@ RLIMIT_NPROC counts every process of a uid on the machine, so executions sharing
 one process budget (a fork bomb in one would starve the others). Each execution therefore leases its
 own uid from a range (default 61000-61999, `AGENTGRAPHS_SANDBOX_UID_BASE` / `_COUNT` to move it);
 leases are file locks, so several processes on one host never hand out the same uid at once.
+A range that reaches below `MIN_UID` is refused: uid 0 is root (the code would run unconfined by any
+per-user limit) and the uids under 1000 are system accounts (daemon, www-data, ...) whose files and
+processes the code could then touch.
 """
 
 from __future__ import annotations
@@ -14,13 +17,50 @@ import random
 import tempfile
 from pathlib import Path
 
-__all__ = ["UidLease", "lease_uid", "uid_range"]
+from ..errors import ConfigError
+
+__all__ = ["MAX_UID", "MIN_UID", "UidLease", "lease_uid", "uid_range"]
+
+BASE_ENV = "AGENTGRAPHS_SANDBOX_UID_BASE"
+COUNT_ENV = "AGENTGRAPHS_SANDBOX_UID_COUNT"
+DEFAULT_BASE = 61000
+DEFAULT_COUNT = 1000
+MIN_UID = 1000  # below: root and the system accounts (Debian's and Red Hat's SYS_UID_MAX is 999)
+MAX_UID = 2**32 - 2  # (uid_t)-1 means "unchanged" to setresuid, not a uid
+_EXAMPLE = f"e.g. {BASE_ENV}={DEFAULT_BASE} {COUNT_ENV}={DEFAULT_COUNT} (the default)"
 
 
 def uid_range() -> range:
-    base = int(os.environ.get("AGENTGRAPHS_SANDBOX_UID_BASE", "61000"))
-    count = int(os.environ.get("AGENTGRAPHS_SANDBOX_UID_COUNT", "1000"))
+    """The uids executions lease: [BASE, BASE + COUNT) from the environment, refused unless it is non-empty
+    and lies within [MIN_UID, MAX_UID].
+
+    >>> uid_range() == range(61000, 62000) or BASE_ENV in os.environ
+    True
+    """
+    base = _whole_number(BASE_ENV, DEFAULT_BASE)
+    count = _whole_number(COUNT_ENV, DEFAULT_COUNT)
+    if count < 1:
+        raise ConfigError(f"{COUNT_ENV}={count}: the sandbox needs at least one uid to lease; give a whole "
+                          f"number >= 1 (one uid per execution running at once), {_EXAMPLE}")
+    if base < MIN_UID:
+        harm = ("is no uid: the drop would be skipped and the code run as root" if base < 0 else
+                "would run code as root (uid 0)" if base == 0 else f"would run code as the system uid {base}")
+        raise ConfigError(f"{BASE_ENV}={base} {harm}; sandbox uids must be >= {MIN_UID} (0 is root, "
+                          f"1-{MIN_UID - 1} are system accounts) and used by no one else, {_EXAMPLE}")
+    if base + count - 1 > MAX_UID:
+        raise ConfigError(f"{BASE_ENV}={base} with {COUNT_ENV}={count} ends at uid {base + count - 1}, past the "
+                          f"largest uid {MAX_UID}; lower either, {_EXAMPLE}")
     return range(base, base + count)
+
+
+def _whole_number(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw, 10)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number: give one, {_EXAMPLE}") from None
 
 
 def _lock_dir() -> Path:

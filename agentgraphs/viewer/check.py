@@ -10,6 +10,12 @@ For every training sequence in samples.jsonl (what the trainer sees), against th
   transformers model at its own turn's recorded temperature (log_softmax(logits / T) in float32); per node
   the max / mean |delta log-prob| and the share of tokens over the threshold.
 
+A run that trains nothing (`agentgraphs run --eval`, or every rollout failed) has no trained token to re-score:
+then every recorded call of the policy engine (summary.json's `engine`) is re-scored instead, its output ids
+after its own prompt ids against its recorded output log-probs, so a wrong model is caught there too. When a
+model was given and still no token could be compared, the check fails: a model check that compared nothing
+must not read as passed.
+
 Drift over the threshold fails the check like a breach (a wrong model, log-probs recorded at another
 temperature than the turn says, or samples and traces edited alike all show only there), unless
 `allow_drift` (`--allow-drift`) reports it without failing. A trained token that no engine call produced
@@ -29,7 +35,7 @@ from ..engines.sampling import GREEDY_BELOW  # below it log-probs are greedy, un
 from ..errors import ConfigError
 from ..trace import SequenceAudit, Turn
 from .audit import Breach, audit_record
-from .run_data import RunRecord, check_run_dir, read_run
+from .run_data import RunRecord, check_run_dir, read_run, read_summary
 
 
 
@@ -46,8 +52,9 @@ class NodeDrift(TypedDict):
 
 @dataclass
 class CheckReport:
-    """What `check_run` found. `ok` is False on any invariant breach, and on any re-scored trained token
-    over the threshold unless `allow_drift` (the CLI then exits 1)."""
+    """What `check_run` found. `ok` is False on any invariant breach, on any re-scored token over the
+    threshold unless `allow_drift`, and when a model was given but no token (or not every policy output of a
+    run that trains nothing) could be re-scored (the CLI then exits 1)."""
 
     run_dir: str
     model: str | None
@@ -59,6 +66,10 @@ class CheckReport:
     trained_tokens: int = 0
     rescored_tokens: int = 0
     unscored_tokens: int = 0  # trained tokens no engine call produced (each inside an untraced_token breach)
+    rescoring: bool = False  # a model (scorer) was given
+    # runs that train nothing: the policy engine's recorded output tokens, re-scored in their own call's context
+    rescored_untrained_tokens: int = 0
+    unscored_untrained_tokens: int = 0  # policy outputs with no prompt ids or no log-prob per id: a damaged trace
     breaches: list[Breach] = field(default_factory=list)
     nodes: dict[str, NodeDrift] = field(default_factory=dict)
     worst: list[dict[str, Any]] = field(default_factory=list)  # the largest deltas, with where they are
@@ -68,14 +79,22 @@ class CheckReport:
         return sum(n["over_threshold"] for n in self.nodes.values())
 
     @property
+    def compared_nothing(self) -> bool:
+        """A model was given but no token was re-scored: the model was not checked at all."""
+        return self.rescoring and not (self.rescored_tokens or self.rescored_untrained_tokens)
+
+    @property
     def ok(self) -> bool:
-        return not self.breaches and (self.allow_drift or not self.drift_over_threshold)
+        return (not self.breaches and (self.allow_drift or not self.drift_over_threshold)
+                and not self.compared_nothing and not self.unscored_untrained_tokens)
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "model": self.model, "device": self.device, "threshold": self.threshold,
                 "allow_drift": self.allow_drift, "ok": self.ok, "rollouts": self.rollouts,
                 "sequences": self.sequences, "trained_tokens": self.trained_tokens,
                 "rescored_tokens": self.rescored_tokens, "unscored_tokens": self.unscored_tokens,
+                "rescored_untrained_tokens": self.rescored_untrained_tokens,
+                "unscored_untrained_tokens": self.unscored_untrained_tokens,
                 "drift_over_threshold": self.drift_over_threshold, "nodes": self.nodes,
                 "breaches": self.breaches, "worst": self.worst, "verdict": self.verdict()}
 
@@ -86,23 +105,39 @@ class CheckReport:
         if self.breaches:
             reasons.append(f"{len(self.breaches)} invariant breach(es)")
         if drift and not self.allow_drift:
-            reasons.append(f"{drift} of {self.rescored_tokens} re-scored trained tokens over the threshold "
+            reasons.append(f"{drift} of {self._rescored_what()} over the threshold "
                            f"{self.threshold:g} (a model, dtype or temperature other than the run's, or edited "
                            "tokens or log-probs; --allow-drift reports drift without failing)")
+        if self.unscored_untrained_tokens:
+            reasons.append(f"{self.unscored_untrained_tokens} policy output tokens could not be re-scored: their "
+                           "call records no prompt ids or not one log-prob per output id (traces.jsonl was edited "
+                           "or damaged; re-run)")
+        if self.compared_nothing:
+            reasons.append("no token could be re-scored, so the model was not checked: the run trains nothing "
+                           "and records no policy engine call with prompt ids and a log-prob per output id (a "
+                           "text engine, or every rollout failed before its first call); check a run that "
+                           "sampled token ids from the policy")
         if reasons:
             return "FAIL: " + "; ".join(reasons)
-        if not self.model:
+        if not self.rescoring:
             return "OK: no invariant breach (not re-scored: pass a model to re-score)"
         allowed = f"; {drift} tokens over the threshold, allowed by --allow-drift" if drift else ""
-        return f"OK: no invariant breach, {self.rescored_tokens} re-scored trained tokens{allowed}"
+        untrained = " (the run trains nothing: each policy call re-scored after its own prompt)" \
+            if self.rescored_untrained_tokens else ""
+        return f"OK: no invariant breach, {self._rescored_what()}{untrained}{allowed}"
+
+    def _rescored_what(self) -> str:
+        if self.rescored_untrained_tokens:  # only in a run that trains nothing
+            return f"{self.rescored_untrained_tokens} re-scored policy output tokens"
+        return f"{self.rescored_tokens} re-scored trained tokens"
 
     def to_text(self, max_breaches: int = 50) -> str:
         """A human-readable report (what `agentgraphs check` prints); its last line is the verdict."""
         lines = [(f"run {self.run_dir}: {self.rollouts} rollouts, {self.sequences} training sequences, "
                   f"{self.trained_tokens} trained tokens")]
-        if self.model:
-            lines.append(f"re-scored {self.rescored_tokens} trained tokens with {self.model} on {self.device} "
-                         f"(threshold {self.threshold:g}, each at its turn's temperature)")
+        if self.rescoring:
+            lines.append(f"re-scored {self._rescored_what()} with {self.model or 'the given scorer'} on "
+                         f"{self.device} (threshold {self.threshold:g}, each at its turn's temperature)")
             if self.unscored_tokens:
                 lines.append(f"  not re-scored: {self.unscored_tokens} trained tokens no engine call produced "
                              "(see the untraced_token breaches)")
@@ -111,7 +146,8 @@ class CheckReport:
                 lines.append(f"  {n['node']:<24} {n['tokens']:>8} {n['max_abs_delta']:>10.3g} "
                              f"{n['mean_abs_delta']:>10.3g} {n['over_threshold']:>7} {n['share_over_threshold']:>7.2%}")
             for w in self.worst[:5]:
-                lines.append(f"  largest: line {w['line']} sequence {w['sequence']} node {w['node']} position "
+                seq = f"sequence {w['sequence']}" if w["sequence"] is not None else f"turn {w['turn']}"
+                lines.append(f"  largest: line {w['line']} {seq} node {w['node']} position "
                              f"{w['position']} (T {w['temperature']:g}): recorded {w['recorded']:.6f} "
                              f"re-scored {w['rescored']:.6f}")
         if self.breaches:
@@ -135,7 +171,8 @@ Scorer = Callable[[list[int], list[int], list[float]], list[float]]
 def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, device: str = "cpu",
               threshold: float = 1e-3, dtype: str = "float32", scorer: Scorer | None = None,
               allow_drift: bool = False, max_worst: int = 10) -> CheckReport:
-    """Audit a run directory; with `model_dir`, also re-score every trained token with that model.
+    """Audit a run directory; with `model_dir`, also re-score every trained token with that model (in a run
+    that trains nothing: every output token of the policy engine's recorded calls).
 
     `scorer(tokens, positions, temperatures) -> log-probs` replaces the transformers model (for a model
     you already hold in memory); by default one is built from `model_dir` with AutoModelForCausalLM.
@@ -157,7 +194,7 @@ def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, devic
     if scorer is None and model_dir is not None:
         scorer = transformers_scorer(model_dir, device=device, dtype=dtype)
     report = CheckReport(run_dir=str(run_dir), model=str(model_dir) if model_dir else None, device=device,
-                         threshold=threshold, allow_drift=allow_drift)
+                         threshold=threshold, allow_drift=allow_drift, rescoring=scorer is not None)
     deltas: dict[str, list[float]] = {}
     worst: list[dict[str, Any]] = []
     for rec in read_run(path):
@@ -169,6 +206,11 @@ def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, devic
             report.trained_tokens += len(seq_audit.trained)
             if scorer is not None:
                 _rescore(s, seq, seq_audit, rec, scorer, report, deltas, worst)
+    if scorer is not None and not report.trained_tokens:
+        # nothing trained (an --eval run): without this pass a wrong model would pass having compared nothing
+        policy = read_summary(path).get("engine")
+        for rec in read_run(path):
+            _rescore_calls(rec, policy if isinstance(policy, str) else None, scorer, report, deltas, worst)
     for node, ds in deltas.items():
         over = sum(1 for d in ds if d > threshold)
         report.nodes[node] = NodeDrift(node=node, tokens=len(ds), max_abs_delta=max(ds, default=0.0),
@@ -212,17 +254,46 @@ def _rescore(s: int, seq: dict[str, Any], audit: SequenceAudit, rec: RunRecord, 
     got = scorer(tokens, positions, temps)
     report.rescored_tokens += len(positions)
     for k, turn, temp, new in zip(positions, owners, temps, got):
-        recorded = lps[k - audit.start]
-        d = abs(new - recorded)
-        if not math.isfinite(d):
-            d = float("inf")
-        deltas.setdefault(turn["node"], []).append(d)
-        if d > report.threshold:
-            worst.append({"line": rec.line, "index": rec.index, "sequence": s, "node": turn["node"], "position": k,
-                          "temperature": temp, "recorded": recorded, "rescored": new, "abs_delta": d})
-            if len(worst) > 1000:
-                worst.sort(key=lambda w: -w["abs_delta"])
-                del worst[100:]
+        where = {"line": rec.line, "index": rec.index, "sequence": s, "turn": audit.produced[k][0],
+                 "node": turn["node"], "position": k, "temperature": temp}
+        _record_delta(where, lps[k - audit.start], new, report, deltas, worst)
+
+
+def _rescore_calls(rec: RunRecord, policy: str | None, scorer: Scorer, report: CheckReport,
+                   deltas: dict[str, list[float]], worst: list[dict[str, Any]]) -> None:
+    """Re-score the output of every call of the `policy` engine (None: summary.json is missing, so every
+    call with token ids) after its own prompt ids: the context it was generated in, trained or not.
+    Calls of other engines (judges, simulators) are another model's and are left alone."""
+    for i, turn in enumerate(rec.turns):
+        outputs = [int(t) for t in turn.get("output_ids") or []]
+        if not outputs or (policy is not None and turn.get("engine") != policy):
+            continue
+        prompt = [int(t) for t in turn.get("prompt_ids") or []]
+        lps = [float(x) for x in turn.get("output_logprobs") or []]
+        if not prompt or len(lps) != len(outputs):
+            report.unscored_untrained_tokens += len(outputs)
+            continue
+        temp = turn_temperature(turn)
+        positions = list(range(len(prompt), len(prompt) + len(outputs)))
+        got = scorer(prompt + outputs, positions, [temp] * len(positions))
+        report.rescored_untrained_tokens += len(positions)
+        for k, recorded, new in zip(positions, lps, got):
+            where = {"line": rec.line, "index": rec.index, "sequence": None, "turn": i, "node": turn["node"],
+                     "position": k, "temperature": temp}
+            _record_delta(where, recorded, new, report, deltas, worst)
+
+
+def _record_delta(where: dict[str, Any], recorded: float, rescored: float, report: CheckReport,
+                  deltas: dict[str, list[float]], worst: list[dict[str, Any]]) -> None:
+    d = abs(rescored - recorded)
+    if not math.isfinite(d):
+        d = float("inf")
+    deltas.setdefault(where["node"], []).append(d)
+    if d > report.threshold:
+        worst.append({**where, "recorded": recorded, "rescored": rescored, "abs_delta": d})
+        if len(worst) > 1000:  # bounded memory on a long run: keep the largest
+            worst.sort(key=lambda w: -w["abs_delta"])
+            del worst[100:]
 
 
 def transformers_scorer(model_dir: str | Path, *, device: str = "cpu", dtype: str = "float32",

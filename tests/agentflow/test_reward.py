@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from agentgraphs.agentflow import SPEC, boxed_exact_check, math_verify_reward, parse_judge_verdict, seed_prediction
 from agentgraphs.agentflow.prompts import JUDGE_TEMPLATE
 from agentgraphs.context import AgentContext
+from agentgraphs.errors import InputError
 from agentgraphs.math_equivalence import amath_verify_check, math_verify_check, math_verify_pool
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
@@ -107,6 +108,10 @@ def test_rule_rewards_on_tricky_pairs(answer: str, label: str, seed: float, orig
     # 3 s: generous for these (milliseconds each), and the power tower waits for it twice
     assert math_verify_check(answer, [label], timeout_s=3)["score"] == original
     # and through the AgentFlow reward without a judge, per variant
+    if not label.strip():  # a blank gold is a bad row, refused before it can match an empty answer
+        with pytest.raises(InputError, match="label"):
+            asyncio.run(SPEC.reward(rin(answer, label), None))
+        return
     assert asyncio.run(SPEC.reward(rin(answer, label), None)) == seed
     assert asyncio.run(SPEC.reward(rin(answer, label, variant="original", reward_timeout_s=3.0), None)) == original
 

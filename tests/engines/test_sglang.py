@@ -9,8 +9,11 @@ transport/5xx -> EngineUnavailableError, bad body -> EngineProtocolError. A 4xx 
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -72,7 +75,6 @@ class _Recording(httpx.AsyncBaseTransport):
 
 async def test_request_bytes_are_the_standard_librarys_json(srv: SGLangTestServer) -> None:
     """The body goes out as the bytes httpx's `json=` would send (compact, UTF-8 as is), with its JSON header."""
-    import json
 
     transport = _Recording()
     prompt = [(i * 7919) % 151_000 for i in range(5000)]
@@ -89,7 +91,6 @@ async def test_request_bytes_are_the_standard_librarys_json(srv: SGLangTestServe
 
 def test_request_body_floats_parse_to_the_same_doubles() -> None:
     """Some floats are spelled otherwise than json.dumps spells them (0.00001 for 1e-05): the same double."""
-    import json
     import random
 
     from agentgraphs.engines.sglang import request_body
@@ -417,3 +418,67 @@ async def test_request_errors_say_what_to_fix() -> None:
         await _mock_engine({"detail": "Not Found"}, status=404).generate([1], SamplingParams())
     with pytest.raises(ConfigError, match="no scheme"):
         SGLangEngine("127.0.0.1:30000")
+
+
+# -- a server that read a shorter prompt than it was sent (SGLang's --allow-auto-truncate) ----------
+
+
+class _TruncatingHandler(BaseHTTPRequestHandler):
+    """Answers /generate as SGLang with --allow-auto-truncate does: normally, counting only the kept prompt."""
+
+    kept = 8
+    requests = 0
+
+    def do_POST(self) -> None:
+        type(self).requests += 1
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        reply = json.dumps({"text": "ab", "output_ids": [5, 6], "meta_info": {
+            "id": body["rid"], "prompt_tokens": self.kept, "completion_tokens": 2, "cached_tokens": 0,
+            "finish_reason": {"type": "stop", "matched": 6},
+            "output_token_logprobs": [[-0.5, 5, None], [-0.25, 6, None]]}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def truncating_url() -> Iterator[str]:
+    _TruncatingHandler.requests = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TruncatingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_shortened_prompt_is_refused_at_once_naming_both_counts_and_the_fix(truncating_url: str) -> None:
+    """8 prompt tokens read for 39 sent: the output was made in another context than recorded (invariant 3)."""
+    engine = SGLangEngine(truncating_url, max_retries=2, backoff_s=0.0)
+    async with engine:
+        with pytest.raises(EngineProtocolError) as err:
+            await engine.generate(list(range(100, 139)), SamplingParams(max_new_tokens=4))
+    message = str(err.value)
+    assert "8-token prompt" in message and "39 ids" in message and "--allow-auto-truncate" in message
+    assert _TruncatingHandler.requests == 1  # deterministic: a retry would be cut the same way
+
+
+async def test_matching_prompt_tokens_pass(truncating_url: str) -> None:
+    async with SGLangEngine(truncating_url, max_retries=0) as engine:
+        out = await engine.generate(list(range(100, 108)), SamplingParams(max_new_tokens=4))
+    assert out.token_ids == [5, 6] and out.prompt_tokens == 8
+
+
+async def test_contract_server_reports_the_full_prompt(srv: SGLangTestServer) -> None:
+    """The testing server counts every id it was sent, so the check above never fires on it."""
+    prompt = list(range(1, 40))
+    async with client(srv) as engine:
+        out = await engine.generate(prompt, SamplingParams(max_new_tokens=2))
+    assert out.prompt_tokens == 39

@@ -897,3 +897,59 @@ def test_a_bad_pool_size_names_the_variable(monkeypatch, value):
     monkeypatch.setenv("AGENTGRAPHS_SANDBOX_THREADS", value)
     with pytest.raises(ConfigError, match="AGENTGRAPHS_SANDBOX_THREADS.*whole number >= 1"):
         pool_size()
+
+
+# -- the private uid range from the environment --------------------------------------------------------
+
+UID_BASE_ENV, UID_COUNT_ENV = "AGENTGRAPHS_SANDBOX_UID_BASE", "AGENTGRAPHS_SANDBOX_UID_COUNT"
+VALID_RANGE = "AGENTGRAPHS_SANDBOX_UID_BASE=61000 AGENTGRAPHS_SANDBOX_UID_COUNT=1000"
+
+
+@pytest.mark.parametrize("base, count, variable, says", [
+    ("0", "40", UID_BASE_ENV, "would run code as root (uid 0)"),
+    ("-5", "10", UID_BASE_ENV, "the code run as root"),
+    ("1", "40", UID_BASE_ENV, "system uid 1"),
+    ("999", "10", UID_BASE_ENV, "system uid 999"),
+    ("abc", "10", UID_BASE_ENV, "'abc' is not a whole number"),
+    ("61000", "0", UID_COUNT_ENV, "at least one uid"),
+    ("61000", "-1", UID_COUNT_ENV, "at least one uid"),
+    ("61000", "1.5", UID_COUNT_ENV, "'1.5' is not a whole number"),
+    ("4294967290", "100", UID_BASE_ENV, "past the largest uid 4294967294"),
+])
+def test_a_bad_uid_range_is_refused_naming_the_variable_and_a_valid_one(monkeypatch, base, count, variable, says):
+    from agentgraphs.errors import ConfigError
+
+    monkeypatch.setenv(UID_BASE_ENV, base)
+    monkeypatch.setenv(UID_COUNT_ENV, count)
+    with pytest.raises(ConfigError) as err:
+        uid_range()
+    text = str(err.value)
+    assert text.startswith(variable) and says in text and VALID_RANGE in text, text
+
+
+def test_a_uid_range_of_unprivileged_uids_is_taken_as_given(monkeypatch):
+    monkeypatch.delenv(UID_BASE_ENV, raising=False)
+    monkeypatch.delenv(UID_COUNT_ENV, raising=False)
+    assert uid_range() == range(61000, 62000)  # the default
+    monkeypatch.setenv(UID_BASE_ENV, " 1000 ")
+    monkeypatch.setenv(UID_COUNT_ENV, "1")
+    assert uid_range() == range(1000, 1001)
+
+
+def test_root_refuses_to_run_code_under_a_bad_uid_range(monkeypatch):
+    """As root each execution drops to a leased uid: a range holding root or system uids stops it before any
+    code runs, instead of running it as uid 0 (or 1, 33...) with per_user_limits still claimed."""
+    from agentgraphs.errors import ConfigError
+
+    if not current_plan().drop_uid:
+        pytest.skip("only a root process drops the code to a private uid (this shape runs it as its own user)")
+    every = frozenset(PROTECTIONS)  # whatever holds here: the uid range alone must refuse
+    for base in ("0", "1", "33", "-1"):
+        monkeypatch.setenv(UID_BASE_ENV, base)
+        monkeypatch.setenv(UID_COUNT_ENV, "40")
+        with pytest.raises(ConfigError, match=UID_BASE_ENV):
+            run_python("import os; print(os.getuid())", SandboxLimits(allow_missing=every))
+    monkeypatch.delenv(UID_BASE_ENV)
+    monkeypatch.delenv(UID_COUNT_ENV)
+    r = run_python("import os; print(os.getuid())", SandboxLimits(allow_missing=every))
+    assert r["status"] == "ok" and int(r["stdout"]) in range(61000, 62000), r

@@ -433,3 +433,64 @@ def test_a_sequence_whose_sampling_is_not_its_turns_is_a_breach(sampled_run: Pat
     assert [(b["kind"], b["line"], b["sequence"], b["node"]) for b in report.breaches] == \
         [("sampling", 1, 0, "solve")], report.to_text()
     assert "0.7" in report.breaches[0]["detail"] and "1.0" in report.breaches[0]["detail"]
+
+
+# -- a run that trains nothing (`agentgraphs run --eval`) --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def eval_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agentgraphs.engines.hf import HFEngine
+
+    engine = HFEngine.from_dir(tiny_model_dir, device="cpu", seed=0)
+    out = tmp_path_factory.mktemp("check-eval-run")
+    data = out / "data.jsonl"
+    data.write_text("".join(json.dumps({"input": q, "label": "42"}) + "\n" for q in ("What is 6*7?", "6 x 7 = ?")),
+                    encoding="utf-8")
+    run_file("tests.viewer.support:TOOL_AGENT", data, engine, out, concurrency=1, temperature=0.7,
+             max_new_tokens=8, evaluation=True)
+    return out
+
+
+def test_an_eval_run_rescores_every_policy_call_and_a_wrong_model_fails(eval_run: Path, tiny_model_dir: Path) -> None:
+    """Nothing is trained, so the model check re-scores each recorded call's outputs after its own prompt."""
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+
+    outputs = sum(len(t["output_ids"]) for rec in read_run(eval_run) for t in rec.turns)
+    assert outputs > 0 and not any(t["trainable"] for rec in read_run(eval_run) for t in rec.turns)
+    right = _cli(eval_run, "--model", tiny_model_dir, "--json")
+    report = json.loads(right.stdout)
+    assert right.exit_code == 0 and report["ok"], right.output
+    assert report["trained_tokens"] == report["rescored_tokens"] == 0
+    assert report["rescored_untrained_tokens"] == outputs and report["drift_over_threshold"] == 0
+    assert _last_line(_cli(eval_run, "--model", tiny_model_dir).output).startswith(
+        f"OK: no invariant breach, {outputs} re-scored policy output tokens")
+    wrong = _cli(eval_run, "--model", ensure_tiny_model(template="qwen2.5", seed=1))  # other weights
+    assert wrong.exit_code == 1, wrong.output
+    last = _last_line(wrong.output)
+    assert last.startswith(f"FAIL: {outputs} of {outputs} re-scored policy output tokens over the threshold"), last
+    assert "OK" not in last
+
+
+def test_a_model_check_that_compares_nothing_fails(eval_run: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """No call of the run's policy engine (summary.json names another): nothing can be compared, so no OK."""
+    out = tmp_path / "no-policy-calls"
+    shutil.copytree(eval_run, out)
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary["engine"] = "sglang:http://elsewhere:30000"
+    (out / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    result = _cli(out, "--model", tiny_model_dir)
+    assert result.exit_code == 1, result.output
+    last = _last_line(result.output)
+    assert last.startswith("FAIL: no token could be re-scored, so the model was not checked"), last
+    assert not check_run(out, tiny_model_dir).ok and check_run(out).ok  # without a model: invariants only
+
+
+def test_an_eval_turn_whose_log_probs_are_gone_fails(eval_run: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+    def drop(turn: dict[str, Any]) -> None:
+        turn["output_logprobs"] = turn["output_logprobs"][:-1]
+
+    damaged = _edit_traces(eval_run, tmp_path / "damaged", drop)
+    report = check_run(damaged, tiny_model_dir)
+    assert not report.ok and report.unscored_untrained_tokens > 0, report.to_text()
+    assert "policy output tokens could not be re-scored" in report.verdict()
