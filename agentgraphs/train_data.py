@@ -90,7 +90,6 @@ and asserts its length, which fails once a trajectory yields more than one row.
 from __future__ import annotations
 
 import logging
-import re
 from itertools import chain
 from typing import Any, Iterable, Literal, Optional, Sequence
 
@@ -98,10 +97,18 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import validation_message
+from .train_checks import (
+    check_lengths,
+    check_masks,
+    masked_after_generate,
+    reward_of,
+    sample_name,
+    sample_status,
+    slime_v03,
+)
 
 __all__ = [
     "TrainDataSettings",
-    "slime_v03",
     "to_train_data",
     "normalize_by_group",
     "MEAN_CENTERED_ESTIMATORS",
@@ -196,28 +203,29 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
     aborted = 0
 
     for pos, sample in enumerate(samples):
-        status = _status(sample)
+        status = sample_status(sample)
         # slime drops the ABORTED results of its own end-of-rollout abort (re-queues them with
         # --partial-rollout); one aborted elsewhere reaches us: it trains nothing, like a FAILED one
         aborted += status == "aborted"
-        raw[pos] = 0.0 if status == "aborted" else _reward(sample, reward_key, pos)
+        raw[pos] = 0.0 if status == "aborted" else reward_of(sample, reward_key, pos)
         meta = getattr(sample, "train_metadata", None) or {}
         split = meta.get("reward_split") or "broadcast"
         if split not in REWARD_SPLITS:
-            raise ValueError(f"sample {_name(pos, sample)}: reward_split must be one of {REWARD_SPLITS}, got {split!r}")
+            raise ValueError(f"sample {sample_name(pos, sample)}: reward_split must be one of {REWARD_SPLITS}, "
+                             f"got {split!r}")
         divide[pos] = split == "divide"
         zero = bool(getattr(sample, "remove_sample", False)) or status in ("failed", "aborted")
         truncated_of.append(1 if status == "truncated" else 0)
         seqs = meta.get("turns")
         if seqs is None:
             seqs = [_as_sequence(sample)]
-        elif not zero and _masked_after_generate(pos, sample, seqs):
+        elif not zero and masked_after_generate(pos, sample, seqs):
             zero = True
             masked_after += 1
         n_seqs[pos] = len(seqs)
         for k, seq in enumerate(seqs):
             toks, n, mask, lps = seq["tokens"], seq["response_length"], seq.get("loss_mask"), seq.get("rollout_log_probs")
-            _check_lengths(pos, sample, k, toks, n, mask, lps)
+            check_lengths(pos, sample, k, toks, n, mask, lps)
             if mask is None:
                 mask = [1] * n
             elif lps is not None and 0 in mask:
@@ -231,7 +239,7 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
             log_probs.append(lps)
             owner.append(pos)
 
-    _check_masks(samples, loss_masks, owner, to_check)
+    check_masks(samples, loss_masks, owner, to_check)
     _check_layout(settings, samples, n_seqs)
     if aborted:
         logger.warning("convert: %d ABORTED trajectories reached training (an abort slime did not make): they "
@@ -315,7 +323,7 @@ def _rewards(settings: TrainDataSettings, samples, raw, n_seqs, divide, owner, g
     # group's mean/std (else three correct answers would be "rewarded" because a fourth timed out) and
     # gets advantage 0. agentgraph_failed_in_group_stats: true keeps slime's behaviour (reward 0 counted).
     left_out = ("aborted",) if settings.failed_in_group_stats else ("failed", "aborted")
-    keep = np.array([_status(x) not in left_out for x in samples], dtype=bool)
+    keep = np.array([sample_status(x) not in left_out for x in samples], dtype=bool)
     shaped, dropped, untrained = _shaped(samples, raw, groups, keep, standardise=normalise)
     out = _normalised(raw, share, owner, groups, keep, normalise, use_std, group_by)
     for row, pos in enumerate(owner.tolist()):
@@ -395,28 +403,8 @@ def _trim(settings: TrainDataSettings, data: dict[str, Any]) -> int:
     return n - keep
 
 
-def slime_v03(sample: Any, version: Any = None) -> bool:
-    """Whether slime >= 0.3 made this Sample: `version` (agentgraph_slime_version) when given, else the
-    Sample's own fields (rollout_id, or v0.3.0's group_id).
-
-    >>> slime_v03(object(), "0.3.1"), slime_v03(object())
-    (True, False)
-    """
-    if version:
-        return _version_tuple(version) >= (0, 3)
-    # v0.3.0's Sample raises AttributeError on reading rollout_id (it became group_id): hasattr is safe.
-    return hasattr(sample, "rollout_id") or hasattr(sample, "group_id")
-
-
 def _is_v03(settings: TrainDataSettings, samples) -> bool:
     return slime_v03(samples[0], settings.slime_version)
-
-
-def _version_tuple(version: Any) -> tuple[int, ...]:
-    parts = re.findall(r"\d+", str(version).lstrip("vV").split("+")[0])[:3]
-    if not parts:
-        raise ValueError(f"agentgraph_slime_version {version!r} is not a version like '0.3.1'")
-    return tuple(int(p) for p in parts)
 
 
 def _rollout_ids(samples) -> list[int]:
@@ -447,34 +435,6 @@ def _own_id(sample) -> Any:
     return None
 
 
-def _reward(sample, reward_key: str | None, pos: int) -> float:
-    reward = getattr(sample, "reward", None)
-    if isinstance(reward, dict):
-        if not reward_key:
-            raise ValueError(
-                f"sample {_name(pos, sample)}: reward is a dict {sorted(reward)}; select one with --reward-key"
-            )
-        if reward_key not in reward:
-            raise ValueError(
-                f"sample {_name(pos, sample)}: reward dict has no key {reward_key!r} (--reward-key); "
-                f"keys: {sorted(reward)}"
-            )
-        reward = reward[reward_key]
-    if reward is None:
-        raise ValueError(
-            f"sample {_name(pos, sample)} has no reward: every sample passed to training must be rewarded "
-            "(slime's reward model runs on all non-aborted samples)"
-        )
-    try:
-        value = float(reward)
-    except (TypeError, ValueError):
-        raise ValueError(f"sample {_name(pos, sample)}: reward {reward!r} is not a number") from None
-    if not np.isfinite(value):  # rl_bridge.generate refuses these; a second wall for rewards set elsewhere
-        raise ValueError(f"sample {_name(pos, sample)}: reward {value} is not finite: one NaN or infinite reward "
-                         "makes every advantage of its group NaN. Make the reward function return a finite float")
-    return value
-
-
 def _as_sequence(sample) -> dict[str, Any]:
     return {
         "tokens": sample.tokens,
@@ -482,24 +442,6 @@ def _as_sequence(sample) -> dict[str, Any]:
         "loss_mask": sample.loss_mask,
         "rollout_log_probs": sample.rollout_log_probs,
     }
-
-
-def _masked_after_generate(pos: int, sample, seqs) -> bool:
-    """True when the Sample's top-level loss_mask was zeroed after generate set it: slime's
-    --partial-rollout --mask-offpolicy-in-partial-rollout does so to a sample carried over from an earlier
-    rollout (its tokens are off-policy), and a whole-sample mask of zeros means "train nothing".
-    generate sets the top level to the first sequence that trains a token (agentgraphs.records), so any
-    other change to it is not ours to guess about: ValueError."""
-    top = getattr(sample, "loss_mask", None)
-    head = next((q for q in seqs if any(q.get("loss_mask") or ())), seqs[0] if seqs else None)
-    if top is None or head is None or list(top) == list(head.get("loss_mask") or ()):
-        return False
-    if not any(top):
-        return True
-    raise ValueError(
-        f"sample {_name(pos, sample)}: its top-level loss_mask was changed after rl_bridge.generate set it "
-        "(it no longer matches its first trained sequence), but training reads train_metadata['turns']. "
-        "Change masks through the graph (trainable=False) or zero the whole top-level mask to train nothing")
 
 
 def _check_layout(settings: TrainDataSettings, samples, n_seqs) -> None:
@@ -518,58 +460,6 @@ def _check_layout(settings: TrainDataSettings, samples, n_seqs) -> None:
             "but a trajectory yields several training rows: data-parallel ranks would get different step counts "
             "(a hang) or --balance-data's equal split would fail. Drop --use-dynamic-global-batch-size, or use "
             "slime >= 0.3, which counts the global batch in rollouts")
-
-
-def _check_lengths(pos, sample, k, toks, n, mask, lps) -> None:
-    """Invariant 2, the length part (the masked-log-prob part runs in bulk in `_check_masks`)."""
-    if not isinstance(n, (int, np.integer)) or not 0 < n < len(toks):
-        # slime reads the response's log-probs from the logits at prompt_len-1 .. len-2: both the
-        # prompt and the response must be non-empty
-        problem = f"response_length {n!r} must be in 1..len(tokens)-1={len(toks) - 1}"
-    elif mask is not None and len(mask) != n:
-        problem = f"len(loss_mask)={len(mask)} != response_length={n}"
-    elif lps is not None and len(lps) != n:
-        problem = f"len(rollout_log_probs)={len(lps)} != response_length={n}"
-    else:
-        return
-    raise ValueError(f"sample {_name(pos, sample)}, sequence {k}: {problem}")
-
-
-def _check_masks(samples, masks, owner, to_check) -> None:
-    """Masks hold only 0/1; masked positions carry log-prob 0.0. One numpy pass over all tokens."""
-    total = sum(len(m) for m in masks)
-    flat = np.fromiter(chain.from_iterable(masks), dtype=np.int64, count=total)
-    bad = np.flatnonzero((flat != 0) & (flat != 1))
-    if bad.size:
-        row = int(np.searchsorted(np.cumsum([len(m) for m in masks]), bad[0], side="right"))
-        pos = owner[row]
-        k = row - owner.index(pos)
-        raise ValueError(f"sample {_name(pos, samples[pos])}, sequence {k}: loss_mask holds {int(flat[bad[0]])}, not 0/1")
-    if not to_check:
-        return
-    sizes = [len(m) for _, _, m, _ in to_check]
-    n = sum(sizes)
-    m = np.fromiter(chain.from_iterable(t[2] for t in to_check), dtype=np.int64, count=n)
-    lp = np.fromiter(chain.from_iterable(t[3] for t in to_check), dtype=np.float64, count=n)
-    bad = np.flatnonzero((m == 0) & (lp != 0.0))
-    if bad.size:
-        ends = np.cumsum(sizes)
-        i = int(np.searchsorted(ends, bad[0], side="right"))
-        pos, k, _, _ = to_check[i]
-        slot = int(bad[0] - (ends[i] - sizes[i]))
-        raise ValueError(
-            f"sample {_name(pos, samples[pos])}, sequence {k}: masked response position {slot} carries "
-            f"log-prob {float(lp[bad[0]])!r}, must be 0.0"
-        )
-
-
-def _status(sample) -> str:
-    status = getattr(sample, "status", None)
-    return str(getattr(status, "value", status) or "").lower()
-
-
-def _name(pos: int, sample) -> str:
-    return f"#{pos} (index={getattr(sample, 'index', None)})"
 
 
 def _flatten(samples) -> list[Any]:

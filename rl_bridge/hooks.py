@@ -34,7 +34,7 @@ from agentgraphs.records import (
 )
 from agentgraphs.rollout import reward_failure, rollout_input, run_rollout, score, untrain_turns
 from agentgraphs.trace import SamplingMismatch, sampling_mismatches
-from agentgraphs.train_data import slime_v03
+from agentgraphs.train_checks import slime_v03
 
 from .setup import get_setup
 
