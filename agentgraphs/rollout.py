@@ -22,7 +22,7 @@ from .context import AgentContext, Limits
 from .errors import ConfigError, EngineError, InputError, RewardError
 from .gc_tuning import rollouts_running
 from .node import LLMCallLimitExceeded, RolloutAborted
-from .records import Rollout, Status, reward_input, trace_summary
+from .records import RESULT_METADATA_KEYS, Rollout, Status, reward_input, trace_summary
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
 from .trace import Layout, Turn, build_sequences, check_sequence
 
@@ -79,6 +79,7 @@ async def _run(
         last: dict[str, Any] = dict((await graph.aget_state(run_config)).values)
     else:
         try:
+            _refuse_result_keys(inp["metadata"])
             graph_input = spec.make_input(inp, opts)
         except InputError as exc:
             return _failed(started, f"bad input: {exc}", exc)
@@ -378,6 +379,16 @@ async def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
     threading.Thread(target=work, name=f"agentgraphs-call-{function_name(fn)}", daemon=True).start()
     return await done
+
+
+def _refuse_result_keys(metadata: Mapping[str, Any]) -> None:
+    """A row whose metadata holds a key a result is written under (`answer`, `metrics`, ...) would lose it
+    to the result, and a reward recomputed from the Sample (rl_bridge.reward_func) would read the result's."""
+    taken = sorted(k for k in metadata if k in RESULT_METADATA_KEYS)
+    if taken:
+        raise InputError(f"metadata.{taken[0]}", f"{taken} are keys agentgraphs writes a rollout's result under "
+                         "in the Sample's metadata, so the row's value would be overwritten",
+                         "rename them in the dataset's metadata")
 
 
 def raised_in_graph(rollout: Rollout, exc_name: str) -> bool:

@@ -27,6 +27,7 @@ from agentgraphs.records import (
     fail_fields,
     scalar,
     reward_input_of_sample,
+    row_metadata,
     sample_fields,
     scale_reward,
     sibling_fields,
@@ -126,7 +127,10 @@ def _row_metadata(sample: Any) -> dict[str, Any]:
     meta = getattr(sample, "metadata", None)
     if meta is None:
         return {}
-    return dict(meta) if isinstance(meta, dict) else {"value": meta}
+    if not isinstance(meta, dict):
+        return {"value": meta}
+    # a Sample generate filled before (re-queued by --partial-rollout) carries our result keys: not the row's
+    return row_metadata(meta) if "agentgraph" in meta else dict(meta)
 
 
 def _pad_id(tokenizer: Any) -> int:

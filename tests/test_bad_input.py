@@ -165,6 +165,8 @@ BAD_SAMPLES: list[tuple[Sample, str]] = [
     (sample(label={"gold": "Paris"}), "input field 'label'"),
     (sample(label=[]), "input field 'label'"),
     (sample(label={"ground_truth": {"nested": 1}}), "input field 'label'"),
+    # a key the result is written under: the row's value would be overwritten, and reward_func read ours
+    (sample(metadata={"context": DOC, "answer": "Paris"}), "input field 'metadata.answer'"),
 ]
 
 
@@ -366,3 +368,14 @@ def test_a_row_with_a_blank_label_comes_back_failed_naming_it(server: SGLangTest
     assert out.status == Sample.Status.FAILED, out.metadata
     assert "input field 'label': the answer is blank" in out.metadata["status_reason"], out.metadata
     assert server.stats.generate_requests == before  # refused before any generation
+
+
+def test_a_requeued_sample_is_generated_from_its_row_not_its_last_result(server: SGLangTestServer,
+                                                                        tiny_model_dir: Path) -> None:
+    """slime re-queues an ABORTED sample (--partial-rollout) with the metadata generate filled in: our
+    result keys are not the row's, so they neither fail it as a bad row nor reach the new rollout."""
+    first = generate_all(make_args(server, tiny_model_dir), [sample(7, metadata={"context": DOC, "source": "r"})])[0]
+    assert first.metadata["answer"] is not None and first.metadata["agentgraph"] == "memagent"
+    again = generate_all(make_args(server, tiny_model_dir), [first])[0]
+    assert again.status == Sample.Status.COMPLETED, again.metadata["status_reason"]
+    assert again.metadata["source"] == "r" and again.metadata["context"] == DOC
