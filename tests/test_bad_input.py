@@ -374,7 +374,8 @@ def test_a_requeued_sample_is_generated_from_its_row_not_its_last_result(server:
                                                                         tiny_model_dir: Path) -> None:
     """slime re-queues an ABORTED sample (--partial-rollout) with the metadata generate filled in: our
     result keys are not the row's, so they neither fail it as a bad row nor reach the new rollout."""
-    first = generate_all(make_args(server, tiny_model_dir), [sample(7, metadata={"context": DOC, "source": "r"})])[0]
+    row = sample(7, metadata={"context": DOC, "source": "r"})
+    first = generate_all(make_args(server, tiny_model_dir), [row])[0]
     assert first.metadata["answer"] is not None and first.metadata["agentgraph"] == "memagent"
     again = generate_all(make_args(server, tiny_model_dir), [first])[0]
     assert again.status == Sample.Status.COMPLETED, again.metadata["status_reason"]
