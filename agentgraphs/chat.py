@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
-from .errors import TemplateError
+from .errors import ConfigError, TemplateError
 from .long_text import Tokenizer, encode_text
 
 Message = Mapping[str, Any]
@@ -54,9 +54,12 @@ class ChatTemplate:
         *,
         template_kwargs: Mapping[str, Any] | None = None,
         end_of_turn: str | None = None,
+        check_kwargs: bool = True,
     ) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
+        if check_kwargs:  # off for a helper's template: a context's kwargs are the policy's, shared with helpers
+            check_template_kwargs(getattr(tokenizer, "chat_template", None), self.template_kwargs)
         self.end_of_turn = end_of_turn or _end_of_turn_token(tokenizer)
         self.end_of_turn_id = _single_id(tokenizer, self.end_of_turn)
         self._glue_cache: dict[str, list[int]] = {}
@@ -318,6 +321,45 @@ def template_is_content_opaque(source: str) -> bool:
     False
     """
     return message_keys_read(source) is not None
+
+
+def check_template_kwargs(source: Any, kwargs: Mapping[str, Any]) -> None:
+    """Refuse template kwargs the chat template `source` never reads, and booleans given as text: either
+    renders exactly as if it were not given (`enable_thinkng: false` leaves Qwen3 thinking; so does
+    `enable_thinking: "false"`, a non-empty string being true), so the run would differ from what was asked.
+
+    >>> source = "{% if enable_thinking is false %}<think></think>{% endif %}"
+    >>> check_template_kwargs(source, {"enable_thinkng": False})
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: template kwarg 'enable_thinkng' is not read ... 'enable_thinking'?)...
+    """
+    if not kwargs:
+        return
+    for key, value in kwargs.items():
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            raise ConfigError(f"template kwarg {key!r} is the text {value!r}: pass the boolean {value.strip().lower()} "
+                              "(in a template any non-empty text is true)")
+    if not isinstance(source, str):
+        return  # no template text (or several named ones): nothing to check against
+    from difflib import get_close_matches
+
+    from jinja2 import meta
+    from jinja2.exceptions import TemplateSyntaxError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
+        read = meta.find_undeclared_variables(env.parse(source))
+    except TemplateSyntaxError:
+        return
+    names = sorted(read | {"add_generation_prompt", "messages", "tools"})
+    for key in kwargs:
+        if key not in read:
+            close = get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"template kwarg {key!r} is not read by this chat template, so it would change "
+                              f"nothing{hint}; the template reads: {', '.join(names)}")
 
 
 def message_keys_read(source: str) -> frozenset[str] | None:

@@ -137,7 +137,8 @@ class AgentContext:
             # a helper engine with its own tokenizer (hf:) renders with it, not with the policy's
             own = None if key == "policy" else getattr(self.engines.get(key), "tokenizer", None)
             tokenizer = self.tokenizers.get(key) or own or self.tokenizer
-            tpl = ChatTemplate(tokenizer, template_kwargs=self.template_kwargs)
+            # the kwargs are checked against the policy's template (a helper of another family may read none)
+            tpl = ChatTemplate(tokenizer, template_kwargs=self.template_kwargs, check_kwargs=key == "policy")
             self._templates[key] = tpl
         return tpl
 

@@ -40,6 +40,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentgraphs.chat import check_template_kwargs
 from agentgraphs.context import AgentContext, Limits, LoopCache, running_loop, shared_tokenizer
 from agentgraphs.engines import Engine, SamplingParams, make_engine
 from agentgraphs.errors import ConfigError, validation_message
@@ -277,6 +278,8 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
         raise ConfigError(f"args.agentgraph_tokenizers names {unknown}, which are not in agentgraph_engines "
                           f"({sorted(engines)}): give a tokenizer for a helper engine you configured")
     tokenizers = {k: load_tokenizer(v) for k, v in settings.agentgraph_tokenizers.items()}
+    # a template kwarg the policy's chat template never reads (a typo) is refused here, before any rollout
+    check_template_kwargs(getattr(tokenizer, "chat_template", None), settings.agentgraph_template_kwargs)
     limits = Limits(max_llm_calls=settings.agentgraph_max_llm_calls, max_time_s=settings.agentgraph_max_time_s,
                     reward_timeout_s=settings.agentgraph_reward_timeout_s)
     # evaluation reads whole documents (MemAgent: no chunk cap), so it gets its own limits

@@ -271,6 +271,7 @@ def test_failed_placeholder_keeps_a_prompt_token(server: Any, tiny_model_dir: Pa
       "dynamic_sampling_filters.check_reward_nonzero_std"}, "--dynamic-sampling-filter-path"),
     ({"agentgraph_return_list": True}, "needs slime >= 0.3"),  # a v0.2.2 Sample: no rollout_id / group_id
     ({"use_rollout_routing_replay": True}, "--use-rollout-routing-replay"),
+    ({"agentgraph_template_kwargs": {"enable_thinking": False}}, "'enable_thinking' is not read"),  # Qwen2.5
     ({"label_key": None}, "--label-key"),
 ])
 def test_slime_flags_that_would_break_training_are_refused(server: Any, tiny_model_dir: Path,

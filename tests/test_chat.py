@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from agentgraphs.chat import ChatTemplate, Conversation
-from agentgraphs.errors import TemplateError
+from agentgraphs.context import AgentContext
+from agentgraphs.errors import ConfigError, TemplateError
+from agentgraphs.testing.fake_engines import FixedLatencyEngine
 
 
 def _ids(tok, text: str) -> list[int]:
@@ -174,3 +176,20 @@ def test_decode_is_the_tokenizers_decode(qwen25: object, qwen3: object) -> None:
         for case in cases:
             assert tpl.decode(case) == tok.decode(case, skip_special_tokens=False,  # type: ignore[attr-defined]
                                                   clean_up_tokenization_spaces=False)
+
+
+def test_template_kwargs_the_template_never_reads_are_refused(qwen25, qwen3) -> None:
+    with pytest.raises(ConfigError, match="'enable_thinkng' is not read .*did you mean 'enable_thinking'"):
+        ChatTemplate(qwen3, template_kwargs={"enable_thinkng": False})
+    with pytest.raises(ConfigError, match="the text 'false': pass the boolean false"):
+        ChatTemplate(qwen3, template_kwargs={"enable_thinking": "false"})
+    with pytest.raises(ConfigError, match="'enable_thinking' is not read by this chat template"):
+        ChatTemplate(qwen25, template_kwargs={"enable_thinking": False})  # Qwen2.5's template has no such switch
+    ChatTemplate(qwen25, template_kwargs={"enable_thinking": False}, check_kwargs=False)  # a helper's template
+    # a context's kwargs are checked against its policy's template only: a helper of another family reads none
+    ctx = AgentContext(policy=FixedLatencyEngine(latency_s=0.0), tokenizer=qwen3, tokenizers={"judge": qwen25},
+                       template_kwargs={"enable_thinking": False})
+    assert ctx.template("judge").template_kwargs == {"enable_thinking": False}
+    with pytest.raises(ConfigError, match="enable_thinkng"):
+        AgentContext(policy=FixedLatencyEngine(latency_s=0.0), tokenizer=qwen3,
+                     template_kwargs={"enable_thinkng": False}).template()
