@@ -167,18 +167,26 @@ def router_url(args: Any) -> str:
 
 def slime_concurrency(args: Any) -> int | None:
     """How many requests slime's own HTTP client keeps in flight to the router (`slime.utils.http_utils.
-    init_http_client`: --sglang-server-concurrency x rollout GPUs / GPUs per engine); None without those args.
+    init_http_client`: --sglang-server-concurrency x the rollout engines, which are `args.rollout_num_engines`
+    where slime >= 0.3.1 sets it, else rollout GPUs / GPUs per engine); None without those args.
 
     >>> from types import SimpleNamespace
     >>> slime_concurrency(SimpleNamespace(sglang_server_concurrency=512, rollout_num_gpus=8,
     ...                                   rollout_num_gpus_per_engine=2))
     2048
+    >>> slime_concurrency(SimpleNamespace(sglang_server_concurrency=512, rollout_num_engines=3, rollout_num_gpus=8))
+    1536
     """
     per_server = getattr(args, "sglang_server_concurrency", None)
-    gpus, per_engine = getattr(args, "rollout_num_gpus", None), getattr(args, "rollout_num_gpus_per_engine", None) or 1
-    if not isinstance(per_server, int) or not isinstance(gpus, int) or per_server < 1 or gpus < 1:
+    if not isinstance(per_server, int) or per_server < 1:
         return None
-    return max(1, per_server * gpus // per_engine)
+    engines = getattr(args, "rollout_num_engines", None)
+    if not (isinstance(engines, int) and engines >= 1):
+        gpus, per_engine = getattr(args, "rollout_num_gpus", None), getattr(args, "rollout_num_gpus_per_engine", None)
+        if not isinstance(gpus, int) or gpus < 1:
+            return None
+        engines = max(1, gpus // (per_engine or 1))
+    return per_server * engines
 
 
 def load_tokenizer(path: str) -> Any:
