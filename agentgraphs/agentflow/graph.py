@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -116,7 +116,7 @@ class AgentFlowState(TraceState):
     question: str
     query: NotRequired[str]
     analysis: NotRequired[str]
-    started_at: NotRequired[float]
+    elapsed_s: NotRequired[float]  # the run's own time in its nodes (max_time_s): see _clocked
     step: NotRequired[int]
     next_step: NotRequired[NextStep]
     command: NotRequired[str]
@@ -180,14 +180,13 @@ async def analyze_query(state: AgentFlowState, runtime: Runtime[AgentContext], o
     query = state["question"] + (" " + ANSWER_SUFFIX if opts.answer_suffix else "")
     prompt = ANALYZE_TEMPLATE.format(question=query, tools=format_tools(list(tools)),
                                      metadata=format_metadata({n: t.metadata() for n, t in tools.items()}))
-    started = time.time()
     if opts.train_analysis:  # the seed's planner analyses the query itself: a trained policy call
         out = await call_llm(state, runtime, node="analyze_query", messages=[{"role": "user", "content": prompt}],
                              max_new_tokens=opts.planner_max_new_tokens)
         text, turn = out.text, out.turn
     else:
         text, turn = await _helper(state, runtime, opts, opts.analyzer_engine, "analyze_query", prompt)
-    return {"query": query, "analysis": text.strip(), "started_at": started, "step": 0, "memory": [],
+    return {"query": query, "analysis": text.strip(), "step": 0, "memory": [],
             "turns": [turn]}
 
 
@@ -255,7 +254,8 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f" ... [{len(text) - limit} more characters cut]"
 
 
-async def update_memory(state: AgentFlowState, opts: AgentFlowOptions) -> dict[str, Any]:
+async def update_memory(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
+                        ) -> dict[str, Any]:
     """Append "Action Step k" (tool, sub-goal, command, result); the original's placeholders for an unknown tool."""
     step = state["next_step"]
     if step["matched"]:
@@ -286,7 +286,20 @@ async def final_output(state: AgentFlowState, runtime: Runtime[AgentContext], op
 
 
 def _out_of_time(state: AgentFlowState, opts: AgentFlowOptions) -> bool:
-    return time.time() - state["started_at"] >= opts.max_time_s
+    return float(state.get("elapsed_s") or 0.0) >= opts.max_time_s
+
+
+def _clocked(node: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """`node`, adding the time it ran to state["elapsed_s"]. max_time_s counts the run's own work, as the
+    original's clock from the query's start does while the loop runs, but not the wall clock between
+    supersteps: a replay or fork hours later, or a paused debugger session, continues the same budget
+    (a clock of day in state would cut such a branch at once)."""
+    async def run(state: AgentFlowState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
+        started = time.monotonic()
+        update = await node(state, runtime)
+        return {**update, "elapsed_s": float(state.get("elapsed_s") or 0.0) + time.monotonic() - started}
+
+    return run
 
 
 _PLANNER_NODES = ("analyze_query", "plan_next_step")
@@ -339,12 +352,12 @@ def build_graph(options: AgentFlowOptions | None = None, *, checkpointer: Any = 
     """
     opts = options or AgentFlowOptions()
     builder = StateGraph(AgentFlowState, context_schema=AgentContext)
-    builder.add_node("analyze_query", partial(analyze_query, opts=opts))
-    builder.add_node("plan_next_step", partial(plan_next_step, opts=opts))
-    builder.add_node("generate_command", partial(generate_command, opts=opts))
-    builder.add_node("execute", partial(execute, opts=opts))
-    builder.add_node("update_memory", partial(update_memory, opts=opts))
-    builder.add_node("verify", partial(verify, opts=opts))
+    builder.add_node("analyze_query", _clocked(partial(analyze_query, opts=opts)))
+    builder.add_node("plan_next_step", _clocked(partial(plan_next_step, opts=opts)))
+    builder.add_node("generate_command", _clocked(partial(generate_command, opts=opts)))
+    builder.add_node("execute", _clocked(partial(execute, opts=opts)))
+    builder.add_node("update_memory", _clocked(partial(update_memory, opts=opts)))
+    builder.add_node("verify", _clocked(partial(verify, opts=opts)))
     builder.add_node("final_output", partial(_final_with_reason, opts=opts))
     builder.add_edge(START, "analyze_query")
     builder.add_conditional_edges("analyze_query", partial(route_after_analyze, opts=opts),

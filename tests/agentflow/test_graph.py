@@ -261,3 +261,30 @@ def test_helper_roles_over_an_openai_compatible_endpoint(tiny_engine: Any) -> No
     helper_turns = [t for t in rollout.turns if t["node"] != "plan_next_step"]
     assert helper_turns and all(t["output_ids"] == [] and not t["trainable"] for t in helper_turns)
     assert_flow_grpo_layout(rollout)
+
+
+def test_a_branch_resumed_later_keeps_the_time_budget(tiny_engine: Any, monkeypatch: Any) -> None:
+    """max_time_s counts the run's own time in its nodes: resuming a checkpoint a day later (a replay, a
+    fork, a paused debugger session) runs the same loop, where a clock of day in state cut it at once."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    opts = SPEC.resolve_options({"variant": "original", "max_steps": 2, "max_time_s": 300})
+    ctx = AgentContext(policy=ScriptedPolicy(tiny_engine, [plan(f"Step {i}.", "Python_Coder_Tool") for i in range(3)],
+                                             name="planner"), tokenizer=tiny_engine.tokenizer,
+                       engines={"helper": ScriptedPolicy(tiny_engine, helper_script(verdicts=["CONTINUE"]),
+                                                         name="helper")},
+                       sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
+    graph = build_graph(opts, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "later"}, "recursion_limit": 100}
+
+    async def main() -> dict:
+        inp = SPEC.make_input(rollout_input("What is 6 times 7?", "42", {}, 0), opts)
+        paused = await graph.ainvoke(inp, config, context=ctx, interrupt_after=["analyze_query"])
+        assert "analysis" in paused and "next_step" not in paused  # paused after the analysis, as `step` leaves it
+        now = __import__("time").time()
+        monkeypatch.setattr("time.time", lambda: now + 86_400.0)  # resumed a day later
+        return await graph.ainvoke(None, config, context=ctx)
+
+    state = asyncio.run(main())
+    assert state["stop_reason"] == "max_steps" and state["step"] == 2
+    assert 0.0 < state["elapsed_s"] < 300
