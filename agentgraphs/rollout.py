@@ -164,9 +164,11 @@ async def _finish(
         failed = _failed(started, f"building training data failed: {type(exc).__name__}: {exc}", exc, turns)
         failed.llm_calls = llm_calls
         return failed
-    # the policy's turns decide: in evaluation (and for masked turns) nothing is trainable, yet a
-    # policy turn cut by max_new_tokens still makes the rollout TRUNCATED
-    truncated = [i for i, t in enumerate(turns) if t["finish_reason"] == "length" and t["engine"] == ctx.policy.name]
+    # the policy's turns decide: in evaluation (and for masked turns) nothing is trainable, yet a policy turn
+    # cut by max_new_tokens still makes the rollout TRUNCATED; so does a trainable one, whatever engine made
+    # it (a replay or fork on another engine restores the earlier branch's turns, trained as they are)
+    truncated = [i for i, t in enumerate(turns) if t["finish_reason"] == "length"
+                 and (t["engine"] == ctx.policy.name or t.get("trainable"))]
     status: Status = "truncated" if truncated else "completed"
     reason = f"turns {truncated} hit max_new_tokens" if truncated else "ok"
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
