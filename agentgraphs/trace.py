@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Any, Literal, Mapping, Sequence, TypedDict
 
 from .engines.base import MAX_LOGPROB, Completion, SamplingParams
@@ -284,7 +285,7 @@ def build_sequences(turns: Sequence[Turn], layout: Layout) -> list[TrainSequence
 
 # -- the invariant checker ---------------------------------------------------------------------------------
 BreachKind = Literal["length", "turn", "sampling", "prompt", "untraced_token", "token_mismatch",
-                     "logprob_mismatch", "masked_logprob", "lost_mask", "failed_trains"]
+                     "logprob_mismatch", "masked_logprob", "lost_mask", "failed_trains", "mask_value"]
 
 
 class SequenceBreach(TypedDict):
@@ -363,7 +364,8 @@ def audit_sequence(seq: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], m
     `members` are the turns the sequence carries (default: its `turn_indices`); `failed` says the rollout
     FAILED, so nothing may be trained (invariant 4). Checked: the lengths (2); every member's record
     (`turn_problem`), that the sequence starts with the prompt the member's engine saw and holds its output
-    ids right after it (3); each response position: trained exactly where a trainable member's output sits,
+    ids right after it (3); each response position: a loss mask that is the int 0 or 1 (`mask_value_problem`),
+    trained exactly where a trainable member's output sits,
     with exactly its token and log-prob, masked elsewhere with log-prob 0.0; and one sampling: the trained
     members were generated with one `turn_sampling`, the one the sequence's `sampling` names (when it has
     that key). A valid sequence is checked with list comparisons only; positions are walked one by one
@@ -395,7 +397,8 @@ def audit_sequence(seq: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], m
     _audit_sampling(seq, turns, members, audit)
     for t in members:
         _claim(t, turns[t], tokens, start, failed, audit)
-    if not (whole and _positions_hold(tokens, start, n, mask, lps, turns, audit.spans, failed)):
+    if not (whole and _mask_types_hold(mask) and _positions_hold(tokens, start, n, mask, lps, turns, audit.spans,
+                                                                  failed)):
         _audit_positions(tokens, start, audit._response, mask, lps, turns, audit, failed)
     return audit
 
@@ -449,6 +452,15 @@ def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def prompt_differences(tokens: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many positions of `prompt` the sequence `tokens` does not hold (another id, or past its end).
+
+    >>> prompt_differences([1, 9, 3, 8], [1, 2, 3, 4]), prompt_differences([1, 2], [1, 2, 3, 4])
+    (2, 2)
+    """
+    return sum(map(operator.ne, tokens[:len(prompt)], prompt)) + max(0, len(prompt) - len(tokens))
+
+
 def output_in_place(turn: Mapping[str, Any], tokens: Sequence[int], start: int) -> bool:
     """Whether `turn`'s (non-empty) output ids sit in `tokens` right after its prompt length, in the response
     part (from `start`): where the turn trains when the sequence carries it."""
@@ -467,8 +479,10 @@ def _claim(t: int, turn: Mapping[str, Any], tokens: list[int], start: int, faile
         k = first_difference(tokens, p)
         got = tokens[k] if k < len(tokens) else "end of sequence"
         want = p[k] if k < len(p) else "end of prompt"
+        more = prompt_differences(tokens, p) - 1
         audit.add("prompt", f"the sequence is not the prompt this turn's engine saw: token {got} where the engine "
-                            f"saw {want} (prompt of {a} tokens, sequence of {len(tokens)})", turn=t,
+                            f"saw {want} (prompt of {a} tokens, sequence of {len(tokens)})"
+                            f"{f'; {more} more of its positions differ' if more else ''}", turn=t,
                   node=str(turn["node"]), position=k)
         if not output_in_place(turn, tokens, start):
             return  # its output is not where it would be either: those positions are nobody's
@@ -482,6 +496,23 @@ def _claim(t: int, turn: Mapping[str, Any], tokens: list[int], start: int, faile
         audit.add("lost_mask", f"the turn's output runs to position {a + len(o)}, past the end of the sequence "
                                f"({len(tokens)} tokens): its last {a + len(o) - len(tokens)} tokens are never "
                                "trained", turn=t, node=str(turn["node"]))
+
+
+def _mask_types_hold(mask: Sequence[Any]) -> bool:
+    """Whether every loss-mask entry is a Python int (a bool or a float such as 1.0 or 0.5 is not): with that,
+    `_positions_hold`'s list comparison admits exactly 0 and 1."""
+    return set(map(type, mask)) <= {int}
+
+
+def mask_value_problem(value: Any) -> str | None:
+    """What is wrong with one loss-mask entry (None: it is the int 0 or 1).
+
+    >>> mask_value_problem(1), mask_value_problem(0.5), mask_value_problem(True)
+    (None, 'loss mask 0.5 (float) is not the int 0 or 1', 'loss mask True (bool) is not the int 0 or 1')
+    """
+    if type(value) is int and value in (0, 1):
+        return None
+    return f"loss mask {value!r} ({type(value).__name__}) is not the int 0 or 1"
 
 
 def _positions_hold(tokens: list[int], start: int, n: int, mask: Sequence[int], lps: Sequence[float],
@@ -514,6 +545,10 @@ def _audit_positions(tokens: list[int], start: int, n: int, mask: Sequence[int],
         r = k - start
         owner = produced.get(k)
         t = owner[0] if owner else None
+        problem = mask_value_problem(mask[r])
+        if problem is not None:
+            audit.add("mask_value", f"{problem}: slime multiplies this token's loss by it; a loss mask holds 0 "
+                                    "(not trained) or 1 (trained) only", turn=t, node=_node(turns, t), position=k)
         if mask[r]:
             if failed:
                 audit.add("failed_trains", "a FAILED rollout trains this position (invariant 4)", turn=t,

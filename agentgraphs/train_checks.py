@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from itertools import chain
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -97,20 +97,24 @@ def check_lengths(pos, sample, k, toks, n, mask, lps) -> None:
 
 
 def check_masks(samples, masks, owner, to_check) -> None:
-    """Masks hold only 0/1; masked positions carry log-prob 0.0. One numpy pass over all tokens."""
+    """Masks hold only the ints 0 and 1 (a bool, or a float such as 1.0 or 0.5, is refused: slime multiplies
+    each token's loss by its mask); masked positions carry log-prob 0.0. One pass over all tokens."""
+    kinds = set(map(type, chain.from_iterable(masks)))
+    if not all(issubclass(k, (int, np.integer)) and not issubclass(k, (bool, np.bool_)) for k in kinds):
+        _refuse_mask_value(samples, masks, owner)
     total = sum(len(m) for m in masks)
-    flat = np.fromiter(chain.from_iterable(masks), dtype=np.int64, count=total)
-    bad = np.flatnonzero((flat != 0) & (flat != 1))
-    if bad.size:
-        row = int(np.searchsorted(np.cumsum([len(m) for m in masks]), bad[0], side="right"))
-        pos = owner[row]
-        k = row - owner.index(pos)
-        raise ValueError(f"sample {sample_name(pos, samples[pos])}, sequence {k}: loss_mask holds {int(flat[bad[0]])}, not 0/1")
+    try:
+        flat = np.fromiter(chain.from_iterable(masks), dtype=np.int64, count=total)  # exact: every entry is an int
+    except OverflowError:
+        _refuse_mask_value(samples, masks, owner)
+    if ((flat != 0) & (flat != 1)).any():
+        _refuse_mask_value(samples, masks, owner)
     if not to_check:
         return
     sizes = [len(m) for _, _, m, _ in to_check]
     n = sum(sizes)
-    m = np.fromiter(chain.from_iterable(t[2] for t in to_check), dtype=np.int64, count=n)
+    # a zeroed sample's own mask is not checked above: float64 keeps a 0.5 from reading as 0
+    m = np.fromiter(chain.from_iterable(t[2] for t in to_check), dtype=np.float64, count=n)
     lp = np.fromiter(chain.from_iterable(t[3] for t in to_check), dtype=np.float64, count=n)
     bad = np.flatnonzero((m == 0) & (lp != 0.0))
     if bad.size:
@@ -122,6 +126,22 @@ def check_masks(samples, masks, owner, to_check) -> None:
             f"sample {sample_name(pos, samples[pos])}, sequence {k}: masked response position {slot} carries "
             f"log-prob {float(lp[bad[0]])!r}, must be 0.0"
         )
+
+
+def _refuse_mask_value(samples, masks, owner) -> NoReturn:
+    """ValueError naming the first loss-mask entry that is not the int 0 or 1: its sample, sequence and slot."""
+    for row, mask in enumerate(masks):
+        for slot, value in enumerate(mask):
+            if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value in (0, 1):
+                continue
+            pos = owner[row]
+            k = row - owner.index(pos)
+            raise ValueError(
+                f"sample {sample_name(pos, samples[pos])}, sequence {k}: loss_mask holds {value!r} "
+                f"({type(value).__name__}) at response position {slot}, not 0/1: a loss mask is the int 0 (not "
+                "trained) or 1 (trained); write the sequences with rl_bridge.generate, or mask turns through the "
+                "graph (trainable=False)")
+    raise ValueError("a loss_mask holds a value other than 0/1")  # not reached: the loop names it
 
 
 def sample_status(sample) -> str:

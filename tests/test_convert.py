@@ -417,3 +417,12 @@ def test_a_non_finite_reward_is_refused_naming_the_sample(bad):
     samples[3].reward = bad  # D, index 3
     with pytest.raises(ValueError, match=r"sample #3 \(index=3\): reward -?(nan|inf) is not finite"):
         convert(make_args(reward_key="reward"), samples)
+
+
+@pytest.mark.parametrize("value", [0.5, 2, True, 1.0])
+def test_a_loss_mask_value_other_than_the_int_0_or_1_is_refused(value):
+    """A 0.5 once passed (the check cast masks to int64 first): slime would weight that token's loss by it."""
+    with pytest.raises(ValueError, match=rf"sample #2 \(index=2\), sequence 1: loss_mask holds {value!r} .* at "
+                                         r"response position 0, not 0/1") as err:
+        convert(make_args(), _broken(lambda t: t["loss_mask"].__setitem__(0, value)))
+    assert "int 0 (not trained) or 1 (trained)" in str(err.value)

@@ -161,3 +161,24 @@ def test_audit_sequence_checks_the_prompt_and_the_sampling() -> None:
     mixed = copy.deepcopy(turns)
     mixed[2]["temperature"] = 0.5
     assert ("sampling", None, 2) in _breaches(seq, mixed)
+
+
+@pytest.mark.parametrize("value", [2, 0.5, True, 1.0, -1])
+def test_a_loss_mask_is_the_int_0_or_1(value: object) -> None:
+    """slime multiplies each token's loss by its mask: a 2 or a 0.5 is no trained token (and a bool or a 1.0 is
+    not what the library writes): each is a breach at its position, and the rollout's check raises."""
+    turns = conversation()
+    [seq] = build_sequences(turns, "concat")
+    bad = copy.deepcopy(seq)
+    bad["loss_mask"][1] = value  # position 4: turn 0's second output token
+    assert ("mask_value", 4, 0) in _breaches(bad, turns)
+    with pytest.raises(TraceError, match=f"loss mask {value!r} .* is not the int 0 or 1"):
+        check_sequence(bad, turns)
+
+
+def test_a_prompt_breach_counts_every_differing_position() -> None:
+    turns = conversation()
+    [seq] = build_sequences(turns, "concat")
+    moved = {**seq, "tokens": [1, 5, 6, *seq["tokens"][3:]]}  # positions 1 and 2 differ
+    [first, *_] = audit_sequence(moved, turns).breaches
+    assert (first["kind"], first["position"]) == ("prompt", 1) and "1 more of its positions differ" in first["message"]

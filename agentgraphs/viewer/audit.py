@@ -17,8 +17,9 @@ itself is position by position against the turns' own ids and log-probs.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, TypedDict, Union
 
 from ..trace import (
     BreachKind as SequenceBreachKind,
@@ -33,7 +34,7 @@ from ..trace import (
 )
 from .run_data import RunRecord
 
-BreachKind = Union[SequenceBreachKind, Literal["sequence_count", "top_level"]]
+BreachKind = Union[SequenceBreachKind, Literal["sequence_count", "top_level", "trace_turns"]]
 TOP_LEVEL_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")  # what slime trains by default
 
 
@@ -79,6 +80,7 @@ def audit_record(rec: RunRecord) -> RecordAudit:
                                node=turns[turn]["node"] if turn is not None else None, turn=turn,
                                position=position, kind=kind, detail=detail))
 
+    _audit_trace_turns(rec.trace, turns, breach)
     try:
         expected = build_sequences(turns, layout) if turns else []
     except Exception as exc:  # a damaged trace: say so, check what can be checked
@@ -113,18 +115,65 @@ def is_placeholder(seq: Mapping[str, Any]) -> bool:
 
 def _members(turns: Sequence[Turn], seqs: Sequence[Mapping[str, Any]], expected: Sequence[TrainSequence],
              placeholder: bool) -> list[list[int]]:
-    """Per recorded sequence: the turns the trace puts there (in order), then any other turn found there."""
+    """Per recorded sequence: the turns the trace puts there (in order), then any other turn found there.
+
+    Each turn is claimed by one sequence, best match first: a turn whose prompt and output the sequence holds
+    (the one the trace puts there before any other), then a turn whose output sits there after a broken prompt
+    (`output_in_place`). A turn the trace puts in a sequence that claims nothing stays there (its breaches are
+    reported there) unless another sequence claimed it. So a turn missing from traces.jsonl, which shifts every
+    later turn's index, leaves only its own tokens without an engine call."""
     rebuilt = [list(expected[s]["turn_indices"]) if s < len(expected) and not placeholder else []
                for s in range(len(seqs))]
-    taken = {i for members in rebuilt for i in members}
-    out: list[list[int]] = []
-    for members, seq in zip(rebuilt, seqs):
-        tokens = seq.get("tokens") or []
-        start = len(tokens) - int(seq.get("response_length") or 0)
-        found = [i for i, turn in enumerate(turns) if i not in taken and output_in_place(turn, tokens, start)]
-        taken.update(found)
-        out.append(members + found)
-    return out
+    spans = [(list(seq.get("tokens") or []), len(seq.get("tokens") or []) - int(seq.get("response_length") or 0))
+             for seq in seqs]
+    claims: list[list[int]] = [[] for _ in seqs]
+    taken: set[int] = set()
+
+    def claim(s: int, candidates: Iterable[int], whole: bool) -> None:
+        tokens, start = spans[s]
+        for i in candidates:
+            turn = turns[i]
+            if i not in taken and output_in_place(turn, tokens, start) and (
+                    not whole or tokens[:len(turn["prompt_ids"])] == list(turn["prompt_ids"])):
+                claims[s].append(i)
+                taken.add(i)
+
+    for s, members in enumerate(rebuilt):
+        claim(s, members, True)
+    for whole in (True, False):
+        for s in range(len(seqs)):
+            claim(s, range(len(turns)), whole)
+    return [[i for i in members if i in mine or i not in taken] + [i for i in mine if i not in members]
+            for members, mine in zip(rebuilt, claims)]
+
+
+def _audit_trace_turns(trace: Mapping[str, Any], turns: Sequence[Turn], breach: BreachFn) -> None:
+    """The trace's own records of its engine calls (summary.turns_by_node, llm_calls with untrained_calls,
+    path_turns) must agree with its turns: a turn removed from (or added to) traces.jsonl after the run shows
+    here, also one that no training sequence carries. Keys an older trace lacks are not checked."""
+    n = len(turns)
+    calls, dropped = trace.get("llm_calls"), trace.get("untrained_calls") or []
+    said = f"llm_calls {calls}, {n} turns, {len(dropped)} dropped trainable calls (untrained_calls)"
+    fix = "traces.jsonl is not what the rollout recorded: rewrite the run, or check the copy that was edited"
+    by_node = (trace.get("summary") or {}).get("turns_by_node")
+    if isinstance(by_node, Mapping):
+        counts = Counter(str(t.get("node")) for t in turns)
+        diff = [f"{node!r} {by_node.get(node, 0)} recorded, {counts.get(node, 0)} in turns"
+                for node in sorted(set(by_node) | set(counts)) if by_node.get(node, 0) != counts.get(node, 0)]
+        if diff:
+            breach(-1, "trace_turns", f"the trace's turns disagree with its own summary.turns_by_node "
+                                      f"({'; '.join(diff)}; {said}): {fix}")
+    steps = trace.get("path_turns")
+    named = [i for step in steps if isinstance(step, list) for i in step] if isinstance(steps, list) else []
+    out_of_range = list(dict.fromkeys(repr(i) for i in named if i is not None and not (
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n)))
+    if out_of_range:
+        breach(-1, "trace_turns", f"path_turns names turn(s) [{', '.join(out_of_range[:10])}] but the trace has "
+                                  f"{n} turns ({said}): {fix}")
+    # every turn, and every trainable call the graph dropped (untrained_calls), is one engine call; llm_calls may
+    # count more (a helper call whose turn never reached the state is listed nowhere else)
+    if isinstance(calls, int) and not isinstance(calls, bool) and calls < n + len(dropped):
+        breach(-1, "trace_turns", f"the trace counts fewer engine calls than it records ({said}): {fix}")
 
 
 def _split_note(turns: Sequence[Turn], expected: Sequence[TrainSequence]) -> str:

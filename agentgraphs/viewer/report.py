@@ -20,6 +20,7 @@ from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles,
 from .run_data import RunRecord, check_run_dir, load_tokenizer, read_run, read_summary, tokenizer_dir
 
 _TEXT_CAP = 20_000  # characters of an input prompt / answer / error kept in the report
+_DIFF_CAP = 20_000  # positions listed per breached prompt (the rest are counted: "N more differ")
 
 
 def _json(obj: Any) -> str:
@@ -108,11 +109,12 @@ def rollout_payload(rec: RunRecord, position: int, decode: _Decoder, scaffold: G
         roles = sequence_roles(seq, seq_audit.produced, decode, scaffold)
         seq_roles.append(roles)
         seq_out.append({"t": tokens, "n": seq.get("response_length"), "r": to_runs(roles),
-                        "m": to_runs([int(x) for x in seq.get("loss_mask") or []]),
+                        "m": to_runs(list(seq.get("loss_mask") or [])),  # as written: a 0.5 is no 0 or 1
                         "lp": seq.get("rollout_log_probs") or [], "turns": sorted(seq_audit.members),
                         "own": _owner_spans(seq_audit.produced),
                         "b": [[b["position"], b["kind"], _cap(b["detail"])] for b in audit.breaches
-                              if b["sequence"] == s and b["position"] is not None]})
+                              if b["sequence"] == s and b["position"] is not None],
+                        "pd": prompt_differences(tokens, seq_audit.members, turns)})
     turn_out: list[dict[str, Any]] = []
     display: list[tuple[list[int], list[int]]] = []  # (prompt roles, output roles) per turn, for chains
     for i, turn in enumerate(turns):
@@ -128,6 +130,8 @@ def rollout_payload(rec: RunRecord, position: int, decode: _Decoder, scaffold: G
         if i in owner:
             roles = seq_roles[owner[i]]
             item["seq"] = owner[i]
+            if (seqs[owner[i]].get("tokens") or [])[:len(p)] != p:  # a prompt breach: what the engine saw, to show
+                item["ep"] = p
             display.append((roles[:len(p)], roles[len(p):len(p) + len(o)]))
         else:
             base = extended_turn(turns, i)
@@ -160,15 +164,40 @@ def rollout_payload(rec: RunRecord, position: int, decode: _Decoder, scaffold: G
     }
 
 
+def prompt_differences(tokens: Sequence[int], members: Sequence[int], turns: Sequence[Turn]) -> list[list[Any]]:
+    """Per member turn whose prompt the sequence does not hold: [turn, [[position, id the engine saw], ...],
+    how many differ] (the first _DIFF_CAP positions are listed): the page outlines each one.
+
+    >>> prompt_differences([1, 9, 3], [0, 1], [{"prompt_ids": [1, 2, 3, 4]}, {"prompt_ids": [1]}])
+    [[0, [[1, 2], [3, 4]], 2]]
+    """
+    out: list[list[Any]] = []
+    for t in members:
+        p = turns[t]["prompt_ids"]
+        if list(tokens[:len(p)]) == list(p):
+            continue
+        diffs = [[k, x] for k, (x, y) in enumerate(zip(p, tokens)) if x != y]
+        diffs += [[k, p[k]] for k in range(len(tokens), len(p))]
+        out.append([t, diffs[:_DIFF_CAP], len(diffs)])
+    return out
+
+
 class PathStep(TypedDict):
     """One chip of the graph path: a node that ran, the engine calls it made (turn indices), and how many
-    of its calls the graph dropped from its final state. `steps` > 1 only for a trace that did not record
+    of its calls the graph dropped from its final state; `missing`: what path_turns names that is no turn of the
+    trace (out of range: the trace was edited). `steps` > 1 only for a trace that did not record
     which calls each step made: consecutive runs of one node are then one chip, never split by a guess."""
 
     node: str
     steps: int
     calls: list[int]
     dropped: int
+    missing: list[Any]  # what path_turns names that is no turn of the trace (a breach: `audit_record` says so)
+
+
+def _turn_index(i: Any, turns: Sequence[Turn]) -> bool:
+    """Whether `i` is the index of one of `turns` (path_turns of an edited trace may name others)."""
+    return isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(turns)
 
 
 def path_steps(path: Sequence[str], path_turns: Any, turns: Sequence[Turn]) -> list[PathStep]:
@@ -181,8 +210,9 @@ def path_steps(path: Sequence[str], path_turns: Any, turns: Sequence[Turn]) -> l
     [('p', 1, []), ('m', 2, [0, 1])]
     """
     if isinstance(path_turns, list) and len(path_turns) == len(path) and all(isinstance(p, list) for p in path_turns):
-        return [PathStep(node=name, steps=1, calls=[i for i in calls if isinstance(i, int)],
-                         dropped=sum(1 for i in calls if not isinstance(i, int)))
+        return [PathStep(node=name, steps=1, calls=[i for i in calls if _turn_index(i, turns)],
+                         dropped=sum(1 for i in calls if i is None),
+                         missing=[i for i in calls if i is not None and not _turn_index(i, turns)])
                 for name, calls in zip(path, path_turns)]
     out: list[PathStep] = []
     nxt = 0
@@ -195,7 +225,7 @@ def path_steps(path: Sequence[str], path_turns: Any, turns: Sequence[Turn]) -> l
         while nxt < len(turns) and turns[nxt]["node"] == name:
             calls.append(nxt)
             nxt += 1
-        out.append(PathStep(node=name, steps=k, calls=calls, dropped=0))
+        out.append(PathStep(node=name, steps=k, calls=calls, dropped=0, missing=[]))
         i += k
     return out
 
@@ -221,7 +251,7 @@ def metric_items(metrics: Mapping[str, Any]) -> list[list[Any]]:
 def _path_text(steps: Sequence[PathStep], turns: Sequence[Mapping[str, Any]]) -> str:
     """The table's graph path: runs of one node as `name ×N`."""
     names: list[list[Any]] = []
-    for step in steps or [PathStep(node=str(t["node"]), steps=1, calls=[], dropped=0) for t in turns]:
+    for step in steps or [PathStep(node=str(t["node"]), steps=1, calls=[], dropped=0, missing=[]) for t in turns]:
         if names and names[-1][0] == step["node"]:
             names[-1][1] += step["steps"]
         else:

@@ -494,3 +494,38 @@ def test_an_eval_turn_whose_log_probs_are_gone_fails(eval_run: Path, tmp_path: P
     report = check_run(damaged, tiny_model_dir)
     assert not report.ok and report.unscored_untrained_tokens > 0, report.to_text()
     assert "policy output tokens could not be re-scored" in report.verdict()
+
+
+@pytest.mark.parametrize("value", [2, 0.5])
+def test_a_loss_mask_other_than_0_or_1_is_a_breach(value: float, sampled_run: Path, tmp_path: Path) -> None:
+    """slime multiplies a token's loss by its mask: a 2 or a 0.5 is not a trained token, and says so."""
+    def weigh(seq: dict[str, Any], turns: list[dict[str, Any]]) -> None:
+        seq["loss_mask"][0] = value
+
+    out = _planted(sampled_run, tmp_path, weigh)
+    seq = next(iter(read_run(out))).sequences[0]
+    report = check_run(out)
+    assert not report.ok
+    assert [(b["kind"], b["sequence"], b["node"], b["position"]) for b in report.breaches] == [
+        ("mask_value", 0, "solve", _start(seq))], report.to_text()
+    assert f"loss mask {value!r}" in report.breaches[0]["detail"]
+
+
+@pytest.mark.parametrize("which", [0, -1])
+def test_a_turn_removed_from_an_eval_trace_is_a_breach(which: int, eval_run: Path, tmp_path: Path,
+                                                       tiny_model_dir: Path) -> None:
+    """An eval run trains nothing, so no training sequence misses the turn: the trace's own records of its calls
+    (summary.turns_by_node, path_turns, llm_calls) disagree with its turns."""
+    out = tmp_path / "popped"
+    shutil.copytree(eval_run, out)
+    traces = [json.loads(raw) for raw in (out / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
+    node = traces[0]["turns"].pop(which)["node"]
+    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces), encoding="utf-8")
+    assert check_run(eval_run).ok
+    report = check_run(out)
+    assert not report.ok
+    found = [(b["kind"], b["line"], b["sequence"]) for b in report.breaches]
+    assert found == [("trace_turns", 1, -1), ("trace_turns", 1, -1)], report.to_text()
+    assert f"{node!r} 1 recorded, 0 in turns" in report.breaches[0]["detail"]
+    assert "path_turns names turn(s) [1] but the trace has 1 turns" in report.breaches[1]["detail"]
+    assert _last_line(_cli(out, "--model", tiny_model_dir).output).startswith("FAIL: 2 invariant breach(es)")

@@ -329,3 +329,80 @@ def test_a_corrupted_trained_turn_is_shown_as_a_breach(tool_run: Path, tmp_path:
             assert len(bad) == 1, (box, bad)
             assert f"position {k}" in bad[0] and "BREACH token_mismatch" in bad[0]
             assert f"the engine returned id {answer['output_ids'][1]}" in bad[0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# edited traces: a turn removed from traces.jsonl, a prompt that is not what the engine saw
+def _without_turn(run: Path, out: Path, turn: int) -> Path:
+    """A copy of `run` whose first trace lost one turn (samples.jsonl unchanged: the trainer still trains it)."""
+    shutil.copytree(run, out, ignore=shutil.ignore_patterns("report.html", "view"))
+    traces = [json.loads(raw) for raw in (out / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
+    del traces[0]["turns"][turn]
+    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces), encoding="utf-8")
+    return out
+
+
+@needs_chromium
+def test_a_turn_removed_from_the_trace_leaves_only_its_own_tokens_unaccounted(memagent_run: Path, tmp_path: Path,
+                                                                             tiny_model_dir: Path) -> None:
+    """MemAgent (per_turn) trains memory_update x4 + final_answer; traces.jsonl loses turn 1. Only turn 1's
+    tokens lack an engine call: the later turns (shifted down by one) still own and train their sequences,
+    and the report opens, the graph path showing the call it cannot find."""
+    from agentgraphs.viewer import check_run
+
+    rec = next(iter(read_run(memagent_run)))
+    lost = rec.turns[1]
+    out = _without_turn(memagent_run, tmp_path / "lost-turn", 1)
+    report = check_run(out, tiny_model_dir)
+    by_seq = {(b["kind"], b["sequence"]) for b in report.breaches}
+    assert ("trace_turns", -1) in by_seq and ("sequence_count", -1) in by_seq, report.to_text()
+    assert {s for _, s in by_seq} == {-1, 1}, report.to_text()  # sequences 0 and 2-4 are clean
+    [untraced] = [b for b in report.breaches if b["kind"] == "untraced_token"]
+    assert untraced["detail"].startswith(f"{len(lost['output_ids'])} trained tokens")
+    assert report.unscored_tokens == len(lost["output_ids"])
+    html = write_report(out, out / "report.html")
+    [payload] = _payloads(html)
+    assert [t.get("seq") for t in payload["turns"]] == [0, 2, 3, 4]  # each shown with the sequence training it
+    assert payload["steps"][2]["calls"] == [1] and payload["steps"][-1]["missing"] == [4]
+    with HeadlessChromium() as browser:
+        browser.open(html, ready=READY)
+        chips = browser.evaluate("[...document.querySelectorAll('.graph-path .node-chip')].map(c => [c.textContent,"
+                                 " c.classList.contains('missing')])")
+        assert chips[-1] == ["final_answer +1 missing", True], chips
+        _open_all(browser)
+        for k in (1, 2, 3):  # the trainer trains them: shown trained, nothing outlined
+            assert browser.evaluate(f"document.querySelectorAll('#turn-{k} .tok.untrained').length") == 0
+            assert browser.evaluate(f"document.querySelectorAll('#turn-{k} .tok.mismatch').length") == 0
+        n = len(lost["output_ids"])
+        assert browser.evaluate("document.querySelectorAll('#seq-1 .tok.mismatch').length") == n
+        assert "agentgraphs check" in browser.evaluate("document.getElementById('detail-breaches').textContent")
+
+
+@needs_chromium
+def test_a_prompt_breach_shows_what_the_engine_saw_and_outlines_every_difference(tool_run: Path,
+                                                                                  tmp_path: Path) -> None:
+    """Two prompt tokens of the trained sequence edited in samples.jsonl: the turn's view shows the engine's ids,
+    and both positions are outlined there and in the sequence (check reports the first, and counts the rest)."""
+    from agentgraphs.viewer import check_run
+
+    out = tmp_path / "prompt-edited"
+    shutil.copytree(tool_run, out, ignore=shutil.ignore_patterns("view"))
+    samples = [json.loads(raw) for raw in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    seq = samples[0]["train_metadata"]["turns"][0]
+    engine_saw = list(seq["tokens"])
+    for k in (5, 9):
+        seq["tokens"][k] = samples[0]["tokens"][k] = seq["tokens"][k] + 1
+    (out / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    prompts = [b for b in check_run(out).breaches if b["kind"] == "prompt"]
+    assert [(b["node"], b["position"]) for b in prompts] == [("solve", 5), ("answer", 5)]
+    assert all("1 more of its positions differ" in b["detail"] for b in prompts)
+    report = write_report(out, out / "report.html")
+    with HeadlessChromium() as browser:
+        browser.open(report, ready=READY)
+        _open_all(browser)
+        for box in ("#turn-0", "#turn-1", "#seq-0"):
+            bad = browser.evaluate(f"[...document.querySelectorAll('{box} .tok.mismatch')].map(t => t.title)")
+            assert [int(re.search(r"position (\d+)", t).group(1)) for t in bad] == [5, 9], (box, bad)
+        shown = browser.evaluate("[...document.querySelectorAll('#turn-0 .tok.mismatch')].map(t => t.title)")
+        for k, title in zip((5, 9), shown):  # the turn shows what its engine saw, and what the trainer has
+            assert title.startswith(f"id {engine_saw[k]} ") and f"sequence has id {engine_saw[k] + 1}" in title

@@ -94,7 +94,7 @@
         if (k === 1) cell.title = (r.breaches ? r.breaches + " invariant breach(es) (agentgraphs check); " : "") + (r.reason || "");
         row.append(cell);
       });
-      row.addEventListener("click", () => select(r.pos));
+      row.addEventListener("click", () => safeSelect(r.pos));
       frag.append(row);
     }
     body.append(frag);
@@ -145,10 +145,21 @@
       for (let j = 0; j < len; j++) { elp[pos + j] = t.ol[off + j]; eid[pos + j] = t.o[off + j]; }
     }
     const bad = {};
-    for (const [pos, kind, detail] of seq.b) bad[pos] = (bad[pos] ? bad[pos] + "; " : "") + kind + ": " + detail;
+    for (const [pos, kind, detail] of seq.b) note(bad, pos, kind + ": " + detail);
+    for (const [k, diffs, count] of seq.pd || []) {  // every position of a breached prompt, outlined
+      const who = "turn " + k + " (" + (r.turns[k] ? r.turns[k].node : "?") + ")";
+      for (const [pos, id] of diffs) {
+        if (pos < n) note(bad, pos, "prompt: " + who + "'s engine saw id " + id + " here");
+      }
+      if (count > diffs.length && diffs.length) {
+        note(bad, diffs[0][0], "prompt: " + (count - diffs.length) + " more positions of " + who +
+          "'s prompt differ (not outlined)");
+      }
+    }
     seq._view = { ids: seq.t, roles: expand(seq.r), elp, tlp, eid, bad, start };
     return seq._view;
   }
+  function note(bad, pos, text) { bad[pos] = (bad[pos] ? bad[pos] + "; " : "") + text; }
   function turnView(r, k) {
     const t = r.turns[k];
     if (t._view) return t._view;
@@ -158,6 +169,15 @@
       const s = seqView(r, t.seq);
       v = { ids: s.ids.slice(0, end), roles: s.roles.slice(0, end), elp: s.elp.slice(0, end), tlp: s.tlp.slice(0, end),
             eid: s.eid.slice(0, end), bad: s.bad };
+      if (t.ep) {  // a prompt breach: show what the engine saw, each position the trainer has otherwise outlined
+        v.bad = Object.assign({}, s.bad);
+        for (let i = 0; i < t.pl; i++) {
+          if (i < s.ids.length && s.ids[i] === t.ep[i]) continue;
+          v.bad[i] = "prompt: the engine saw this token; the trainer's sequence has " +
+            (i < s.ids.length ? "id " + s.ids[i] : "no token") + " here" + (s.bad[i] ? "; " + s.bad[i] : "");
+          v.ids[i] = t.ep[i];
+        }
+      }
     } else {
       const none = { ids: [], roles: [], elp: [], tlp: [], eid: [], bad: {} };
       const base = t.base === null || t.base === undefined ? none : turnView(r, t.base);
@@ -287,12 +307,20 @@
       const gp = el("div", "timeline graph-path");
       r.steps.slice(0, PATH_CHIPS).forEach((step, i) => {
         if (i) gp.append(el("span", "arrow", "\u2192"));
-        const calls = step.calls, trained = calls.some((c) => r.turns[c].trainable);
+        const calls = step.calls.filter((c) => r.turns[c]), missing = (step.missing || []).concat(
+          step.calls.filter((c) => !r.turns[c]));  // path_turns of an edited trace may name turns it lacks
+        const trained = calls.some((c) => r.turns[c].trainable);
         const label = step.node + (step.steps > 1 ? " (" + step.steps + " steps)" : "") +
-          (calls.length ? " \u00d7" + calls.length : "") + (step.dropped ? " +" + step.dropped + " dropped" : "");
+          (calls.length ? " \u00d7" + calls.length : "") + (step.dropped ? " +" + step.dropped + " dropped" : "") +
+          (missing.length ? " +" + missing.length + " missing" : "");
         const chip = el("button", "node-chip step" + (trained ? " trainable" : "") +
-          (calls.length || step.dropped ? "" : " no-llm") + (step.dropped ? " dropped" : ""), label);
+          (calls.length || step.dropped || missing.length ? "" : " no-llm") + (step.dropped ? " dropped" : "") +
+          (missing.length ? " missing" : ""), label);
         const notes = [];
+        if (missing.length) {
+          notes.push("BREACH: the trace records call(s) " + missing.join(", ") + " of this step, but holds no such " +
+            "turn (an edited traces.jsonl: see the invariant breaches)");
+        }
         if (calls.length) notes.push("LLM calls: turns " + calls.join(", "));
         if (step.dropped) notes.push(step.dropped + " LLM call(s) whose turn the graph dropped from its final state: never trained");
         if (step.steps > 1) notes.push("the trace does not say which of these steps made which call");
@@ -348,11 +376,16 @@
     if (!r.seqs.length) box.append(el("p", "hint", "no training sequences"));
   }
 
+  function safeSelect(pos) {  // one rollout the page cannot render must not take the page down
+    try { select(pos); } catch (err) {
+      $("detail").append(el("pre", "err", "the report could not render the rest of this rollout: " + err));
+    }
+  }
   renderSummary();
   setupTable();
   applyView();
-  if (view.length) select(view[0].pos);
-  window.agentgraphsViewer = { select, applyView, renderRows };  // for automation (tests, benchmarks)
+  if (view.length) safeSelect(view[0].pos);
+  window.agentgraphsViewer = { select: safeSelect, applyView, renderRows };  // for automation (tests, benchmarks)
   document.body.dataset.readyMs = String(Math.round(performance.now()));
   document.body.dataset.ready = "1";
 })();
