@@ -18,7 +18,7 @@ from typing import Any, Literal, Mapping, Sequence
 from .calls import DroppedCall
 from .errors import RewardError
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue
-from .trace import TrainSequence, Turn
+from .trace import TrainSequence, Turn, head_index
 
 logger = logging.getLogger(__name__)
 _WARNED_TRAILING_ZERO: set[str] = set()
@@ -192,9 +192,7 @@ def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict
         sequences = [dict(tokens=[pad_id, pad_id], response_length=1, loss_mask=[0], rollout_log_probs=[0.0],
                           sampling=None)]
     warn_trailing_zero(sequences, spec.name)
-    # the first sequence that trains a token: a top-level mask of all zeros then means "train nothing",
-    # whoever set it (slime's --mask-offpolicy-in-partial-rollout; rl_bridge.convert honours it)
-    head = next((s for s in sequences if any(s["loss_mask"])), sequences[0])
+    head = sequences[head_index(sequences)]  # the first that trains a token: all-zero top level = train nothing
     options = rollout.options.model_dump() if isinstance(rollout.options, MethodOptions) else {}
     fields: dict[str, Any] = {
         "tokens": list(head["tokens"]),

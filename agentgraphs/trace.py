@@ -274,6 +274,16 @@ def _merge_run(turns: Sequence[Turn], run: list[int]) -> TrainSequence:
     )
 
 
+def head_index(sequences: Sequence[Mapping[str, Any]]) -> int:
+    """The sequence a Sample's top-level fields hold: the first that trains a token, else the first. So a
+    top-level mask of all zeros means "train nothing" (rl_bridge.convert honours slime's zeroing of it).
+
+    >>> head_index([{"loss_mask": [0, 0]}, {"loss_mask": [0, 1]}]), head_index([{"loss_mask": [0]}])
+    (1, 0)
+    """
+    return next((k for k, seq in enumerate(sequences) if any(seq.get("loss_mask") or ())), 0)
+
+
 def build_sequences(turns: Sequence[Turn], layout: Layout) -> list[TrainSequence]:
     """Turns -> training sequences. `per_turn`: one per trainable turn. `concat`: merged per conversation."""
     if layout == "per_turn":

@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from .trace import head_index
+
 __all__ = ["check_lengths", "check_masks", "masked_after_generate", "reward_of", "sample_name", "sample_status",
            "slime_v03"]
 
@@ -58,8 +60,9 @@ def reward_of(sample, reward_key: str | None, pos: int) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"sample {sample_name(pos, sample)}: reward {reward!r} is not a number") from None
     if not np.isfinite(value):  # rl_bridge.generate refuses these; a second wall for rewards set elsewhere
-        raise ValueError(f"sample {sample_name(pos, sample)}: reward {value} is not finite: one NaN or infinite reward "
-                         "makes every advantage of its group NaN. Make the reward function return a finite float")
+        raise ValueError(f"sample {sample_name(pos, sample)}: reward {value} is not finite: one NaN or infinite "
+                         "reward makes every advantage of its group NaN. Make the reward function return a finite "
+                         "float")
     return value
 
 
@@ -67,10 +70,10 @@ def masked_after_generate(pos: int, sample, seqs) -> bool:
     """True when the Sample's top-level loss_mask was zeroed after generate set it: slime's
     --partial-rollout --mask-offpolicy-in-partial-rollout does so to a sample carried over from an earlier
     rollout (its tokens are off-policy), and a whole-sample mask of zeros means "train nothing".
-    generate sets the top level to the first sequence that trains a token (agentgraphs.records), so any
+    generate sets the top level to the first sequence that trains a token (trace.head_index), so any
     other change to it is not ours to guess about: ValueError."""
     top = getattr(sample, "loss_mask", None)
-    head = next((q for q in seqs if any(q.get("loss_mask") or ())), seqs[0] if seqs else None)
+    head = seqs[head_index(seqs)] if seqs else None
     if top is None or head is None or list(top) == list(head.get("loss_mask") or ()):
         return False
     if not any(top):

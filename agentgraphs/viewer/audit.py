@@ -30,6 +30,7 @@ from ..trace import (
     build_sequences,
     conversation_tail,
     first_difference,
+    head_index,
     output_in_place,
 )
 from .run_data import RunRecord
@@ -103,7 +104,8 @@ def audit_record(rec: RunRecord) -> RecordAudit:
             breach(s, b["kind"], b["message"], turn=b["turn"], position=b["position"])
         audits.append(audit)
     if seqs:
-        _audit_top_level(rec.sample, seqs[0], audits[0], breach)
+        head = head_index(seqs)
+        _audit_top_level(rec.sample, seqs[head], audits[head], head, breach)
     return RecordAudit(audits, breaches)
 
 
@@ -194,27 +196,28 @@ def _split_note(turns: Sequence[Turn], expected: Sequence[TrainSequence]) -> str
     return ": " + "; ".join(notes) if notes else ""
 
 
-def _audit_top_level(sample: Mapping[str, Any], head: Mapping[str, Any], audit: SequenceAudit,
+def _audit_top_level(sample: Mapping[str, Any], head: Mapping[str, Any], audit: SequenceAudit, s: int,
                      breach: BreachFn) -> None:
-    """slime trains the top-level fields when rl_bridge.convert is not used: they must be sequence 0."""
+    """slime trains the top-level fields when rl_bridge.convert is not used: they must be sequence `s`, the
+    first that trains a token (`agentgraphs.trace.head_index`), as rl_bridge.generate writes them."""
     for key in TOP_LEVEL_KEYS:
         if key not in sample:
-            breach(0, "top_level", f"the sample has no top-level {key!r}: slime trains the top-level fields "
-                                   "unless rl_bridge.convert is used; they must equal train_metadata.turns[0]")
+            breach(s, "top_level", f"the sample has no top-level {key!r}: slime trains the top-level fields "
+                                   f"unless rl_bridge.convert is used; they must equal train_metadata.turns[{s}]")
             continue
         got, want = sample[key], head.get(key)
         if got == want:
             continue
         if key == "response_length":
-            breach(0, "top_level", f"top-level response_length {got!r} but training sequence 0 has {want!r}: "
+            breach(s, "top_level", f"top-level response_length {got!r} but training sequence {s} has {want!r}: "
                                    "slime would train another split of prompt and response")
             continue
         got_l, want_l = list(got or []), list(want or [])
         k = first_difference(got_l, want_l)
         position = k if key == "tokens" else audit.start + k
         owner = audit.produced.get(position)
-        here = (f"{got_l[k]!r} where sequence 0 has {want_l[k]!r}" if k < min(len(got_l), len(want_l))
-                else f"{len(got_l)} entries where sequence 0 has {len(want_l)}")
-        breach(0, "top_level", f"top-level {key} differs from training sequence 0 ({here}): what slime trains "
+        here = (f"{got_l[k]!r} where sequence {s} has {want_l[k]!r}" if k < min(len(got_l), len(want_l))
+                else f"{len(got_l)} entries where sequence {s} has {len(want_l)}")
+        breach(s, "top_level", f"top-level {key} differs from training sequence {s} ({here}): what slime trains "
                                "without rl_bridge.convert is not the audited sequence",
                turn=owner[0] if owner else None, position=position)
