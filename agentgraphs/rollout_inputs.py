@@ -79,6 +79,14 @@ def parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
     return ParsedRow(line_no, rollout_input(obj[keys.input], obj.get(keys.label), metadata, None))
 
 
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, False for a value no file can have (a name over the system's limit: inline JSON)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG; ValueError: an embedded NUL
+        return False
+
+
 def read_input_row(value: str, line: int = 1, keys: tuple[str, str, str] = ("input", "label", "metadata"),
                    ) -> RolloutInput:
     """One rollout input from a command-line value (`agentgraphs debug --input`): a file (.json: one row;
@@ -91,7 +99,7 @@ def read_input_row(value: str, line: int = 1, keys: tuple[str, str, str] = ("inp
     '4'
     """
     path = Path(value)
-    if len(value) < 4096 and path.is_file():
+    if _is_file(path):
         lines = [raw for raw in path.read_bytes().splitlines() if raw.strip()]
         if path.suffix == ".jsonl":
             if line > len(lines):

@@ -16,6 +16,7 @@ process, with the same thread id. The terminal face is `agentgraphs debug` (agen
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +32,14 @@ from ..trace import Turn
 from .replay import (
     CheckpointInfo,
     ThreadRecord,
-    check_state_keys,
     context_for,
+    edit_checkpoint,
     graph_history,
     load_thread,
     new_thread_id,
     open_checkpoints,
     resolve_checkpoint,
+    sampling_of,
     save_thread,
     thread_config,
     thread_options,
@@ -45,7 +47,7 @@ from .replay import (
 )
 from .savers import CompactAsyncSqliteSaver
 
-__all__ = ["DebugSession", "StepResult"]
+__all__ = ["DebugSession", "StepResult", "resume_sampling"]
 
 
 @dataclass
@@ -90,44 +92,57 @@ class DebugSession:
         self.thread_id = record["thread_id"]
         self.graph = spec.graph(options, checkpointer=saver)
         self.config: dict[str, Any] = thread_config(self.thread_id)  # the thread's latest, or a goto target
+        self.notes: list[str] = []  # what opening the session changed in the stored thread (`open`)
 
     @classmethod
     @asynccontextmanager
     async def open(cls, agent: str | AgentSpec, db: str | Path, *, thread_id: str | None = None,
                    row: RolloutInput | None = None, engine: str | Engine | None = None,
                    context: AgentContext | None = None, options: Mapping[str, Any] | None = None,
-                   sampling: SamplingParams | None = None, tokenizer: Any = None,
+                   sampling: SamplingParams | Mapping[str, Any] | None = None, tokenizer: Any = None,
                    engines: Mapping[str, str | Engine] | None = None) -> AsyncIterator["DebugSession"]:
         """A session on a new thread (give `row`) or on a stored one (`thread_id` of a thread in `db`).
 
-        A stored thread keeps its agent's options, row and sampling; the engine (not checkpointed) is
-        `engine`/`context` when given, else the one the thread was started with. A new thread stops before
-        its first node.
+        `sampling`: SamplingParams, or only the fields given (`{"temperature": 0.0}`; the rest default on a
+        new thread). A stored thread keeps its agent's options, row and sampling (`resume_sampling`: a new
+        max_new_tokens is stored with it and noted in `notes`; another temperature or sampling field is
+        refused); the engine (not checkpointed) is `engine`/`context` when given, else the one the thread was
+        started with. A new thread stops before its first node.
         """
         spec = agent if isinstance(agent, AgentSpec) else load_spec(agent)
         agent_name = agent if isinstance(agent, str) else spec.name
+        given = _sampling_fields(sampling if sampling is not None or context is None else context.sampling)
         async with open_checkpoints(db) as saver:
             record = await load_thread(saver, thread_id) if thread_id else None
             fresh = record is None
+            notes: list[str] = []
             if record is not None:
                 if not _same_agent(record["agent"], spec):
                     raise ConfigError(f"thread {thread_id!r} was run by agent {record['agent']!r}, not {agent_name!r}")
+                _check_row(str(thread_id), record, row)
                 opts = thread_options(spec, record, options)
-                if sampling is not None:
-                    record = {**record, "sampling": _sampling_dict(sampling)}  # type: ignore[typeddict-item]
+                stored = sampling_of(record)
+                params, notes = resume_sampling(str(thread_id), stored, given)
+                if params != stored:
+                    record = {**record, "sampling": dataclasses.asdict(params)}  # type: ignore[typeddict-item]
+                    await save_thread(saver, record)
             else:
                 if row is None:
                     raise ConfigError(f"thread {thread_id!r} is not in {db}: give an input row to start it"
                                       if thread_id else "give an input row (--input) to start a debug session")
                 opts = spec.resolve_options(options)
+                params = SamplingParams(**given)
                 policy = engine if engine is not None else (context.policy if context is not None else "")
                 helpers = engines if engines is not None else (context.engines if context is not None else {})
-                record = thread_record(thread_id or new_thread_id("debug"), agent_name, opts, row,
-                                       sampling or SamplingParams(), policy, engines=helpers,
-                                       evaluation=bool(context is not None and context.evaluation))
+                record = thread_record(thread_id or new_thread_id("debug"), agent_name, opts, row, params, policy,
+                                       engines=helpers, evaluation=bool(context is not None and context.evaluation))
+            if context is not None and context.sampling != params:
+                raise ConfigError(f"context.sampling {context.sampling} is not the session's sampling {params}: give "
+                                  "one of them (sampling= or context=)")
             ctx = context if context is not None else context_for(engine, record, tokenizer=tokenizer,
-                                                                  sampling=sampling, engines=engines)
+                                                                  sampling=params, engines=engines)
             session = cls(spec, saver, ctx, opts, record)
+            session.notes = notes
             if fresh:
                 await save_thread(saver, record)
                 await session.begin()
@@ -188,11 +203,17 @@ class DebugSession:
 
     async def edit(self, values: Mapping[str, Any], *, as_node: str | None = None) -> str:
         """Change state keys at the current position (through their reducers: `turns` appends); a new
-        checkpoint, from which the next step continues. Returns its id."""
-        check_state_keys(self.graph, values)
-        config = await self.graph.aupdate_state(self.config, dict(values), as_node=as_node)
+        checkpoint, from which the next step continues. Returns its id.
+
+        The edit counts as `as_node` (default: the node that wrote the current checkpoint, so what was to run
+        next still runs; `replay.checkpoint_writer`)."""
+        snap = await self.state()
+        here = snap.config.get("configurable", {}).get("checkpoint_id")
+        if not here:
+            raise CheckpointError(f"thread {self.thread_id!r} has no checkpoint to edit")
+        cid = await edit_checkpoint(self.graph, self.thread_id, str(here), values, as_node=as_node)
         self.config = thread_config(self.thread_id)
-        return str(config["configurable"]["checkpoint_id"])
+        return cid
 
     async def history(self) -> list[CheckpointInfo]:
         """The thread's checkpoints, oldest first (`replay.history`)."""
@@ -213,6 +234,16 @@ class DebugSession:
                                         options=self.options)
 
 
+def _check_row(thread_id: str, record: ThreadRecord, row: RolloutInput | None) -> None:
+    """ConfigError when a resumed thread is given an input row other than its own (its index aside)."""
+    if row is None:
+        return
+    keys = ("prompt", "label", "metadata")
+    if [row.get(k) for k in keys] != [record["row"].get(k) for k in keys]:
+        raise ConfigError(f"thread {thread_id!r} was started from another input row: resume it without --input "
+                          "(its row is stored), or start a new thread (another --thread)")
+
+
 def _same_agent(stored: str, spec: AgentSpec) -> bool:
     if stored == spec.name:
         return True
@@ -222,7 +253,47 @@ def _same_agent(stored: str, spec: AgentSpec) -> bool:
         return False
 
 
-def _sampling_dict(sampling: SamplingParams) -> dict[str, Any]:
-    import dataclasses
+# fields that change the distribution a token is drawn from: a trajectory must not mix two of them
+_FIXED_ON_RESUME = ("temperature", "top_p", "top_k", "min_p")
 
-    return dataclasses.asdict(sampling)
+
+def resume_sampling(thread_id: str, stored: SamplingParams,
+                    given: Mapping[str, Any]) -> tuple[SamplingParams, list[str]]:
+    """The sampling a resumed thread continues with: the stored one, with `given` fields applied.
+
+    A new max_new_tokens (or stop, seed ...) becomes the thread's setting, with a note saying so. A field that
+    changes the distribution (temperature, top_p, top_k, min_p) is refused: the thread's turns would mix two
+    distributions in one training sequence, which the trace audit rejects.
+
+    >>> resume_sampling("t", SamplingParams(temperature=0.0), {"max_new_tokens": 8})[1]
+    ['thread t: max_new_tokens 1024 -> 8 (stored with the thread)']
+    >>> resume_sampling("t", SamplingParams(temperature=0.0), {"temperature": 0.5})
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: thread 't' was sampled with temperature=0.0, not 0.5: ...
+    """
+    params = dataclasses.replace(stored, **given)
+    notes: list[str] = []
+    for name in given:
+        old, new = getattr(stored, name), getattr(params, name)
+        if old == new:
+            continue
+        if name in _FIXED_ON_RESUME:
+            raise ConfigError(f"thread {thread_id!r} was sampled with {name}={old}, not {new}: a resumed thread keeps "
+                              f"its sampling (one trajectory must not mix two); drop --{name.replace('_', '-')}, or "
+                              "start a new thread with it (--input ROW, no --thread)")
+        notes.append(f"thread {thread_id}: {name} {old} -> {new} (stored with the thread)")
+    return params, notes
+
+
+def _sampling_fields(sampling: SamplingParams | Mapping[str, Any] | None) -> dict[str, Any]:
+    if sampling is None:
+        return {}
+    if isinstance(sampling, SamplingParams):
+        return dataclasses.asdict(sampling)
+    try:
+        SamplingParams(**sampling)  # a wrong value raises ConfigError here, naming the field
+    except TypeError as exc:
+        raise ConfigError(f"sampling: {exc}; the fields are {[f.name for f in dataclasses.fields(SamplingParams)]}"
+                          ) from None
+    return dict(sampling)

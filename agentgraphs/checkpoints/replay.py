@@ -40,6 +40,7 @@ from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
 from .savers import CompactAsyncSqliteSaver, compact_async_sqlite_saver
 
 __all__ = [
+    "AS_NODE_KEY",
     "THREADS_TABLE",
     "CheckpointInfo",
     "Replay",
@@ -49,16 +50,20 @@ __all__ = [
     "afork",
     "ahistory",
     "areplay",
+    "branch_path",
     "check_state_keys",
+    "checkpoint_writer",
     "context_for",
+    "edit_checkpoint",
     "fork",
     "graph_history",
     "history",
-    "new_thread_id",
     "load_thread",
+    "new_thread_id",
     "open_checkpoints",
     "replay",
     "resolve_checkpoint",
+    "sampling_of",
     "save_thread",
     "thread_config",
     "thread_options",
@@ -67,6 +72,7 @@ __all__ = [
 ]
 
 THREADS_TABLE = "agentgraphs_threads"
+AS_NODE_KEY = "agentgraphs_as_node"  # an edit's checkpoint metadata: the node it counted as
 _CREATE = (f"CREATE TABLE IF NOT EXISTS {THREADS_TABLE} (thread_id TEXT PRIMARY KEY, agent TEXT NOT NULL, "
            "record BLOB NOT NULL, created REAL NOT NULL)")
 
@@ -102,8 +108,9 @@ class CheckpointInfo(TypedDict):
     """One checkpoint of a thread, as `history` lists it (index 0 = the oldest).
 
     `next`: the nodes that run from it (empty: the run ended there); `wrote`: the nodes whose update made
-    it (`["input"]` for the input, `["update"]` for an edit); `turns`: the turns in its state; `head`: it
-    is on the branch that ends at the thread's latest checkpoint.
+    it (`["input"]` for the input, `["update"]` for an edit, `["branch"]` for the copy of an earlier
+    checkpoint a replay or a debugger step starts a new branch from); `turns`: the turns in its state;
+    `head`: it is on the branch that ends at the thread's latest checkpoint.
     """
 
     index: int
@@ -119,7 +126,10 @@ class CheckpointInfo(TypedDict):
 
 @dataclasses.dataclass
 class Replay:
-    """A replay or fork: the rollout of the new branch, where it started, and its last checkpoint."""
+    """A replay or fork: the rollout of the new branch, where it started, and its last checkpoint.
+
+    `row` is the thread's input row (the reward's label), `context` what the branch ran with (its engine).
+    """
 
     rollout: Rollout
     spec: AgentSpec
@@ -127,6 +137,8 @@ class Replay:
     from_checkpoint: str
     head_checkpoint: str | None
     forked_checkpoint: str | None = None  # fork: the checkpoint holding the edited state
+    row: RolloutInput | None = None
+    context: AgentContext | None = None
 
 
 def thread_config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -307,8 +319,10 @@ async def graph_history(graph: Any, thread_id: str, spec: AgentSpec | None = Non
         source = str(meta.get("source", ""))
         cid = _cid(snap.config)
         parent = by_id.get(parents[cid] or "")
-        # the nodes that made a loop checkpoint are the tasks its parent scheduled
-        wrote = [t.name for t in parent.tasks] if source == "loop" and parent is not None else [source]
+        # the nodes that made a loop checkpoint are the tasks its parent scheduled; a "fork" is LangGraph's
+        # copy of an earlier checkpoint that a run from it starts a new branch with
+        wrote = ([t.name for t in parent.tasks] if source == "loop" and parent is not None
+                 else ["branch"] if source == "fork" else [source])
         out.append(CheckpointInfo(index=i, checkpoint_id=cid, parent_id=parents[cid], step=int(meta.get("step", -1)),
                                   source=source, next=list(snap.next), wrote=wrote,
                                   turns=len(_turns_in(snap.values or {}, spec)), head=cid in on_head))
@@ -432,12 +446,45 @@ async def _resume(spec: AgentSpec, saver: CompactAsyncSqliteSaver, graph: Any, r
                   tokenizer: Any = None, engines: Mapping[str, str | Engine] | None = None) -> Replay:
     ctx = context if context is not None else context_for(engine, record, tokenizer=tokenizer, engines=engines)
     row = record["row"] if record else rollout_input(None)
+    path, path_rids = await branch_path(graph, spec, thread_id, forked or start)
     rollout = await run_rollout(spec, row, ctx, options=opts, compute_reward=compute_reward, checkpointer=saver,
                                 config=thread_config(thread_id, forked or start), resume=True)
+    rollout.path, rollout.path_rids = path + rollout.path, path_rids + rollout.path_rids  # the whole branch
     head = await graph.aget_state(thread_config(thread_id))
     head_id = head.config.get("configurable", {}).get("checkpoint_id")
     return Replay(rollout=rollout, spec=spec, thread_id=thread_id, from_checkpoint=start, head_checkpoint=head_id,
-                  forked_checkpoint=forked)
+                  forked_checkpoint=forked, row=row, context=ctx)
+
+
+async def branch_path(graph: Any, spec: AgentSpec, thread_id: str,
+                      checkpoint_id: str) -> tuple[list[str], list[list[str] | None]]:
+    """The nodes that ran on the branch up to a checkpoint, in order, and the request ids of the Turns each
+    added (None where its update is not stored): what `run_rollout` records as `path` / `path_rids`."""
+    snapshots = {_cid(s.config): s async for s in graph.aget_state_history(thread_config(thread_id))}
+    chain: list[Any] = []
+    cur: Any = snapshots.get(checkpoint_id)
+    while cur is not None:
+        chain.append(cur)
+        cur = snapshots.get(_cid(cur.parent_config)) if cur.parent_config else None
+    path: list[str] = []
+    rids: list[list[str] | None] = []
+    for parent, snap in zip(chain[:0:-1], chain[-2::-1]):  # (parent, child) pairs, oldest first
+        if (snap.metadata or {}).get("source") != "loop":
+            continue  # an input, an edit or a branch's copy: no node ran
+        for task in parent.tasks:
+            if not task.name.startswith("__"):
+                path.append(task.name)
+                rids.append(_task_rids(spec, task.result))
+    return path, rids
+
+
+def _task_rids(spec: AgentSpec, update: Any) -> list[str] | None:
+    if not isinstance(update, Mapping):
+        return None
+    try:
+        return [str(t.get("rid") or "") for t in spec.collect_turns(update)]
+    except Exception:  # noqa: BLE001 (a turns_of that reads only whole states: the viewer shows node names)
+        return None
 
 
 async def afork(path: str | Path, thread_id: str, checkpoint: str | int | None, values: Mapping[str, Any], *,
@@ -449,13 +496,54 @@ async def afork(path: str | Path, thread_id: str, checkpoint: str | int | None, 
 
     `values` go through the state's reducers, as a node's update would: `{"memory": "..."}` replaces a
     plain key, while `{"turns": [turn]}` APPENDS to the trace. `as_node` is the node the edit counts as
-    (default: the one that wrote the checkpoint), which decides what runs next.
+    (default: the one that wrote the checkpoint, `checkpoint_writer`), which decides what runs next.
     """
     async with _open_thread(path, thread_id, checkpoint, agent, options) as (saver, spec, record, opts, graph, start):
-        check_state_keys(graph, values)
-        new_config = await graph.aupdate_state(thread_config(thread_id, start), dict(values), as_node=as_node)
+        forked = await edit_checkpoint(graph, thread_id, start, values, as_node=as_node)
         return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
-                             compute_reward, forked=_cid(new_config), tokenizer=tokenizer, engines=engines)
+                             compute_reward, forked=forked, tokenizer=tokenizer, engines=engines)
+
+
+async def edit_checkpoint(graph: Any, thread_id: str, checkpoint_id: str, values: Mapping[str, Any], *,
+                          as_node: str | None = None) -> str:
+    """LangGraph's update_state at a checkpoint, counted as `as_node` (default: the node that wrote the
+    checkpoint); the node is kept in the new checkpoint's metadata. Returns the new checkpoint's id."""
+    check_state_keys(graph, values)
+    node = as_node if as_node is not None else await checkpoint_writer(graph, thread_id, checkpoint_id)
+    if node not in graph.nodes:
+        raise ConfigError(f"as_node {node!r} is no node of the graph; its nodes are {_node_names(graph)}")
+    config = thread_config(thread_id, checkpoint_id)
+    config["metadata"] = {AS_NODE_KEY: node}  # LangGraph's savers keep a config's metadata with the checkpoint
+    new_config = await graph.aupdate_state(config, dict(values), as_node=node)
+    return _cid(new_config)
+
+
+async def checkpoint_writer(graph: Any, thread_id: str, checkpoint_id: str) -> str:
+    """The node whose update made a checkpoint: the one task its parent ran, the node an edit counted as,
+    or, for a branch's copy, the writer of the checkpoint it copies. ConfigError when it cannot be told
+    (the input checkpoint, nodes that ran in parallel, an edit made outside agentgraphs)."""
+    snap = await graph.aget_state(thread_config(thread_id, checkpoint_id))
+    meta = snap.metadata or {}
+    source = meta.get("source")
+    why = f"it holds the {source or 'unknown'} of the run"
+    if source == "update":
+        if meta.get(AS_NODE_KEY):
+            return str(meta[AS_NODE_KEY])
+        why = "it is an edit that does not record the node it counted as"
+    elif source in ("loop", "fork") and snap.parent_config:
+        if source == "fork":
+            return await checkpoint_writer(graph, thread_id, _cid(snap.parent_config))
+        names = sorted({t.name for t in (await graph.aget_state(snap.parent_config)).tasks})
+        if len(names) == 1:
+            return names[0]
+        why = f"nodes {names} wrote it together"
+    raise ConfigError(f"cannot tell which node wrote checkpoint {checkpoint_id} of thread {thread_id!r} ({why}): "
+                      f"name the node the edit counts as (as_node= / --as-node NODE / edit --as NODE; "
+                      f"nodes: {_node_names(graph)}); it decides what runs next")
+
+
+def _node_names(graph: Any) -> list[str]:
+    return sorted(n for n in graph.nodes if not n.startswith("__"))
 
 
 def check_state_keys(graph: Any, values: Mapping[str, Any]) -> None:

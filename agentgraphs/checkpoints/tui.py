@@ -31,7 +31,8 @@ commands:
   c, continue       run to the end
   state [KEY]       the current state (every key summarised), or one key in full
   turn N [lp]       turn N's tokens: prompt / glue / trained / masked (lp: every output log-prob)
-  edit KEY JSON     set a state key at this checkpoint (JSON value; `turns` appends)
+  edit KEY JSON     set a state key at this checkpoint (JSON value; `turns` appends), counted as the
+                    node that wrote the checkpoint; edit --as NODE KEY JSON counts it as NODE
   h, history        the thread's checkpoints (* = on the current branch)
   fork N            go back to checkpoint N: the next step starts a new branch there
   help              this list
@@ -211,7 +212,8 @@ def _print_position(console: Console, snap: Any) -> None:
 def history_table(items: Sequence[CheckpointInfo]) -> Table:
     """A thread's checkpoints as a table (`*`: on the branch of the thread's latest checkpoint)."""
     table = Table("#", "step", "wrote", "next", "turns", "branch", "checkpoint")
-    table.columns[-1].overflow = "fold"
+    for column in table.columns:
+        column.overflow = "fold"  # a node name or id is never cut with "…": it wraps
     for c in items:
         table.add_row(str(c["index"]), str(c["step"]), ",".join(c["wrote"]), ",".join(c["next"]) or "(end)",
                       str(c["turns"]), "*" if c["head"] else "", c["checkpoint_id"])
@@ -261,17 +263,23 @@ async def _show_turn(console: Console, session: DebugSession, args: list[str]) -
 
 
 async def _edit(console: Console, session: DebugSession, rest: str) -> None:
-    key, _, raw = rest.strip().partition(" ")
-    if not key or not raw.strip():
-        console.print("usage: edit KEY JSON_VALUE   e.g. edit question \"What is 3+3?\"")
+    as_node: str | None = None
+    rest = rest.strip()
+    if rest.startswith("--as ") or rest == "--as":
+        as_node, _, rest = rest[len("--as"):].strip().partition(" ")
+        rest = rest.strip()
+    key, _, raw = rest.partition(" ")
+    if not key or not raw.strip() or as_node == "":
+        console.print("usage: edit [--as NODE] KEY JSON_VALUE   e.g. edit question \"What is 3+3?\"")
         return
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         console.print(f"[red]not JSON[/red] ({escape(exc.msg)}): quote strings, e.g. edit {escape(key)} \"text\"")
         return
-    cid = await session.edit({key: value})
+    cid = await session.edit({key: value}, as_node=as_node)
     console.print(f"edited {escape(key)}: new checkpoint {cid}")
+    _print_position(console, await session.state())
 
 
 async def _fork(console: Console, session: DebugSession, args: list[str]) -> None:
@@ -287,6 +295,8 @@ async def _fork(console: Console, session: DebugSession, args: list[str]) -> Non
 async def repl(session: DebugSession, console: Console, read_line: Callable[[str], str] = input) -> None:
     """The command loop (see HELP). Errors of one command are printed; the loop goes on."""
     console.print(f"debugging {session.spec.name}, thread {session.thread_id}  (help: commands)")
+    for note in session.notes:
+        console.print(f"[yellow]{escape(note)}[/yellow]")
     console.print(legend())
     _print_position(console, await session.state())
     while True:

@@ -39,8 +39,10 @@ def debug(
     helper: list[str] = typer.Option([], "--helper", help="helper engine NAME=SPEC (repeatable; resume: the "
                                      "stored ones)"),
     option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
-    temperature: Optional[float] = typer.Option(None, min=0.0, help="default 1.0 (resume: the thread's)"),
-    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="default 1024 (resume: the thread's)"),
+    temperature: Optional[float] = typer.Option(None, min=0.0, help="default 1.0 (resume: the thread's; another "
+                                             "value is refused)"),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="default 1024 (resume: the thread's; "
+                                              "another value is stored with it)"),
     input_key: str = typer.Option("input"),
     label_key: str = typer.Option("label"),
     metadata_key: str = typer.Option("metadata"),
@@ -55,14 +57,13 @@ def debug(
     try:
         row = (read_input_row(input_, line, (input_key, label_key, metadata_key))
                if input_ is not None else None)
-        sampling = None
-        if temperature is not None or max_new_tokens is not None or row is not None:
-            sampling = sampling_from_flags(temperature=1.0 if temperature is None else temperature,
-                                           max_new_tokens=1024 if max_new_tokens is None else max_new_tokens)
+        # only the flags given: a new thread fills the rest with defaults, a resumed one keeps its own
+        flags = {k: v for k, v in (("temperature", temperature), ("max_new_tokens", max_new_tokens)) if v is not None}
+        sampling_from_flags(**flags)  # a bad value is reported under its flag's name
 
         async def session() -> None:
             async with DebugSession.open(agent, db, thread_id=thread, row=row, engine=engine_arg(engine),
-                                         options=parse_options(option) or None, sampling=sampling,
+                                         options=parse_options(option) or None, sampling=flags or None,
                                          tokenizer=tokenizer_arg(tokenizer),
                                          engines=parse_helpers(helper) or None) as s:
                 await repl(s, out)
@@ -79,26 +80,45 @@ def _checkpoint_arg(value: Optional[str]) -> "str | int | None":
     return int(value) if value.lstrip("-").isdigit() else value
 
 
-def _write_replay(result: Any, out: Optional[Path]) -> dict[str, Any]:
+def _write_replay(result: Any, out: Optional[Path], db: Path) -> dict[str, Any]:
     """Print (and with --out write as a run directory) the rollout of a replay or fork."""
-    from ..batch import JsonlWriter
-    from ..records import sample_fields, trace_record
-
     rollout = result.rollout
     summary = {"thread": result.thread_id, "from_checkpoint": result.from_checkpoint,
                "forked_checkpoint": result.forked_checkpoint, "head_checkpoint": result.head_checkpoint,
                "status": rollout.status, "reason": rollout.reason, "reward": rollout.reward,
-               "answer": rollout.answer, "turns": len(rollout.turns), "sequences": len(rollout.sequences)}
+               "answer": rollout.answer, "turns": len(rollout.turns), "sequences": len(rollout.sequences),
+               "path": rollout.path}
     if out is not None:
-        spec = result.spec
-        sample = {**sample_fields(rollout, spec)}
-        sample["metadata"] = {**sample["metadata"], "checkpoint_thread": result.thread_id,
-                              "replayed_from": result.from_checkpoint}
-        trace = {**trace_record(rollout, None), "checkpoint_thread": result.thread_id}
-        with JsonlWriter(out) as writer:
-            writer(sample, trace)
+        write_replay_dir(result, out, db)
         summary["out"] = str(out)
     return summary
+
+
+def write_replay_dir(result: Any, out: Path, db: Path) -> None:
+    """A replay or fork as `agentgraphs run` writes one row: samples.jsonl and traces.jsonl (the row's fields
+    from the thread's stored row; line and group_index are not stored: null) and summary.json (engine,
+    tokenizer, options), so `agentgraphs view` and `agentgraphs check` read it like any run."""
+    from ..batch import JsonlWriter, RunSummary, lead_with_headline
+    from ..records import sample_fields, trace_record
+
+    rollout, spec, row = result.rollout, result.spec, result.row or {}
+    fields = sample_fields(rollout, spec)
+    where = {"checkpoint_thread": result.thread_id, "replayed_from": result.from_checkpoint,
+             **({"forked_checkpoint": result.forked_checkpoint} if result.forked_checkpoint else {})}
+    sample = {"group_index": None, "index": row.get("index"), "line": None, "prompt": row.get("prompt"),
+              "label": row.get("label"), **fields,
+              "metadata": {**dict(row.get("metadata") or {}), **fields["metadata"], **where}}
+    trace = {**trace_record(rollout, row.get("index")), "line": None, "checkpoint_thread": result.thread_id}
+    with JsonlWriter(out) as writer:
+        writer(sample, trace)
+    totals = RunSummary(rows=1, wall_s=rollout.time_s)
+    totals.add(rollout, spec.reward_key)
+    ctx = result.context
+    tokenizer = getattr(getattr(ctx, "tokenizer", None), "name_or_path", None)
+    run = {"agent": spec.name, "engine": ctx.policy.name if ctx is not None else None, "tokenizer": tokenizer,
+           "options": rollout.options.model_dump() if rollout.options is not None else {},
+           **lead_with_headline(spec, totals.as_dict()), "checkpoints": str(db), **where}
+    (out / "summary.json").write_text(json.dumps(run, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 @app.command("replay")
@@ -119,7 +139,7 @@ def replay_cmd(
     try:
         result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=engine_arg(engine),
                         tokenizer=tokenizer_arg(tokenizer), engines=parse_helpers(helper) or None)
-        console.print_json(json.dumps(_write_replay(result, out)))
+        console.print_json(json.dumps(_write_replay(result, out, db)))
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise fail(exc) from None
 
@@ -146,9 +166,29 @@ def fork_cmd(
         result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_), as_node=as_node, agent=agent,
                       engine=engine_arg(engine), tokenizer=tokenizer_arg(tokenizer),
                       engines=parse_helpers(helper) or None)
-        console.print_json(json.dumps(_write_replay(result, out)))
+        console.print_json(json.dumps(_write_replay(result, out, db)))
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise fail(exc) from None
+
+
+def _print_threads(found: list[Any], out: Console) -> None:
+    """The threads as a table, or as plain lines where a table would not fit: an id is copied into --thread,
+    so it is never cut (the agent column folds instead)."""
+    from rich.table import Table
+
+    widest = max((len(i["thread_id"]) for i in found), default=6)
+    if out.width < widest + 24:  # too narrow for the id and two readable columns
+        for i in found:
+            out.print(f"{i['thread_id']}  {i['agent'] or '?'}  {i['checkpoints']} checkpoints", soft_wrap=True,
+                      markup=False, highlight=False)
+        return
+    table = Table()
+    table.add_column("thread", no_wrap=True, min_width=widest)
+    table.add_column("agent", overflow="fold", min_width=5)
+    table.add_column("checkpoints", overflow="fold", min_width=3)
+    for info in found:
+        table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
+    out.print(table)
 
 
 @app.command("history")
@@ -158,20 +198,15 @@ def history_cmd(
     agent: Optional[str] = typer.Option(None, help="agent (default: the one stored with the thread)"),
 ) -> None:
     """List the threads of a checkpoints database, or one thread's checkpoints."""
-    from rich.table import Table
-
     from ..checkpoints.replay import history, threads
 
     out = Console()
     try:
         if thread is None:
-            table = Table("thread", "agent", "checkpoints")
-            for info in threads(db):
-                table.add_row(info["thread_id"], info["agent"] or "?", str(info["checkpoints"]))
+            _print_threads(threads(db), out)
         else:
             from ..checkpoints.tui import history_table
 
-            table = history_table(history(db, thread, agent=agent))
-        out.print(table)
+            out.print(history_table(history(db, thread, agent=agent)))
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise fail(exc) from None

@@ -91,8 +91,8 @@ def test_step_inspect_edit_fork_continue_quit_and_resume(tmp_path: Path, tiny_mo
     items = history(tmp_path / "dbg.sqlite", "t1")
     ends = [c for c in items if c["next"] == [] and c["wrote"] == ["check"]]
     assert len(ends) == 2 and ends[-1]["head"] and not ends[0]["head"]  # two finished branches
-    # the resumed branch: LangGraph copies a past checkpoint ("fork") before running from it
-    assert [c["wrote"] for c in items if c["head"]] == [["input"], ["__start__"], ["solve"], ["fork"], ["check"]]
+    # the resumed branch: LangGraph copies a past checkpoint (its "fork", listed as "branch") before running from it
+    assert [c["wrote"] for c in items if c["head"]] == [["input"], ["__start__"], ["solve"], ["branch"], ["check"]]
     # both branches' traces satisfy the invariants (the check turn continues the solve turn append-only)
     import asyncio
 
