@@ -121,6 +121,12 @@ class DebugSession:
                     raise ConfigError(f"thread {thread_id!r} was run by agent {record['agent']!r}, not {agent_name!r}")
                 _check_row(str(thread_id), record, row)
                 opts = thread_options(spec, record, options)
+                if opts != thread_options(spec, record, None):
+                    # the thread's later turns would run under other options than its stored record says, and a
+                    # replay of it would use the stored ones: one trajectory, two configurations
+                    raise ConfigError(f"thread {thread_id!r} was run with options {record['options']}; -o {options} "
+                                      "changes them: a resumed thread keeps its options. Start a new thread (no "
+                                      "--thread) to debug with other options")
                 stored = sampling_of(record)
                 params, notes = resume_sampling(str(thread_id), stored, given)
                 if params != stored:

@@ -211,3 +211,16 @@ def test_the_terminal_edit_takes_the_node_it_counts_as(react_thread: tuple[Path,
     assert "at checkpoint 2" in text and "next: tools" in text  # the agent asked for a tool ...
     assert "next: agent" in text.split("edited messages: new checkpoint")[1]  # ... the edit stood in for it
     assert "usage: edit [--as NODE] KEY JSON_VALUE" in text
+
+
+def test_a_resumed_debug_thread_keeps_its_options(tmp_path: Path, tiny_model_dir: Path) -> None:
+    db, engine = tmp_path / "opts.sqlite", f"hf:{tiny_model_dir}"
+    row = json.dumps({"input": "Where was Alice born?", "label": "Paris",
+                      "metadata": {"context": "Alice was born in Paris. " * 40}})
+    args = ["debug", "memagent", "--db", str(db), "--thread", "m1", "--engine", engine, "--max-new-tokens", "4"]
+    start = runner.invoke(app, [*args, "--input", row, "-o", "chunk_tokens=120"], input="step\nquit\n")
+    assert start.exit_code == 0, start.output
+    same = runner.invoke(app, [*args, "-o", "chunk_tokens=120"], input="quit\n")
+    assert same.exit_code == 0, same.output
+    other = runner.invoke(app, [*args, "-o", "chunk_tokens=60"], input="quit\n")
+    assert other.exit_code == 2 and "a resumed thread keeps its options" in other.output, other.output
