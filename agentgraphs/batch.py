@@ -350,6 +350,8 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
         summary = asyncio.run(go())
     result = {"agent": spec.name, "engine": eng.name, **({"seed": seed} if seed is not None else {}),
               "options": opts.model_dump(), **lead_with_headline(spec, summary.as_dict())}
+    if tokenizer:  # an sglang: run's tokenizer, so `view` / `check` need no --tokenizer for it
+        result["tokenizer"] = str(Path(tokenizer).resolve()) if Path(tokenizer).is_dir() else tokenizer
     if checkpoints is not None:
         result["checkpoints"] = str(checkpoints)
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -108,7 +108,8 @@ def _parse(raw: str, name: str, line: int) -> dict[str, Any]:
 
 
 def tokenizer_dir(summary: dict[str, Any], explicit: str | Path | None) -> str:
-    """The tokenizer directory: `explicit` if given, else the `hf:DIR` engine summary.json names.
+    """The tokenizer directory: `explicit` if given, else the `tokenizer` directory summary.json names (an
+    `sglang:` run's, written by `agentgraphs run --tokenizer` and by replay/fork --out), else its `hf:DIR` engine.
 
     >>> tokenizer_dir({"engine": "scripted:hf:/models/tiny"}, None) if os.path.isdir("/models/tiny") else "skip"
     'skip'
@@ -117,6 +118,9 @@ def tokenizer_dir(summary: dict[str, Any], explicit: str | Path | None) -> str:
     """
     if explicit:
         return str(explicit)
+    named = summary.get("tokenizer")
+    if isinstance(named, str) and os.path.isdir(named):
+        return named
     engine = str(summary.get("engine") or "")
     at = engine.find("hf:")  # "hf:DIR", or a wrapper's "scripted:hf:DIR"
     if at >= 0 and os.path.isdir(engine[at + 3:]):

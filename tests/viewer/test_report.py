@@ -184,6 +184,22 @@ def test_view_errors_name_the_fix(tmp_path: Path, tool_run: Path) -> None:
     assert no_tok.exit_code == 2 and "--tokenizer DIR" in " ".join(no_tok.output.split())
 
 
+def test_a_run_over_sglang_names_its_tokenizer_for_view(tmp_path: Path, tiny_engine: Any,
+                                                        tiny_model_dir: Path) -> None:
+    """`agentgraphs run --engine sglang:... --tokenizer DIR` writes DIR in summary.json: `view` needs no flag."""
+    from agentgraphs.batch import run_file
+    from agentgraphs.testing.server import SGLangTestServer
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n", encoding="utf-8")
+    with SGLangTestServer(tiny_engine, port=0) as server:
+        run_file("agentgraphs.testing.agents:TWO_TURN", rows, f"sglang:{server.url}", tmp_path / "run",
+                 tokenizer=str(tiny_model_dir), max_new_tokens=6)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["tokenizer"] == str(tiny_model_dir.resolve())
+    viewed = CliRunner().invoke(app, ["view", str(tmp_path / "run"), "--out", str(tmp_path / "r.html")])
+    assert viewed.exit_code == 0, viewed.output
+
+
 @pytest.mark.parametrize("which", ["qwen25", "qwen3"])
 def test_glue_and_observation_split_follows_each_template(which: str, request: pytest.FixtureRequest) -> None:
     from agentgraphs.chat import ChatTemplate
