@@ -18,7 +18,12 @@ from typing import Any, TypedDict
 from .execution import execute_with_plan
 from .mechanisms import DISABLE_ENV, choose, describe, disabled_from_env, find
 from .plan import NOT_HELD, Plan, allowed_missing
-from .probes import isolation_probe, isolation_protections, resource_protections
+from .probes import (
+    code_as_root,
+    isolation_probe,
+    isolation_protections,
+    resource_protections,
+)
 from .types import ALLOW_MISSING_ENV, PROTECTIONS
 
 __all__ = ["Plan", "Capabilities", "capabilities", "current_plan", "format_report", "PROTECTIONS", "DISABLE_ENV"]
@@ -65,7 +70,10 @@ def _detect(disabled: frozenset[str] = frozenset(), cgroup_env: str = "") -> Pla
     found = find(disabled)
     plan, facts, why = choose(found, lambda p: isolation_probe(p, execute))
     plan = dataclasses.replace(plan, mechanisms=describe(plan, found, facts, why))
-    if facts:
+    void = code_as_root(plan, facts, why) if facts else None
+    if void is not None:  # no probe run in good faith proves anything about code that is root on the host
+        prot = {name: void for name in PROTECTIONS}
+    elif facts:
         prot = isolation_protections(plan, facts)
         prot.update(resource_protections(plan, execute))
     else:

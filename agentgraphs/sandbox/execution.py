@@ -18,6 +18,7 @@ from typing import Any
 
 from .cgroups import ExecutionCgroup
 from .launch import (
+    TMPFS_INODE_BYTES,
     base_env,
     bwrap_argv,
     prologue_config,
@@ -178,16 +179,26 @@ def execute_with_plan(code: str, limits: SandboxLimits, plan: Plan,
         run.close()
 
 
+_SIGCHLD_IGNORED = ("SIGCHLD is ignored in the process that calls run_python: its children (bubblewrap, the code, "
+                    "which inherits it) would be reaped unseen, and the CPU time of the code's exited children "
+                    "would not be counted. Fix: restore it there: signal.signal(signal.SIGCHLD, signal.SIG_DFL)")
+
+
 def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
     """Spawn the process (it waits before any user code), move it into its cgroups, let it go."""
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        raise SandboxError(_SIGCHLD_IGNORED)
     python = limits.python or plan.python
     if plan.drop_uid:
         run.lease = lease_uid()
     uid = run.lease.uid if run.lease is not None else None
     if plan.cgroups is not None and plan.controllers:
         extra = 1 if plan.bwrap is not None else 0  # bubblewrap's pid 1 is in the group too
-        run.cgroup = ExecutionCgroup(plan.cgroups, max_processes=limits.max_processes + extra,
-                                     memory_bytes=limits.memory_bytes)
+        try:
+            run.cgroup = ExecutionCgroup(plan.cgroups, max_processes=limits.max_processes + extra,
+                                         memory_bytes=limits.memory_bytes)
+        except OSError as e:
+            raise SandboxError(_cgroup_failure("create this execution's cgroup", plan, e)) from e
     nproc = _nproc(plan, limits, uid)
     seccomp_fd = program_fd(plan.seccomp) if plan.seccomp is not None else -1
     if seccomp_fd >= 0:
@@ -201,8 +212,8 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
         run.fds += [info_r, info_w]
         mounts = readonly_paths(python, limits.extra_ro_paths)
         config = prologue_config(limits, go_fd=go_r, bpf_fd=-1, uid=uid, nproc=nproc,
-                                        address_space="memory" not in plan.controllers,
-                                        site_dirs=site_dirs(python))
+                                 address_space="memory" not in plan.controllers, site_dirs=site_dirs(python),
+                                 sigchld_default="cpu" not in plan.controllers)
         argv = bwrap_argv(plan.bwrap, mounts, limits, privileged=os.geteuid() == 0, info_fd=info_w,
                                  tmpfs_size=tmpfs_bytes(limits, memory_cgroup="memory" in plan.controllers),
                                  seccomp_fd=seccomp_fd, command=python_argv(python, config))
@@ -223,23 +234,42 @@ def _start(run: _Run, plan: Plan, limits: SandboxLimits) -> None:
             # the reaper (bubblewrap's pid 1) joins while it is still setting up mounts, so the code's
             # process it forks later is born inside; one forked before the move is moved as well
             # (migration and fork exclude each other, so no child falls between the two)
-            run.cgroup.add(reaper)
-            for child in _children(reaper):
-                run.cgroup.add(child)
+            _join(run.cgroup, plan, reaper)
+            _join(run.cgroup, plan, *_children(reaper))  # read after the move: none falls between
     else:
         run.workdir = tempfile.mkdtemp(prefix="agentgraphs-sandbox-")
         if uid is not None:
             os.chown(run.workdir, uid, uid)
         config = prologue_config(limits, go_fd=go_r, bpf_fd=seccomp_fd, uid=uid, nproc=nproc,
-                                        address_space="memory" not in plan.controllers,
-                                        site_dirs=site_dirs(python))
+                                 address_space="memory" not in plan.controllers, site_dirs=site_dirs(python),
+                                 sigchld_default="cpu" not in plan.controllers)
         passed = (go_r,) + ((seccomp_fd,) if seccomp_fd >= 0 else ())
         run.proc = subprocess.Popen(python_argv(python, config), env=base_env(limits, run.workdir),
                                     cwd=run.workdir, pass_fds=passed, **kwargs)
         _close_passed(run, passed)
         if run.cgroup is not None:  # while the interpreter starts up; it runs nothing of the code before go
-            run.cgroup.add(run.proc.pid)
+            _join(run.cgroup, plan, run.proc.pid)
     os.write(go_w, b"1")
+
+
+def _join(cgroup: ExecutionCgroup, plan: Plan, *pids: int) -> None:
+    """Move `pids` into the execution's cgroup; SandboxError saying what to do if the kernel refuses."""
+    try:
+        for pid in pids:
+            cgroup.add(pid)
+    except OSError as e:
+        raise SandboxError(_cgroup_failure("move the execution into its cgroup", plan, e)) from e
+
+
+def _cgroup_failure(what: str, plan: Plan, e: OSError) -> str:
+    """A cgroup that worked at detection failing now: the message says where and what to do."""
+    parents = sorted({str(p) for p in plan.cgroups.parents.values()}) if plan.cgroups is not None else []
+    return (f"could not {what} under {', '.join(parents)}: {e.strerror or e}. Fix: check that this process may "
+            "still create groups there (a group removed by a restarted container or an ended systemd scope, "
+            "pids.max or memory limits of a parent group, or a cgroup v2 parent that now holds processes of its "
+            "own); `python -m agentgraphs.sandbox` (or capabilities(refresh=True) here) re-detects what works; or "
+            "run without cgroups: AGENTGRAPHS_SANDBOX_DISABLE=cgroups (the parent then counts memory, processes "
+            "and CPU itself)")
 
 
 def _nproc(plan: Plan, limits: SandboxLimits, uid: int | None) -> int | None:
@@ -443,7 +473,8 @@ class _Watch:
         return None
 
     def _tmpfs_bytes(self) -> int:
-        """What the code holds in its /tmp tmpfs (memory too), seen through bubblewrap's pid 1's root."""
+        """What the code holds in its /tmp tmpfs (memory too), seen through bubblewrap's pid 1's root: its pages,
+        and TMPFS_INODE_BYTES per used inode (the kernel memory of files, even empty ones)."""
         if self.run.reaper is None:
             return 0
         try:
@@ -452,7 +483,8 @@ class _Watch:
             return 0
         if abs(st.f_blocks * st.f_frsize - tmpfs_bytes(self.limits, memory_cgroup=False)) >= st.f_frsize:
             return 0  # not (yet) the sandbox's own /tmp: bubblewrap is still setting up its mounts
-        return (st.f_blocks - st.f_bfree) * st.f_frsize
+        inodes = max(st.f_files - st.f_ffree, 0)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize + inodes * TMPFS_INODE_BYTES
 
 
 def _exited(pidfd: int) -> bool:

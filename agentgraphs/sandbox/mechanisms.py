@@ -18,7 +18,7 @@ from typing import Any
 
 from .cgroups import CONTROLLERS, CgroupSetup, find_cgroups
 from .plan import Plan
-from .probes import FIX, Facts
+from .probes import FIX, Facts, closed_to_others, fix_cgroup
 from .types import names_from_env
 
 __all__ = ["DISABLE_ENV", "KNOWN", "Found", "find", "choose", "describe", "disabled_from_env"]
@@ -68,23 +68,25 @@ def find(disabled: frozenset[str]) -> Found:
         why["uid"] = off if "uid" in disabled else "this process is not root, so it cannot switch to a private uid"
     cgroups = find_cgroups(disabled="cgroups" in disabled)
     if cgroups is None:
-        why["cgroups"] = off if "cgroups" in disabled else f"no cgroup hierarchy is mounted. Fix: {FIX['cgroup']}"
+        why["cgroups"] = off if "cgroups" in disabled else f"no cgroup hierarchy is mounted. Fix: {fix_cgroup()}"
     return Found(sys.executable, bwrap, seccomp, cgroups, drop_uid, why)
 
 
 def seccomp_program(found_seccomp: bool, cgroups: CgroupSetup | None, drop_uid: bool) -> bytes | None:
     """The filter for this combination: the memory backdoors are denied without a memory cgroup, the
-    per-user counters without a private uid."""
+    per-user counters without a private uid, a new SIGCHLD action without a cgroup CPU controller (the
+    parent's CPU sum needs every exited child to be waited for)."""
     if not found_seccomp:
         return None
     from .seccomp import MEMORY_BACKDOORS, PER_USER_COUNTERS, filter_bpf
 
+    controllers = cgroups.controllers if cgroups is not None else ()
     extra: tuple[str, ...] = ()
-    if cgroups is None or "memory" not in cgroups.controllers:
+    if "memory" not in controllers:
         extra += MEMORY_BACKDOORS
     if not drop_uid:
         extra += PER_USER_COUNTERS
-    return filter_bpf(extra)
+    return filter_bpf(extra, guard_sigchld="cpu" not in controllers)
 
 
 def _plan(found: Found, bwrap: str | None, seccomp: bool, drop_uid: bool) -> Plan:
@@ -115,7 +117,10 @@ def choose(found: Found, probe: Callable[[Plan], tuple[Facts | None, str]]) -> t
         elif dropped_next == "seccomp":
             why["seccomp"] = f"the probe failed with the filter loaded: {failure}"
         elif dropped_next == "uid":
-            why["uid"] = f"the probe failed under a private uid: {failure}"
+            cause = closed_to_others(found.python)
+            why["uid"] = f"the probe failed under a private uid: {failure}" + (
+                f". Cause: {cause}. Fix: give the sandbox an interpreter every uid can read, e.g. a venv under /tmp "
+                "built from /usr/bin/python3 with this package installed" if cause else "")
     why.setdefault("bwrap", "; ".join(failures))
     return _plan(found, None, False, False), {}, why
 

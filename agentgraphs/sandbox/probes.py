@@ -1,14 +1,17 @@
 """The probes that establish each protection by exercising it in a real execution on this machine.
 
 One isolation probe (it also decides which mechanisms start at all, see `mechanisms.choose`) tries every
-escape at once and reports what it saw: connecting to a port this process listens on, writing outside
-its directory and filling every writable place past tmp_bytes, reading this process's environment,
-signalling it, opening files past the limit, creating a user namespace and an inotify instance, and
-leaving a daemon behind (looked for on the host afterwards). Then, in parallel, one probe per resource
-limit goes past it: memory (two processes that together exceed it; memfd / System V memory outside
-every rlimit), processes (fork, then threads, past max_processes), CPU (four busy processes, one of them
-a double-forked orphan, against an aggregate limit, each reporting its own CPU time), wall clock and
-output. A protection holds only if its probe was contained.
+escape at once and reports what it saw: connecting to a port this process listens on and to its UNIX
+sockets (an abstract one and a socket file), writing outside its directory and filling every writable
+place past tmp_bytes, reading this process's environment and command line, signalling it, opening files
+past the limit, creating a user namespace and an inotify instance, and leaving a daemon behind (looked for
+on the host afterwards). Then, in parallel, one probe per resource limit goes past it: memory (two
+processes that together exceed it; memfd / System V shared memory, queues and semaphores outside every
+rlimit; empty files, whose inodes are kernel memory), processes (fork, then threads, past max_processes),
+CPU (four busy processes, one of them a double-forked orphan, against an aggregate limit, each reporting
+its own CPU time; short-lived children the kernel reaps by itself), wall clock and output. A protection
+holds only if its probe was contained, and only where the shape can hold it at all: a count every 50 ms
+alone does not hold processes, and code that runs as root outside any namespace holds nothing.
 """
 
 from __future__ import annotations
@@ -18,17 +21,20 @@ import hashlib
 import json
 import os
 import socket
+import stat
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .launch import base_env
+from .launch import TMPFS_INODE_BYTES, base_env
 from .plan import NOT_HELD, Plan
 from .types import ExecutionResult, SandboxLimits
 
-__all__ = ["isolation_probe", "resource_protections", "isolation_protections", "Facts"]
+__all__ = ["isolation_probe", "resource_protections", "isolation_protections", "Facts", "FIX", "fix_uid",
+           "fix_cgroup", "code_as_root", "closed_to_others"]
 
 MiB = 1024 * 1024
 Facts = dict[str, Any]
@@ -62,6 +68,15 @@ for fam, host, port in cfg["listeners"]:
         s.close()
     except OSError as e:
         net.append(err(e.errno))
+for kind, addr in (("abstract", "\0" + cfg["unix_abstract"]), ("file", cfg["unix_file"])):
+    try:  # AF_UNIX passes seccomp: only a network namespace (abstract) and a mount namespace (file) stop these
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(2)
+        s.connect(addr)
+        net.append("connected to the %%s UNIX socket %%s" %% (kind, addr.replace("\0", "@")))
+        s.close()
+    except OSError as e:
+        net.append(err(e.errno))
 f["net"] = net
 f["host_path_visible"] = os.path.exists(cfg["marker"])
 wrote = []
@@ -80,6 +95,8 @@ f["wrote_outside"] = wrote
 f["env_extra"] = sorted(set(os.environ) - set(cfg["env_allowed"]))
 e = read("/proc/%%d/environ" %% cfg["host_pid"])
 f["host_environ_read"] = e is not None and hashlib.sha256(e).hexdigest() == cfg["env_hash"]
+c = read("/proc/%%d/cmdline" %% cfg["host_pid"])
+f["host_cmdline_read"] = c is not None and hashlib.sha256(c).hexdigest() == cfg["cmdline_hash"]
 try:
     os.kill(cfg["host_pid"], 0)
     hs = read("/proc/%%d/stat" %% cfg["host_pid"]) or b""
@@ -158,9 +175,13 @@ print(json.dumps(f))
 
 
 class _Listeners:
-    """Listening TCP sockets on 127.0.0.1 and ::1 that the probe must not reach."""
+    """Listening sockets the probe must not reach: TCP on 127.0.0.1 and ::1, an abstract UNIX socket (seen from
+    every process of this network namespace) and a UNIX socket file in `directory` (host services such as
+    dbus, docker or an X server listen so)."""
 
-    def __init__(self) -> None:
+    UNIX_FILE = ".agentgraphs-probe-socket"
+
+    def __init__(self, token: str, directory: str) -> None:
         self.sockets: list[socket.socket] = []
         for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
             try:
@@ -170,9 +191,15 @@ class _Listeners:
                 self.sockets.append(s)
             except OSError:
                 pass
-
-    def spec(self) -> list[tuple[int, str, int]]:
-        return [(int(s.family), s.getsockname()[0], s.getsockname()[1]) for s in self.sockets]
+        self.tcp = [(int(s.family), s.getsockname()[0], s.getsockname()[1]) for s in self.sockets]
+        self.abstract = f"agentgraphs-probe-{token}"
+        self.file = os.path.join(directory, self.UNIX_FILE)
+        for address in ("\0" + self.abstract, self.file):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(address)
+            s.listen(16)
+            self.sockets.append(s)
+        os.chmod(self.file, 0o777)  # only isolation may stop the connection, not permissions
 
     def close(self) -> None:
         for s in self.sockets:
@@ -212,24 +239,20 @@ def isolation_probe(plan: Plan, execute: Execute) -> tuple[Facts | None, str]:
     token = f"{os.getpid()}-{time.time_ns()}"
     marker = tempfile.mkdtemp(prefix="agentgraphs-sandbox-probe-")
     os.chmod(marker, 0o777)  # only isolation may stop the write, not permissions
-    listeners = _Listeners()
+    listeners = _Listeners(token, marker)
     limits = SandboxLimits(wall_s=30, cpu_s=10, tmp_bytes=4 * MiB, max_open_files=64, memory_bytes=256 * MiB,
                            max_processes=16)
-    try:
-        with open("/proc/self/environ", "rb") as f:
-            env_hash = hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        env_hash = ""
-    cfg = {"token": token, "marker": marker, "listeners": listeners.spec(), "host_pid": os.getpid(),
-           "host_start": _start_time(os.getpid()),
-           "env_hash": env_hash, "nofile": limits.max_open_files, "tmp": limits.tmp_bytes,
+    cfg = {"token": token, "marker": marker, "listeners": listeners.tcp, "unix_abstract": listeners.abstract,
+           "unix_file": listeners.file, "host_pid": os.getpid(), "host_start": _start_time(os.getpid()),
+           "env_hash": _own_hash("environ"), "cmdline_hash": _own_hash("cmdline"),
+           "nofile": limits.max_open_files, "tmp": limits.tmp_bytes,
            "env_allowed": sorted(set(base_env(limits, "/tmp")) | {"PWD", "LC_CTYPE"})}
     try:
         result = execute(_ISOLATION % json.dumps(cfg), limits, plan)
     finally:
         listeners.close()
-        escaped = os.listdir(marker)
-        for name in escaped:
+        escaped = [name for name in os.listdir(marker) if name != _Listeners.UNIX_FILE]
+        for name in os.listdir(marker):
             os.unlink(os.path.join(marker, name))
         os.rmdir(marker)
     facts: Facts | None = None
@@ -249,6 +272,15 @@ def isolation_probe(plan: Plan, execute: Execute) -> tuple[Facts | None, str]:
     return facts, ""
 
 
+def _own_hash(name: str) -> str:
+    """sha256 of this process's /proc/self/`name` (environ, cmdline), to recognise it if the probe reads it."""
+    try:
+        with open(f"/proc/self/{name}", "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return ""
+
+
 def _not_held(observed: str, fix: str) -> str:
     return f"{NOT_HELD}: {observed}. Fix: {fix}"
 
@@ -258,10 +290,60 @@ FIX = {
              "(sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1 where it exists)",
     "seccomp": "pip install 'agentgraphs[sandbox]' (pyseccomp) with the system's libseccomp (apt-get install "
                "libseccomp2)",
-    "cgroup": "run as root with writable cgroups, or under a delegated cgroup v2 subtree (systemd-run --user "
-              "--scope -p Delegate=yes ..., or AGENTGRAPHS_SANDBOX_CGROUP=<an empty delegated cgroup v2 dir>)",
-    "uid": "run as root, so that each execution gets a private uid",
 }
+
+
+def fix_uid() -> str:
+    """How to get a private uid per execution, said to this process (telling root to run as root helps no one)."""
+    if os.geteuid() != 0:
+        return "run as root, so that each execution gets a private uid"
+    return ("let each execution drop to a private uid: keep uid out of AGENTGRAPHS_SANDBOX_DISABLE, and give it an "
+            "interpreter every uid can read (e.g. a venv under /tmp built from /usr/bin/python3; not one under /root, "
+            "mode 0700)")
+
+
+def fix_cgroup() -> str:
+    """How to get writable cgroups, said to this process."""
+    if os.geteuid() != 0:
+        return ("run as root with writable cgroups, or under a delegated cgroup v2 subtree (systemd-run --user "
+                "--scope -p Delegate=yes ..., or AGENTGRAPHS_SANDBOX_CGROUP=<an empty delegated cgroup v2 dir>)")
+    return ("make a cgroup hierarchy writable for this process (in a container: /sys/fs/cgroup mounted read-write, "
+            "e.g. its own cgroup namespace), keep cgroups out of AGENTGRAPHS_SANDBOX_DISABLE, or point "
+            "AGENTGRAPHS_SANDBOX_CGROUP at an empty cgroup v2 directory")
+
+
+def closed_to_others(python: str) -> str:
+    """Why a private uid cannot start `python`, when that is why: a directory on the way to it (or to its standard
+    library) that other uids cannot enter, as /root (mode 0700) is; else ""."""
+    paths = [os.path.abspath(python), os.path.realpath(python)]
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        paths.append(os.path.dirname(os.__file__))
+    for path in paths:
+        for d in reversed(Path(path).parents):
+            try:
+                mode = os.stat(d).st_mode
+            except OSError:
+                continue
+            if not mode & stat.S_IXOTH:
+                return (f"{d} (mode {stat.S_IMODE(mode):04o}) lets no other uid in, and the interpreter {path} lies "
+                        "under it")
+    return ""
+
+
+def code_as_root(plan: Plan, facts: Facts, why_not: dict[str, str]) -> str | None:
+    """The verdict for every protection when the isolation probe ran as root in this machine's own namespaces
+    (no bubblewrap, no private uid; `why_not` says why each was not used), else None. Such code can move itself
+    out of its cgroups, raise its rlimits (CAP_SYS_RESOURCE), and signal, read or write this process
+    (/proc/PID/mem), so nothing given to it holds, whatever a probe run in good faith saw."""
+    if plan.bwrap is not None or facts.get("uid") != 0:
+        return None
+    bwrap = why_not.get("bwrap", "not used").split(". Fix:")[0]
+    uid = why_not.get("uid", "not used").split(". Fix:")[0]
+    if uid.startswith("the probe failed"):
+        uid = closed_to_others(plan.python) or uid
+    return _not_held(f"the code runs as root (uid 0) in this machine's own namespaces: it can leave its cgroups, raise "
+                     "its rlimits and signal, read or write this process, so no limit given to it holds (bubblewrap: "
+                     f"{bwrap}; private uid: {uid})", f"{FIX['bwrap']}; or {fix_uid()}")
 
 
 def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -> dict[str, str]:
@@ -273,14 +355,18 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
 
     reached = [n for n in facts.get("net", []) if n.startswith("connected")]
     if reached:
-        p["network"] = _not_held(f"the probe {reached[0]} on the host", f"{FIX['bwrap']}; or {FIX['seccomp']}")
+        unix = "UNIX socket" in reached[0]  # seccomp allows AF_UNIX: only namespaces keep host services apart
+        why = " (without network and mount namespaces, host services listening on UNIX sockets are reachable)"
+        p["network"] = _not_held(f"the probe {reached[0]} on the host" + (why if unix else ""),
+                                 FIX["bwrap"] if unix else f"{FIX['bwrap']}; or {FIX['seccomp']}")
     else:
         how = []
         if facts.get("interfaces") in (["lo"], []):
             how.append("a network namespace with only loopback")
         if seccomp_on:
             how.append("seccomp refuses non-UNIX sockets")
-        p["network"] = " + ".join(how or ["no route out"]) + " (probe: connecting to a listening host port failed)"
+        p["network"] = " + ".join(how or ["no route out"]) + (" (probe: connecting to listening host TCP ports, an "
+                                                              "abstract UNIX socket and a UNIX socket file failed)")
 
     if facts.get("host_path_visible") or facts.get("wrote_outside"):
         wrote = facts.get("wrote_outside") or []
@@ -307,23 +393,27 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
     if facts.get("env_extra") or facts.get("host_environ_read"):
         observed = ("the probe read this process's environment from /proc" if facts.get("host_environ_read")
                     else f"unexpected variables {facts.get('env_extra')}")
-        p["environment"] = _not_held(observed, f"{FIX['bwrap']}; or {FIX['uid']}")
+        p["environment"] = _not_held(observed, f"{FIX['bwrap']}; or {fix_uid()}")
     else:
         p["environment"] = ("scrubbed: only PATH, HOME, TMPDIR, locale, thread counts and SandboxLimits.env "
                             "(probe: this process's /proc/PID/environ was unreadable)")
 
     pidns = bwrap and isinstance(facts.get("pid"), int) and facts["pid"] <= 4
-    if facts.get("host_signal") == "delivered" or not (pidns or private_uid):
+    if facts.get("host_cmdline_read"):
+        p["host_processes"] = _not_held("the probe read this process's command line from /proc (without a pid "
+                                        "namespace every host process, and its arguments, is visible)", FIX["bwrap"])
+    elif facts.get("host_signal") == "delivered" or not (pidns or private_uid):
         p["host_processes"] = _not_held(f"the probe's signal to this process: {facts.get('host_signal')}",
-                                        f"{FIX['bwrap']}; or {FIX['uid']}")
+                                        f"{FIX['bwrap']}; or {fix_uid()}")
     else:
         by = "pid namespace: host processes are invisible" if pidns else "private uid: host processes cannot be " \
             "signalled or read"
-        p["host_processes"] = f"{by} (probe: signalling this process failed: {facts.get('host_signal')})"
+        p["host_processes"] = (f"{by} (probe: signalling this process failed: {facts.get('host_signal')}; its "
+                               "command line was unreadable)")
 
     if facts.get("leftovers"):
         p["leftover_processes"] = _not_held("a double-forked daemon of the probe outlived it",
-                                            f"{FIX['bwrap']}; or {FIX['cgroup']}")
+                                            f"{FIX['bwrap']}; or {fix_cgroup()}")
     else:
         by = "pid namespace: every process dies with the code's main process" if bwrap else \
             "cgroup: every member is killed when the code returns"
@@ -356,7 +446,8 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
     else:
         p["per_user_limits"] = _not_held(f"the code runs as this user (uid {facts.get('uid')}) with inotify "
                                          f"{facts.get('inotify')}, rlimits {rl}",
-                                         f"{FIX['uid']}; or unprivileged: {FIX['bwrap']} and {FIX['seccomp']}")
+                                         fix_uid() if os.geteuid() == 0 else
+                                         f"{fix_uid()}; or unprivileged: {FIX['bwrap']} and {FIX['seccomp']}")
     return p
 
 
@@ -416,13 +507,31 @@ try:
 except OSError:
     pass
 # System V memory outlives its process when detached; only asked for here (and removed at once): a
-# segment the code may create is memory no rlimit sees
-for name, make in (("sysv_shm", lambda: libc.shmget(0, 1 << 20, 0o1600)), ("sysv_msg", lambda: libc.msgget(0, 0o1600))):
+# segment, queue or semaphore set the code may create is kernel memory no rlimit sees
+sysv = (("sysv_shm", lambda: libc.shmget(0, 1 << 20, 0o1600), lambda i: libc.shmctl(i, 0, None)),
+        ("sysv_msg", lambda: libc.msgget(0, 0o1600), lambda i: libc.msgctl(i, 0, None)),
+        ("sysv_sem", lambda: libc.semget(0, 1, 0o1600), lambda i: libc.semctl(i, 0, 0)))  # IPC_RMID
+for name, make, remove in sysv:
     ident = make()
     held[name] = "allowed" if ident >= 0 else "refused"
     if ident >= 0:
-        (libc.shmctl if name == "sysv_shm" else libc.msgctl)(ident, 0, None)  # IPC_RMID
+        remove(ident)
 print(json.dumps(held), flush=True)
+'''
+
+# Empty files: no pages, but an inode and a dentry of kernel memory each (about 1 KiB), which tmpfs's size
+# does not bound. Twice the limit's worth, one write(2) at the end only if nothing stopped it first.
+_MEMORY_INODES = r'''
+import os
+os.mkdir("many")
+n = 0
+try:
+    while n < __COUNT__:
+        os.close(os.open("many/%d" % n, os.O_CREAT | os.O_WRONLY, 0o600))
+        n += 1
+except OSError as e:
+    os.write(1, b"refused after %d: %s\n" % (n, e.strerror.encode()))
+os.write(1, b"empty files %d\n" % n)
 '''
 
 _FORK = r'''
@@ -488,6 +597,32 @@ for i in range(2):
 ''' + _BURN
 
 
+# Children the kernel reaps by itself (SIGCHLD ignored) add their CPU time to no parent: each burns 30 ms, exits,
+# and reports it; a refusal to ignore SIGCHLD ends the probe at once.
+_CPU_REAPED = r'''
+import os, signal, time
+try:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+except OSError as e:
+    os.write(1, b"ignoring SIGCHLD refused: %s\n" % e.strerror.encode())
+    os._exit(0)
+start = time.monotonic()
+while time.monotonic() - start < 3:
+    try:
+        pid = os.fork()
+    except OSError:
+        time.sleep(0.01)
+        continue
+    if pid == 0:
+        s = time.process_time()
+        while time.process_time() - s < 0.03:
+            pass
+        os.write(1, b"child %.3f\n" % time.process_time())
+        os._exit(0)
+    time.sleep(0.01)
+'''
+
+
 def _program(template: str, token: str, **bodies: str) -> str:
     out = template.replace("__TOKEN__", repr("orphan-" + token))
     for name, body in bodies.items():
@@ -520,30 +655,40 @@ def _memory(plan: Plan, execute: Execute) -> str:
     except (ValueError, IndexError):
         kernel = {}
     kernel_bytes = kernel.get("memfd", 0) if isinstance(kernel.get("memfd"), int) else 0
-    sysv = [k for k in ("sysv_shm", "sysv_msg") if kernel.get(k) == "allowed"]
+    sysv = [k for k in ("sysv_shm", "sysv_msg", "sysv_sem") if kernel.get(k) == "allowed"]
+    files = 2 * limit // 1024
+    f = execute(_MEMORY_INODES.replace("__COUNT__", str(files)),
+                SandboxLimits(memory_bytes=limit, wall_s=30, cpu_s=30, max_processes=8), plan)
+    made = f"empty files {files}" in f["stdout"]
     if escaped:
         return _not_held(f"a double-forked process of the probe kept its memory after the run ({held_by} held 56 "
-                         "MiB each)", f"{FIX['cgroup']}; or {FIX['bwrap']}")
+                         "MiB each)", f"{fix_cgroup()}; or {FIX['bwrap']}")
     hard = "memory" in plan.controllers  # a cgroup refuses the pages; the parent's count is polled
     if r["status"] != "memory_limit" or (hard and "at once" in r["stdout"]):
         together = " at once" if "at once" in r["stdout"] else ""
         return _not_held(f"{held_by} held 56 MiB each{together} under memory_bytes=96 MiB (status {r['status']})",
-                         FIX["cgroup"])
+                         fix_cgroup())
     if k["status"] == "ok" and kernel_bytes > limit:
         return _not_held(f"the probe held {kernel_bytes // MiB} MiB in memfd files (memory outside every rlimit) "
-                         "under memory_bytes=96 MiB", f"{FIX['cgroup']}; or {FIX['seccomp']}")
+                         "under memory_bytes=96 MiB", f"{fix_cgroup()}; or {FIX['seccomp']}")
     if "memory" not in plan.controllers and sysv:
         return _not_held(f"without a memory cgroup the probe may create {sysv} (System V memory, outside every "
-                         "rlimit and, detached, outside every process)", f"{FIX['cgroup']}; or {FIX['seccomp']}")
+                         "rlimit and, detached, outside every process)", f"{fix_cgroup()}; or {FIX['seccomp']}")
+    if made and (plan.bwrap is not None or "memory" not in plan.controllers):
+        # (without bubblewrap they land in a host directory, where a memory cgroup charges their inodes and, on
+        # a disk, the kernel may reclaim them: then the count alone shows nothing)
+        return _not_held(f"the probe created {files} empty files (about {files // 1024} MiB of kernel inodes and "
+                         f"dentries) under memory_bytes=96 MiB (status {f['status']})",
+                         f"{fix_cgroup()}; or {FIX['bwrap']}")
     if "memory" in plan.controllers:
         how = f"cgroup v{plan.cgroups.version if plan.cgroups else '?'} memory over all processes, tmpfs included"
     else:
-        how = ("RLIMIT_AS per process + the parent sums the resident memory of all processes and the tmpfs every "
-               "50 ms and kills the run past memory_bytes (between two checks a burst can pass it briefly); memfd / "
-               "System V memory denied by seccomp; kernel buffers (pipes, sockets) bounded only by open files x "
-               "processes")
+        how = ("RLIMIT_AS per process + the parent sums the resident memory of all processes and the tmpfs (its "
+               f"pages, and {TMPFS_INODE_BYTES} bytes per inode: files, even empty ones) every 50 ms and kills the "
+               "run past memory_bytes (between two checks a burst can pass it briefly); memfd / System V memory "
+               "denied by seccomp; kernel buffers (pipes, sockets) bounded only by open files x processes")
     return (f"{how} (probe: three processes, one double-forked, holding 56 MiB each under 96 MiB: {r['status']}; "
-            f"memfd + System V memory: {kernel or k['status']})")
+            f"memfd + System V memory: {kernel or k['status']}; {files} empty files: {f['status']})")
 
 
 def _processes(plan: Plan, execute: Execute) -> str:
@@ -560,10 +705,10 @@ def _processes(plan: Plan, execute: Execute) -> str:
     threads = counts.get("main threads", 0)
     if escaped:
         return _not_held(f"{len(escaped)} processes of a double-forked child outlived the run ({counts})",
-                         f"{FIX['cgroup']}; or {FIX['uid']}; or {FIX['bwrap']}")
+                         f"{fix_cgroup()}; or {fix_uid()}; or {FIX['bwrap']}")
     if not (r["status"] == "process_limit" or (forks < limit and threads < limit)):
         return _not_held(f"with max_processes={limit} the probe ran {counts} (status {r['status']})",
-                         f"{FIX['cgroup']}; or {FIX['uid']}; or {FIX['bwrap']}")
+                         f"{fix_cgroup()}; or {fix_uid()}; or {FIX['bwrap']}")
     how = []
     if "pids" in plan.controllers:
         how.append("cgroup pids")
@@ -571,6 +716,12 @@ def _processes(plan: Plan, execute: Execute) -> str:
         how.append("RLIMIT_NPROC under a private uid")
     elif plan.bwrap is not None and plan.userns:
         how.append("RLIMIT_NPROC in the sandbox's own user namespace")
+    if not how:  # between two of the parent's counts a fork burst is unbounded: a count alone holds nothing
+        why = ("root ignores RLIMIT_NPROC" if os.geteuid() == 0 else
+               "without a user namespace of its own RLIMIT_NPROC would count every process of this user")
+        return _not_held(f"only the parent's count every 50 ms bounds the processes ({why}), so a fork burst between "
+                         f"two counts is unbounded (probe, max_processes={limit}: {counts}, status {r['status']})",
+                         f"{fix_cgroup()}; or {fix_uid() if os.geteuid() == 0 else FIX['bwrap']}")
     if "pids" not in plan.controllers:
         how.append("the parent counts the tasks every 50 ms and kills past max_processes")
     seen = "killed" if r["status"] == "process_limit" else f"{forks} forks (one process double-forked), " \
@@ -595,12 +746,20 @@ def _cpu(plan: Plan, execute: Execute) -> str:
     if escaped or r["status"] != "cpu_limit" or total > limit + 0.4:
         seen = "a double-forked busy process outlived the run; " if escaped else ""
         return _not_held(f"{seen}four busy processes used {total:.2f} s of CPU under cpu_s={limit} (status "
-                         f"{r['status']})", f"{FIX['cgroup']}; or {FIX['bwrap']}")
+                         f"{r['status']})", f"{fix_cgroup()}; or {FIX['bwrap']}")
+    a = execute(_CPU_REAPED, SandboxLimits(cpu_s=limit, wall_s=15, max_processes=8), plan)
+    refused = "ignoring SIGCHLD refused" in a["stdout"]
+    reaped = sum(float(line.split()[1]) for line in a["stdout"].splitlines() if line.startswith("child "))
+    if not refused and (a["status"] != "cpu_limit" or reaped > limit + 0.4):
+        return _not_held(f"children the kernel reaped by itself (SIGCHLD ignored) used {reaped:.2f} s of CPU under "
+                         f"cpu_s={limit} (status {a['status']})", f"{fix_cgroup()}; or {FIX['seccomp']}")
     how = ["RLIMIT_CPU per process"]
     how.append("cgroup CPU accounting over all processes" if "cpu" in plan.controllers else
-               "the parent sums the CPU time of the pid namespace's processes every 50 ms")
+               "the parent sums the CPU time of the pid namespace's processes every 50 ms, exited children's "
+               "through their parents' (seccomp refuses a new SIGCHLD action, so that every child is waited for)")
+    reap = "ignoring SIGCHLD refused" if refused else f"children reaped by the kernel stopped at {reaped:.2f} s"
     return " + ".join(how) + (f" (probe: four busy processes, one double-forked, stopped at {total:.2f} s under "
-                              f"cpu_s={limit})")
+                              f"cpu_s={limit}; {reap})")
 
 
 def _wall(plan: Plan, execute: Execute) -> str:

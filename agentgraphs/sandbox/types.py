@@ -53,9 +53,11 @@ class SandboxLimits:
 
     - wall_s: wall-clock seconds before the whole process tree is killed.
     - cpu_s: CPU seconds (per process by RLIMIT_CPU; over all processes by the cgroup's CPU accounting, or
-      the parent's sum over the sandbox's pid namespace).
+      the parent's sum over the sandbox's pid namespace; there the code may not change SIGCHLD's action,
+      so that no exited child's CPU time goes uncounted: signal.signal(SIGCHLD, ...) raises PermissionError).
     - memory_bytes: memory of all processes together, tmpfs files included (a memory cgroup; without one
-      RLIMIT_AS per process and the parent summing resident memory and the tmpfs every 50 ms).
+      RLIMIT_AS per process and the parent summing resident memory and the tmpfs every 50 ms, each of the
+      tmpfs's inodes charged 2 KiB; System V semaphores, shared memory and queues and memfd are refused).
     - max_processes: processes + threads at once (a pids cgroup; RLIMIT_NPROC under a private uid or in a
       user namespace; a supervisor counting the tasks of the pid namespace).
     - max_output_bytes: stdout + stderr together; past it the execution is killed and marked truncated.

@@ -11,15 +11,17 @@ processes the code could then touch.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import random
+import stat
 import tempfile
 from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["MAX_UID", "MIN_UID", "UidLease", "lease_uid", "uid_range"]
+__all__ = ["LOCK_DIR_NAME", "MAX_UID", "MIN_UID", "UidLease", "lease_uid", "lock_dir", "uid_range"]
 
 BASE_ENV = "AGENTGRAPHS_SANDBOX_UID_BASE"
 COUNT_ENV = "AGENTGRAPHS_SANDBOX_UID_COUNT"
@@ -63,10 +65,45 @@ def _whole_number(name: str, default: int) -> int:
         raise ConfigError(f"{name}={raw!r} is not a whole number: give one, {_EXAMPLE}") from None
 
 
-def _lock_dir() -> Path:
-    d = Path(tempfile.gettempdir()) / "agentgraphs-sandbox-uids"
-    d.mkdir(mode=0o700, exist_ok=True)
-    return d
+LOCK_DIR_NAME = "agentgraphs-sandbox-uids"
+
+
+def lock_dir() -> Path:
+    """$TMPDIR/agentgraphs-sandbox-uids, where the leases' lock files live."""
+    return Path(tempfile.gettempdir()) / LOCK_DIR_NAME
+
+
+def _open_lock_dir() -> int:
+    """An fd of `lock_dir()`, created 0700 if missing, and refused unless it is a real directory (not a symlink)
+    owned by this euid with mode 0700: anyone else able to write there (another user pre-creating it in a shared
+    /tmp) could plant symlinks for root to follow, or hold every uid's lock."""
+    d = lock_dir()
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.mkdir(d, 0o700)
+        created = True
+    except FileExistsError:
+        created = False
+    try:
+        fd = os.open(d, flags)
+    except OSError as e:  # a symlink (ELOOP, or ENOTDIR with O_DIRECTORY), a file, ...
+        raise _bad_lock_dir(d, "is a symlink" if os.path.islink(d) else f"cannot be opened ({e.strerror})") from None
+    if created:
+        os.fchmod(fd, 0o700)  # whatever the umask took away
+    st = os.fstat(fd)
+    problem = (f"is owned by uid {st.st_uid}, not this process's {os.geteuid()}" if st.st_uid != os.geteuid()
+               else f"has mode {stat.S_IMODE(st.st_mode):04o}, not 0700" if stat.S_IMODE(st.st_mode) != 0o700
+               else "")
+    if problem:
+        os.close(fd)
+        raise _bad_lock_dir(d, problem)
+    return fd
+
+
+def _bad_lock_dir(d: Path, problem: str) -> ConfigError:
+    return ConfigError(f"the sandbox's uid lock directory {d} {problem}, so another user could tamper with the uid "
+                       f"leases. Fix: remove it (rm -rf {d}; it is re-created 0700 at the next run), or point "
+                       "TMPDIR at a directory only this user can write")
 
 
 class UidLease:
@@ -90,16 +127,32 @@ def lease_uid() -> UidLease:
     True
     """
     uids = uid_range()
-    directory = _lock_dir()
-    start = random.randrange(len(uids))
-    for i in range(len(uids)):
-        uid = uids[(start + i) % len(uids)]
-        fd = os.open(directory / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue
-        return UidLease(uid, fd)
+    directory = _open_lock_dir()
+    try:
+        start = random.randrange(len(uids))
+        for i in range(len(uids)):
+            uid = uids[(start + i) % len(uids)]
+            fd = _open_lock_file(directory, uid)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            return UidLease(uid, fd)
+    finally:
+        os.close(directory)
     raise OSError(f"all {len(uids)} sandbox uids ({uids.start}-{uids.stop - 1}) are in use; raise "
                   "AGENTGRAPHS_SANDBOX_UID_COUNT")
+
+
+def _open_lock_file(directory: int, uid: int) -> int:
+    """The lock file of `uid` in the lock directory (its fd), never through a symlink."""
+    try:
+        return os.open(str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600, dir_fd=directory)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        path = lock_dir() / str(uid)
+        raise ConfigError(f"the uid lock file {path} is a symlink (something else writes into {lock_dir()}). Fix: "
+                          f"remove {lock_dir()} (rm -rf {lock_dir()}; it is re-created 0700 at the next run) and "
+                          "find out who wrote there") from None

@@ -316,6 +316,87 @@ def test_memory_outside_the_heap_counts_too():
         assert r["status"] == "memory_limit" and "memory" in r["limits_hit"], r
 
 
+def test_system_v_semaphores_count_or_are_refused():
+    """Semaphore sets are kernel memory outside every rlimit (about 2 MiB per set of 32000): 100 sets against
+    64 MiB. A memory cgroup charges them; without one seccomp refuses semget."""
+    code = (
+        "import ctypes, os, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "n = 0\n"
+        "for _ in range(100):\n"
+        "    if libc.semget(0, 32000, 0o1600) < 0:\n"
+        "        print('refused:', os.strerror(ctypes.get_errno()), flush=True)\n"
+        "        break\n"
+        "    n += 1\n"
+        "print('sets', n, flush=True)\n"
+        "time.sleep(1)\n"
+    )
+    r = _run(code, ("memory",), memory_bytes=64 * MiB, wall_s=30)
+    if r is None:
+        return
+    if r["status"] != "memory_limit":
+        sets = int(r["stdout"].split("sets ")[-1].split()[0])
+        assert "refused:" in r["stdout"] and sets * 2 * MiB < 64 * MiB, r
+
+
+def test_empty_files_count_toward_the_memory_limit():
+    """200000 empty files hold no page of the tmpfs but about 200 MiB of kernel inodes and dentries: under
+    memory_bytes=64 MiB the run ends on the memory limit (a memory cgroup charges them; without one the parent
+    charges each inode of the tmpfs)."""
+    code = (
+        "import os\n"
+        "os.mkdir('d')\n"
+        "n = 0\n"
+        "try:\n"
+        "    while n < 200_000:\n"
+        "        os.close(os.open('d/%d' % n, os.O_CREAT | os.O_WRONLY, 0o600))\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print('refused after', n, e.strerror, flush=True)\n"
+        "print('empty files', n, flush=True)\n"
+    )
+    r = _run(code, ("memory", "tmp_space"), memory_bytes=64 * MiB, wall_s=60, cpu_s=60)
+    if r is None:
+        return
+    assert r["status"] == "memory_limit" and "memory" in r["limits_hit"], r
+
+
+def test_children_reaped_by_the_kernel_count_toward_the_cpu_limit():
+    """With SIGCHLD ignored the kernel reaps exited children without adding their CPU time to their parent's:
+    short-lived busy children under cpu_s=1 must still end the run on the CPU limit (a cgroup counts them;
+    without one seccomp refuses to ignore SIGCHLD, so that every child is waited for)."""
+    code = (
+        "import os, signal, time\n"
+        "try:\n"
+        "    signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "    ignored = True\n"
+        "except OSError as e:\n"
+        "    ignored = False\n"
+        "    print('refused:', e.strerror, flush=True)\n"
+        "start = time.monotonic()\n"
+        "while time.monotonic() - start < 6:\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        time.sleep(0.01)\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        s = time.process_time()\n"
+        "        while time.process_time() - s < 0.03:\n"
+        "            pass\n"
+        "        os._exit(0)\n"
+        "    if not ignored:\n"
+        "        os.waitpid(pid, 0)\n"
+        "    time.sleep(0.01)\n"
+    )
+    r = _run(code, ("cpu",), cpu_s=1, wall_s=30, max_processes=16)
+    if r is None:
+        return
+    assert r["status"] == "cpu_limit" and "cpu" in r["limits_hit"], r
+    if "cpu" not in current_plan().controllers:
+        assert "refused: Operation not permitted" in r["stdout"], r
+
+
 # -- processes ------------------------------------------------------------------------------------------
 
 
@@ -775,6 +856,19 @@ def test_without_cgroups_the_parent_counts_processes_memory_and_cpu(monkeypatch)
     test_a_double_forked_child_still_counts_toward_the_process_limit()
 
 
+def test_without_cgroups_kernel_memory_and_reaped_children_still_count(monkeypatch):
+    """Where no cgroup charges kernel memory or CPU: semaphore sets are refused, the tmpfs's inodes count toward
+    memory_bytes and ignoring SIGCHLD is refused, so memory and cpu still hold (where bubblewrap runs)."""
+    monkeypatch.setenv(DISABLE_ENV, "cgroups")
+    caps = capabilities()
+    if caps["mechanisms"]["bubblewrap"]["available"] and caps["mechanisms"]["seccomp"]["available"]:
+        assert {"memory", "cpu"} <= set(caps["held"]), format_report(caps)
+        assert "empty files: memory_limit" in caps["protections"]["memory"], caps["protections"]["memory"]
+        assert "ignoring SIGCHLD refused" in caps["protections"]["cpu"], caps["protections"]["cpu"]
+    test_system_v_semaphores_count_or_are_refused()
+    test_empty_files_count_toward_the_memory_limit()
+    test_children_reaped_by_the_kernel_count_toward_the_cpu_limit()
+
 def test_without_bubblewrap_the_remaining_mechanisms_still_contain(monkeypatch):
     monkeypatch.setenv(DISABLE_ENV, "bwrap")
     caps = capabilities()
@@ -828,8 +922,12 @@ def test_the_cgroup_v2_code_path_on_a_cgroup2_hierarchy_here(monkeypatch):
         caps = capabilities()
         assert caps["mechanisms"]["cgroup_cpu"]["available"], format_report(caps)
         assert "cgroup v2" in caps["mechanisms"]["cgroup_cpu"]["detail"]
-        assert "cgroup CPU accounting" in caps["protections"]["cpu"]
-        assert "leftover_processes" in caps["held"], caps["protections"]["leftover_processes"]
+        if caps["mechanisms"]["uid_drop"]["available"]:  # the code runs under a private uid: the claims stand
+            assert "cgroup CPU accounting" in caps["protections"]["cpu"]
+            assert "leftover_processes" in caps["held"], caps["protections"]["leftover_processes"]
+        else:  # the code would be root outside any namespace: nothing is claimed, the v2 path still runs it
+            assert caps["held"] == [], format_report(caps)
+            monkeypatch.setenv(ALLOW_MISSING_ENV, ",".join(PROTECTIONS))
         test_a_child_left_running_is_killed_when_the_code_returns()
         test_cpu_limit_counts_all_processes_together()
         assert list(base.glob("agentgraphs-sbx-*")) == []
