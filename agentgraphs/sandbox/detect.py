@@ -18,12 +18,8 @@ from typing import Any, TypedDict
 from .execution import execute_with_plan
 from .mechanisms import DISABLE_ENV, choose, describe, disabled_from_env, find
 from .plan import NOT_HELD, Plan, allowed_missing
-from .probes import (
-    code_as_root,
-    isolation_probe,
-    isolation_protections,
-    resource_protections,
-)
+from .probes import code_as_root, isolation_probe, isolation_protections
+from .resource_probes import resource_protections
 from .types import ALLOW_MISSING_ENV, PROTECTIONS
 
 __all__ = ["Plan", "Capabilities", "capabilities", "current_plan", "format_report", "PROTECTIONS", "DISABLE_ENV"]

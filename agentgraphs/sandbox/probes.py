@@ -5,18 +5,13 @@ escape at once and reports what it saw: connecting to a port this process listen
 sockets (an abstract one and a socket file), writing outside its directory and filling every writable
 place past tmp_bytes, reading this process's environment and command line, signalling it, opening files
 past the limit, creating a user namespace and an inotify instance, and leaving a daemon behind (looked for
-on the host afterwards). Then, in parallel, one probe per resource limit goes past it: memory (two
-processes that together exceed it; memfd / System V shared memory, queues and semaphores outside every
-rlimit; empty files, whose inodes are kernel memory), processes (fork, then threads, past max_processes),
-CPU (four busy processes, one of them a double-forked orphan, against an aggregate limit, each reporting
-its own CPU time; short-lived children the kernel reaps by itself), wall clock and output. A protection
-holds only if its probe was contained, and only where the shape can hold it at all: a count every 50 ms
-alone does not hold processes, and code that runs as root outside any namespace holds nothing.
+on the host afterwards). The resource limits have probes of their own (`resource_probes`). A protection
+holds only if its probe was contained, and only where the shape can hold it at all: code that runs as root
+outside any namespace holds nothing.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
 import os
@@ -29,12 +24,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .launch import TMPFS_INODE_BYTES, base_env
+from .launch import base_env
 from .plan import NOT_HELD, Plan
 from .types import ExecutionResult, SandboxLimits
 
-__all__ = ["isolation_probe", "resource_protections", "isolation_protections", "Facts", "FIX", "fix_uid",
-           "fix_cgroup", "code_as_root", "closed_to_others"]
+__all__ = [
+    "FIX",
+    "Execute",
+    "Facts",
+    "MiB",
+    "closed_to_others",
+    "code_as_root",
+    "fix_cgroup",
+    "fix_uid",
+    "isolation_probe",
+    "isolation_protections",
+    "kill_all",
+    "not_held",
+    "processes_with",
+]
 
 MiB = 1024 * 1024
 Facts = dict[str, Any]
@@ -206,7 +214,7 @@ class _Listeners:
             s.close()
 
 
-def _processes_with(token: str) -> list[int]:
+def processes_with(token: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
@@ -226,7 +234,7 @@ def _start_time(pid: int) -> str:
         return ""
 
 
-def _kill_all(pids: list[int]) -> None:
+def kill_all(pids: list[int]) -> None:
     for pid in pids:
         try:
             os.kill(pid, 9)
@@ -261,8 +269,8 @@ def isolation_probe(plan: Plan, execute: Execute) -> tuple[Facts | None, str]:
             facts = json.loads(result["stdout"].strip().splitlines()[-1])
         except (ValueError, IndexError):
             facts = None
-    left = _processes_with("agentgraphs-leftover-" + token)
-    _kill_all(left)  # the host cleans up what the probe showed could survive
+    left = processes_with("agentgraphs-leftover-" + token)
+    kill_all(left)  # the host cleans up what the probe showed could survive
     if facts is None:
         why = (result["stderr"].strip().splitlines() or [result["status"]])[-1][:300]
         return None, why
@@ -281,7 +289,7 @@ def _own_hash(name: str) -> str:
         return ""
 
 
-def _not_held(observed: str, fix: str) -> str:
+def not_held(observed: str, fix: str) -> str:
     return f"{NOT_HELD}: {observed}. Fix: {fix}"
 
 
@@ -341,7 +349,7 @@ def code_as_root(plan: Plan, facts: Facts, why_not: dict[str, str]) -> str | Non
     uid = why_not.get("uid", "not used").split(". Fix:")[0]
     if uid.startswith("the probe failed"):
         uid = closed_to_others(plan.python) or uid
-    return _not_held(f"the code runs as root (uid 0) in this machine's own namespaces: it can leave its cgroups, raise "
+    return not_held(f"the code runs as root (uid 0) in this machine's own namespaces: it can leave its cgroups, raise "
                      "its rlimits and signal, read or write this process, so no limit given to it holds (bubblewrap: "
                      f"{bwrap}; private uid: {uid})", f"{FIX['bwrap']}; or {fix_uid()}")
 
@@ -357,7 +365,7 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
     if reached:
         unix = "UNIX socket" in reached[0]  # seccomp allows AF_UNIX: only namespaces keep host services apart
         why = " (without network and mount namespaces, host services listening on UNIX sockets are reachable)"
-        p["network"] = _not_held(f"the probe {reached[0]} on the host" + (why if unix else ""),
+        p["network"] = not_held(f"the probe {reached[0]} on the host" + (why if unix else ""),
                                  FIX["bwrap"] if unix else f"{FIX['bwrap']}; or {FIX['seccomp']}")
     else:
         how = []
@@ -371,7 +379,7 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
     if facts.get("host_path_visible") or facts.get("wrote_outside"):
         wrote = facts.get("wrote_outside") or []
         observed = (f"the probe wrote to {wrote}" if wrote else "host paths are visible to the code")
-        p["filesystem"] = _not_held(observed, FIX["bwrap"])
+        p["filesystem"] = not_held(observed, FIX["bwrap"])
     else:
         p["filesystem"] = ("mount namespace: only system and Python dirs, read-only (probe: a host directory "
                            "was invisible, writes to it and to /usr, /etc and the standard library failed)")
@@ -379,10 +387,10 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
     filled = facts.get("filled") or {}
     total = sum(filled.values())
     if facts.get("host_path_visible"):
-        p["tmp_space"] = _not_held("without a mount namespace the code writes into host directories", FIX["bwrap"])
+        p["tmp_space"] = not_held("without a mount namespace the code writes into host directories", FIX["bwrap"])
     elif total > limits_tmp:
         top = ", ".join(f"{k} {v // 1024} KiB" for k, v in sorted(filled.items()) if v)
-        p["tmp_space"] = _not_held(f"the probe wrote {total // 1024} KiB with tmp_bytes={limits_tmp // 1024} KiB "
+        p["tmp_space"] = not_held(f"the probe wrote {total // 1024} KiB with tmp_bytes={limits_tmp // 1024} KiB "
                                    f"({top})", FIX["bwrap"] + " (0.8 or later)")
     else:
         writable = sorted(k for k, v in filled.items() if v)
@@ -393,17 +401,17 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
     if facts.get("env_extra") or facts.get("host_environ_read"):
         observed = ("the probe read this process's environment from /proc" if facts.get("host_environ_read")
                     else f"unexpected variables {facts.get('env_extra')}")
-        p["environment"] = _not_held(observed, f"{FIX['bwrap']}; or {fix_uid()}")
+        p["environment"] = not_held(observed, f"{FIX['bwrap']}; or {fix_uid()}")
     else:
         p["environment"] = ("scrubbed: only PATH, HOME, TMPDIR, locale, thread counts and SandboxLimits.env "
                             "(probe: this process's /proc/PID/environ was unreadable)")
 
     pidns = bwrap and isinstance(facts.get("pid"), int) and facts["pid"] <= 4
     if facts.get("host_cmdline_read"):
-        p["host_processes"] = _not_held("the probe read this process's command line from /proc (without a pid "
+        p["host_processes"] = not_held("the probe read this process's command line from /proc (without a pid "
                                         "namespace every host process, and its arguments, is visible)", FIX["bwrap"])
     elif facts.get("host_signal") == "delivered" or not (pidns or private_uid):
-        p["host_processes"] = _not_held(f"the probe's signal to this process: {facts.get('host_signal')}",
+        p["host_processes"] = not_held(f"the probe's signal to this process: {facts.get('host_signal')}",
                                         f"{FIX['bwrap']}; or {fix_uid()}")
     else:
         by = "pid namespace: host processes are invisible" if pidns else "private uid: host processes cannot be " \
@@ -412,7 +420,7 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
                                "command line was unreadable)")
 
     if facts.get("leftovers"):
-        p["leftover_processes"] = _not_held("a double-forked daemon of the probe outlived it",
+        p["leftover_processes"] = not_held("a double-forked daemon of the probe outlived it",
                                             f"{FIX['bwrap']}; or {fix_cgroup()}")
     else:
         by = "pid namespace: every process dies with the code's main process" if bwrap else \
@@ -423,14 +431,14 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
         p["syscalls"] = ("seccomp: namespaces, mounts, ptrace, bpf, io_uring, modules, keyrings denied (probe: "
                          "unshare(CLONE_NEWUSER) refused)")
     else:
-        p["syscalls"] = _not_held(f"seccomp mode {facts.get('seccomp')}, unshare(CLONE_NEWUSER) "
+        p["syscalls"] = not_held(f"seccomp mode {facts.get('seccomp')}, unshare(CLONE_NEWUSER) "
                                   f"{facts.get('unshare_userns')}", FIX["seccomp"])
 
     max_fd = facts.get("max_fd")
     if isinstance(max_fd, int) and max_fd < 64:
         p["open_files"] = f"RLIMIT_NOFILE (probe: {facts.get('open_files')} with max_open_files=64)"
     else:
-        p["open_files"] = _not_held(f"the probe opened files past max_open_files=64 ({facts.get('open_files')})",
+        p["open_files"] = not_held(f"the probe opened files past max_open_files=64 ({facts.get('open_files')})",
                                     "report this: RLIMIT_NOFILE did not bind")
 
     rl = facts.get("rlimits") or {}
@@ -444,355 +452,8 @@ def isolation_protections(plan: Plan, facts: Facts, limits_tmp: int = 4 * MiB) -
                                 "them small; inotify denied by seccomp (pipe buffers still count toward the "
                                 "user's pipe-user-pages-soft, which only shrinks the user's new pipes)")
     else:
-        p["per_user_limits"] = _not_held(f"the code runs as this user (uid {facts.get('uid')}) with inotify "
+        p["per_user_limits"] = not_held(f"the code runs as this user (uid {facts.get('uid')}) with inotify "
                                          f"{facts.get('inotify')}, rlimits {rl}",
                                          fix_uid() if os.geteuid() == 0 else
                                          f"{fix_uid()}; or unprivileged: {FIX['bwrap']} and {FIX['seccomp']}")
     return p
-
-
-# -- the resource probes: each goes past one limit -------------------------------------------------------
-
-_ORPHAN = r'''
-import os, sys, time
-def orphan(body, token):
-    """A double-forked process in its own session running `body`; its command line carries `token`."""
-    if os.fork() == 0:
-        os.setsid()
-        if os.fork() == 0:
-            os.execv(sys.executable, [sys.executable, "-S", "-c", body, token])
-        os._exit(0)
-    os.wait()
-'''
-
-_HOLD = r'''
-import os, time
-keep = [b"x" * (8 << 20) for _ in range(7)]
-os.write(1, b"orphan holds 56 MiB\n")
-time.sleep(30)
-'''
-
-# "at once": the parent holds its 56 MiB, has the child's word that it holds its own, and finds the child still
-# running. Both printing "holds" is not enough: a memory cgroup's OOM killer may let one fill after the other died.
-# Each line is one write(2) to the shared stdout, so the processes' lines never interleave (print may split them).
-_MEMORY_TOGETHER = _ORPHAN + r'''
-orphan(__HOLD__, __TOKEN__)
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    keep = [b"x" * (8 << 20) for _ in range(7)]
-    os.write(1, b"child holds 56 MiB\n")
-    os.write(w, b"1")
-    time.sleep(30)
-    os._exit(0)
-os.close(w)
-keep = [b"x" * (8 << 20) for _ in range(7)]
-os.write(1, b"parent holds 56 MiB\n")
-if os.read(r, 1) == b"1" and os.waitpid(pid, os.WNOHANG) == (0, 0):
-    os.write(1, b"parent and child hold 56 MiB each at once\n")
-os.waitpid(pid, 0)
-'''
-
-_MEMORY_KERNEL = r'''
-import ctypes, json, os
-libc = ctypes.CDLL(None, use_errno=True)
-held = {"memfd": 0}
-fds = []
-try:
-    for _ in range(4):
-        fd = os.memfd_create("fill")
-        fds.append(fd)
-        for _ in range(40):
-            held["memfd"] += os.write(fd, b"x" * (1 << 20))
-except OSError:
-    pass
-# System V memory outlives its process when detached; only asked for here (and removed at once): a
-# segment, queue or semaphore set the code may create is kernel memory no rlimit sees
-sysv = (("sysv_shm", lambda: libc.shmget(0, 1 << 20, 0o1600), lambda i: libc.shmctl(i, 0, None)),
-        ("sysv_msg", lambda: libc.msgget(0, 0o1600), lambda i: libc.msgctl(i, 0, None)),
-        ("sysv_sem", lambda: libc.semget(0, 1, 0o1600), lambda i: libc.semctl(i, 0, 0)))  # IPC_RMID
-for name, make, remove in sysv:
-    ident = make()
-    held[name] = "allowed" if ident >= 0 else "refused"
-    if ident >= 0:
-        remove(ident)
-print(json.dumps(held), flush=True)
-'''
-
-# Empty files: no pages, but an inode and a dentry of kernel memory each (about 1 KiB), which tmpfs's size
-# does not bound. Twice the limit's worth, one write(2) at the end only if nothing stopped it first.
-_MEMORY_INODES = r'''
-import os
-os.mkdir("many")
-n = 0
-try:
-    while n < __COUNT__:
-        os.close(os.open("many/%d" % n, os.O_CREAT | os.O_WRONLY, 0o600))
-        n += 1
-except OSError as e:
-    os.write(1, b"refused after %d: %s\n" % (n, e.strerror.encode()))
-os.write(1, b"empty files %d\n" % n)
-'''
-
-_FORK = r'''
-import os, sys, time
-who = "orphan" if len(sys.argv) > 1 and sys.argv[1].startswith("orphan-") else "main"
-n, kids = 0, []
-try:
-    while n < 40:
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(30)
-            os._exit(0)
-        kids.append(pid)
-        n += 1
-except OSError:
-    pass
-print(who, "forks", n, flush=True)
-if who == "orphan":
-    time.sleep(30)
-'''
-
-_PROCESSES = _ORPHAN + r'''
-orphan(__FORK__, __TOKEN__)
-time.sleep(0.3)
-''' + _FORK + r'''
-for k in kids:
-    os.kill(k, 9)
-    os.waitpid(k, 0)
-import threading
-t = 0
-try:
-    while t < 40:
-        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-        t += 1
-except RuntimeError:
-    pass
-print("main threads", t, flush=True)
-os._exit(0)
-'''
-
-_BURN = r'''
-import os, sys
-tag = sys.argv[1].split("-")[0] if len(sys.argv) > 1 else "main"
-last = 0.0
-while True:
-    for _ in range(20000):
-        pass
-    t = os.times()
-    c = t.user + t.system
-    if c - last >= 0.02:
-        last = c
-        os.write(1, ("%s %.3f\n" % (tag, c)).encode())
-    if c > 3:
-        os._exit(0)
-'''
-
-_CPU = _ORPHAN + r'''
-orphan(__BURN__, __TOKEN__)
-for i in range(2):
-    if os.fork() == 0:
-        sys.argv = ["x", "child%d-" % i]
-        break
-''' + _BURN
-
-
-# Children the kernel reaps by itself (SIGCHLD ignored) add their CPU time to no parent: each burns 30 ms, exits,
-# and reports it; a refusal to ignore SIGCHLD ends the probe at once.
-_CPU_REAPED = r'''
-import os, signal, time
-try:
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-except OSError as e:
-    os.write(1, b"ignoring SIGCHLD refused: %s\n" % e.strerror.encode())
-    os._exit(0)
-start = time.monotonic()
-while time.monotonic() - start < 3:
-    try:
-        pid = os.fork()
-    except OSError:
-        time.sleep(0.01)
-        continue
-    if pid == 0:
-        s = time.process_time()
-        while time.process_time() - s < 0.03:
-            pass
-        os.write(1, b"child %.3f\n" % time.process_time())
-        os._exit(0)
-    time.sleep(0.01)
-'''
-
-
-def _program(template: str, token: str, **bodies: str) -> str:
-    out = template.replace("__TOKEN__", repr("orphan-" + token))
-    for name, body in bodies.items():
-        out = out.replace(f"__{name}__", repr(body))
-    return out
-
-
-def _escaped(token: str) -> list[int]:
-    """Host pids of the probe's double-forked orphan (and its children) alive after the run (then killed)."""
-    pids = _processes_with("orphan-" + token)
-    _kill_all(pids)
-    return pids
-
-
-def _token() -> str:
-    return f"{os.getpid()}-{time.time_ns()}"
-
-
-def _memory(plan: Plan, execute: Execute) -> str:
-    limit = 96 * MiB
-    token = _token()
-    r = execute(_program(_MEMORY_TOGETHER, token, HOLD=_HOLD),
-                SandboxLimits(memory_bytes=limit, wall_s=8, max_processes=8), plan)
-    escaped = _escaped(token)
-    held_by = [w for w in ("parent", "child", "orphan") if f"{w} holds" in r["stdout"]]
-    k = execute(_MEMORY_KERNEL, SandboxLimits(memory_bytes=limit, wall_s=15, max_processes=8, tmp_bytes=64 * MiB),
-                plan)
-    try:
-        kernel = json.loads(k["stdout"].strip().splitlines()[-1]) if k["status"] == "ok" else {}
-    except (ValueError, IndexError):
-        kernel = {}
-    kernel_bytes = kernel.get("memfd", 0) if isinstance(kernel.get("memfd"), int) else 0
-    sysv = [k for k in ("sysv_shm", "sysv_msg", "sysv_sem") if kernel.get(k) == "allowed"]
-    files = 2 * limit // 1024
-    f = execute(_MEMORY_INODES.replace("__COUNT__", str(files)),
-                SandboxLimits(memory_bytes=limit, wall_s=30, cpu_s=30, max_processes=8), plan)
-    made = f"empty files {files}" in f["stdout"]
-    if escaped:
-        return _not_held(f"a double-forked process of the probe kept its memory after the run ({held_by} held 56 "
-                         "MiB each)", f"{fix_cgroup()}; or {FIX['bwrap']}")
-    hard = "memory" in plan.controllers  # a cgroup refuses the pages; the parent's count is polled
-    if r["status"] != "memory_limit" or (hard and "at once" in r["stdout"]):
-        together = " at once" if "at once" in r["stdout"] else ""
-        return _not_held(f"{held_by} held 56 MiB each{together} under memory_bytes=96 MiB (status {r['status']})",
-                         fix_cgroup())
-    if k["status"] == "ok" and kernel_bytes > limit:
-        return _not_held(f"the probe held {kernel_bytes // MiB} MiB in memfd files (memory outside every rlimit) "
-                         "under memory_bytes=96 MiB", f"{fix_cgroup()}; or {FIX['seccomp']}")
-    if "memory" not in plan.controllers and sysv:
-        return _not_held(f"without a memory cgroup the probe may create {sysv} (System V memory, outside every "
-                         "rlimit and, detached, outside every process)", f"{fix_cgroup()}; or {FIX['seccomp']}")
-    if made and (plan.bwrap is not None or "memory" not in plan.controllers):
-        # (without bubblewrap they land in a host directory, where a memory cgroup charges their inodes and, on
-        # a disk, the kernel may reclaim them: then the count alone shows nothing)
-        return _not_held(f"the probe created {files} empty files (about {files // 1024} MiB of kernel inodes and "
-                         f"dentries) under memory_bytes=96 MiB (status {f['status']})",
-                         f"{fix_cgroup()}; or {FIX['bwrap']}")
-    if "memory" in plan.controllers:
-        how = f"cgroup v{plan.cgroups.version if plan.cgroups else '?'} memory over all processes, tmpfs included"
-    else:
-        how = ("RLIMIT_AS per process + the parent sums the resident memory of all processes and the tmpfs (its "
-               f"pages, and {TMPFS_INODE_BYTES} bytes per inode: files, even empty ones) every 50 ms and kills the "
-               "run past memory_bytes (between two checks a burst can pass it briefly); memfd / System V memory "
-               "denied by seccomp; kernel buffers (pipes, sockets) bounded only by open files x processes")
-    return (f"{how} (probe: three processes, one double-forked, holding 56 MiB each under 96 MiB: {r['status']}; "
-            f"memfd + System V memory: {kernel or k['status']}; {files} empty files: {f['status']})")
-
-
-def _processes(plan: Plan, execute: Execute) -> str:
-    limit = 6
-    token = _token()
-    r = execute(_program(_PROCESSES, token, FORK=_FORK), SandboxLimits(max_processes=limit, wall_s=10), plan)
-    escaped = _escaped(token)
-    counts: dict[str, int] = {}
-    for line in r["stdout"].splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[2].isdigit():
-            counts[f"{parts[0]} {parts[1]}"] = int(parts[2])
-    forks = counts.get("main forks", 0) + counts.get("orphan forks", 0)
-    threads = counts.get("main threads", 0)
-    if escaped:
-        return _not_held(f"{len(escaped)} processes of a double-forked child outlived the run ({counts})",
-                         f"{fix_cgroup()}; or {fix_uid()}; or {FIX['bwrap']}")
-    if not (r["status"] == "process_limit" or (forks < limit and threads < limit)):
-        return _not_held(f"with max_processes={limit} the probe ran {counts} (status {r['status']})",
-                         f"{fix_cgroup()}; or {fix_uid()}; or {FIX['bwrap']}")
-    how = []
-    if "pids" in plan.controllers:
-        how.append("cgroup pids")
-    if plan.drop_uid:
-        how.append("RLIMIT_NPROC under a private uid")
-    elif plan.bwrap is not None and plan.userns:
-        how.append("RLIMIT_NPROC in the sandbox's own user namespace")
-    if not how:  # between two of the parent's counts a fork burst is unbounded: a count alone holds nothing
-        why = ("root ignores RLIMIT_NPROC" if os.geteuid() == 0 else
-               "without a user namespace of its own RLIMIT_NPROC would count every process of this user")
-        return _not_held(f"only the parent's count every 50 ms bounds the processes ({why}), so a fork burst between "
-                         f"two counts is unbounded (probe, max_processes={limit}: {counts}, status {r['status']})",
-                         f"{fix_cgroup()}; or {fix_uid() if os.geteuid() == 0 else FIX['bwrap']}")
-    if "pids" not in plan.controllers:
-        how.append("the parent counts the tasks every 50 ms and kills past max_processes")
-    seen = "killed" if r["status"] == "process_limit" else f"{forks} forks (one process double-forked), " \
-        f"{threads} threads"
-    return " + ".join(how) + f" (probe, max_processes={limit}: {seen})"
-
-
-def _cpu(plan: Plan, execute: Execute) -> str:
-    limit = 0.3
-    token = _token()
-    r = execute(_program(_CPU, token, BURN=_BURN), SandboxLimits(cpu_s=limit, wall_s=15, max_processes=8), plan)
-    escaped = _escaped(token)
-    final: dict[str, float] = {}
-    for line in r["stdout"].splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            try:
-                final[parts[0]] = max(final.get(parts[0], 0.0), float(parts[1]))
-            except ValueError:
-                pass
-    total = sum(final.values())
-    if escaped or r["status"] != "cpu_limit" or total > limit + 0.4:
-        seen = "a double-forked busy process outlived the run; " if escaped else ""
-        return _not_held(f"{seen}four busy processes used {total:.2f} s of CPU under cpu_s={limit} (status "
-                         f"{r['status']})", f"{fix_cgroup()}; or {FIX['bwrap']}")
-    a = execute(_CPU_REAPED, SandboxLimits(cpu_s=limit, wall_s=15, max_processes=8), plan)
-    refused = "ignoring SIGCHLD refused" in a["stdout"]
-    reaped = sum(float(line.split()[1]) for line in a["stdout"].splitlines() if line.startswith("child "))
-    if not refused and (a["status"] != "cpu_limit" or reaped > limit + 0.4):
-        return _not_held(f"children the kernel reaped by itself (SIGCHLD ignored) used {reaped:.2f} s of CPU under "
-                         f"cpu_s={limit} (status {a['status']})", f"{fix_cgroup()}; or {FIX['seccomp']}")
-    how = ["RLIMIT_CPU per process"]
-    how.append("cgroup CPU accounting over all processes" if "cpu" in plan.controllers else
-               "the parent sums the CPU time of the pid namespace's processes every 50 ms, exited children's "
-               "through their parents' (seccomp refuses a new SIGCHLD action, so that every child is waited for)")
-    reap = "ignoring SIGCHLD refused" if refused else f"children reaped by the kernel stopped at {reaped:.2f} s"
-    return " + ".join(how) + (f" (probe: four busy processes, one double-forked, stopped at {total:.2f} s under "
-                              f"cpu_s={limit}; {reap})")
-
-
-def _wall(plan: Plan, execute: Execute) -> str:
-    r = execute("import time\ntime.sleep(30)", SandboxLimits(wall_s=0.3), plan)
-    if r["status"] != "timeout" or r["wall_s"] > 10:
-        return _not_held(f"a 30 s sleep under wall_s=0.3 ended {r['status']} after {r['wall_s']} s",
-                         "report this: the parent's kill did not work")
-    return f"the parent kills every process at wall_s (probe: a 30 s sleep stopped after {r['wall_s']:.2f} s)"
-
-
-def _output(plan: Plan, execute: Execute) -> str:
-    cap = 64 * 1024
-    r = execute("import sys\nsys.stdout.write('x' * 3_000_000)", SandboxLimits(max_output_bytes=cap), plan)
-    size = len(r["stdout"]) + len(r["stderr"])
-    if r["status"] != "output_limit" or size > cap:
-        return _not_held(f"3 MB printed under max_output_bytes={cap} came back as {size} bytes ({r['status']})",
-                         "report this: the parent's output cap did not work")
-    return f"the parent caps stdout + stderr at max_output_bytes (probe: 3 MB printed, {size} bytes kept)"
-
-
-_RESOURCE_PROBES: dict[str, Callable[[Plan, Execute], str]] = {
-    "wall_clock": _wall, "cpu": _cpu, "memory": _memory, "processes": _processes, "output": _output,
-}
-
-
-def resource_protections(plan: Plan, execute: Execute) -> dict[str, str]:
-    """Run the resource probes at once (each an execution past its limit) and say what held."""
-    with concurrent.futures.ThreadPoolExecutor(len(_RESOURCE_PROBES)) as pool:
-        futures = {name: pool.submit(probe, plan, execute) for name, probe in _RESOURCE_PROBES.items()}
-        out: dict[str, str] = {}
-        for name, future in futures.items():
-            try:
-                out[name] = future.result()
-            except Exception as e:  # a probe that cannot run proves nothing
-                out[name] = _not_held(f"its probe failed: {type(e).__name__}: {e}", "report this")
-    return out

@@ -16,12 +16,12 @@ from agentgraphs.sandbox import PROTECTIONS, SandboxLimits, run_python
 from agentgraphs.sandbox.detect import current_plan
 from agentgraphs.sandbox.execution import _wait_gone
 from agentgraphs.sandbox.plan import NOT_HELD, Plan
-from agentgraphs.sandbox.probes import (
+from agentgraphs.sandbox.probes import processes_with
+from agentgraphs.sandbox.resource_probes import (
     _HOLD,
     _MEMORY_TOGETHER,
     _escaped,
     _memory,
-    _processes_with,
     _program,
     _token,
 )
@@ -83,7 +83,7 @@ def test_the_program_says_at_once_when_nothing_limits_it() -> None:
         os.killpg(probe.pid, signal.SIGKILL)
         probe.wait(timeout=10)
         # the forked child carries the token too (in its -c source): let it finish dying before the orphan is counted
-        _wait_gone({pid for pid in _processes_with("orphan-" + token) if _group(pid) == probe.pid})
+        _wait_gone({pid for pid in processes_with("orphan-" + token) if _group(pid) == probe.pid})
         orphans = _escaped(token)  # the double-forked one is in its own session: found and killed here
     assert lines[-1] == "parent and child hold 56 MiB each at once"
     assert {"parent holds 56 MiB", "child holds 56 MiB"} <= set(lines) and len(orphans) == 1
