@@ -757,9 +757,10 @@ def test_sixteen_executions_at_once_do_not_interfere():
         assert int(square) == i * i
         spans.append((float(start), float(end)))
     assert max(s for s, _ in spans) < min(e for _, e in spans)  # they really ran at the same time
-    # the bombs are stopped by whichever limit they reach first (on many cores: the CPU they share)
+    # the bombs are stopped by whichever limit they reach first (on many cores: the CPU they share; the fork
+    # bomb's 12 interpreters can pass 128 MiB together before its process count is seen, under load)
     assert results[14]["status"] in ("memory_limit", "timeout", "cpu_limit")
-    assert results[15]["status"] in ("timeout", "process_limit", "cpu_limit")
+    assert results[15]["status"] in ("timeout", "process_limit", "cpu_limit", "memory_limit")
 
 
 def test_cancelling_an_async_execution_kills_it():
