@@ -19,6 +19,7 @@ costs a few characters per message instead of the whole text (`agentgraphs.chat_
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -340,19 +341,11 @@ def check_template_kwargs(source: Any, kwargs: Mapping[str, Any]) -> None:
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             raise ConfigError(f"template kwarg {key!r} is the text {value!r}: pass the boolean {value.strip().lower()} "
                               "(in a template any non-empty text is true)")
-    if not isinstance(source, str):
-        return  # no template text (or several named ones): nothing to check against
+    read = template_variables(source) if isinstance(source, str) else None
+    if read is None:
+        return  # no template text (or several named ones, or one jinja cannot parse): nothing to check against
     from difflib import get_close_matches
 
-    from jinja2 import meta
-    from jinja2.exceptions import TemplateSyntaxError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    try:
-        env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
-        read = meta.find_undeclared_variables(env.parse(source))
-    except TemplateSyntaxError:
-        return
     names = sorted(read | {"add_generation_prompt", "messages", "tools"})
     for key in kwargs:
         if key not in read:
@@ -360,6 +353,25 @@ def check_template_kwargs(source: Any, kwargs: Mapping[str, Any]) -> None:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"template kwarg {key!r} is not read by this chat template, so it would change "
                               f"nothing{hint}; the template reads: {', '.join(names)}")
+
+
+@functools.lru_cache(maxsize=32)
+def template_variables(source: str) -> frozenset[str] | None:
+    """The variables a chat template reads from its caller (None when jinja cannot parse it); parsed once per
+    template text, since a context builds its policy's ChatTemplate once per rollout.
+
+    >>> sorted(template_variables("{% if enable_thinking %}x{% endif %}{{ messages }}"))
+    ['enable_thinking', 'messages']
+    """
+    from jinja2 import meta
+    from jinja2.exceptions import TemplateSyntaxError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
+        return frozenset(meta.find_undeclared_variables(env.parse(source)))
+    except TemplateSyntaxError:
+        return None
 
 
 def message_keys_read(source: str) -> frozenset[str] | None:
