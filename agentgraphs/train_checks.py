@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .trace import head_index
+from .trace import head_index, mask_value_problem
 
 __all__ = ["check_lengths", "check_masks", "masked_after_generate", "reward_of", "sample_name", "sample_status",
            "slime_v03"]
@@ -132,10 +132,12 @@ def check_masks(samples, masks, owner, to_check) -> None:
 
 
 def _refuse_mask_value(samples, masks, owner) -> NoReturn:
-    """ValueError naming the first loss-mask entry that is not the int 0 or 1: its sample, sequence and slot."""
+    """ValueError naming the first loss-mask entry that is not the int 0 or 1 (`trace.mask_value_problem`, a
+    numpy integer read as its int): its sample, sequence and slot."""
     for row, mask in enumerate(masks):
         for slot, value in enumerate(mask):
-            if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value in (0, 1):
+            problem = mask_value_problem(int(value) if isinstance(value, np.integer) else value)
+            if problem is None:
                 continue
             pos = owner[row]
             k = row - owner.index(pos)
