@@ -27,7 +27,8 @@ _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_ca
 
 
 class OpenAIChatEngine:
-    """POST {base_url}/chat/completions; answers a Completion with `text` and no token ids.
+    """POST {base_url}/chat/completions; answers a Completion with `text` and no token ids (the endpoint's
+    `usage`: `prompt_tokens`, and `meta["completion_tokens"]` when it reports one).
 
     >>> engine = OpenAIChatEngine("http://127.0.0.1:8001/v1", model="judge-model")
     >>> engine.name
@@ -115,6 +116,9 @@ def _completion(resp: httpx.Response, *, latency_s: float, retries: int) -> Comp
     if not isinstance(text, str):
         raise EngineProtocolError(f"chat completion content is {type(text).__name__}, not text")
     usage = obj.get("usage") or {}
+    meta: dict[str, object] = {"model": obj.get("model")}
+    if isinstance(usage.get("completion_tokens"), int):  # what the reply cost (a text engine has no ids to count)
+        meta["completion_tokens"] = usage["completion_tokens"]
     return Completion(token_ids=[], logprobs=[], finish_reason=finish, text=text,
                       prompt_tokens=int(usage.get("prompt_tokens") or 0), rid=str(obj.get("id") or ""),
-                      latency_s=latency_s, retries=retries, meta={"model": obj.get("model")})
+                      latency_s=latency_s, retries=retries, meta=meta)

@@ -232,10 +232,27 @@ async def _expert(state: ToolOrchestraState, runtime: Runtime[AgentContext], opt
                              max_new_tokens=opts.expert_max_new_tokens)
     except EngineError as exc:
         return None, {}, (0, 0), f"expert {model!r} failed: {exc}"
+    return out.text, out.update, _expert_tokens(context_of(runtime), out, prompt), None
+
+
+def _expert_tokens(ctx: AgentContext, out: Any, prompt: str) -> tuple[int, int]:
+    """(input, output) tokens of one expert call, as its engine reports them: a token engine's prompt and
+    output ids, a text endpoint's `usage`. An endpoint that reports none is counted as the seed counts every
+    expert call: its prompt and reply texts under the orchestrator's tokenizer (never a made-up 0)."""
     c = out.completion
-    tokens = (c.prompt_tokens or len(out.turn["prompt_ids"]),
-              len(c.token_ids) or int(c.meta.get("completion_tokens", 0) or 0))
-    return out.text, out.update, tokens, None
+
+    def count(text: str) -> int:
+        return len(ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0
+
+    n_in = c.prompt_tokens or len(out.turn["prompt_ids"]) or count(prompt)
+    reported = c.meta.get("completion_tokens")
+    if c.token_ids:
+        n_out = len(c.token_ids)
+    elif isinstance(reported, int) and not isinstance(reported, bool):
+        n_out = reported
+    else:
+        n_out = count(out.text)
+    return n_in, n_out
 
 
 def _finish_step(state: ToolOrchestraState, tokens: tuple[int, int], started: float, error: str | None

@@ -1,0 +1,130 @@
+"""ToolOrchestra's experts as users deploy them (README: `--helper NAME=openai:URL#MODEL`): text endpoints
+on 127.0.0.1 that answer OpenAI chat completions, some with `usage`, some without, some from reasoning
+models that think before they reply. The orchestrator is scripted over the tiny Qwen3-template model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgraphs.context import AgentContext
+from agentgraphs.engines.base import SamplingParams
+from agentgraphs.engines.hf import HFEngine
+from agentgraphs.records import sample_fields
+from agentgraphs.rollout import rollout_input, run_rollout
+from agentgraphs.testing.scripted import ScriptedPolicy
+from agentgraphs.testing.tiny_model import ensure_tiny_model
+from agentgraphs.toolorchestra import SPEC
+
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
+
+def call(name: str, model: str) -> str:
+    body = json.dumps({"name": name, "arguments": {"model": model}})
+    return f"<think>plan</think>\n<tool_call>\n{body}\n</tool_call>"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ChatEndpoint:
+    """An OpenAI-compatible /v1/chat/completions: each model name answers its scripted replies in order,
+    each reply `(content, usage or None)`; every request body is kept."""
+
+    def __init__(self) -> None:
+        self.replies: dict[str, list[tuple[str, dict[str, int] | None]]] = {}
+        self.requests: list[dict[str, Any]] = []
+
+    def app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        async def chat(request: Request) -> JSONResponse:
+            body = await request.json()
+            self.requests.append(body)
+            content, usage = self.replies[body["model"]].pop(0)
+            out: dict[str, Any] = {"id": "c1", "object": "chat.completion", "model": body["model"],
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": content}}]}
+            if usage is not None:
+                out["usage"] = {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
+            return JSONResponse(out)
+
+        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+@pytest.fixture(scope="module")
+def scorer(agentgraphs_cache: Path) -> HFEngine:
+    return HFEngine.from_dir(ensure_tiny_model(template="qwen3"), device="cpu", seed=0)
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[tuple[ChatEndpoint, str]]:
+    chat = ChatEndpoint()
+    server = uvicorn.Server(uvicorn.Config(chat.app(), host="127.0.0.1", port=_free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if server.started:
+            break
+        threading.Event().wait(0.02)
+    yield chat, f"http://127.0.0.1:{server.config.port}/v1"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def run(scorer: HFEngine, orchestrator: list[str], url: str, retrieval: Any = None, **options: Any) -> Any:
+    from agentgraphs.engines.openai import OpenAIChatEngine
+
+    experts = {"search": ["searcher"], "answer": ["answerer"]}
+    engines = {name: OpenAIChatEngine(url, model=name, max_retries=0) for name in ("searcher", "answerer")}
+    policy = ScriptedPolicy(scorer, orchestrator, name="orchestrator")
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer, engines=engines,
+                       tools={"retrieval": retrieval} if retrieval is not None else {},
+                       sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
+    inp = rollout_input("What is the launch code of Zorblax station?", "4321", {}, 0)
+    return asyncio.run(run_rollout(SPEC, inp, ctx, options={"experts": experts, **options}))
+
+
+def test_a_text_experts_reported_usage_is_what_the_cost_counts(scorer: HFEngine,
+                                                               endpoint: tuple[ChatEndpoint, str]) -> None:
+    chat, url = endpoint
+    chat.replies["answerer"] = [("It is \\boxed{4321}.", {"prompt_tokens": 400, "completion_tokens": 9})]
+    rollout = run(scorer, [call("answer", "answerer")], url, variant="original",
+                  prices={"answerer": [1.0, 10.0]})
+    assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
+    step = rollout.final_state["steps"][-1]
+    # the endpoint said 400 prompt and 9 completion tokens: both are what the expert cost
+    assert (step["expert_input_tokens"], step["expert_output_tokens"]) == (400, 9)
+    features = sample_fields(rollout, SPEC)["train_metadata"]["reward_shaping"]["features"]
+    assert features["cost"] == pytest.approx((400 * 1.0 + 9 * 10.0) / 1e6)
+
+
+def test_a_text_expert_without_usage_is_counted_with_the_orchestrators_tokenizer(
+        scorer: HFEngine, endpoint: tuple[ChatEndpoint, str]) -> None:
+    """The seed counts every expert call this way (the query and the reply under the orchestrator's
+    tokenizer); a zero would make the costliest expert look free."""
+    chat, url = endpoint
+    chat.requests.clear()
+    reply = "It is \\boxed{4321}."
+    chat.replies["answerer"] = [(reply, None)]
+    rollout = run(scorer, [call("answer", "answerer")], url)
+    assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
+    step = rollout.final_state["steps"][-1]
+    tok = scorer.tokenizer
+    sent = chat.requests[0]["messages"][0]["content"]
+    assert step["expert_input_tokens"] == len(tok.encode(sent, add_special_tokens=False)) > 0
+    assert step["expert_output_tokens"] == len(tok.encode(reply, add_special_tokens=False)) > 0
