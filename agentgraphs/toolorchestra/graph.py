@@ -32,6 +32,7 @@ from ..context import AgentContext, LoopCache, context_of
 from ..errors import ConfigError, EngineError, RetrievalError
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions, judge_option
+from ..toolcalls import split_reasoning
 from .coderun import extract_code, run_expert_code
 from .notes import Note, render_context
 from .parsing import parse_choice
@@ -224,7 +225,11 @@ def _check_experts(ctx: AgentContext, experts: Mapping[str, list[str]]) -> None:
 
 async def _expert(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions,
                   node: str, prompt: str) -> tuple[str | None, dict[str, Any], tuple[int, int], str | None]:
-    """Ask the chosen expert; (text or None, state update, (input, output) tokens, error)."""
+    """Ask the chosen expert; (its reply or None, state update, (input, output) tokens, error).
+
+    The reply is what follows a reasoning model's `</think>` (the whole text without a think block): a
+    query, code or answer the expert only considered while thinking is not its reply. A reply cut off
+    inside its reasoning has none: the call is a failed tool, as an expert that is down."""
     model = (state.get("steps") or [])[-1]["model"]
     try:
         out = await call_llm(state, runtime, node=node, engine=model, trainable=False,
@@ -232,7 +237,13 @@ async def _expert(state: ToolOrchestraState, runtime: Runtime[AgentContext], opt
                              max_new_tokens=opts.expert_max_new_tokens)
     except EngineError as exc:
         return None, {}, (0, 0), f"expert {model!r} failed: {exc}"
-    return out.text, out.update, _expert_tokens(context_of(runtime), out, prompt), None
+    tokens = _expert_tokens(context_of(runtime), out, prompt)
+    reply = split_reasoning(out.text)[1]
+    if reply is None:
+        return None, out.update, tokens, (f"expert {model!r} gave no reply: its reasoning never closed "
+                                          f"(finish {out.completion.finish_reason!r} after {tokens[1]} tokens; "
+                                          "raise expert_max_new_tokens or ask it not to think)")
+    return reply, out.update, tokens, None
 
 
 def _expert_tokens(ctx: AgentContext, out: Any, prompt: str) -> tuple[int, int]:
@@ -270,7 +281,8 @@ def _finish_step(state: ToolOrchestraState, tokens: tuple[int, int], started: fl
 
 async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
                  ) -> dict[str, Any]:
-    """The expert writes a query (its first line); the retrieval service's passages become notes."""
+    """The expert writes a query (the first line of its reply; the problem when the reply is empty); the
+    retrieval service's passages become notes."""
     ctx = context_of(runtime)
     started = time.monotonic()
     notes = list(state.get("notes") or [])
@@ -316,8 +328,8 @@ async def enhance_reasoning(state: ToolOrchestraState, runtime: Runtime[AgentCon
 
 async def answer(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
                  ) -> dict[str, Any]:
-    """The expert answers; the last \\boxed{} (else the whole reply) is the answer and the episode ends.
-    A failed expert is an attempt note and the orchestrator goes on."""
+    """The expert answers; the last \\boxed{} of its reply (else the whole reply, after any reasoning) is the
+    answer and the episode ends. A failed expert is an attempt note and the orchestrator goes on."""
     ctx = context_of(runtime)
     started = time.monotonic()
     notes = list(state.get("notes") or [])

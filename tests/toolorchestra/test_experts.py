@@ -128,3 +128,49 @@ def test_a_text_expert_without_usage_is_counted_with_the_orchestrators_tokenizer
     sent = chat.requests[0]["messages"][0]["content"]
     assert step["expert_input_tokens"] == len(tok.encode(sent, add_special_tokens=False)) > 0
     assert step["expert_output_tokens"] == len(tok.encode(reply, add_special_tokens=False)) > 0
+
+
+class Retrieval:
+    """`ctx.tools["retrieval"]`: keeps every query it is asked and answers one passage."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def search(self, query: str, topk: int = 3) -> list[dict[str, Any]]:
+        self.queries.append(query)
+        return [{"document": {"id": "1", "contents": "The launch code of Zorblax station is 4321."}, "score": 1.0}]
+
+
+def test_a_reasoning_expert_is_read_after_its_reasoning(scorer: HFEngine, endpoint: tuple[ChatEndpoint, str]) -> None:
+    """Qwen3 behind an OpenAI endpoint without a reasoning parser (README's own helper example) replies
+    `<think>...</think>` first: the search query is the first line after it, and the answer's box is the
+    reply's, not one the expert considered while thinking."""
+    chat, url = endpoint
+    usage = {"prompt_tokens": 10, "completion_tokens": 10}
+    query = "<think>\nThe station's code must be in a document.\n</think>\n\nlaunch code Zorblax station\n"
+    reply = "<think>\nIs it \\boxed{1}? No, the document says otherwise.\n</think>\n\n4321"
+    chat.replies["searcher"] = [(query, usage)]
+    chat.replies["answerer"] = [(reply, usage)]
+    retrieval = Retrieval()
+    rollout = run(scorer, [call("search", "searcher"), call("answer", "answerer")], url, retrieval=retrieval)
+    assert rollout.status == "completed", rollout.reason
+    assert retrieval.queries == ["launch code Zorblax station"]
+    assert rollout.answer == "4321" and rollout.reward == 1.0
+
+
+def test_an_expert_cut_off_in_its_reasoning_is_a_failed_tool_not_a_query_or_an_answer(
+        scorer: HFEngine, endpoint: tuple[ChatEndpoint, str]) -> None:
+    chat, url = endpoint
+    usage = {"prompt_tokens": 10, "completion_tokens": 10}
+    chat.replies["searcher"] = [("<think>\nLet me think about which query\n", usage)]
+    chat.replies["answerer"] = [("<think>\nIt could be \\boxed{4321} but I", usage),
+                                ("\\boxed{4321}", usage)]
+    retrieval = Retrieval()
+    rollout = run(scorer, [call("search", "searcher"), call("answer", "answerer"), call("answer", "answerer")],
+                  url, retrieval=retrieval)
+    assert rollout.status == "completed", rollout.reason
+    assert retrieval.queries == []  # no query was written: nothing is searched
+    steps = rollout.final_state["steps"]
+    assert [s["ok"] for s in steps] == [False, False, True]
+    assert "reasoning never closed" in steps[0]["error"] and "reasoning never closed" in steps[1]["error"]
+    assert rollout.summary["failed_tools"] == 2 and rollout.answer == "4321"
