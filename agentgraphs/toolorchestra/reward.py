@@ -20,11 +20,13 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..answers import em, normalize_answer
 from ..context import AgentContext
 from ..node import call_llm
 from ..row_fields import answers_of, question_of
-from ..spec import RewardInput, judge_engine
+from ..spec import RewardInput, judge_engine, options_error
 from .graph import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE
 
@@ -81,13 +83,26 @@ async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     golds = answers_of(rin["label"])
     if not rin["answer"].strip():
         return 0.0
-    options = rin.get("options") or {}
-    if correct(rin["answer"], golds, str(options.get("correctness", "exact"))):
+    options = resolved_options(rin)
+    if correct(rin["answer"], golds, options.correctness):
         return 1.0
-    judge = judge_engine(ctx, options.get("judge"))
+    judge = judge_engine(ctx, options.judge)
     if ctx is None or judge is None:
         return 0.0
     return 1.0 if await _judge(ctx, judge, rin, golds) else 0.0
+
+
+def resolved_options(rin: RewardInput) -> ToolOrchestraOptions:
+    """The options the RewardInput carries, resolved as the run resolved them (defaults, variant presets);
+    ConfigError names a bad one. An empty dict is the defaults, never another rule.
+
+    >>> [resolved_options({"options": o}).correctness for o in ({}, {"variant": "original"})]
+    ['contains', 'exact']
+    """
+    try:
+        return ToolOrchestraOptions.model_validate(dict(rin.get("options") or {}))
+    except ValidationError as exc:
+        raise options_error("toolorchestra", exc) from None
 
 
 async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str]) -> bool:
