@@ -1,6 +1,7 @@
 """ToolOrchestra's reward: correctness of the answer, and the cost features of the group shaping.
 
-Correctness (the `correctness` option), then the `judge` engine (when the context has it) when the rule says wrong:
+Correctness (the `correctness` option), then the `judge` engine (when the context has it) when the rule says wrong
+(its reply after any reasoning begins with yes or no, else RewardError: an unreadable verdict is not a 0):
     exact     (original) SQuAD exact match against any gold (`agentgraphs.answers.em`);
     contains  (seed)     both texts normalised (Unicode NFKD, lower-cased, stripped, every character that
                          is neither a word character nor whitespace replaced by a space, whitespace runs
@@ -24,9 +25,11 @@ from pydantic import ValidationError
 
 from ..answers import em, normalize_answer
 from ..context import AgentContext
+from ..errors import RewardError
 from ..node import call_llm
 from ..row_fields import answers_of, question_of
 from ..spec import RewardInput, judge_engine, options_error
+from ..toolcalls import split_reasoning
 from .graph import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE
 
@@ -35,6 +38,7 @@ __all__ = ["contains_match", "correct", "features", "metrics", "reward", "reward
 _NOT_WORD = re.compile(r"[^\w\s]")
 _SPACES = re.compile(r"\s+")
 DEFAULT_PRICE = 1.0  # USD per million tokens of an expert without a price
+JUDGE_MAX_NEW_TOKENS = 1024  # room for a reasoning judge to think before its yes / no
 
 
 def seed_normalise(text: str) -> str:
@@ -109,8 +113,28 @@ async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str
     problem = question_of(rin["prompt"])
     prompt = JUDGE.format(problem=problem, reference=" / ".join(golds), answer=rin["answer"])
     out = await call_llm({}, ctx, node="judge", engine=name, trainable=False,
-                         messages=[{"role": "user", "content": prompt}], temperature=0.0, max_new_tokens=8)
-    return normalize_answer(out.text).startswith("yes")
+                         messages=[{"role": "user", "content": prompt}], temperature=0.0,
+                         max_new_tokens=JUDGE_MAX_NEW_TOKENS)
+    verdict = judge_verdict(out.text)
+    if verdict is None:
+        raise RewardError(f"toolorchestra judge {name!r} answered neither yes nor no (finish "
+                          f"{out.completion.finish_reason!r}): {out.text[-200:]!r}. Fix: give the `judge` option an "
+                          "engine that replies 'yes' or 'no' (a reasoning model after its </think>, within "
+                          f"{JUDGE_MAX_NEW_TOKENS} tokens), or set judge: null")
+    return verdict
+
+
+def judge_verdict(text: str) -> bool | None:
+    """The judge's yes (True) or no (False): the first word of its reply after any reasoning; None when it is
+    neither (or the reasoning never closed), never a guess.
+
+    >>> judge_verdict("Yes."), judge_verdict("<think>hm</think>\\n\\nno"), judge_verdict("yesterday")
+    (True, False, None)
+    """
+    reply = split_reasoning(text)[1]
+    words = normalize_answer(reply or "").split()
+    first = words[0] if words else ""
+    return True if first == "yes" else False if first == "no" else None
 
 
 def _pair(price: Price) -> tuple[float, float]:

@@ -213,9 +213,9 @@ def test_reward_is_exact_match_then_the_judge_when_configured(scorer: HFEngine) 
     judge = ScriptedPolicy(scorer, ["yes", "no"], name="judge")
     ctx = AgentContext(policy=judge, tokenizer=scorer.tokenizer, engines={"judge": judge})
 
-    def rin(answer: str, judge_name: Any) -> RewardInput:
+    def rin(answer: str, judge_name: Any) -> RewardInput:  # the original variant's rule: SQuAD exact match
         return RewardInput(answer=answer, prompt="Capital of France?", label=["Paris"], metadata={},
-                           status="completed", trace_summary={}, options={"judge": judge_name})
+                           status="completed", trace_summary={}, options={"correctness": "exact", "judge": judge_name})
 
     assert asyncio.run(SPEC.reward(rin("the Paris!", None), ctx)) == 1.0  # exact match after normalisation
     assert asyncio.run(SPEC.reward(rin("Paris, France", None), ctx)) == 0.0 and not judge.calls
