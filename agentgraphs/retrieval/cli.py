@@ -48,6 +48,8 @@ def serve_command(
     workers: int = typer.Option(4, min=1, help="searches that run at once (a slow one holds only its own)"),
     keep_alive_s: int = typer.Option(DEFAULT_KEEP_ALIVE_S, min=1, help="seconds an idle connection stays open; "
                                      "keep it above the clients' keep-alive expiry (httpx: 5 s)"),
+    bare_list: bool = typer.Option(False, "--bare-list", help="answer [[hits...], ...] without the {\"result\": ...} "
+                                   "wrapper, as ToolOrchestra's own servers do (their clients read results[0])"),
 ) -> None:
     """Serve an index: POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}, GET /health."""
     from .service import serve
@@ -55,7 +57,7 @@ def serve_command(
     try:
         serve(index_dir, host=host, port=port, max_topk=max_topk, batch_window_s=batch_window_ms / 1000,
               max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers,
-              keep_alive_s=keep_alive_s)
+              keep_alive_s=keep_alive_s, bare_list=bare_list)
     except AgentGraphsError as exc:
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None

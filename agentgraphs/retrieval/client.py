@@ -98,8 +98,11 @@ def _error_text(response: httpx.Response) -> str:
 
 
 def _parse(response: httpx.Response, url: str, attempt: int, n_queries: int) -> list[list[Hit]]:
+    """Hits from either answer shape: ours and Search-R1's {"result": [[...]]}, or the bare [[...]] of
+    ToolOrchestra's servers (NVlabs' retrieval_wiki.py, the seed's retrieval_general_thought.py)."""
     try:
-        result: Any = response.json()["result"]
+        body: Any = response.json()
+        result: Any = body if isinstance(body, list) else body["result"]
         if not isinstance(result, list) or len(result) != n_queries:
             raise ValueError(f"expected {n_queries} result list(s)")
         return [[Hit(document=_document(h["document"]), score=float(h["score"])) for h in hits] for hits in result]
@@ -108,6 +111,9 @@ def _parse(response: httpx.Response, url: str, attempt: int, n_queries: int) -> 
 
 
 def _document(doc: Any) -> Any:
+    """The document with its text under "contents" (the seed's server names it "content")."""
+    if isinstance(doc, dict) and not isinstance(doc.get("contents"), str) and isinstance(doc.get("content"), str):
+        doc = {**doc, "contents": doc["content"]}
     if not isinstance(doc, dict) or not isinstance(doc.get("contents"), str):
-        raise ValueError("a document without text 'contents'")
+        raise ValueError("a document without text 'contents' (or 'content')")
     return doc

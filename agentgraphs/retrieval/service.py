@@ -5,8 +5,10 @@
          (one ranked list per query; with "return_scores": false each item is the bare document)
     GET  /health    -> {"status": "ok", "kind": "bm25", "passages": N}
 
-ToolOrchestra (after Search-R1) queries a retrieval server on port 8000 in exactly this shape, so its
-clients work against this service and ours against theirs. A malformed request is a 400 whose "error"
+That is Search-R1's answer. ToolOrchestra's own servers on port 8000 (NVlabs' retrieval_wiki.py, the seed's
+retrieval_general_thought.py) take the same request but answer the bare list of lists, which their clients
+index directly (`results[0]`): serve with `bare_list` (`agentgraphs retrieval serve --bare-list`) for them.
+`RetrievalClient` reads either answer. A malformed request is a 400 whose "error"
 names the field and the fix: a body that is not JSON (or nested too deeply to parse), a missing or
 mistyped field, more than 512 queries, a query longer than `max_query_chars` characters (default 8192;
 `agentgraphs retrieval serve --max-query-chars`), or a body larger than any valid request can be.
@@ -116,11 +118,13 @@ def _loads(raw: bytes) -> Any:
 
 
 def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: float = 0.0,
-             max_batch_queries: int = 128, max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4) -> Any:
+             max_batch_queries: int = 128, max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4,
+             bare_list: bool = False) -> Any:
     """The ASGI app serving `index` (run it with uvicorn, or `serve`).
 
     Searches go through a `SearchBatcher(index, max_queries=max_batch_queries, window_s=batch_window_s,
-    workers=workers)`; a query longer than `max_query_chars` characters is a 400.
+    workers=workers)`; a query longer than `max_query_chars` characters is a 400. `bare_list` answers the
+    per-query lists without the {"result": ...} wrapper, as ToolOrchestra's own servers do.
     """
     if max_query_chars < 1:
         raise ConfigError(f"retrieval service: max_query_chars={max_query_chars} must be >= 1")
@@ -148,7 +152,8 @@ def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: fl
         except RequestError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         hits = await batcher.search(queries, topk)
-        return JSONResponse({"result": _shape(hits, return_scores)})
+        shaped = _shape(hits, return_scores)
+        return JSONResponse(shaped if bare_list else {"result": shaped})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "kind": index.kind, "passages": len(index.passages)})
@@ -170,7 +175,7 @@ def make_app(index: SearchIndex, *, max_topk: int = MAX_TOPK, batch_window_s: fl
 def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           max_topk: int = MAX_TOPK, batch_window_s: float = 0.0, max_batch_queries: int = 128,
           max_query_chars: int = MAX_QUERY_CHARS, workers: int = 4,
-          keep_alive_s: int = DEFAULT_KEEP_ALIVE_S) -> None:
+          keep_alive_s: int = DEFAULT_KEEP_ALIVE_S, bare_list: bool = False) -> None:
     """Load the index and serve it until interrupted (what `agentgraphs retrieval serve` runs). An idle
     connection stays open `keep_alive_s` seconds (`DEFAULT_KEEP_ALIVE_S`: longer than clients' own expiry)."""
     if keep_alive_s < 1:
@@ -182,5 +187,6 @@ def serve(index_dir: str | Path, *, host: str = "127.0.0.1", port: int = DEFAULT
         raise ConfigError("the retrieval service needs uvicorn and starlette: "
                           "pip install 'agentgraphs[retrieval]'") from None
     app = make_app(load_index(index_dir), max_topk=max_topk, batch_window_s=batch_window_s,
-                   max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers)
+                   max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers,
+                   bare_list=bare_list)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=keep_alive_s)
