@@ -207,9 +207,28 @@ def get_setup(args: Any) -> BridgeSetup:
     if not hf_checkpoint:
         raise ConfigError("args.hf_checkpoint is not set: pass --hf-checkpoint (the tokenizer is read from it)")
     url = router_url(args)
-    # every agentgraph_* setting is part of the key: changing one must not reuse a stale setup
-    key = (name, url, hf_checkpoint, settings.model_dump_json())
+    # every agentgraph_* setting, and every slime flag the setup is checked or sized by, is part of the key:
+    # changing one must not reuse a setup built (and checked) for other args
+    key = (name, url, hf_checkpoint, settings.model_dump_json(), slime_args_key(args))
     return _SETUPS.get(key, lambda: _build_setup(args, settings, name, url, str(hf_checkpoint)), running_loop())
+
+
+# the slime flags `check_slime_args` and `slime_concurrency` read (set or not, and their values)
+SETUP_SLIME_ARGS = (
+    "apply_chat_template", "custom_convert_samples_to_train_data_path", "partial_rollout", "group_rm",
+    "dynamic_sampling_filter_path", "use_rollout_routing_replay", "rollout_top_p", "label_key",
+    "sglang_server_concurrency", "rollout_num_engines", "rollout_num_gpus", "rollout_num_gpus_per_engine",
+)
+
+
+def slime_args_key(args: Any) -> tuple[tuple[str, bool, str], ...]:
+    """What a setup depends on among slime's flags (SETUP_SLIME_ARGS): part of its cache key.
+
+    >>> from types import SimpleNamespace
+    >>> slime_args_key(SimpleNamespace(rollout_top_p=1.0)) == slime_args_key(SimpleNamespace(rollout_top_p=0.9))
+    False
+    """
+    return tuple((name, hasattr(args, name), repr(getattr(args, name, None))) for name in SETUP_SLIME_ARGS)
 
 
 def check_slime_args(args: Any, spec: AgentSpec, settings: BridgeSettings) -> None:
