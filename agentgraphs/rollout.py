@@ -93,15 +93,18 @@ async def _run(
 
     async def drive() -> None:
         nonlocal last
-        async for mode, chunk in graph.astream(graph_input, run_config, context=ctx,
-                                               stream_mode=["updates", "values"]):
-            if mode == "values":
-                last = chunk
-                continue
-            for name, update in chunk.items():
-                if not name.startswith("__"):
-                    path.append(name)
-                    path_rids.append(_step_rids(spec, update))
+        try:
+            async for mode, chunk in graph.astream(graph_input, run_config, context=ctx,
+                                                   stream_mode=["updates", "values"]):
+                if mode == "values":
+                    last = chunk
+                    continue
+                for name, update in chunk.items():
+                    if not name.startswith("__"):
+                        path.append(name)
+                        path_rids.append(_step_rids(spec, update))
+        except asyncio.TimeoutError as exc:  # the graph's own (a tool's wait_for): not the rollout's deadline
+            raise _GraphTimeout(exc) from exc
 
     with recording_calls() as ledger:  # every call the graph's nodes make lands here (agentgraphs.calls)
         try:
@@ -113,7 +116,10 @@ async def _run(
             turns = [*spec.collect_turns(last), exc.turn]
             return Rollout(status="aborted", reason=str(exc), turns=turns, time_s=time.monotonic() - started,
                            path=path, path_rids=path_rids, llm_calls=calls_made(ledger, turns))
-        except asyncio.TimeoutError as exc:
+        except _GraphTimeout as wrapped:
+            exc = wrapped.exc
+            failed = _failed(started, f"{_GRAPH_RAISED}{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
+        except asyncio.TimeoutError as exc:  # only wait_for's deadline: drive() wraps the graph's own
             failed = _failed(started, f"rollout exceeded max_time_s={ctx.limits.max_time_s}", exc,
                              spec.collect_turns(last))
         except (EngineError, LLMCallLimitExceeded) as exc:
@@ -129,6 +135,15 @@ async def _run(
     failed.path, failed.path_rids = path, path_rids
     failed.llm_calls = calls_made(ledger, failed.turns)
     return failed
+
+
+class _GraphTimeout(Exception):
+    """A TimeoutError the graph raised itself (a node's or tool's own timeout), told apart from the rollout's
+    max_time_s deadline, which asyncio reports as TimeoutError too."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
 
 
 def _step_rids(spec: AgentSpec, update: Any) -> list[str] | None:

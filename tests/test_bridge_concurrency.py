@@ -98,3 +98,72 @@ def test_the_setup_key_names_every_slime_flag_the_setup_reads(tiny_model_dir: Pa
     check_slime_args(args, load_spec(TWO_TURN), settings)
     slime_concurrency(args)
     assert read and read <= set(SETUP_SLIME_ARGS), sorted(read - set(SETUP_SLIME_ARGS))
+
+
+async def _tool_times_out(state: Any, runtime: Any) -> dict[str, Any]:
+    # a node's own timeout (a tool under asyncio.wait_for): TimeoutError, as asyncio.TimeoutError is since 3.11
+    raise TimeoutError("the search tool did not answer within 5 s")
+
+
+def _tool_timeout_graph(options: Any) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    from agentgraphs.context import AgentContext
+    from agentgraphs.testing.agents import TwoTurnState, solve
+
+    g = StateGraph(TwoTurnState, context_schema=AgentContext)
+    g.add_node("solve", solve)
+    g.add_node("search", _tool_times_out)
+    g.add_edge(START, "solve")
+    g.add_edge("solve", "search")
+    g.add_edge("search", END)
+    return g.compile(name="tool_timeout")
+
+
+def _tool_timeout_spec() -> Any:
+    from dataclasses import replace
+
+    from agentgraphs.testing.agents import TWO_TURN as spec
+
+    return replace(spec, name="tool_timeout", build_graph=_tool_timeout_graph, _graphs={})
+
+
+TOOL_TIMEOUT = _tool_timeout_spec()
+
+
+@pytest.mark.parametrize("max_time_s", [None, 600.0])
+def test_a_timeout_raised_by_a_node_is_not_reported_as_the_rollout_deadline(tiny_model_dir: Path,
+                                                                            max_time_s: float | None) -> None:
+    """A node that raises TimeoutError failed on its own: the reason names it, not max_time_s (which was
+    reported as exceeded even when no deadline was set)."""
+    with SGLangTestServer(FixedLatencyEngine(latency_s=0.0)) as server:
+        args = make_args(server, tiny_model_dir, "tests.test_bridge_concurrency:TOOL_TIMEOUT",
+                         **({"agentgraph_max_time_s": max_time_s} if max_time_s else {}))
+
+        async def main() -> Sample:
+            try:
+                return await asyncio.wait_for(rl_bridge.generate(args, group(0, 1)[0], dict(SAMPLING)), BOUND_S)
+            finally:
+                await aclose_all()
+
+        s = asyncio.run(main())
+    assert s.status == Sample.Status.FAILED
+    reason = s.metadata["status_reason"]
+    assert "max_time_s" not in reason, reason
+    assert reason.startswith("graph raised TimeoutError: the search tool did not answer"), reason
+
+
+def test_the_rollout_deadline_is_reported_as_such_and_stops_the_generation(tiny_model_dir: Path) -> None:
+    with SGLangTestServer(FixedLatencyEngine(latency_s=3600.0)) as server:
+        args = make_args(server, tiny_model_dir, agentgraph_max_time_s=0.5)
+
+        async def main() -> Sample:
+            try:
+                return await asyncio.wait_for(rl_bridge.generate(args, group(0, 1)[0], dict(SAMPLING)), BOUND_S)
+            finally:
+                await aclose_all()
+
+        s = asyncio.run(main())
+        assert s.status == Sample.Status.FAILED
+        assert s.metadata["status_reason"] == "rollout exceeded max_time_s=0.5"
+        assert sum(server.stats.aborts.values()) == 1 and not server.in_flight_rids()
