@@ -171,31 +171,39 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> Any:
     FAILED with zero masks, its reason in metadata, and scores 0.
     """
     if isinstance(sample, (list, tuple)):
-        done: dict[str, Any] = {}
+        done: dict[Any, tuple[Any, str | None]] = {}
         out = []
         for s in sample:
             key = (getattr(s, "metadata", None) or {}).get("trajectory_id") or id(s)
             if key not in done:
                 done[key] = await _trajectory_reward(args, s)
-            out.append(_sibling_share(args, s, done[key]))
+            out.append(_scored(args, s, *done[key]))
         return out
-    return _sibling_share(args, sample, await _trajectory_reward(args, sample))
+    return _scored(args, sample, *await _trajectory_reward(args, sample))
 
 
-async def _trajectory_reward(args: Any, sample: Any) -> Any:
+def _scored(args: Any, sample: Any, value: Any, failure: str | None) -> Any:
+    """This Sample's share of its trajectory's reward; every sibling of an unscorable trajectory is FAILED
+    (not only the one that was scored: the others would train on the stand-in 0)."""
+    if failure is not None:
+        _fail_unscorable(sample, failure)
+    return _sibling_share(args, sample, value)
+
+
+async def _trajectory_reward(args: Any, sample: Any) -> tuple[Any, str | None]:
+    """(the trajectory's reward, None), or (a zero stand-in, why it could not be computed)."""
     setup = get_setup(args)
     status = getattr(getattr(sample, "status", None), "value", "completed")
     if status == "failed":
         # a failed rollout is fully masked and left out of the group statistics by rl_bridge.convert
-        return zero_reward(setup.spec)
+        return zero_reward(setup.spec), None
     try:
         ctx = setup.context(SamplingParams(), evaluation=False)
-        return await score(setup.spec, reward_input_of_sample(sample), ctx)
+        return await score(setup.spec, reward_input_of_sample(sample), ctx), None
     except Exception as exc:  # noqa: BLE001 - one unscorable sample must not stop slime's rollout
-        _fail_unscorable(sample, reward_failure(exc))
         logger.warning("agentgraph %s: sample %s could not be scored: %s", setup.spec.name,
                        getattr(sample, "index", None), exc)
-        return zero_reward(setup.spec)
+        return zero_reward(setup.spec), reward_failure(exc)
 
 
 def _sibling_share(args: Any, sample: Any, value: Any) -> Any:

@@ -167,3 +167,35 @@ def test_the_rollout_deadline_is_reported_as_such_and_stops_the_generation(tiny_
         assert s.status == Sample.Status.FAILED
         assert s.metadata["status_reason"] == "rollout exceeded max_time_s=0.5"
         assert sum(server.stats.aborts.values()) == 1 and not server.in_flight_rids()
+
+
+
+def test_every_sibling_of_an_unscorable_trajectory_is_failed_not_only_the_first(tiny_model_dir: Path,
+                                                                               monkeypatch: Any) -> None:
+    """List mode: slime scores a trajectory's siblings in one reward_func call. A reward that cannot be
+    computed failed the first sibling only; the others were handed the cached 0.0 with their loss masks on,
+    so they trained on a made-up reward."""
+    from agentgraphs.testing import agents
+    from agentgraphs.testing.slime_sample import SampleV03
+
+    with SGLangTestServer(FixedLatencyEngine(latency_s=0.0)) as server:
+        args = make_args(server, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN_PER_TURN",
+                         agentgraph_return_list=True)
+
+        async def main() -> tuple[list[Any], list[Any]]:
+            try:
+                sample = SampleV03(group_index=0, index=0, prompt="Question 0: what is 6 * 7?", label="42")
+                sibs = await asyncio.wait_for(rl_bridge.generate(args, sample, dict(SAMPLING)), BOUND_S)
+                for s in sibs:
+                    s.reward = None  # slime scores what has no reward
+                monkeypatch.setattr(agents.TWO_TURN_PER_TURN, "reward", lambda rin, ctx: 1 / 0)
+                return sibs, await rl_bridge.reward_func(args, sibs)
+            finally:
+                await aclose_all()
+
+        sibs, rewards = asyncio.run(main())
+    assert len(sibs) == 2 and rewards == [0.0, 0.0]
+    for s in sibs:
+        assert s.status == SampleV03.Status.FAILED and s.remove_sample
+        assert not any(s.loss_mask) and not any(s.rollout_log_probs)
+        assert "ZeroDivisionError" in s.metadata["status_reason"]
