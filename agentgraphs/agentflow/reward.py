@@ -9,8 +9,10 @@
   `0.5`; it runs in a worker process killed at `reward_timeout_s` (`agentgraphs.math_equivalence`), so an
   answer such as `9^{9^{9^{9}}}` scores 0.0 with a timeout reason instead of freezing the rollout.
 - Judge (the original's): the judge model reads the question, the model's final answer and the ground
-  truth and answers {"analysis": ..., "true_false": ...}; 1.0 if true, else 0.0. Its verdict is parsed
-  from JSON, else from the last "true_false" / "True" / "False" it writes (anything else: 0.0).
+  truth and answers {"analysis": ..., "true_false": ...}; 1.0 if true, else 0.0. The verdict must be
+  stated (`parse_judge_verdict`: that JSON object, a `true_false: X` or `VERDICT: X`, a last line that is
+  only True / False); a reply without one (cut at max_new_tokens, the instructions echoed) raises
+  RewardError, so its sample fails instead of being scored by a stray "true" or a silent 0.0.
 
 Every rule is a pure function of (answer, golds) that never raises on model text and always returns.
 `reward(RewardInput, ctx)` and `metrics(RewardInput)` are the spec's: the rule `answer_check` names, then
@@ -26,6 +28,7 @@ from collections.abc import Sequence
 
 from ..answers import last_boxed_group, normalize_final_answer
 from ..context import AgentContext
+from ..errors import RewardError
 from ..math_equivalence import AnswerCheck, amath_verify_check, math_verify_check
 from ..node import call_llm
 from ..row_fields import answers_of, question_of
@@ -110,22 +113,29 @@ def math_verify_reward(answer: str, golds: Sequence[str], *, timeout_s: float = 
     return math_verify_check(answer, golds, timeout_s=timeout_s)["score"]
 
 
-_VERDICT_KEY = re.compile(r'"?true_false"?\s*[:=]\s*"?(true|false)', re.IGNORECASE)
-_VERDICT_WORD = re.compile(r"\b(true|false)\b", re.IGNORECASE)
+# A verdict is stated, never guessed: the JSON object the prompt asks for; else the last `true_false: X`
+# (the original's `<true_false>: "True"` format too) whose value ends there (not "true or false"); else the
+# seed judge's `VERDICT: X` line; else a last line that is only True / False. Single character classes
+# between the anchors keep every scan linear.
+_VERDICT_KEY = re.compile(r"true_false[\s*\"'>]*[:=][\s*\"']*(true|false)[*\"']*(?=[ \t]*(?:[,}.]|$))",
+                          re.IGNORECASE | re.MULTILINE)
+_VERDICT_LINE = re.compile(r"^[ \t*]*verdict[ \t*]*:[ \t*\"']*(true|false)[ \t*\"'.]*$",
+                           re.IGNORECASE | re.MULTILINE)
+_TRUE_FALSE = {"true": True, "false": False}
 
 
-def parse_judge_verdict(text: str) -> bool:
-    """The judge's verdict: JSON {"true_false": bool}, else its last true_false / True / False; else False.
+def parse_judge_verdict(text: str) -> bool | None:
+    """The judge's verdict, or None when its reply states none (see the rules above `_VERDICT_KEY`).
 
     >>> parse_judge_verdict('{"analysis": "same value", "true_false": true}')
     True
-    >>> parse_judge_verdict("The answers differ. Verdict: False")
+    >>> parse_judge_verdict("The answers differ.\\nVERDICT: False")
     False
-    >>> parse_judge_verdict("no idea")
-    False
+    >>> parse_judge_verdict('{"analysis": "7 is not 8; it would be true only if') is None  # cut off
+    True
     """
     if not isinstance(text, str):
-        return False
+        return None
     body = text.strip()
     if body.startswith("```"):
         body = body.strip("`").removeprefix("json").strip()
@@ -135,28 +145,41 @@ def parse_judge_verdict(text: str) -> bool:
             obj = json.loads(body[start:end + 1])
         except (ValueError, RecursionError):
             obj = None
-        if isinstance(obj, dict):
+        if isinstance(obj, dict):  # the object asked for: its true_false decides, or nothing does
             value = obj.get("true_false")
             if isinstance(value, bool):
                 return value
-            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-                return value.strip().lower() == "true"
-    keyed = _VERDICT_KEY.findall(text)
-    if keyed:
-        return keyed[-1].lower() == "true"
-    words = _VERDICT_WORD.findall(text)
-    return bool(words) and words[-1].lower() == "true"
+            return _TRUE_FALSE.get(value.strip().lower()) if isinstance(value, str) else None
+    for rule in (_VERDICT_KEY, _VERDICT_LINE):
+        found = rule.findall(text)
+        if found:
+            return _TRUE_FALSE[found[-1].lower()]
+    lines = [line.strip(" \t*\"'.").lower() for line in text.splitlines() if line.strip(" \t*\"'.")]
+    return _TRUE_FALSE.get(lines[-1]) if lines else None
 
 
 async def judge_reward(ctx: AgentContext, engine_name: str, question: str, response: str, gold: str,
                        max_new_tokens: int = 1024) -> float:
     """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked
-    greedily through `call_llm` (the rollout's call budget and accounting; never trained)."""
+    greedily through `call_llm` (the rollout's call budget and accounting; never trained). A reply that
+    states no verdict (`parse_judge_verdict` is None) raises RewardError: the sample fails instead of
+    being scored by a guess."""
     prompt = JUDGE_TEMPLATE.format(question=question, response=response, ground_truth=gold)
     out = await call_llm({}, ctx, node="judge", engine=engine_name, trainable=False,
                          messages=[{"role": "user", "content": prompt}], temperature=0.0,
                          max_new_tokens=max_new_tokens)
-    return 1.0 if parse_judge_verdict(out.text) else 0.0
+    verdict = parse_judge_verdict(out.text)
+    if verdict is None:
+        if out.truncated:
+            cause = ("its reply was cut at max_new_tokens: raise the context's max_new_tokens (slime: "
+                     f"--rollout-max-response-len), which caps the judge's {max_new_tokens}")
+        else:
+            cause = ('it must answer the JSON object JUDGE_TEMPLATE asks for ({"analysis": ..., "true_false": '
+                     "true|false}): use a judge model that follows it, or set the option judge: null to score "
+                     "by the rule alone")
+        raise RewardError(f"AgentFlow reward: judge {engine_name!r} gave no verdict in its reply (ending "
+                          f"{out.text[-200:]!r}); {cause}")
+    return 1.0 if verdict else 0.0
 
 
 def _options(rin: RewardInput) -> AgentFlowOptions:

@@ -172,7 +172,7 @@ def test_math_verify_never_raises_on_model_text(text: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=400))
 def test_judge_verdict_parser_never_raises(text: str) -> None:
-    assert parse_judge_verdict(text) in (True, False)
+    assert parse_judge_verdict(text) in (True, False, None)
 
 
 def test_judge_path_with_a_scripted_judge(tiny_engine: Any) -> None:
@@ -219,4 +219,55 @@ def test_seed_rule_comes_before_the_judge(tiny_engine: Any) -> None:
 def test_judge_verdict_forms() -> None:
     assert parse_judge_verdict('```json\n{"analysis": "x", "true_false": "True"}\n```') is True
     assert parse_judge_verdict('analysis: equal. "true_false": false') is False
-    assert parse_judge_verdict("They are equivalent. True") is True
+
+
+# Judge replies that state no verdict. The old parser took the last "true"/"false" word anywhere (an
+# analysis cut at max_new_tokens, an echoed instruction, a question back) and scored them 1.0.
+NO_VERDICT = [
+    '{"analysis": "The model answer 7 is not 8. It would be true only if',  # JSON cut by max_new_tokens
+    "Is it true? The response says 5 and the ground truth is 6.",            # no verdict at all
+    '{"analysis": "<a brief comparison>", "true_false": true or false}',      # the instruction echoed
+    '3. Verdict: "True" only if they are equivalent, otherwise "False".',      # the instruction echoed
+    '{"analysis": "cannot tell", "true_false": null}',                         # JSON without a boolean
+    "They are equivalent. True",                                             # a sentence, not a verdict line
+    "",
+]
+
+
+@pytest.mark.parametrize("reply", NO_VERDICT, ids=[f"reply{i}" for i in range(len(NO_VERDICT))])
+def test_a_judge_reply_without_a_verdict_is_none(reply: str) -> None:
+    assert parse_judge_verdict(reply) is None
+
+
+@pytest.mark.parametrize("reply, verdict", [
+    ('{"analysis": "same value", "true_false": true}', True),
+    ('```json\n{"analysis": "x", "true_false": "False"}\n```', False),
+    ('Here it is: {"analysis": "0.5 = 1/2", "true_false": true}', True),
+    # the original's own answer format (<analysis>: / <true_false>:) when no structured output enforces JSON
+    ('<analysis>: 5 differs from 6, so it is not true.\n<true_false>: "False"', False),
+    ('<analysis>: the same value.\n<true_false>: True', True),
+    ('analysis: equal. "true_false": false', False),
+    ("The answers differ.\nVERDICT: False", False),                           # the seed's judge format
+    ("Both are one half.\n**True**", True),                                   # a last line that is the verdict
+])
+def test_a_judge_verdict_in_a_known_form(reply: str, verdict: bool) -> None:
+    assert parse_judge_verdict(reply) is verdict
+
+
+def test_a_judge_without_a_verdict_fails_the_sample_instead_of_scoring_it(tiny_engine: Any) -> None:
+    """No verdict is no reward: a RewardError naming the judge and the fix (the rollout is FAILED, trains
+    nothing), never 1.0 from a stray "true" nor a silent 0.0."""
+    from agentgraphs.engines import SamplingParams
+    from agentgraphs.errors import RewardError
+
+    for reply in NO_VERDICT[:3]:
+        ctx = AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer,
+                           engines={"judge": ScriptedPolicy(tiny_engine, [reply], name="judge")})
+        with pytest.raises(RewardError, match="judge 'judge' gave no verdict"):
+            asyncio.run(SPEC.reward(rin("0.25", "\\frac{1}{2}", variant="original"), ctx))
+    # a verdict cut off by max_new_tokens says so, and which setting to raise
+    long_reply = '{"analysis": "' + "the values are compared step by step; " * 40 + '", "true_false": true}'
+    ctx = AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer, sampling=SamplingParams(max_new_tokens=32),
+                       engines={"judge": ScriptedPolicy(tiny_engine, [long_reply], name="judge")})
+    with pytest.raises(RewardError, match="cut at max_new_tokens"):
+        asyncio.run(SPEC.reward(rin("0.25", "\\frac{1}{2}", variant="original"), ctx))
