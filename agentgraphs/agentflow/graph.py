@@ -93,7 +93,9 @@ class AgentFlowOptions(MethodOptions):
         "divide", description="every planner sequence gets the trajectory's advantage (original) or it divided "
         "by the number of trained sequences (seed)")
     tool_timeout_s: float = Field(120.0, gt=0, description="per tool.execute call (original 120)")
-    result_max_chars: int = Field(4000, ge=100, description="a step's result is cut to this in the memory")
+    result_max_chars: int = Field(
+        4096, ge=100, description="a longer step result keeps its first and last result_max_chars / 2 characters "
+        "in the memory, as the seed's (4096); the original keeps up to 100,000 characters of each string")
     sandbox_wall_s: float = Field(10.0, gt=0, description="python_coder: wall-clock limit of one execution")
     sandbox_memory_mb: int = Field(512, ge=32, description="python_coder: memory limit of one execution")
 
@@ -251,7 +253,13 @@ async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: A
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f" ... [{len(text) - limit} more characters cut]"
+    """`text` within `limit` characters, its middle cut as the seed's memory cuts it: a tool's conclusion (a
+    base generator's answer, the last line a program printed) comes last, so the end is kept too."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    return text[:head] + f"\n... [{len(text) - limit} characters cut] ...\n" + text[-tail:]
 
 
 async def update_memory(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,

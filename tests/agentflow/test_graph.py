@@ -54,11 +54,11 @@ def helper_script(*, code: str = "print('The product is', 6 * 7)", verdicts: lis
 
 
 def run(tiny_engine: Any, planner: list[str], helper: Any, *, label: Any = "42", ctx_tools: dict | None = None,
-        **options: Any):
+        max_new_tokens: int = 256, **options: Any):
     policy = ScriptedPolicy(tiny_engine, planner, name="planner")
     helper_engine = ScriptedPolicy(tiny_engine, helper, name="helper")
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper_engine},
-                       sampling=SamplingParams(temperature=1.0, max_new_tokens=256), tools=ctx_tools or {})
+                       sampling=SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens), tools=ctx_tools or {})
     inp = rollout_input("What is 6 times 7?", label, {}, 0)
     rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"variant": "original", **options}))
     return rollout, policy, helper_engine
@@ -288,3 +288,30 @@ def test_a_branch_resumed_later_keeps_the_time_budget(tiny_engine: Any, monkeypa
     state = asyncio.run(main())
     assert state["stop_reason"] == "max_steps" and state["step"] == 2
     assert 0.0 < state["elapsed_s"] < 300
+
+
+def test_a_long_step_result_keeps_its_end_in_the_memory(tiny_engine: Any) -> None:
+    """The seed's memory (core/memory.py) keeps a long result's first and last 2,048 characters; the original
+    keeps it whole. A tool's conclusion comes last: the head-only cut dropped it, so the planner, the
+    verifier and the final output never saw the answer the tool found."""
+    answer = "Working: " + "6 * 7 is computed by adding 6 seven times. " * 110 + "The final answer is 42."
+    assert len(answer) > 4500
+
+    roles = helper_script(verdicts=["CONTINUE", "STOP"])
+
+    def helper(call: ScriptCall) -> str:
+        if "Generate a precise command" in call.prompt_text:
+            return 'Generated Command:\n```python\nexecution = tool.execute(query="What is 6 times 7?")\n```'
+        if call.prompt_text.rstrip().endswith("What is 6 times 7?<|im_end|>\n<|im_start|>assistant"):
+            return answer  # the base generator's own call
+        return roles(call)
+
+    rollout, policy, _ = run(tiny_engine, [plan("Compute 6 * 7.", "Base_Generator_Tool"),
+                                           plan("Check it.", "Base_Generator_Tool")], helper, max_new_tokens=2048)
+    assert rollout.status == "completed", rollout.reason
+    result = rollout.final_state["memory"][0]["result"]
+    full = str([answer])
+    assert result.startswith(full[:2048]) and result.endswith(full[-2048:])
+    assert len(result) < 4096 + 100
+    assert "The final answer is 42." in result
+    assert "The final answer is 42." in policy.calls[1].prompt_text  # the next plan reads it
