@@ -151,20 +151,27 @@ Output Structure:
 2.  **Answer:** A direct and concise final answer to the query.
 """
 
+# The original's judge (train/utils.py `compute_score`) word for word, but for its last section: the original
+# gets {analysis, true_false} by structured output (response_format=AnswerVerification), so its "<analysis>: /
+# <true_false>:" lines are replaced by asking for that JSON object (any chat endpoint can answer it).
 JUDGE_TEMPLATE = """
 You are a precise evaluator. Determine if the Model Response is equivalent to the Ground Truth.
 
-Instructions:
-1. Extract: Isolate the final answer from the Model Response, ignoring the reasoning. Look for a \\boxed{{}} answer, an <answer> tag, or the concluding statement.
-2. Normalize and compare: the extracted answer and the Ground Truth are equivalent if they state the same value or fact: mathematically equivalent expressions (fractions, decimals, radicals, units written differently), the same choice letter or entity, or semantically identical text.
-3. Verdict: "True" only if they are equivalent, otherwise "False".
+**Instructions:**
+1.  **Extract:** Isolate the final answer from the Model Response, ignoring reasoning. Look for `\\boxed{{...}}` or concluding statements.
+2.  **Normalize & Compare:** The extracted answer and Ground Truth must be equivalent after normalization:
+    - **Math:** Mathematically identical (e.g., `\\frac{{1}}{{2}}` == `0.5`).
+    - **Numbers/Text:** Ignore formatting, case, and currency/units (e.g., `1,000` == `1000`).
+    - **MCQ:** Match option content (e.g., "Paris") or number (e.g., `3rd` option) to the correct letter.
+3.  **Verdict:** "True" only for semantically or mathematically equivalent answers.
 
-Inputs:
+**Inputs:**
 Question: {question}
 Model Response: {response}
 Ground Truth: {ground_truth}
 
-Answer with a JSON object and nothing else: {{"analysis": "<a brief comparison>", "true_false": true or false}}
+**Format:**
+Answer with a JSON object and nothing else: {{"analysis": "<brief analysis of the comparison>", "true_false": true or false}}
 """
 
 PYTHON_CODER_TEMPLATE = """Task:

@@ -191,7 +191,7 @@ def test_judge_path_with_a_scripted_judge(tiny_engine: Any) -> None:
     assert asyncio.run(SPEC.reward(rin("0.25", "\\frac{1}{2}", meta, variant="original"), ctx)) == 0.0
     assert len(prompts) == 2
     expected = JUDGE_TEMPLATE.format(question=meta["question"], response="0.5", ground_truth="\\frac{1}{2}")
-    assert expected.strip() in prompts[0]  # the judge read the original's prompt, filled in
+    assert expected.strip() in prompts[0]  # the judge read JUDGE_TEMPLATE, filled in
     # a judge engine under another name is picked by the judge option
     ctx2 = AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer,
                         engines={"grader": ScriptedPolicy(tiny_engine, judge, name="grader")})
@@ -271,3 +271,42 @@ def test_a_judge_without_a_verdict_fails_the_sample_instead_of_scoring_it(tiny_e
                        engines={"judge": ScriptedPolicy(tiny_engine, [long_reply], name="judge")})
     with pytest.raises(RewardError, match="cut at max_new_tokens"):
         asyncio.run(SPEC.reward(rin("0.25", "\\frac{1}{2}", variant="original"), ctx))
+
+
+# The instructions of the original's judge (lupantech/AgentFlow, train/utils.py `compute_score`), as its f-string
+# renders them. The original gets {analysis, true_false} through structured output (response_format=
+# AnswerVerification); a text prompt asks for that JSON object instead of its `<analysis>:` / `<true_false>:` lines.
+ORIGINAL_JUDGE_LINES = [
+    "You are a precise evaluator. Determine if the Model Response is equivalent to the Ground Truth.",
+    "**Instructions:**",
+    "1.  **Extract:** Isolate the final answer from the Model Response, ignoring reasoning. Look for `\\boxed{...}` "
+    "or concluding statements.",
+    "2.  **Normalize & Compare:** The extracted answer and Ground Truth must be equivalent after normalization:",
+    "    - **Math:** Mathematically identical (e.g., `\\frac{1}{2}` == `0.5`).",
+    "    - **Numbers/Text:** Ignore formatting, case, and currency/units (e.g., `1,000` == `1000`).",
+    '    - **MCQ:** Match option content (e.g., "Paris") or number (e.g., `3rd` option) to the correct letter.',
+    '3.  **Verdict:** "True" only for semantically or mathematically equivalent answers.',
+    "**Inputs:**",
+    "Question: What is one half?",
+    "Model Response: 0.5",
+    "Ground Truth: \\frac{1}{2}",
+]
+
+
+def test_the_judge_reads_the_original_instructions(tiny_engine: Any) -> None:
+    prompts: list[str] = []
+
+    def judge(call: ScriptCall) -> str:
+        prompts.append(call.prompt_text)
+        return '{"analysis": "0.5 is one half", "true_false": true}'
+
+    ctx = AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer,
+                       engines={"judge": ScriptedPolicy(tiny_engine, judge, name="judge")})
+    reward = asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", {"question": "What is one half?"},
+                                         variant="original"), ctx))
+    assert reward == 1.0
+    lines = prompts[0].splitlines()
+    missing = [line for line in ORIGINAL_JUDGE_LINES if line not in lines]
+    assert not missing, missing
+    assert lines.index(ORIGINAL_JUDGE_LINES[-1]) > lines.index(ORIGINAL_JUDGE_LINES[3])  # inputs after instructions
+    assert '"true_false"' in prompts[0]  # the structured output's fields, asked for in the text
