@@ -5,7 +5,8 @@ type, demo commands, limitations) plus an async `run(rt, **kwargs)`. The command
 `execution = tool.execute(query=...)` lines are parsed (never executed) into keyword arguments for
 `run`; `rt` gives a tool its LLM (the `tools` role's engine, recorded as untrained turns) and the
 run's options. Built in: `base_generator` (an LLM answers a sub-task) and `python_coder` (an LLM writes
-Python, which runs in `agentgraphs.sandbox`).
+Python, which runs in `agentgraphs.sandbox`; the code's own errors and limits are its result, a sandbox that
+cannot run on the machine is a ConfigError that fails the rollout).
 
 >>> from agentgraphs.agentflow.tools import Tool, register_tool, registered_tools
 >>> async def shout(rt, text: str) -> str:
@@ -164,8 +165,12 @@ async def _python_coder(rt: ToolRuntime, query: Any) -> dict[str, str]:
         return {"error": "No Python code block found in the response"}
     try:
         result = await run_python_async(code, rt.sandbox_limits)
-    except SandboxError as exc:  # e.g. a protection that does not hold on this machine: the run is refused
-        return {"error": f"The sandbox could not run the code: {exc}", "execution_code": code}
+    except SandboxError as exc:
+        # the machine cannot run the sandbox (a protection that does not hold, a launch or cgroup failure):
+        # not the model's doing, so not a result it reads; training on it would teach that the tool is broken
+        raise ConfigError(f"AgentFlow python_coder: the sandbox cannot run code on this machine: {exc}. Fix: "
+                          "`python -m agentgraphs.sandbox` says what holds and how to get the rest; or drop "
+                          "python_coder from the option tools") from exc
     if result["status"] == "ok":
         return {"printed_output": _middle_cut(result["stdout"].strip(), _OUTPUT_CHARS), "execution_code": code}
     return {"error": _middle_cut(explain(result), _OUTPUT_CHARS), "execution_code": code}

@@ -315,3 +315,23 @@ def test_a_long_step_result_keeps_its_end_in_the_memory(tiny_engine: Any) -> Non
     assert len(result) < 4096 + 100
     assert "The final answer is 42." in result
     assert "The final answer is 42." in policy.calls[1].prompt_text  # the next plan reads it
+
+
+def test_a_sandbox_that_cannot_run_here_fails_the_rollout(tiny_engine: Any, monkeypatch: Any) -> None:
+    """A machine without the sandbox's protections (no bubblewrap, say) refuses every execution. That is the
+    machine's fault, not the planner's: the rollout fails loudly, naming the fix, instead of showing the
+    planner "the sandbox could not run the code" as python_coder's result and training on a tool that never
+    works."""
+    from agentgraphs.sandbox import SandboxUnavailableError
+
+    async def refuse(code: str, limits: Any) -> Any:
+        raise SandboxUnavailableError("filesystem NOT HELD: bubblewrap is not installed. Fix: apt-get install "
+                                      "bubblewrap", ["filesystem"])
+
+    monkeypatch.setattr("agentgraphs.agentflow.tools.run_python_async", refuse)
+    rollout, _, _ = run(tiny_engine, [plan("Compute 6 * 7 with Python.", "Python_Coder_Tool")],
+                        helper_script(verdicts=["STOP"]), max_steps=1)
+    assert rollout.status == "failed"
+    assert "ConfigError" in rollout.reason and "python_coder" in rollout.reason
+    assert "bubblewrap" in rollout.reason and "python -m agentgraphs.sandbox" in rollout.reason
+    assert not any(sample_fields(rollout, SPEC)["loss_mask"])  # a failed trajectory trains nothing
