@@ -9,7 +9,6 @@ question carries the suffix asking for <answer> tags (reference/methods.md). Fil
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -209,5 +208,9 @@ def format_memory(actions: Sequence[Mapping[str, Any]]) -> str:
 
 
 def format_metadata(metadata: Mapping[str, Any]) -> str:
-    """Toolbox metadata as a JSON-ish dict (deterministic key order)."""
-    return json.dumps(metadata, ensure_ascii=False, sort_keys=False)
+    """Tool metadata as the original's f-string prompts print their dicts (Python's repr, not JSON).
+
+    >>> format_metadata({"T": {"tool_name": "T", "input_types": {"query": "str"}}})
+    "{'T': {'tool_name': 'T', 'input_types': {'query': 'str'}}}"
+    """
+    return str(dict(metadata))

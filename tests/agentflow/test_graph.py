@@ -335,3 +335,17 @@ def test_a_sandbox_that_cannot_run_here_fails_the_rollout(tiny_engine: Any, monk
     assert "ConfigError" in rollout.reason and "python_coder" in rollout.reason
     assert "bubblewrap" in rollout.reason and "python -m agentgraphs.sandbox" in rollout.reason
     assert not any(sample_fields(rollout, SPEC)["loss_mask"])  # a failed trajectory trains nothing
+
+
+def test_tool_metadata_is_printed_as_the_original_prints_it(tiny_engine: Any) -> None:
+    """The original (and the seed) put the metadata dicts in their f-string prompts as they are, so the model
+    reads Python's dict repr ({'tool_name': 'Python_Coder_Tool', ...}), not JSON ({"tool_name": ...})."""
+    from agentgraphs.agentflow import BASE_GENERATOR, PYTHON_CODER
+
+    rollout, policy, helper = run(tiny_engine, [plan("Compute 6 * 7 with Python.", "Python_Coder_Tool")],
+                                  helper_script(verdicts=["STOP"]), max_steps=1)
+    assert rollout.status == "completed", rollout.reason
+    toolbox = {"Base_Generator_Tool": BASE_GENERATOR.metadata(), "Python_Coder_Tool": PYTHON_CODER.metadata()}
+    assert f"- **Toolbox Metadata:** {toolbox}\n" in policy.calls[0].prompt_text
+    command_prompt = next(c.prompt_text for c in helper.calls if "Generate a precise command" in c.prompt_text)
+    assert f"- **Tool Metadata:** {PYTHON_CODER.metadata()}\n" in command_prompt
