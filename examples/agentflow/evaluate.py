@@ -15,7 +15,8 @@ Every row runs `--n-samples` times through `agentgraphs.batch.run_file("agentflo
 is 1.0: with `variant: seed` (the default) the seed's rule (the <answer>'s last \\boxed{} or line rule,
 normalised, equal to the label), else the judge; with `-o variant=original` the judge, else math-verify.
 The table reports, as the seed does, the mean accuracy over all samples (avg@n), plus pass@n (a problem
-solved by any sample) and maj@n (the most frequent answer is right).
+solved by any sample) and maj@n (the most frequent answer is right), and how many samples failed or were
+aborted (no verdict: counted as wrong, and a warning names the file with their reasons).
 OUT holds samples.jsonl, traces.jsonl, summary.json and aime_table.md.
 """
 
@@ -30,25 +31,32 @@ from pathlib import Path
 from typing import Any
 
 
+_SCORED = ("completed", "truncated")
+
+
 def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """avg@n, pass@n and maj@n (in %) from slime samples (reward 1.0 = correct), grouped by problem
     (`group_index`: the n samples of one row). A tie in the majority vote goes to the answer seen first.
+    A sample that failed or was aborted has no verdict: it counts as wrong, and `unscored` says how many.
 
     >>> s = [{"group_index": 0, "reward": 1.0, "metadata": {"answer": "42"}},
     ...      {"group_index": 0, "reward": 0.0, "metadata": {"answer": "41"}},
     ...      {"group_index": 1, "reward": 0.0, "metadata": {"answer": "7"}},
     ...      {"group_index": 1, "reward": 0.0, "metadata": {"answer": "7"}}]
     >>> scores(s)
-    {'problems': 2, 'samples': 4, 'avg@n': 25.0, 'pass@n': 50.0, 'maj@n': 50.0}
+    {'problems': 2, 'samples': 4, 'avg@n': 25.0, 'pass@n': 50.0, 'maj@n': 50.0, 'unscored': 0}
     """
     by_row: dict[Any, list[tuple[float, str]]] = defaultdict(list)
+    unscored = 0
     for sample in samples:
         reward = sample.get("reward")
-        correct = float(reward) if isinstance(reward, (int, float)) else 0.0  # failed / unscored: wrong
+        scored = sample.get("status", "completed") in _SCORED and isinstance(reward, (int, float))
+        unscored += not scored
+        correct = float(reward) if scored else 0.0  # type: ignore[arg-type]
         answer = str((sample.get("metadata") or {}).get("answer", ""))
         by_row[sample.get("group_index", sample.get("index"))].append((correct, answer))
     if not by_row:
-        return {"problems": 0, "samples": 0, "avg@n": 0.0, "pass@n": 0.0, "maj@n": 0.0}
+        return {"problems": 0, "samples": 0, "avg@n": 0.0, "pass@n": 0.0, "maj@n": 0.0, "unscored": 0}
     n_samples = sum(len(v) for v in by_row.values())
     avg = sum(c for v in by_row.values() for c, _ in v) / n_samples
     passed = sum(1 for v in by_row.values() if any(c == 1.0 for c, _ in v)) / len(by_row)
@@ -59,20 +67,23 @@ def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
             top = votes.most_common(1)[0][0]
             maj += any(c == 1.0 for c, a in v if a == top)
     return {"problems": len(by_row), "samples": n_samples, "avg@n": round(100 * avg, 2),
-            "pass@n": round(100 * passed, 2), "maj@n": round(100 * maj / len(by_row), 2)}
+            "pass@n": round(100 * passed, 2), "maj@n": round(100 * maj / len(by_row), 2), "unscored": unscored}
 
 
 def aime_table(rows: Sequence[tuple[str, Mapping[str, float]]], n: int) -> str:
-    """The markdown table: one line per model.
+    """The markdown table: one line per model; `unscored` samples (failed, aborted) are counted as wrong.
 
-    >>> print(aime_table([("AgentFlow", {"problems": 30, "avg@n": 30.0, "pass@n": 40.0, "maj@n": 33.33})], 8))
-    | model | AIME 2024 acc (avg@8) | pass@8 | maj@8 | problems |
-    |---|---|---|---|---|
-    | AgentFlow | 30.0 | 40.0 | 33.33 | 30 |
+    >>> print(aime_table([("AgentFlow", {"problems": 30, "avg@n": 30.0, "pass@n": 40.0, "maj@n": 33.33,
+    ...                                  "unscored": 0})], 8))
+    | model | AIME 2024 acc (avg@8) | pass@8 | maj@8 | problems | unscored (counted wrong) |
+    |---|---|---|---|---|---|
+    | AgentFlow | 30.0 | 40.0 | 33.33 | 30 | 0 |
     """
-    lines = [f"| model | AIME 2024 acc (avg@{n}) | pass@{n} | maj@{n} | problems |", "|---|---|---|---|---|"]
+    lines = [f"| model | AIME 2024 acc (avg@{n}) | pass@{n} | maj@{n} | problems | unscored (counted wrong) |",
+             "|---|---|---|---|---|---|"]
     for model, s in rows:
-        lines.append(f"| {model} | {s['avg@n']} | {s['pass@n']} | {s['maj@n']} | {int(s['problems'])} |")
+        lines.append(f"| {model} | {s['avg@n']} | {s['pass@n']} | {s['maj@n']} | {int(s['problems'])} | "
+                     f"{int(s['unscored'])} |")
     return "\n".join(lines)
 
 
@@ -110,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (args.out / "aime_table.md").write_text(table + "\n", encoding="utf-8")
     print(table)
     print(f"by status: {summary.get('by_status')}")
+    if result["unscored"]:
+        print(f"warning: {result['unscored']} of {result['samples']} samples failed or were aborted and count as "
+              f"wrong above; {args.out / 'samples.jsonl'} has each one's metadata.status_reason", file=sys.stderr)
     return 0
 
 

@@ -99,3 +99,17 @@ def test_cli_helper_flag(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert ok.exit_code == 0, ok.output
     trace = json.loads((tmp_path / "o" / "traces.jsonl").read_text().splitlines()[0])
     assert [t["node"] for t in trace["turns"]][0] == "analyze_query"
+
+
+def test_the_aime_table_says_how_many_samples_failed() -> None:
+    """A failed sample (engine down, a judge without a verdict) has reward 0 in samples.jsonl: counted as a
+    wrong answer without a word, it lowered the accuracy the table reports. The table says how many."""
+    samples = [{"group_index": 0, "status": "completed", "reward": 1.0, "metadata": {"answer": "42"}},
+               {"group_index": 0, "status": "failed", "reward": 0.0, "metadata": {"answer": ""}},
+               {"group_index": 1, "status": "truncated", "reward": 0.0, "metadata": {"answer": "7"}},
+               {"group_index": 1, "status": "aborted", "reward": None, "metadata": {"answer": ""}}]
+    result = evaluate.scores(samples)
+    assert result["unscored"] == 2 and result["avg@n"] == 25.0  # failed and aborted: counted wrong, and said
+    table = evaluate.aime_table([("tiny", result)], 2)
+    assert table.splitlines()[0].endswith("| unscored (counted wrong) |")
+    assert table.splitlines()[2].endswith("| 2 |")
