@@ -30,7 +30,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
 _SCORED = ("completed", "truncated")
 
 
