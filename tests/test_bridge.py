@@ -313,8 +313,13 @@ def test_eval_metrics_average_over_every_sample(tmp_path: Path) -> None:
 def test_helper_engines_take_the_request_timeout_and_retries(server: Any, tiny_engine: Any, tiny_model_dir: Path,
                                                              kind: str) -> None:
     """agentgraph_request_timeout_s / agentgraph_max_retries reach a helper engine as they reach the policy:
-    AgentFlow's judge (the seed's rule misses, so the judge decides) on its own server, with faults."""
-    with SGLangTestServer(tiny_engine, port=0) as judge_server:
+    AgentFlow's judge (the seed's rule misses, so the judge decides) on its own server, with faults. The judge
+    states a verdict (a reply without one fails the sample: tests/agentflow/test_reward.py)."""
+    from agentgraphs.testing.scripted import ScriptedPolicy
+
+    verdict = ScriptedPolicy(tiny_engine, lambda call: '{"analysis": "41 is not 42", "true_false": false}',
+                             name="judge")
+    with SGLangTestServer(verdict, port=0) as judge_server:
         judge = f"sglang:{judge_server.url}" if kind == "sglang" else f"openai:{judge_server.url}/v1#judge"
 
         def score(**settings: Any) -> Any:

@@ -177,8 +177,8 @@ async def judge_reward(ctx: AgentContext, engine_name: str, question: str, respo
             cause = ('it must answer the JSON object JUDGE_TEMPLATE asks for ({"analysis": ..., "true_false": '
                      "true|false}): use a judge model that follows it, or set the option judge: null to score "
                      "by the rule alone")
-        raise RewardError(f"AgentFlow reward: judge {engine_name!r} gave no verdict in its reply (ending "
-                          f"{out.text[-200:]!r}); {cause}")
+        said = f"its reply ending {out.text.strip()[-200:]!r}" if out.text.strip() else "an empty reply"
+        raise RewardError(f"AgentFlow reward: judge {engine_name!r} gave no verdict ({said}); {cause}")
     return 1.0 if verdict else 0.0
 
 
