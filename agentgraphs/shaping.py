@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["SHAPINGS", "ShapedGroup", "cost_aware_scores", "standardise_group", "shape_group"]
+__all__ = ["SHAPINGS", "ShapedGroup", "cost_aware_scores", "shape_group", "standardise_group"]
 
 LOWER_IS_BETTER = frozenset({"cost", "latency"})
 CLIP = 3.0
@@ -102,8 +102,9 @@ GROUP_RULES = {"std": ("sample", "population"), "drop_at_min_std": (False, True)
 def shape_group(name: str, raw: Sequence[float], specs: Sequence[Mapping[str, Any]], *, standardise: bool = True
                 ) -> ShapedGroup:
     """Apply the named shaping to one group: `specs[i]` is member i's {"weights", "features"} and, optionally,
-    the group rules "std" ("sample", default, or "population") and "drop_at_min_std" (default False), which
-    every member must agree on, and "train" (default True: False masks the member's rows).
+    the group rules "std" ("sample", default, or "population") and "drop_at_min_std" (default False); every
+    member must agree on the weights and the rules (else ConfigError naming the field), and "train" (default
+    True: False masks the member's rows).
 
     >>> specs = [{"weights": {"accuracy": 1.0}, "std": "population", "train": t} for t in (True, True, False)]
     >>> g = shape_group("cost_aware", [1.0, 0.0, 0.0], specs)
@@ -121,6 +122,12 @@ def shape_group(name: str, raw: Sequence[float], specs: Sequence[Mapping[str, An
                               "a prompt must be made with the same options")
         rules[key] = seen.pop()
     weights = specs[0].get("weights") or {}
+    differing = [i for i, s in enumerate(specs) if dict(s.get("weights") or {}) != dict(weights)]
+    if differing:
+        raise ConfigError(f"reward shaping {name!r}: the members of one group disagree on 'weights' (member 0: "
+                          f"{dict(weights)}, member {differing[0]}: {dict(specs[differing[0]].get('weights') or {})})"
+                          ": every rollout of a prompt must be made with the same preference weights (ToolOrchestra's"
+                          " `preference` option)")
     scores = cost_aware_scores(raw, [s.get("features") or {} for s in specs], weights)
     trained = np.array([bool(s.get("train", True)) for s in specs], dtype=bool)
     if not standardise:

@@ -44,8 +44,7 @@ import pytest
 from agentgraphs.context import AgentContext
 from agentgraphs.engines.hf import HFEngine
 from agentgraphs.errors import ConfigError
-from agentgraphs.records import sample_fields
-from agentgraphs.records import Rollout
+from agentgraphs.records import Rollout, sample_fields
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.scripted import ScriptedPolicy
@@ -137,6 +136,16 @@ def test_an_explicit_option_overrides_its_variant_in_the_converter() -> None:
         convert(args(), mixed)
 
 
+def test_a_group_whose_members_weigh_the_features_differently_is_refused() -> None:
+    """The weights came from the group's first member: a member made with another `preference` was shaped
+    with weights it never had. The converter refuses the group, naming the field."""
+    mixed = batch()[:4]
+    other = {"experts": EXPERTS, "prices": PRICES, "preference": {"accuracy": 1.0, "cost": 0.0}}
+    mixed[2] = fixed_sample(other, 0, 2, [step("answer", "answer-expert", (150, 20), (200, 20))], "17", 0.0)
+    with pytest.raises(ConfigError, match=r"disagree on 'weights'.*member 2.*preference"):
+        convert(args(), mixed)
+
+
 def test_variant_presets_defaults_overrides_and_errors() -> None:
     seed, original = SPEC.default_options(), SPEC.resolve_options({"variant": "original"})
     assert seed == SPEC.resolve_options({"variant": "seed"}) == ToolOrchestraOptions()
@@ -162,7 +171,7 @@ def test_readme_table_lists_every_option_a_variant_sets() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## ToolOrchestra and the retrieval service")[1].split("\n## ")[0]
     rows = {m.group(1): (m.group(2).strip(), m.group(3).strip(), m.group(4))
-            for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", section, re.M)}
+            for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", section, re.MULTILINE)}
     table = ToolOrchestraOptions.variant_table()
     assert set(table) <= set(rows)
     for option, values in table.items():
