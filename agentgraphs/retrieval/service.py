@@ -10,7 +10,8 @@ retrieval_general_thought.py) take the same request but answer the bare list of 
 index directly (`results[0]`): serve with `bare_list` (`agentgraphs retrieval serve --bare-list`) for them.
 `RetrievalClient` reads either answer. A malformed request is a 400 whose "error"
 names the field and the fix: a body that is not JSON (or nested too deeply to parse), a missing or
-mistyped field, more than 512 queries, a query longer than `max_query_chars` characters (default 8192;
+mistyped field, an unknown field, a non-empty "eid" (the seed's per-example document filter, which this
+service does not have: never answered unfiltered), more than 512 queries, a query longer than `max_query_chars` characters (default 8192;
 `agentgraphs retrieval serve --max-query-chars`), or a body larger than any valid request can be.
 Concurrent requests are coalesced into batched searches run on a few worker threads
 (`agentgraphs.retrieval.batcher`, `--workers`, default 4), so the event loop keeps accepting requests, a
@@ -30,13 +31,14 @@ from ..errors import ConfigError
 from .batcher import SearchBatcher
 from .index import Hit, SearchIndex, load_index
 
-__all__ = ["make_app", "serve", "DEFAULT_PORT", "DEFAULT_KEEP_ALIVE_S", "MAX_QUERY_CHARS", "parse_request"]
+__all__ = ["DEFAULT_KEEP_ALIVE_S", "DEFAULT_PORT", "MAX_QUERY_CHARS", "make_app", "parse_request", "serve"]
 
 DEFAULT_PORT = 8000
 DEFAULT_TOPK = 3
 MAX_TOPK = 100
 MAX_QUERIES = 512
 MAX_QUERY_CHARS = 8192
+REQUEST_FIELDS = frozenset({"queries", "topk", "return_scores", "eid"})  # eid: only empty (no filter)
 INLINE_JSON_BYTES = 64 * 1024  # larger bodies are parsed on a thread, off the event loop
 # How long an idle keep-alive connection stays open. uvicorn's default (5 s) equals httpx's default client
 # expiry (`keepalive_expiry=5.0`, which slime's shared client keeps), so a client could send on a socket the
@@ -78,6 +80,16 @@ def parse_request(body: Any, *, max_topk: int = MAX_TOPK, max_query_chars: int =
     return_scores = body.get("return_scores", False)
     if not isinstance(return_scores, bool):
         raise RequestError(f"field 'return_scores': {return_scores!r}; send true or false")
+    if body.get("eid") not in (None, ""):
+        # the seed's server keeps only the documents its example-id file allows for this eid; answering
+        # unfiltered would hand the client documents it asked to exclude
+        raise RequestError(f"field 'eid': {body['eid']!r:.80} asks for a per-example document filter (the seed's "
+                           "retrieval_general_thought.py --example_id_file), which this service does not have; "
+                           "send no eid (or an empty one) to search the whole index, or serve the filtered "
+                           "corpus as its own index")
+    unknown = sorted(set(body) - REQUEST_FIELDS)
+    if unknown:
+        raise RequestError(f"unknown field {unknown[0]!r:.80}; a request has only {sorted(REQUEST_FIELDS)}")
     return queries, topk, return_scores
 
 

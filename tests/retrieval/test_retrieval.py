@@ -37,8 +37,7 @@ def _free_port() -> int:
 def _write_corpus(path: Path, n_filler: int) -> dict[str, str]:
     passages, fact = planted_facts()
     with open(path, "w", encoding="utf-8") as fh:
-        for p in synthetic_corpus(n_filler, words_per_passage=30) + passages:
-            fh.write(json.dumps(p) + "\n")
+        fh.writelines(json.dumps(p) + "\n" for p in synthetic_corpus(n_filler, words_per_passage=30) + passages)
     return dict(fact)
 
 
@@ -237,6 +236,26 @@ def test_bad_requests_are_400_naming_the_field_and_not_retried(bm25_service: tup
     with pytest.raises(RetrievalError) as err:
         asyncio.run(ask())
     assert err.value.attempts == 1 and "HTTP 400" in str(err.value) and "topk" in str(err.value)
+
+
+def test_a_per_example_filter_or_an_unknown_field_is_refused_not_ignored(bm25_service: tuple[Service, dict[str, str]]
+                                                                        ) -> None:
+    """The seed's client sends "eid" so that its server (retrieval_general_thought.py) keeps only that example's
+    documents; this service has no such filter, so a request asking for one is a 400 naming the field and the
+    fix, never an unfiltered answer. An empty or null eid asks for no filter (the seed's too) and is served;
+    any other unknown field is refused the same way."""
+    service, fact = bm25_service
+    query = fact["question"]
+    r = httpx.post(f"{service.url}/retrieve", json={"queries": [query], "topk": 5, "return_scores": True,
+                                                     "eid": "example-17"}, timeout=30)
+    assert r.status_code == 400, r.text[:300]
+    assert "field 'eid'" in r.json()["error"] and "send no eid" in r.json()["error"]
+    for empty in ("", None):
+        r = httpx.post(f"{service.url}/retrieve", json={"queries": [query], "topk": 5, "return_scores": True,
+                                                         "eid": empty}, timeout=30)
+        assert r.status_code == 200 and r.json()["result"][0], r.text[:300]
+    r = httpx.post(f"{service.url}/retrieve", json={"queries": [query], "top_k": 5}, timeout=30)
+    assert r.status_code == 400 and "unknown field 'top_k'" in r.json()["error"] and "topk" in r.json()["error"]
 
 
 def test_a_query_sharing_no_word_with_the_corpus_has_no_hits(bm25_service: tuple[Service, dict[str, str]]) -> None:
