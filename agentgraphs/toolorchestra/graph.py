@@ -51,10 +51,10 @@ Price = Union[float, list[float]]  # USD per million tokens: one price, or [inpu
 VARIANTS: dict[str, dict[str, Any]] = {
     "seed": {"max_turns": 12, "eval_max_turns": 12, "invalid_call": "end", "correctness": "contains",
              "cost_counts_orchestrator": True, "train_unanswered": False, "group_std": "population",
-             "drop_group_at_min_std": True},
+             "drop_group_at_min_std": True, "retrieval_topk": 5, "document_max_chars": 500},
     "original": {"max_turns": 30, "eval_max_turns": 50, "invalid_call": "continue", "correctness": "exact",
                  "cost_counts_orchestrator": False, "train_unanswered": True, "group_std": "sample",
-                 "drop_group_at_min_std": False},
+                 "drop_group_at_min_std": False, "retrieval_topk": 30, "document_max_chars": 4000},
 }
 
 
@@ -87,7 +87,9 @@ class ToolOrchestraOptions(MethodOptions):
     orchestrator_max_new_tokens: int = Field(2048, ge=1, description="cap of each orchestrator turn")
     expert_max_new_tokens: int = Field(2048, ge=1, description="cap of each expert call")
     retrieval_url: str = Field("http://127.0.0.1:8000", description="`agentgraphs retrieval serve` (seed: 8000)")
-    retrieval_topk: int = Field(3, ge=1, le=100, description="passages per search")
+    retrieval_topk: int = Field(5, ge=1, le=100, description="passages per search (seed 5, original 30)")
+    document_max_chars: int = Field(500, ge=1, description="characters of each retrieved document's text kept "
+                                    "in the context (seed 500, original 4000)")
     retrieval_timeout_s: float = Field(10.0, gt=0, description="per retrieval request")
     retrieval_retries: int = Field(2, ge=0, description="retries of a failed retrieval request")
     code_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of enhance_reasoning's code")
@@ -295,7 +297,8 @@ async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts
         except RetrievalError as exc:
             error = f"search for {query[:200]!r} failed: {exc}"
         else:
-            notes += [Note(kind="document", text=_document_text(h["document"])) for h in hits]
+            notes += [Note(kind="document", text=_document_text(h["document"], opts.document_max_chars))
+                      for h in hits]
             if not hits:
                 notes.append(Note(kind="attempt", text=f"search for {query[:200]!r} found nothing"))
     if error is not None:
@@ -303,9 +306,12 @@ async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts
     return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "", **update}
 
 
-def _document_text(doc: Mapping[str, Any]) -> str:
+def _document_text(doc: Mapping[str, Any], max_chars: int) -> str:
+    """The document's text, stripped and cut to its first `max_chars` characters (the seed's
+    max_content_length), after its title when it has one."""
+    text = str(doc["contents"]).strip()[:max_chars]
     title = doc.get("title")
-    return f"(title: {title}) {doc['contents']}" if title else str(doc["contents"])
+    return f"(title: {title}) {text}" if title else text
 
 
 async def enhance_reasoning(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions

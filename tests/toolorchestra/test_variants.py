@@ -325,3 +325,41 @@ def test_slimes_hooks_carry_the_variant_from_the_yaml_options_to_the_converter(s
         else:  # the no-tool turn is noted, the next answers: two correct rollouts, nothing between them
             assert [s.reward for s in samples] == [1.0, 1.0] and [sh["train"] for sh in shaping] == [True, True]
             assert shaping[0]["std"] == "sample" and data["agentgraph_dropped_trajectories"] == 2
+
+
+class LongDocuments:
+    """`ctx.tools["retrieval"]`: records the depth it is asked for and answers `topk` 900-character documents,
+    each ending in a marker that only a document kept whole would show."""
+
+    def __init__(self) -> None:
+        self.topks: list[int] = []
+
+    async def search(self, query: str, topk: int = 3) -> list[dict[str, Any]]:
+        self.topks.append(topk)
+        return [{"document": {"id": str(i), "contents": f"  doc{i} " + "x" * 880 + f" TAIL{i}"}, "score": 1.0}
+                for i in range(topk)]
+
+
+@pytest.mark.parametrize("variant, topk, chars", [("seed", 5, 500), ("original", 30, 4000)])
+def test_search_depth_and_document_cut_follow_the_variant(scorer: HFEngine, variant: str, topk: int, chars: int
+                                                          ) -> None:
+    """The seed's SearchRetrievalTool asks topk=5 and keeps the first 500 characters of each (stripped)
+    document; the original asks topk_doc=30 and keeps 4000. The orchestrator's next prompt shows that."""
+    retrieval = LongDocuments()
+    policy = ScriptedPolicy(scorer, [call("search", "search-expert"), call("answer", "answer-expert")],
+                            name="orchestrator")
+    engines = {"search-expert": ScriptedPolicy(scorer, ["launch code"], name="search-expert"),
+               "answer-expert": ScriptedPolicy(scorer, ["\\boxed{Ilse Marrow}"], name="answer-expert"),
+               "big-expert": ScriptedPolicy(scorer, [], name="big-expert")}
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer, engines=engines,
+                       tools={"retrieval": retrieval})
+    opts = {"experts": EXPERTS, "variant": variant, "context_max_tokens": 100_000}
+    rollout = asyncio.run(run_rollout(SPEC, rollout_input("Who wrote the letter?", ["Ilse Marrow"], {}, 0), ctx,
+                                      options=opts))
+    assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
+    assert retrieval.topks == [topk]
+    shown = policy.calls[1].prompt_text
+    document = ("doc0 " + "x" * 880 + " TAIL0")[:chars]
+    assert document in shown and len(re.findall(r"doc\d+ x", shown)) == topk
+    assert ("TAIL0" in shown) is (chars > 900)
+    assert SPEC.resolve_options({"variant": variant, "retrieval_topk": 2}).retrieval_topk == 2  # explicit wins
