@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 from ..codeblocks import python_blocks
 from ..errors import ConfigError
-from ..sandbox import SandboxError, SandboxLimits, explain, run_python_async
+from ..sandbox import SandboxLimits, explain
+from ..tool_code import run_tool_code
 from .prompts import PYTHON_CODER_TEMPLATE
 
 __all__ = ["Tool", "ToolRuntime", "register_tool", "registered_tools", "resolve_tools", "BASE_GENERATOR",
@@ -163,14 +164,8 @@ async def _python_coder(rt: ToolRuntime, query: Any) -> dict[str, str]:
     code = extract_python_block(reply)
     if code is None:
         return {"error": "No Python code block found in the response"}
-    try:
-        result = await run_python_async(code, rt.sandbox_limits)
-    except SandboxError as exc:
-        # the machine cannot run the sandbox (a protection that does not hold, a launch or cgroup failure):
-        # not the model's doing, so not a result it reads; training on it would teach that the tool is broken
-        raise ConfigError(f"AgentFlow python_coder: the sandbox cannot run code on this machine: {exc}. Fix: "
-                          "`python -m agentgraphs.sandbox` says what holds and how to get the rest; or drop "
-                          "python_coder from the option tools") from exc
+    result = await run_tool_code(code, rt.sandbox_limits, tool="AgentFlow python_coder",
+                                 drop="drop python_coder from the option tools")
     if result["status"] == "ok":
         return {"printed_output": _middle_cut(result["stdout"].strip(), _OUTPUT_CHARS), "execution_code": code}
     return {"error": _middle_cut(explain(result), _OUTPUT_CHARS), "execution_code": code}

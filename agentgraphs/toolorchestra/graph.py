@@ -9,7 +9,8 @@ Tools run experts, other engines addressed by name in `AgentContext.engines` (ne
     search            the expert writes a query; the retrieval service returns top-k passages
     enhance_reasoning the expert writes Python; it runs (timeout) and the code + output become a note
     answer            the expert answers (\\boxed{}); the episode ends
-A failing expert or retrieval service becomes an "earlier attempt" note; the loop goes on. A format-invalid
+A failing expert or retrieval service becomes an "earlier attempt" note; the loop goes on. A sandbox that
+cannot run on the machine fails the rollout (ConfigError): it is no result of the expert's. A format-invalid
 orchestrator turn ends the episode unanswered (`invalid_call: end`, the seed) or becomes a note too
 (`invalid_call: continue`, the original).
 """

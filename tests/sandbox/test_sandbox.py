@@ -939,16 +939,19 @@ def test_the_cgroup_v2_code_path_on_a_cgroup2_hierarchy_here(monkeypatch):
 
 
 def test_a_refusal_is_a_clear_tool_error(monkeypatch):
-    """ToolOrchestra's code tool turns a refusal into an error the model reads; AgentFlow's python_coder
-    raises ConfigError (its rollout fails: the planner is not trained on a tool this machine cannot run)."""
+    """Both code tools raise ConfigError on a refusal, through one helper (agentgraphs.tool_code): the rollout
+    fails, so the policy is not trained on a tool this machine cannot run; the message names the tool, what
+    does not hold and the fix."""
     from agentgraphs.errors import ConfigError
 
     coderun = pytest.importorskip("agentgraphs.toolorchestra.coderun")
     tools = pytest.importorskip("agentgraphs.agentflow.tools")
     monkeypatch.setenv(DISABLE_ENV, "bwrap,seccomp,cgroups,uid")
     capabilities()
-    result = asyncio.run(coderun.run_expert_code("print(6 * 7)"))
-    assert result["ok"] is False and "refuses to run" in result["output"] and "network" in result["output"]
+    with pytest.raises(ConfigError, match="refuses to run") as refused:
+        asyncio.run(coderun.run_expert_code("print(6 * 7)"))
+    assert "ToolOrchestra enhance_reasoning" in str(refused.value) and "network" in str(refused.value)
+    assert "drop enhance_reasoning from the option experts" in str(refused.value)
 
     class Runtime:
         sandbox_limits = SandboxLimits()

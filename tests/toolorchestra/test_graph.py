@@ -207,6 +207,23 @@ def test_code_that_fails_in_the_sandbox_is_shown_to_the_orchestrator(scorer: HFE
     assert "Python code and outputs:" in shown and "failed:" in shown and "Error" in shown  # no network inside
 
 
+def test_a_sandbox_that_cannot_run_on_the_machine_fails_the_rollout(scorer: HFEngine, retrieval_url: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With protections switched off the sandbox refuses every execution: not the expert's doing, so not a
+    note the orchestrator reads (it would learn that enhance_reasoning never works) but a failed rollout whose
+    reason says how to fix the machine or drop the tool. The expert's own errors stay results (above)."""
+    from agentgraphs.sandbox.detect import DISABLE_ENV
+
+    monkeypatch.setenv(DISABLE_ENV, "bwrap,seccomp,cgroups,uid")
+    rollout, policy, _ = run(
+        scorer, [call("enhance_reasoning", "code-expert"), call("answer", "answer-expert")],
+        {"search-expert": [], "code-expert": ["```python\nprint(4320 + 1)\n```"],
+         "answer-expert": ["\\boxed{4321}"], "big-expert": []}, retrieval_url)
+    assert rollout.status == "failed" and len(policy.calls) == 1, (rollout.status, rollout.reason)
+    assert "ConfigError" in rollout.reason and "enhance_reasoning" in rollout.reason
+    assert "python -m agentgraphs.sandbox" in rollout.reason and "experts" in rollout.reason
+
+
 def test_reward_is_exact_match_then_the_judge_when_configured(scorer: HFEngine) -> None:
     from agentgraphs.spec import RewardInput
 
