@@ -11,8 +11,9 @@ index directly (`results[0]`): serve with `bare_list` (`agentgraphs retrieval se
 `RetrievalClient` reads either answer. A malformed request is a 400 whose "error"
 names the field and the fix: a body that is not JSON (or nested too deeply to parse), a missing or
 mistyped field, an unknown field, a non-empty "eid" (the seed's per-example document filter, which this
-service does not have: never answered unfiltered), more than 512 queries, a query longer than `max_query_chars` characters (default 8192;
-`agentgraphs retrieval serve --max-query-chars`), or a body larger than any valid request can be.
+service does not have: never answered unfiltered), more than 512 queries, a query longer than
+`max_query_chars` characters (default 8192; `agentgraphs retrieval serve --max-query-chars`), or a body
+larger than any valid request can be.
 Concurrent requests are coalesced into batched searches run on a few worker threads
 (`agentgraphs.retrieval.batcher`, `--workers`, default 4), so the event loop keeps accepting requests, a
 busy service answers many queries per `index.search` call, and one slow search does not hold up the

@@ -8,8 +8,9 @@ and the ids it returned (call_llm records both), whatever Qwen3's template would
 Tools run experts, other engines addressed by name in `AgentContext.engines` (never trained):
     search            the expert writes a query; the retrieval service returns top-k passages
     enhance_reasoning the expert writes Python; it runs (timeout) and the code + output become a note
-    answer            the expert answers (\\boxed{}); the episode ends
-A failing expert or retrieval service becomes an "earlier attempt" note; the loop goes on. A sandbox that
+    answer            the expert answers (\\boxed{}); the episode ends (a failed answer expert too, by default)
+A failing search or code expert, or retrieval service, becomes an "earlier attempt" note; the loop goes on
+(with the seed's circuit breaker: after 2 failed code experts in a row, every expert tool is skipped). A sandbox that
 cannot run on the machine fails the rollout (ConfigError): it is no result of the expert's. A format-invalid
 orchestrator turn ends the episode unanswered (`invalid_call: end`, the seed) or becomes a note too
 (`invalid_call: continue`, the original).
@@ -52,10 +53,12 @@ Price = Union[float, list[float]]  # USD per million tokens: one price, or [inpu
 VARIANTS: dict[str, dict[str, Any]] = {
     "seed": {"max_turns": 12, "eval_max_turns": 12, "invalid_call": "end", "correctness": "contains",
              "cost_counts_orchestrator": True, "train_unanswered": False, "group_std": "population",
-             "drop_group_at_min_std": True, "retrieval_topk": 5, "document_max_chars": 500},
+             "drop_group_at_min_std": True, "retrieval_topk": 5, "document_max_chars": 500,
+             "answer_failure": "error_text", "expert_circuit_breaker": 2},
     "original": {"max_turns": 30, "eval_max_turns": 50, "invalid_call": "continue", "correctness": "exact",
                  "cost_counts_orchestrator": False, "train_unanswered": True, "group_std": "sample",
-                 "drop_group_at_min_std": False, "retrieval_topk": 30, "document_max_chars": 4000},
+                 "drop_group_at_min_std": False, "retrieval_topk": 30, "document_max_chars": 4000,
+                 "answer_failure": "empty", "expert_circuit_breaker": None},
 }
 
 
@@ -87,6 +90,12 @@ class ToolOrchestraOptions(MethodOptions):
     context_max_tokens: int = Field(6000, ge=1, description="budget of the context rebuilt in each prompt")
     orchestrator_max_new_tokens: int = Field(2048, ge=1, description="cap of each orchestrator turn")
     expert_max_new_tokens: int = Field(2048, ge=1, description="cap of each expert call")
+    answer_failure: Literal["error_text", "empty", "note"] = Field(
+        "error_text", description="a failed answer expert ends the episode with its error as the answer (seed) "
+        "or with an empty answer (original); note: an earlier-attempt note and the loop goes on")
+    expert_circuit_breaker: int | None = Field(
+        2, ge=1, description="after this many consecutive enhance_reasoning calls whose expert failed, every "
+        "later expert tool is skipped with an 'expert unavailable' note (seed 2; original: null, no breaker)")
     retrieval_url: str = Field("http://127.0.0.1:8000", description="`agentgraphs retrieval serve` (seed: 8000)")
     retrieval_topk: int = Field(5, ge=1, le=100, description="passages per search (seed 5, original 30)")
     document_max_chars: int = Field(500, ge=1, description="characters of each retrieved document's text kept "
@@ -175,6 +184,7 @@ class ToolOrchestraState(TraceState):
     answer: NotRequired[str]
     done: NotRequired[bool]  # the answer tool ran: the episode is over
     stopped: NotRequired[str]  # why the episode ended without an answer (a format-invalid call, seed variant)
+    expert_failures: NotRequired[int]  # consecutive enhance_reasoning calls whose expert failed (the breaker)
 
 
 def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int | None:
@@ -282,10 +292,30 @@ def _finish_step(state: ToolOrchestraState, tokens: tuple[int, int], started: fl
     return steps  # type: ignore[return-value]
 
 
+UNAVAILABLE = ("Expert unavailable: the expert service is not responding after multiple attempts. Please answer "
+               "based on available information.")
+
+
+def _breaker_open(state: ToolOrchestraState, opts: ToolOrchestraOptions) -> dict[str, Any] | None:
+    """The skipped step when the seed's circuit breaker is open, else None. The seed counts consecutive tool
+    results carrying the expert's error; in QA only enhance_reasoning's can (its search falls back to the
+    question, its answer ends the episode), and any other tool that runs resets the count."""
+    limit = opts.expert_circuit_breaker
+    failures = state.get("expert_failures", 0)
+    if limit is None or failures < limit:
+        return None
+    error = f"expert circuit breaker open: {failures} consecutive failed enhance_reasoning experts"
+    return {"notes": [*(state.get("notes") or []), Note(kind="attempt", text=UNAVAILABLE)],
+            "steps": _finish_step(state, (0, 0), time.monotonic(), error), "pending": ""}
+
+
 async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
                  ) -> dict[str, Any]:
     """The expert writes a query (the first line of its reply; the problem when the reply is empty); the
     retrieval service's passages become notes."""
+    skipped = _breaker_open(state, opts)
+    if skipped is not None:
+        return skipped
     ctx = context_of(runtime)
     started = time.monotonic()
     notes = list(state.get("notes") or [])
@@ -304,7 +334,8 @@ async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts
                 notes.append(Note(kind="attempt", text=f"search for {query[:200]!r} found nothing"))
     if error is not None:
         notes.append(Note(kind="attempt", text=error))
-    return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "", **update}
+    return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "", "expert_failures": 0,
+            **update}
 
 
 def _document_text(doc: Mapping[str, Any], max_chars: int) -> str:
@@ -318,6 +349,9 @@ def _document_text(doc: Mapping[str, Any], max_chars: int) -> str:
 async def enhance_reasoning(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
                             ) -> dict[str, Any]:
     """The expert writes Python; the code and what it printed become a note."""
+    skipped = _breaker_open(state, opts)
+    if skipped is not None:
+        return skipped
     ctx = context_of(runtime)
     started = time.monotonic()
     notes = list(state.get("notes") or [])
@@ -330,21 +364,31 @@ async def enhance_reasoning(state: ToolOrchestraState, runtime: Runtime[AgentCon
         notes.append(Note(kind="code", text=f"```python\n{code}\n```\n{status}:\n{result['output'].rstrip()}"))
     else:
         notes.append(Note(kind="attempt", text=str(error)))
-    return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "", **update}
+    failures = state.get("expert_failures", 0) + 1 if error is not None else 0
+    return {"notes": notes, "steps": _finish_step(state, tokens, started, error), "pending": "",
+            "expert_failures": failures, **update}
 
 
 async def answer(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
                  ) -> dict[str, Any]:
     """The expert answers; the last \\boxed{} of its reply (else the whole reply, after any reasoning) is the
-    answer and the episode ends. A failed expert is an attempt note and the orchestrator goes on."""
+    answer and the episode ends. A failed expert ends it too, with its error as the answer (seed) or an empty
+    one (original); `answer_failure: note` makes it an attempt note and the orchestrator goes on."""
+    skipped = _breaker_open(state, opts)
+    if skipped is not None:
+        return skipped
     ctx = context_of(runtime)
     started = time.monotonic()
     notes = list(state.get("notes") or [])
     prompt = ANSWER_EXPERT.format(problem=state["problem"], context=_context_text(ctx, opts, notes))
     text, update, tokens, error = await _expert(state, runtime, opts, "answer_expert", prompt)
-    out: dict[str, Any] = {"steps": _finish_step(state, tokens, started, error), "pending": "", **update}
+    out: dict[str, Any] = {"steps": _finish_step(state, tokens, started, error), "pending": "",
+                           "expert_failures": 0, **update}
     if text is None:
-        out["notes"] = [*notes, Note(kind="attempt", text=str(error))]
+        if opts.answer_failure == "note":
+            out["notes"] = [*notes, Note(kind="attempt", text=str(error))]
+        else:
+            out.update(answer=str(error) if opts.answer_failure == "error_text" else "", done=True)
         return out
     boxed = last_boxed(text)
     out.update(answer=(boxed if boxed is not None else text).strip(), done=True)

@@ -167,7 +167,7 @@ def test_an_expert_cut_off_in_its_reasoning_is_a_failed_tool_not_a_query_or_an_a
                                 ("\\boxed{4321}", usage)]
     retrieval = Retrieval()
     rollout = run(scorer, [call("search", "searcher"), call("answer", "answerer"), call("answer", "answerer")],
-                  url, retrieval=retrieval)
+                  url, retrieval=retrieval, answer_failure="note")  # the failed answer is a note, the loop goes on
     assert rollout.status == "completed", rollout.reason
     assert retrieval.queries == []  # no query was written: nothing is searched
     steps = rollout.final_state["steps"]

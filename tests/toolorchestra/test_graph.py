@@ -184,6 +184,56 @@ def test_a_failing_expert_endpoint_and_a_dead_retrieval_service_are_reported_and
     assert rollout.summary["failed_tools"] == 2
 
 
+def _dead_expert() -> SGLangEngine:
+    return SGLangEngine(f"http://127.0.0.1:{_free_port()}", max_retries=1, backoff_s=0.01, timeout=2.0)
+
+
+@pytest.mark.parametrize("variant", ["seed", "original"])
+def test_a_failed_answer_expert_ends_the_episode(scorer: HFEngine, retrieval_url: str, variant: str) -> None:
+    """Both sources end the episode when the answer expert fails: the seed with the error text as the answer
+    (orchestra_solver.py:525, judged like any answer), the original with an empty one (generation_quick3.py:
+    272, 2026-2041). `answer_failure: note` keeps it a note and goes on."""
+    script = [call("answer", "answer-expert"), call("answer", "big-expert")]
+    experts = {"search-expert": [], "code-expert": [], "answer-expert": _dead_expert(), "big-expert": ["\\boxed{4321}"]}
+    rollout, policy, _ = run(scorer, script, experts, retrieval_url, variant=variant)
+    assert rollout.status == "completed" and len(policy.calls) == 1 and rollout.reward == 0.0, rollout.reason
+    assert rollout.summary["ended"] == "answered" and rollout.summary["failed_tools"] == 1
+    if variant == "seed":
+        assert "expert 'answer-expert' failed" in rollout.answer and rollout.summary["answered"]
+        assert sample_fields(rollout, SPEC)["train_metadata"]["reward_shaping"]["train"] is True
+    else:
+        assert rollout.answer == "" and not rollout.summary["answered"]
+    again, policy, _ = run(scorer, script, experts, retrieval_url, variant=variant, answer_failure="note")
+    assert len(policy.calls) == 2 and again.reward == 1.0 and again.answer == "4321"
+
+
+def test_the_seeds_circuit_breaker_stops_calling_experts_after_two_failed_code_experts(
+        scorer: HFEngine, retrieval_url: str) -> None:
+    """The seed (orchestra_solver.py:97-98, 468-498) counts consecutive enhance_reasoning calls whose expert
+    failed; at 2, every later expert tool is skipped with an "expert unavailable" note, answer included, so
+    the episode runs out of turns unanswered. The original has no breaker: the answer runs."""
+    script = [call("enhance_reasoning", "code-expert")] * 2 + [call("answer", "answer-expert")]
+    for variant in ("seed", "original"):
+        experts = {"search-expert": [], "code-expert": _dead_expert(), "answer-expert": ["\\boxed{4321}"],
+                   "big-expert": []}
+        rollout, policy, engines = run(scorer, script, experts, retrieval_url, variant=variant, max_turns=3)
+        assert rollout.status == "completed" and len(policy.calls) == 3, rollout.reason
+        steps = rollout.final_state["steps"]  # type: ignore[index]
+        if variant == "seed":
+            assert rollout.answer == "" and rollout.reward == 0.0 and rollout.summary["ended"] == "max_turns"
+            assert engines["answer-expert"].calls == [] and "circuit breaker" in steps[2]["error"]
+            assert "unavailable" in rollout.final_state["notes"][-1]["text"]  # type: ignore[index]
+        else:
+            assert rollout.answer == "4321" and rollout.reward == 1.0
+    # a search in between resets the count (the seed's search result never carries the expert's error)
+    script = [call("enhance_reasoning", "code-expert"), call("search", "search-expert"),
+              call("enhance_reasoning", "code-expert"), call("answer", "answer-expert")]
+    experts = {"search-expert": ["launch code"], "code-expert": _dead_expert(),
+               "answer-expert": ["\\boxed{4321}"], "big-expert": []}
+    rollout, _, _ = run(scorer, script, experts, retrieval_url, max_turns=4)
+    assert rollout.answer == "4321" and rollout.reward == 1.0
+
+
 def test_experts_without_engines_fail_the_rollout_with_a_clear_reason(scorer: HFEngine) -> None:
     policy = ScriptedPolicy(scorer, [call("answer", "answer-expert")])
     ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer)
