@@ -328,7 +328,7 @@ def test_a_sandbox_that_cannot_run_here_fails_the_rollout(tiny_engine: Any, monk
         raise SandboxUnavailableError("filesystem NOT HELD: bubblewrap is not installed. Fix: apt-get install "
                                       "bubblewrap", ["filesystem"])
 
-    monkeypatch.setattr("agentgraphs.agentflow.tools.run_python_async", refuse)
+    monkeypatch.setattr("agentgraphs.tool_code.run_python_async", refuse)  # the shared helper's sandbox call
     rollout, _, _ = run(tiny_engine, [plan("Compute 6 * 7 with Python.", "Python_Coder_Tool")],
                         helper_script(verdicts=["STOP"]), max_steps=1)
     assert rollout.status == "failed"
