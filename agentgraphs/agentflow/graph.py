@@ -76,6 +76,10 @@ class AgentFlowOptions(MethodOptions):
     helper_temperature: Optional[float] = Field(
         None, ge=0, description="sampling temperature of every helper call (null: the rollout's, as the seed; "
         "original 0.0)")
+    verifier_rule: Literal["seed", "original"] = Field(
+        "seed", description="how the verifier's reply is read: the last 'Conclusion: STOP|CONTINUE', else the "
+        "word stop/continue in its last 3 lines (seed); JSON, the last 'Conclusion: <word>', else 'stop' "
+        "anywhere in the text (original)")
     answer_suffix: bool = Field(True, description="append the <answer>-tags instruction to the query (training)")
     analyzer_engine: str = Field("policy", description="engine of analyze_query ('policy' with train_analysis)")
     executor_engine: str = Field("helper", description="engine of generate_command")
@@ -281,7 +285,7 @@ async def verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: Ag
                                     metadata=format_metadata({n: t.metadata() for n, t in tools.items()}),
                                     analysis=state["analysis"], memory=format_memory(state["memory"]))
     text, turn = await _helper(state, runtime, opts, opts.verifier_engine, "verify", prompt)
-    return {"conclusion": parse_verifier_conclusion(text), "turns": [turn]}
+    return {"conclusion": parse_verifier_conclusion(text, opts.verifier_rule), "turns": [turn]}
 
 
 async def final_output(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,

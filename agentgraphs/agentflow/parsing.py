@@ -10,10 +10,12 @@ whitespace or marker runs) costs linear time, and they agree with the original o
   blank line, a closing ``` fence dropped) is matched against the available tools by AgentFlow's
   canonical form (lower-case, runs of spaces/underscores -> "_"); unknown -> "No matched tool
   given: X" with `matched=False`.
-- `parse_verifier_conclusion`: "STOP" or "CONTINUE" from, in order: a JSON object (a `conclusion`
+- `parse_verifier_conclusion`: "STOP" or "CONTINUE". The original's rule: a JSON object (a `conclusion`
   string, or the original's MemoryVerification `stop_signal` boolean); the LAST match of
   `conclusion\\**:?\\s*\\**\\s*(\\w+)` (case-insensitive) when its word is STOP/CONTINUE; the substring
-  "stop", then "continue" (case-insensitive, as the original); else CONTINUE.
+  "stop", then "continue" (case-insensitive, as the original); else CONTINUE. The seed's rule
+  (core/verifier.py:50-65): the LAST match of `conclusion\\**:?\\s*\\**\\s*(STOP|CONTINUE)\\b`; else the
+  word "stop", then "continue", in the last 3 lines; else CONTINUE (no JSON).
 - `parse_answer_tags`: the content of the last <answer>...</answer>, else the whole output, stripped.
 - `extract_command` / `parse_command`: the command generator's ```python block, read with `ast` into
   `tool.execute(...)` keyword arguments. Unlike the original, the command is never executed.
@@ -33,6 +35,7 @@ __all__ = [
     "NO_MATCHED_TOOL",
     "NextStep",
     "Conclusion",
+    "VerifierRule",
     "canonical_tool_name",
     "match_tool",
     "parse_next_step",
@@ -45,6 +48,7 @@ __all__ = [
 
 NO_MATCHED_TOOL = "No matched tool given: "
 Conclusion = Literal["STOP", "CONTINUE"]
+VerifierRule = Literal["seed", "original"]
 
 _CONTEXT, _SUB_GOAL, _TOOL_NAME = "Context:", "Sub-Goal:", "Tool Name:"
 _FENCE = "```"
@@ -146,18 +150,23 @@ _STARS = re.compile(r"(?:\*+\s*)?")
 _WORD = re.compile(r"\w+")
 
 
-def parse_verifier_conclusion(text: str) -> Conclusion:
-    """STOP or CONTINUE from the verifier's output; CONTINUE when nothing says otherwise.
+def parse_verifier_conclusion(text: str, rule: VerifierRule = "original") -> Conclusion:
+    """STOP or CONTINUE from the verifier's output by the seed's or the original's `rule`; CONTINUE when
+    nothing says otherwise.
 
     >>> parse_verifier_conclusion("The memory answers the query.\\n**Conclusion**: **STOP**")
     'STOP'
     >>> parse_verifier_conclusion('{"analysis": "incomplete", "stop_signal": false}')
     'CONTINUE'
-    >>> parse_verifier_conclusion("Conclusion: maybe. We must stop here.")
+    >>> parse_verifier_conclusion("Conclusion: maybe. We must not stop yet.\\nMore steps.\\nAnd more.\\nSo.")
     'STOP'
+    >>> parse_verifier_conclusion("Conclusion: maybe. We must not stop yet.\\nMore steps.\\nAnd more.\\nSo.", "seed")
+    'CONTINUE'
     """
     if not isinstance(text, str):
         return "CONTINUE"
+    if rule == "seed":
+        return _seed_conclusion(text)
     verdict = _conclusion_json(text)
     if verdict is None:
         verdict = _conclusion_regex(text)
@@ -167,6 +176,31 @@ def parse_verifier_conclusion(text: str) -> Conclusion:
     if "stop" in lowered:
         return "STOP"
     return "CONTINUE"  # "continue" in the text, or nothing at all: both continue
+
+
+_VERDICT = re.compile(r"(STOP|CONTINUE)\b", re.IGNORECASE)
+_TAIL_STOP = re.compile(r"\bstop\b")
+_TAIL_CONTINUE = re.compile(r"\bcontinue\b")
+
+
+def _seed_conclusion(text: str) -> Conclusion:
+    """The seed's `Verifier.parse_conclusion`: its regex read in the greedy pieces of `_conclusion_regex`."""
+    verdict: Conclusion | None = None
+    end = 0
+    for m in _CONCLUSION.finditer(text):
+        if m.start() < end:
+            continue
+        pos = _LEAD.match(text, m.end()).end()  # type: ignore[union-attr]
+        pos = _STARS.match(text, pos).end()  # type: ignore[union-attr]
+        w = _VERDICT.match(text, pos)
+        if w is not None:
+            verdict, end = w.group(1).upper(), w.end()  # type: ignore[assignment]
+    if verdict is not None:
+        return verdict
+    tail = "\n".join(text.strip().splitlines()[-3:]).lower()
+    if _TAIL_STOP.search(tail):
+        return "STOP"
+    return "CONTINUE"  # "continue" in the tail, or nothing at all: both continue
 
 
 def _conclusion_json(text: str) -> Conclusion | None:

@@ -27,6 +27,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "helper_max_new_tokens": 4096,
         "helper_temperature": None,
         "planner_token_budget": 131072,
+        "verifier_rule": "seed",
     },
     "original": {
         "max_steps": 3,
@@ -38,6 +39,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "helper_max_new_tokens": 2048,
         "helper_temperature": 0.0,
         "planner_token_budget": None,
+        "verifier_rule": "original",
     },
 }
 
@@ -52,4 +54,6 @@ SOURCES: dict[str, tuple[str, str]] = {
     "helper_max_new_tokens": ("rollout.py:122-134", "helper engines' max_new_tokens=4096"),
     "helper_temperature": ("rollout.py:122-134", "helpers sample with the rollout's sampling params"),
     "planner_token_budget": ("core/solver.py:27, 161-164", "no new step once planner tokens >= 131072"),
+    "verifier_rule": ("core/verifier.py:50-65",
+                      "the last 'Conclusion: STOP|CONTINUE', else the word stop/continue in the last 3 lines"),
 }
