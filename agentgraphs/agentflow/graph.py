@@ -97,10 +97,13 @@ class AgentFlowOptions(MethodOptions):
         "divide", description="every planner sequence gets the trajectory's advantage (original) or it divided "
         "by the number of trained sequences (seed)")
     tool_timeout_s: float = Field(120.0, gt=0, description="per tool.execute call (original 120)")
+    action_step_start: Literal[0, 1] = Field(
+        0, description="number of the first 'Action Step' in the memory the prompts show (seed 0; original 1)")
     result_max_chars: int = Field(
         4096, ge=100, description="a longer step result keeps its first and last result_max_chars / 2 characters "
         "in the memory, as the seed's (4096); the original keeps up to 100,000 characters of each string")
-    sandbox_wall_s: float = Field(10.0, gt=0, description="python_coder: wall-clock limit of one execution")
+    sandbox_wall_s: float = Field(30.0, gt=0, description="python_coder: wall-clock (and CPU) limit of one "
+                                  "execution (seed 30; original 10)")
     sandbox_memory_mb: int = Field(512, ge=32, description="python_coder: memory limit of one execution")
 
     @field_validator("tools", mode="before")
@@ -202,7 +205,8 @@ async def plan_next_step(state: AgentFlowState, runtime: Runtime[AgentContext], 
     tools = _tools(runtime, opts)
     prompt = NEXT_STEP_TEMPLATE.format(
         question=state["query"], analysis=state["analysis"], tools=format_tools(list(tools)),
-        metadata=format_metadata({n: t.metadata() for n, t in tools.items()}), memory=format_memory(state["memory"]))
+        metadata=format_metadata({n: t.metadata() for n, t in tools.items()}),
+        memory=format_memory(state["memory"], opts.action_step_start))
     out = await call_llm(state, runtime, node="plan_next_step", messages=[{"role": "user", "content": prompt}],
                          max_new_tokens=opts.planner_max_new_tokens)
     return {"step": state["step"] + 1, "next_step": parse_next_step(out.text, list(tools)), "command": "",
@@ -257,13 +261,17 @@ async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: A
 
 
 def _cut(text: str, limit: int) -> str:
-    """`text` within `limit` characters, its middle cut as the seed's memory cuts it: a tool's conclusion (a
-    base generator's answer, the last line a program printed) comes last, so the end is kept too."""
+    """`text`'s first and last `limit // 2` characters around the seed's marker when it is longer than `limit`,
+    as the seed's memory cuts it (core/memory.py:13-15): a tool's conclusion (a base generator's answer, the
+    last line a program printed) comes last, so the end is kept too.
+
+    >>> _cut("abcdefghij", 4)
+    'ab\\n... [truncated 6 chars] ...\\nij'
+    """
     if len(text) <= limit:
         return text
-    head = limit // 2
-    tail = limit - head
-    return text[:head] + f"\n... [{len(text) - limit} characters cut] ...\n" + text[-tail:]
+    half = limit // 2
+    return text[:half] + f"\n... [truncated {len(text) - limit} chars] ...\n" + text[-half:]
 
 
 async def update_memory(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
@@ -283,7 +291,8 @@ async def verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: Ag
     tools = _tools(runtime, opts)
     prompt = VERIFY_TEMPLATE.format(question=state["query"], tools=format_tools(list(tools)),
                                     metadata=format_metadata({n: t.metadata() for n, t in tools.items()}),
-                                    analysis=state["analysis"], memory=format_memory(state["memory"]))
+                                    analysis=state["analysis"],
+                                    memory=format_memory(state["memory"], opts.action_step_start))
     text, turn = await _helper(state, runtime, opts, opts.verifier_engine, "verify", prompt)
     return {"conclusion": parse_verifier_conclusion(text, opts.verifier_rule), "turns": [turn]}
 
@@ -292,7 +301,7 @@ async def final_output(state: AgentFlowState, runtime: Runtime[AgentContext], op
                        ) -> dict[str, Any]:
     """The direct output (Process Summary, Answer); the answer is its last <answer>...</answer>."""
     prompt = FINAL_TEMPLATE.format(question=state["query"], analysis=state["analysis"],
-                                   memory=format_memory(state["memory"]))
+                                   memory=format_memory(state["memory"], opts.action_step_start))
     text, turn = await _helper(state, runtime, opts, opts.final_engine, "final_output", prompt)
     return {"final_output": text, "answer": parse_answer_tags(text), "turns": [turn]}
 

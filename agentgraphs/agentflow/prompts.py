@@ -196,15 +196,18 @@ def format_tools(names: Sequence[str]) -> str:
     return str(list(names))
 
 
-def format_memory(actions: Sequence[Mapping[str, Any]]) -> str:
-    """The memory as the original's `get_actions()` prints it: {"Action Step k": {...}}.
+def format_memory(actions: Sequence[Mapping[str, Any]], start: int = 1) -> str:
+    """The memory as `get_actions()` prints it: {"Action Step k": {...}}, k from `start` (the original counts
+    from 1, the seed from 0: its step_count runs over range(max_steps)).
 
     >>> format_memory([{"tool_name": "T", "sub_goal": "g", "command": "c", "result": "r"}])
     "{'Action Step 1': {'tool_name': 'T', 'sub_goal': 'g', 'command': 'c', 'result': 'r'}}"
+    >>> format_memory([{"tool_name": "T"}, {"tool_name": "U"}], start=0)
+    "{'Action Step 0': {'tool_name': 'T'}, 'Action Step 1': {'tool_name': 'U'}}"
     >>> format_memory([])
     '{}'
     """
-    return str({f"Action Step {i}": dict(a) for i, a in enumerate(actions, 1)})
+    return str({f"Action Step {i}": dict(a) for i, a in enumerate(actions, start)})
 
 
 def format_metadata(metadata: Mapping[str, Any]) -> str:

@@ -28,6 +28,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "helper_temperature": None,
         "planner_token_budget": 131072,
         "verifier_rule": "seed",
+        "sandbox_wall_s": 30.0,
+        "action_step_start": 0,
     },
     "original": {
         "max_steps": 3,
@@ -40,6 +42,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "helper_temperature": 0.0,
         "planner_token_budget": None,
         "verifier_rule": "original",
+        "sandbox_wall_s": 10.0,
+        "action_step_start": 1,
     },
 }
 
@@ -56,4 +60,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "planner_token_budget": ("core/solver.py:27, 161-164", "no new step once planner tokens >= 131072"),
     "verifier_rule": ("core/verifier.py:50-65",
                       "the last 'Conclusion: STOP|CONTINUE', else the word stop/continue in the last 3 lines"),
+    "sandbox_wall_s": ("tools/python_coder/tool.py:12, 165", "python_coder runs the code with _EXEC_TIMEOUT = 30 s"),
+    "action_step_start": ("core/solver.py:91, 128", ("memory.add_action(step_count, ...) for step_count in "
+                                                     "range(max_steps): 'Action Step 0' first")),
 }
