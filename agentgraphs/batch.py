@@ -278,7 +278,7 @@ def tokenizer_for(engine: Any, path: str | None) -> Any:
 
 def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, tokenizer: str | None = None,
              options: Mapping[str, Any] | None = None, concurrency: int = 8, n_samples: int = 1,
-             temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 1024,
+             temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int | None = None,
              evaluation: bool = False, limit: int | None = None,
              keys: tuple[str, str, str] = ("input", "label", "metadata"),
              engines: Mapping[str, "str | Engine"] | None = None, checkpoints: Path | None = None,
@@ -290,6 +290,8 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
     `engine` is an engine string (`hf:DIR`, `sglang:URL`) or an Engine object to reuse across calls;
     `engines` are helper engines by name (AgentContext.engines: a judge, AgentFlow's "helper"...).
     `checkpoints`: a compact SQLite file keeping every rollout's checkpoints (see agentgraphs.checkpoints.replay).
+    `max_new_tokens`: the cap of every call (`AgentContext.max_new_tokens_cap`); None (the default): none, each
+    call gets its method's own cap (1024 for a call that asks for none).
     `seed`: reproducible sampling (`run_rows`); samples.jsonl holds no wall-clock value, so a seeded run on an
     in-process engine writes it byte for byte the same (timings are in traces.jsonl and summary.json; with
     `checkpoints`, samples name their checkpoint thread, new per run). Once everything is checked and loaded,
@@ -302,7 +304,10 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
     opts = spec.resolve_options(options)
     if not data.is_file():
         raise ConfigError(f"--data {data}: no such file")
-    sampling = sampling_from_flags(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    flags: dict[str, Any] = {"temperature": temperature, "top_p": top_p}
+    if max_new_tokens is not None:
+        flags["max_new_tokens"] = max_new_tokens
+    sampling = sampling_from_flags(**flags)
     if isinstance(engine, str):
         try:
             eng = make_engine(engine)
@@ -322,7 +327,8 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
     total = min(total, limit) if limit is not None else total
 
     def make_context() -> AgentContext:
-        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation, engines=dict(helpers))
+        return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation, engines=dict(helpers),
+                            max_new_tokens_cap=max_new_tokens is not None)
 
     with JsonlWriter(out) as writer:
         if on_start is not None:

@@ -62,6 +62,14 @@ class AgentContext:
     engine call without its own `sampling_seed` gets one derived from it (`call_seed`); `agentgraphs run
     --seed N` gives each rollout its own (`derive_seed(N, index)`).
 
+    `sampling.max_new_tokens` is the cap of a call that asks for none. It is also the ceiling of a call that
+    asks for more (a method option such as AgentFlow's `planner_max_new_tokens`) when `max_new_tokens_cap` is
+    True, which is what it is when you set it: a SamplingParams object, or a dict with `max_new_tokens` (slime's
+    --rollout-max-response-len, `agentgraphs run --max-new-tokens N`). Without one (no `sampling`, a dict
+    without the key, `agentgraphs run` without the flag) a call's own max_new_tokens is used as asked: a run-
+    level default nobody set never lowers a method's own cap. A call lowered by the ceiling logs a warning, and
+    when it is cut there its rollout's status reason names the cap.
+
     >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
     ...                    sampling={"temperature": 0.7})
     >>> ctx.policy.name, ctx.sampling.temperature
@@ -70,7 +78,7 @@ class AgentContext:
 
     policy: Engine = field(default_factory=lambda: _default_policy())  # type: ignore[assignment]
     tokenizer: Any = None
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    sampling: SamplingParams = None  # type: ignore[assignment]  # None: SamplingParams(), no ceiling
     engines: dict[str, Engine] = field(default_factory=dict)
     tokenizers: dict[str, Any] = field(default_factory=dict)
     tools: dict[str, Any] = field(default_factory=dict)
@@ -78,6 +86,7 @@ class AgentContext:
     limits: Limits = field(default_factory=Limits)
     evaluation: bool = False
     seed: int | None = None
+    max_new_tokens_cap: bool | None = None  # None: True when `sampling` sets max_new_tokens (see above)
     _templates: dict[str, ChatTemplate] = field(default_factory=dict, repr=False)
     _seed_uses: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -85,7 +94,10 @@ class AgentContext:
         if isinstance(self.policy, str):
             self.policy = shared_engine(self.policy)
         self.engines = {k: shared_engine(v) if isinstance(v, str) else v for k, v in self.engines.items()}
-        self.sampling = _sampling_of(self.sampling)
+        if self.max_new_tokens_cap is None:
+            self.max_new_tokens_cap = isinstance(self.sampling, SamplingParams) or (
+                isinstance(self.sampling, Mapping) and "max_new_tokens" in self.sampling)
+        self.sampling = _sampling_of(SamplingParams() if self.sampling is None else self.sampling)
         if isinstance(self.limits, Mapping):
             self.limits = Limits(**dict(self.limits))
         if isinstance(self.tokenizer, (str, os.PathLike)):

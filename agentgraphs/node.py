@@ -13,6 +13,7 @@ be checkpointed, and replaying from a checkpoint continues exactly the same toke
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -28,7 +29,9 @@ from .errors import ConfigError
 from .trace import Turn, conversation_tail, make_turn, sampling_record
 
 __all__ = [
+    "CAP_SOURCES",
     "LLMCallLimitExceeded",
+    "MaxNewTokensLowered",
     "LLMResult",
     "RolloutAborted",
     "TraceState",
@@ -119,7 +122,9 @@ async def call_llm(
     (tool results, user turns) when `conversation` already has a turn in `state["turns"]`.
     `prompt_ids` bypasses templating entirely (the caller owns the exact ids). Keyword overrides
     (`max_new_tokens=`, `temperature=`, `stop=`...) adjust the context's sampling params; a
-    `max_new_tokens=` override never exceeds the context's own (slime's --rollout-max-response-len).
+    `max_new_tokens=` override is lowered to the context's own when that is a cap the run set
+    (`AgentContext.max_new_tokens_cap`: slime's --rollout-max-response-len, `agentgraphs run --max-new-tokens`),
+    with a warning naming both; otherwise it is used as asked.
     `stop=` is one string or a list, `stop_token_ids=` one id or a list; an unknown key or a value of the
     wrong type raises ConfigError naming it, before any engine call.
     The Turn records the sampling used (temperature, top_p, top_k, min_p): a trainable call sampled
@@ -216,7 +221,7 @@ def call_params(ctx: AgentContext, overrides: Mapping[str, Any], *, node: str = 
                 prompt_ids: Sequence[int] | None = None) -> SamplingParams:
     """The sampling of one engine call: the context's, with the call's overrides; in a seeded context
     (`AgentContext.seed`) a token-engine call without its own `sampling_seed` gets one (`call_seed`)."""
-    params = _params(ctx.sampling, overrides)
+    params = _params(ctx.sampling, overrides, node=node, cap=bool(ctx.max_new_tokens_cap))
     if prompt_ids is not None and params.sampling_seed is None:
         seed = ctx.call_seed(node, prompt_ids)
         if seed is not None:
@@ -224,7 +229,8 @@ def call_params(ctx: AgentContext, overrides: Mapping[str, Any], *, node: str = 
     return params
 
 
-def _params(base: SamplingParams, overrides: Mapping[str, Any]) -> SamplingParams:
+def _params(base: SamplingParams, overrides: Mapping[str, Any], *, node: str = "", cap: bool = True,
+            ) -> SamplingParams:
     if not overrides:
         return base
     where = "sampling override (call_llm keyword, TracedChatModel sampling= or .bind())"
@@ -233,10 +239,26 @@ def _params(base: SamplingParams, overrides: Mapping[str, Any]) -> SamplingParam
         params = base.replace(**overrides)  # checks every value's type and range, naming the field
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    # the context's max_new_tokens (slime: --rollout-max-response-len) is a ceiling per call
-    if params.max_new_tokens > base.max_new_tokens:
+    # a cap the run set (slime: --rollout-max-response-len) is a ceiling per call: the trainer's is real
+    if cap and params.max_new_tokens > base.max_new_tokens:
+        _warn_lowered(node, params.max_new_tokens, base.max_new_tokens)
         params = params.replace(max_new_tokens=base.max_new_tokens)
     return params
+
+
+def _warn_lowered(node: str, asked: int, cap: int) -> None:
+    # the warnings module shows each distinct message once per process: one line per (node, asked, cap)
+    warnings.warn(f"node {node or '?'!r} asks max_new_tokens={asked}; the run's cap is {cap} "
+                  f"({CAP_SOURCES}), so it gets {cap}. A reply cut there is TRUNCATED with this cap named; raise "
+                  f"the cap to {asked} to run the call as its method asks", MaxNewTokensLowered, stacklevel=4)
+
+
+class MaxNewTokensLowered(UserWarning):
+    """A call's own max_new_tokens was lowered to the cap the run set (`AgentContext.max_new_tokens_cap`)."""
+
+
+CAP_SOURCES = ("AgentContext.sampling.max_new_tokens; `agentgraphs run --max-new-tokens`; slime "
+               "--rollout-max-response-len")
 
 
 def _visible_text(completion: Completion, template: ChatTemplate) -> str:

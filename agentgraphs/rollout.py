@@ -21,7 +21,7 @@ from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording
 from .context import AgentContext, Limits
 from .errors import ConfigError, EngineError, InputError, RewardError
 from .gc_tuning import rollouts_running
-from .node import LLMCallLimitExceeded, RolloutAborted
+from .node import CAP_SOURCES, LLMCallLimitExceeded, RolloutAborted
 from .records import RESULT_METADATA_KEYS, Rollout, Status, reward_input, trace_summary
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
 from .trace import Layout, Turn, build_sequences, check_sequence
@@ -185,7 +185,7 @@ async def _finish(
     truncated = [i for i, t in enumerate(turns) if t["finish_reason"] == "length"
                  and (t["engine"] == ctx.policy.name or t.get("trainable"))]
     status: Status = "truncated" if truncated else "completed"
-    reason = f"turns {truncated} hit max_new_tokens" if truncated else "ok"
+    reason = truncation_reason(turns, truncated, ctx) if truncated else "ok"
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
                       final_state=final, summary=summary, llm_calls=llm_calls, untrained_calls=untrained)
     rin = reward_input(answer=answer, prompt=inp["prompt"], label=inp["label"], row_metadata=inp["metadata"],
@@ -420,6 +420,18 @@ def raised_in_graph(rollout: Rollout, exc_name: str) -> bool:
     False
     """
     return rollout.status == "failed" and rollout.reason.startswith(f"{_GRAPH_RAISED}{exc_name}:")
+
+
+def truncation_reason(turns: list[Turn], truncated: list[int], ctx: AgentContext) -> str:
+    """Why a rollout is TRUNCATED; a turn cut at the cap the run set says so, since a call that asked for more
+    tokens (a method option) was lowered to it (`agentgraphs.node.call_params`)."""
+    reason = f"turns {truncated} hit max_new_tokens"
+    cap = ctx.sampling.max_new_tokens
+    at_cap = [f"{i} ({turns[i]['node']})" for i in truncated if len(turns[i]["output_ids"]) == cap]
+    if ctx.max_new_tokens_cap and at_cap:
+        reason += (f"; turns {', '.join(at_cap)} stopped at the run's cap of {cap} ({CAP_SOURCES}), which lowers "
+                   "a call's own larger max_new_tokens: raise it to run such calls as their method asks")
+    return reason
 
 
 def _failed(started: float, reason: str, exc: BaseException, turns: list[Turn] | None = None) -> Rollout:

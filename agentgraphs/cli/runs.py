@@ -28,7 +28,9 @@ def run(
     n_samples: int = typer.Option(1, "--n-samples-per-prompt", min=1, help="rollouts per row (a GRPO group)"),
     temperature: float = typer.Option(1.0, min=0.0),
     top_p: float = typer.Option(1.0),
-    max_new_tokens: int = typer.Option(1024, min=1),
+    max_new_tokens: Optional[int] = typer.Option(
+        None, min=1, help="cap of every LLM call (a method's own larger cap is lowered to it, and a reply cut there "
+        "says so); unset: each call gets its method's own cap (1024 for a call that sets none)"),
     evaluation: bool = typer.Option(False, "--eval", help="evaluation mode: nothing trainable, no chunk caps"),
     limit: Optional[int] = typer.Option(None, help="only the first N rows"),
     input_key: str = typer.Option("input"),
