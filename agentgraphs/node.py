@@ -31,8 +31,8 @@ from .trace import Turn, conversation_tail, make_turn, sampling_record
 __all__ = [
     "CAP_SOURCES",
     "LLMCallLimitExceeded",
-    "MaxNewTokensLowered",
     "LLMResult",
+    "MaxNewTokensLowered",
     "RolloutAborted",
     "TraceState",
     "call_llm",
