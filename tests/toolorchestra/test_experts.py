@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,20 +20,15 @@ from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.tiny_model import ensure_tiny_model
 from agentgraphs.toolorchestra import SPEC
+from tests.asgi_server import serving
 
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 
 def call(name: str, model: str) -> str:
     body = json.dumps({"name": name, "arguments": {"model": model}})
     return f"<think>plan</think>\n<tool_call>\n{body}\n</tool_call>"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ChatEndpoint:
@@ -74,16 +67,8 @@ def scorer(agentgraphs_cache: Path) -> HFEngine:
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[tuple[ChatEndpoint, str]]:
     chat = ChatEndpoint()
-    server = uvicorn.Server(uvicorn.Config(chat.app(), host="127.0.0.1", port=_free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        threading.Event().wait(0.02)
-    yield chat, f"http://127.0.0.1:{server.config.port}/v1"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(chat.app()) as url:
+        yield chat, f"{url}/v1"
 
 
 def run(scorer: HFEngine, orchestrator: list[str], url: str, retrieval: Any = None, **options: Any) -> Any:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,9 @@ from agentgraphs.toolorchestra import SPEC, build_graph
 from agentgraphs.toolorchestra.graph import max_turns
 from agentgraphs.toolorchestra.prompts import tool_schemas
 from agentgraphs.trace import check_trace
+from tests.asgi_server import free_port, serving
 
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 pytest.importorskip("bm25s")
 
 EXPERTS = {"search": ["search-expert"], "enhance_reasoning": ["code-expert"],
@@ -42,12 +41,6 @@ def scorer(agentgraphs_cache: Path) -> HFEngine:
     return HFEngine.from_dir(ensure_tiny_model(template="qwen3"), device="cpu", seed=0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def retrieval_url() -> Iterator[str]:
     """A real retrieval service (BM25 over planted facts + filler) in a server thread."""
@@ -56,16 +49,8 @@ def retrieval_url() -> Iterator[str]:
 
     passages, _ = planted_facts()
     app = make_app(BM25Index.build(synthetic_corpus(200, words_per_passage=20) + passages))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        threading.Event().wait(0.02)
-    yield f"http://127.0.0.1:{server.config.port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as url:
+        yield url
 
 
 def run(scorer: HFEngine, orchestrator: list[str], experts: dict[str, Any], url: str, label: Any = "4321",
@@ -167,7 +152,7 @@ def test_max_turns_ends_the_episode_without_an_answer(scorer: HFEngine, retrieva
 
 def test_a_failing_expert_endpoint_and_a_dead_retrieval_service_are_reported_and_the_run_goes_on(
         scorer: HFEngine) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     rollout, policy, _ = run(
         scorer,
         [call("search", "search-expert"), call("enhance_reasoning", "code-expert"), call("answer", "answer-expert")],
@@ -185,7 +170,7 @@ def test_a_failing_expert_endpoint_and_a_dead_retrieval_service_are_reported_and
 
 
 def _dead_expert() -> SGLangEngine:
-    return SGLangEngine(f"http://127.0.0.1:{_free_port()}", max_retries=1, backoff_s=0.01, timeout=2.0)
+    return SGLangEngine(f"http://127.0.0.1:{free_port()}", max_retries=1, backoff_s=0.01, timeout=2.0)
 
 
 @pytest.mark.parametrize("variant", ["seed", "original"])
