@@ -110,6 +110,7 @@ async def run_rows(
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     opts = spec.resolve_options(options)
+    spec.check_engines(opts, make_context().engines)  # a missing judge: refused before any rollout
     summary = RunSummary()
     started = time.monotonic()
     source = iter(rows)
@@ -322,6 +323,7 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
             helpers[name] = make_engine(helper) if isinstance(helper, str) else helper
         except (ValueError, OSError) as exc:
             raise ConfigError(f"--helper {name}={helper}: {exc}") from exc
+    spec.check_engines(opts, helpers)  # before anything is written
     with open(data, "rb") as fh:
         total = sum(1 for line in fh if line.strip())
     total = min(total, limit) if limit is not None else total

@@ -48,8 +48,9 @@ async def run_rollout(
 ) -> Rollout:
     """Run the spec's graph on one input and return a Rollout with a status, never an exception.
 
-    `options` are the method's options (a dict of overrides or a resolved MethodOptions); bad options
-    raise ConfigError before anything runs. The reward and `eval_metrics` are computed here, once, from
+    `options` are the method's options (a dict of overrides or a resolved MethodOptions); bad options, and
+    options naming a judge engine `ctx` does not have (with `compute_reward`), raise ConfigError before
+    anything runs. The reward and `eval_metrics` are computed here, once, from
     the one RewardInput (`agentgraphs.records.reward_input`); `compute_reward=False` skips the reward.
     `config` is passed to LangGraph (thread_id etc. when the graph has a checkpointer).
     `checkpointer` compiles the graph with that saver (`spec.graph(options, checkpointer=...)`), so every
@@ -60,6 +61,8 @@ async def run_rollout(
     opts = spec.resolve_options(options)
     if resume and checkpointer is None:
         raise ConfigError("run_rollout(resume=True) needs checkpointer= (the saver holding the thread)")
+    if compute_reward:  # a judge the options name but the context lacks: refused before the graph runs
+        spec.check_engines(opts, ctx.engines)
     with rollouts_running():  # the collector's thresholds, raised while rollouts run (agentgraphs.gc_tuning)
         rollout = await _run(spec, inp, ctx, opts, compute_reward, config, checkpointer, resume)
     rollout.options = opts

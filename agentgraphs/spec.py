@@ -14,7 +14,7 @@ import os
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, ClassVar, Literal, Mapping, TypedDict, Union
+from typing import Any, Awaitable, Callable, ClassVar, Iterable, Literal, Mapping, TypedDict, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
@@ -254,6 +254,11 @@ class AgentSpec:
     def default_options(self) -> MethodOptions:
         return self.resolve_options(None)
 
+    def check_engines(self, options: MethodOptions, engines: Iterable[str]) -> None:
+        """ConfigError before any rollout when the options name a helper engine the run's context will not
+        have (`engines`: the names in AgentContext.engines): the reward's judge (`check_judge`)."""
+        check_judge(options, engines, self.name)
+
     def reward_split_for(self, options: MethodOptions) -> RewardSplit:
         """The options' `reward_split` where the method makes it an option, else the spec's."""
         return getattr(options, "reward_split", self.reward_split)
@@ -304,30 +309,81 @@ def _takes_checkpointer(fn: Callable[..., Any]) -> bool:
                for p in params)
 
 
+# marks the field `judge_option` makes, so `judge_of` finds a method's judge whatever else its options hold
+_ENGINE_ROLE = "agentgraphs_engine_role"
+
+
 def judge_option(default: str | None) -> Any:
     """The `judge` option, one name and meaning in every method with an LLM judge: the name of an engine in
-    `AgentContext.engines` that the reward asks, when the context has an engine of that name (a run without
-    one scores by the method's rule alone); null: never a judge. `judge_engine` reads it at reward time.
+    `AgentContext.engines` that the reward asks; a run whose context has no engine of that name is refused
+    (`check_judge` before any rollout, `judge_engine` at reward time), never scored by the rule alone in
+    silence; null: never a judge, the method's rule alone.
 
     >>> class Opts(MethodOptions):
     ...     judge: str | None = judge_option("judge")
-    >>> Opts().judge, Opts(judge=None).judge
-    ('judge', None)
+    >>> Opts().judge, Opts(judge=None).judge, judge_of(Opts())
+    ('judge', None, 'judge')
     """
-    return Field(default, description="engine name (in AgentContext.engines) of the reward's LLM judge, asked "
-                 "when the context has an engine of that name; null: no judge")
+    return Field(default, description="engine name (in AgentContext.engines) of the reward's LLM judge; a run "
+                 "without an engine of that name is refused; null: no judge (the method's rule alone)",
+                 json_schema_extra={_ENGINE_ROLE: "judge"})
+
+
+def judge_of(options: MethodOptions) -> str | None:
+    """The judge engine the options name (their `judge_option` field), or None: null, or no judge option."""
+    for name, info in type(options).model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and extra.get(_ENGINE_ROLE) == "judge":
+            return getattr(options, name) or None
+    return None
+
+
+def missing_judge_error(name: str, engines: Iterable[str], agent: str | None = None) -> ConfigError:
+    """The refusal of a `judge` option naming an engine the run does not have, with both fixes."""
+    known = sorted(engines)
+    return ConfigError(
+        f"{agent + ': ' if agent else ''}the `judge` option names the engine {name!r}, which this run does not "
+        f"have (its helper engines: {known or 'none'}), so the reward could not ask its judge where the rule "
+        f"finds no match. Fix: give the engine (CLI: --helper {name}=ENGINE; slime: agentgraph_engines: "
+        f"{{{name}: ENGINE}}), or set judge: null (CLI: -o judge=null) to score by the method's rule alone")
+
+
+def check_judge(options: MethodOptions, engines: Iterable[str], agent: str | None = None) -> None:
+    """ConfigError (`missing_judge_error`) when the options' judge names an engine not in `engines`: called
+    with a run's helper engines before any rollout (`AgentSpec.check_engines`).
+
+    >>> opts = load_spec("agentflow").resolve_options({})
+    >>> check_judge(opts, ["helper", "judge"])
+    >>> check_judge(opts, ["helper"], "agentflow")
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: agentflow: the `judge` option names the engine 'judge', which this run ...
+    """
+    name = judge_of(options)
+    engines = list(engines)
+    if name is not None and name not in engines:
+        raise missing_judge_error(name, engines, agent)
 
 
 def judge_engine(ctx: AgentContext | None, name: str | None) -> str | None:
-    """The engine the reward asks as its judge: `name` when the context has an engine of that name, else None.
+    """The engine the reward asks as its judge: `name`, which the context must have (ConfigError naming the
+    fixes otherwise: a reward that asks no judge where the option names one would score by its rule alone);
+    None when `name` is None (no judge).
 
     >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
     ...                    engines={"judge": "openai:http://127.0.0.1:8001/v1#judge-model"})
-    >>> judge_engine(ctx, "judge"), judge_engine(ctx, "grader"), judge_engine(ctx, None), judge_engine(None, "judge")
-    ('judge', None, None, None)
+    >>> judge_engine(ctx, "judge"), judge_engine(ctx, None), judge_engine(None, None)
+    ('judge', None, None)
+    >>> judge_engine(ctx, "grader")
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: the `judge` option names the engine 'grader', which this run does not have ...
     """
-    if ctx is None or not name or name not in ctx.engines:
+    if not name:
         return None
+    engines = ctx.engines if ctx is not None else {}
+    if name not in engines:
+        raise missing_judge_error(name, engines)
     return name
 
 

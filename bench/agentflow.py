@@ -82,9 +82,10 @@ def engines(tok: Any, tool_reply: str) -> dict[str, CannedEngine]:
 async def run_batch(tok: Any, n: int, tools: tuple[str, ...], tool_reply: str) -> tuple[float, float, int, int]:
     eng = engines(tok, tool_reply)
     # the original's variant: its analysis is a helper call (the seed's planner would make it), so the
-    # figures stay comparable with earlier runs
+    # figures stay comparable with earlier runs; judge: null, math-verify scores (no judge engine here)
     options = {"variant": "original", "max_steps": STEPS, "tools": tools, "analyzer_engine": "an",
-               "executor_engine": "ex", "verifier_engine": "ve", "final_engine": "fi", "tool_engine": "to"}
+               "executor_engine": "ex", "verifier_engine": "ve", "final_engine": "fi", "tool_engine": "to",
+               "judge": None}
     helpers = {k: v for k, v in eng.items() if k != "policy"}
 
     async def one(i: int) -> Any:

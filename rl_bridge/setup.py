@@ -25,8 +25,9 @@ Refused up front (ConfigError, before any rollout): --apply-chat-template; multi
 without --custom-convert-samples-to-train-data-path (slime would train only the first sequence);
 agentgraph_return_list with --partial-rollout, --group-rm or --dynamic-sampling-filter-path, or on slime
 0.2.x (a Sample without rollout_id / group_id); --use-rollout-routing-replay; --rollout-top-p below 1; a
-labelled agent without --label-key. rl_bridge.convert refuses the batch layouts slime cannot take with
-multi-row trajectories (agentgraphs.train_data).
+labelled agent without --label-key; a `judge` option naming an engine that agentgraph_engines does not give.
+rl_bridge.convert refuses the batch layouts slime cannot take with multi-row trajectories
+(agentgraphs.train_data).
 """
 
 from __future__ import annotations
@@ -288,6 +289,7 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
     spec = load_spec(name)
     check_slime_args(args, spec, settings)
     options = spec.resolve_options(settings.agentgraph_options)
+    spec.check_engines(options, settings.agentgraph_engines)  # a judge the options name must be an engine here
     try:
         spec.graph(options)  # compile once here: a broken graph is a configuration error, not N failures
     except Exception as exc:

@@ -3,8 +3,8 @@
 - `boxed_exact` (the seed's, `answer_check: boxed_exact`): the prediction is the answer's last
   `\\boxed{...}` normalised as slime's DAPO utilities do, else the seed's line rule (the last line
   holding "answer/result/is/=" followed by a `\\boxed{}` (normalised) or a number, else the last non-empty
-  line, cut to 200 characters); 1.0 when it equals a gold exactly, else the judge decides (0.0 without
-  one). `\\boxed{5} then \\boxed{6}` predicts 6; `\\boxed{1,16}` predicts 116.
+  line, cut to 200 characters); 1.0 when it equals a gold exactly, else the judge decides (`judge: null`:
+  0.0). `\\boxed{5} then \\boxed{6}` predicts 6; `\\boxed{1,16}` predicts 116.
 - `math_verify` (the original's rule-based fallback): math-verify equivalence, so `\\frac{1}{2}` equals
   `0.5`; it runs in a worker process killed at `reward_timeout_s` (`agentgraphs.math_equivalence`), so an
   answer such as `9^{9^{9^{9}}}` scores 0.0 with a timeout reason instead of freezing the rollout.
@@ -16,7 +16,8 @@
 
 Every rule is a pure function of (answer, golds) that never raises on model text and always returns.
 `reward(RewardInput, ctx)` and `metrics(RewardInput)` are the spec's: the rule `answer_check` names, then
-the judge (the `judge` option).
+the judge (the `judge` option: an engine the context must have, `agentgraphs.spec.judge_engine`, else a
+ConfigError fails the sample; null: the rule alone).
 """
 
 from __future__ import annotations
@@ -187,8 +188,8 @@ def _options(rin: RewardInput) -> AgentFlowOptions:
 
 
 async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOptions, golds: list[str]) -> float | None:
-    """The judge's 1.0 / 0.0 over the golds, or None when there is no judge (`judge_engine`: the option
-    names none, or the context has no engine of that name)."""
+    """The judge's 1.0 / 0.0 over the golds, or None when the option says judge: null; ConfigError
+    (`judge_engine`) when it names an engine the context does not have."""
     judge = judge_engine(ctx, opts.judge)
     if ctx is None or judge is None:
         return None
@@ -201,8 +202,8 @@ async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOpt
 
 async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     """By `answer_check`: boxed_exact (seed) scores 1.0 on an exact boxed match, else asks the judge (0.0
-    without one); math_verify (original) asks the judge when the context has one, else math-verify, whose
-    timeouts and errors score 0.0 with the reason logged."""
+    with judge: null); math_verify (original) asks the judge, else (judge: null) math-verify, whose timeouts
+    and errors score 0.0 with the reason logged. A judge the context lacks is a ConfigError, never a rule score."""
     golds = answers_of(rin["label"])
     opts = _options(rin)
     if opts.answer_check == "boxed_exact":

@@ -147,6 +147,7 @@ class DebugSession:
                                   "one of them (sampling= or context=)")
             ctx = context if context is not None else context_for(engine, record, tokenizer=tokenizer,
                                                                   sampling=params, engines=engines)
+            spec.check_engines(opts, ctx.engines)  # `rollout()` scores the run: its judge must be at hand
             session = cls(spec, saver, ctx, opts, record)
             session.notes = notes
             if fresh:

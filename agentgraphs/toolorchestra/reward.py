@@ -1,6 +1,6 @@
 """ToolOrchestra's reward: correctness of the answer, and the cost features of the group shaping.
 
-Correctness (the `correctness` option), then the `judge` engine (when the context has it) when the rule says wrong
+Correctness (the `correctness` option), then the `judge` engine (when the option names one) when the rule says wrong
 (its reply after any reasoning begins with yes or no, else RewardError: an unreadable verdict is not a 0):
     exact     (original) SQuAD exact match against any gold (`agentgraphs.answers.em`);
     contains  (seed)     both texts normalised (Unicode NFKD, lower-cased, stripped, every character that
@@ -83,7 +83,8 @@ def correct(answer: str, golds: list[str], rule: str) -> bool:
 
 async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     """1.0 when the answer matches a gold by the `correctness` rule, else the judge's yes/no when the `judge`
-    option names an engine the context has, else 0.0. No answer (turns used up, a format-invalid call) is 0.0."""
+    option names an engine (ConfigError when the context has none of that name), else 0.0. No answer (turns
+    used up, a format-invalid call) is 0.0."""
     golds = answers_of(rin["label"])
     if not rin["answer"].strip():
         return 0.0

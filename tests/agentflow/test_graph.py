@@ -3,7 +3,8 @@
 The planner is the policy (ScriptedPolicy); every other role is a second ScriptedPolicy registered as
 the context's "helper" engine, answering by which prompt it reads. python_coder's code really runs in
 agentgraphs.sandbox. These tests run the original's variant (only plan_next_step trained); the seed's
-(the default: the analysis trained too) is tested in test_agentflow_seed.py.
+(the default: the analysis trained too) is tested in test_seed.py. They say `judge: null` (math-verify
+scores; the judge's path is tested in test_reward.py and test_judge_engine.py).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def run(tiny_engine: Any, planner: list[str], helper: Any, *, label: Any = "42",
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper_engine},
                        sampling=SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens), tools=ctx_tools or {})
     inp = rollout_input("What is 6 times 7?", label, {}, 0)
-    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"variant": "original", **options}))
+    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"variant": "original", "judge": None, **options}))
     return rollout, policy, helper_engine
 
 
@@ -210,7 +211,7 @@ def test_roles_can_use_the_policy_itself_untrained(tiny_engine: Any) -> None:
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer,
                        sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
     rollout = asyncio.run(run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, 0), ctx,
-                                      options={"max_steps": 1, "variant": "original"}))
+                                      options={"max_steps": 1, "variant": "original", "judge": None}))
     assert rollout.status == "completed", rollout.reason
     assert {t["engine"] for t in rollout.turns} == {policy.name}
     assert_flow_grpo_layout(rollout)
@@ -249,7 +250,7 @@ def test_helper_roles_over_an_openai_compatible_endpoint(tiny_engine: Any) -> No
                                sampling=SamplingParams(temperature=1.0, max_new_tokens=256))
             try:
                 return await run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, 0), ctx,
-                                         options={"variant": "original"})
+                                         options={"variant": "original", "judge": None})
             finally:
                 await engine.aclose()
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from agentgraphs.agentflow import SPEC, boxed_exact_check, math_verify_reward, parse_judge_verdict, seed_prediction
 from agentgraphs.agentflow.prompts import JUDGE_TEMPLATE
 from agentgraphs.context import AgentContext
-from agentgraphs.errors import InputError
+from agentgraphs.errors import ConfigError, InputError
 from agentgraphs.math_equivalence import amath_verify_check, math_verify_check, math_verify_pool
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
@@ -46,12 +46,12 @@ def test_math_verify_rejects_different_answers(answer: str, gold: str) -> None:
     assert math_verify_reward(answer, [gold]) == 0.0
 
 
-def test_spec_reward_uses_math_verify_without_a_judge() -> None:
-    assert asyncio.run(SPEC.reward(rin("\\frac{1}{2}", "0.5", variant="original"), None)) == 1.0
-    assert asyncio.run(SPEC.reward(rin("0.4", ["0.3", "0.4"], variant="original"), None)) == 1.0  # any gold
+def test_spec_reward_uses_math_verify_with_judge_null() -> None:
+    assert asyncio.run(SPEC.reward(rin("\\frac{1}{2}", "0.5", variant="original", judge=None), None)) == 1.0
+    assert asyncio.run(SPEC.reward(rin("0.4", ["0.3", "0.4"], variant="original", judge=None), None)) == 1.0  # any
     # the seed's rule (the default) compares strings: 1/2 is not 0.5 there, 0.4 is 0.4
-    assert asyncio.run(SPEC.reward(rin("\\frac{1}{2}", "0.5"), None)) == 0.0
-    assert asyncio.run(SPEC.reward(rin("0.4", ["0.3", "0.4"]), None)) == 1.0
+    assert asyncio.run(SPEC.reward(rin("\\frac{1}{2}", "0.5", judge=None), None)) == 0.0
+    assert asyncio.run(SPEC.reward(rin("0.4", ["0.3", "0.4"], judge=None), None)) == 1.0
 
 
 # (answer, label, seed's boxed_exact, original's math-verify). The seed predicts the LAST \boxed{} after
@@ -107,13 +107,14 @@ def test_rule_rewards_on_tricky_pairs(answer: str, label: str, seed: float, orig
     assert boxed_exact_check(answer, [label])["score"] == seed
     # 3 s: generous for these (milliseconds each), and the power tower waits for it twice
     assert math_verify_check(answer, [label], timeout_s=3)["score"] == original
-    # and through the AgentFlow reward without a judge, per variant
+    # and through the AgentFlow reward with judge: null (the rule alone), per variant
     if not label.strip():  # a blank gold is a bad row, refused before it can match an empty answer
         with pytest.raises(InputError, match="label"):
-            asyncio.run(SPEC.reward(rin(answer, label), None))
+            asyncio.run(SPEC.reward(rin(answer, label, judge=None), None))
         return
-    assert asyncio.run(SPEC.reward(rin(answer, label), None)) == seed
-    assert asyncio.run(SPEC.reward(rin(answer, label, variant="original", reward_timeout_s=3.0), None)) == original
+    assert asyncio.run(SPEC.reward(rin(answer, label, judge=None), None)) == seed
+    original_rin = rin(answer, label, variant="original", reward_timeout_s=3.0, judge=None)
+    assert asyncio.run(SPEC.reward(original_rin, None)) == original
 
 
 def test_seed_predictions() -> None:
@@ -135,8 +136,8 @@ def test_power_tower_from_a_rollout_thread(caplog: Any) -> None:
 
     try:
         # a worker starts on first use (an interpreter and math-verify): outside the bounded call
-        assert on_loop(SPEC.reward(rin("\\boxed{1}", "1", variant="original"), None), 120) == 1.0
-        tower = rin("$9^{9^{9^{9}}}$", "5", variant="original", reward_timeout_s=2.0)
+        assert on_loop(SPEC.reward(rin("\\boxed{1}", "1", variant="original", judge=None), None), 120) == 1.0
+        tower = rin("$9^{9^{9^{9}}}$", "5", variant="original", reward_timeout_s=2.0, judge=None)
         with caplog.at_level(logging.WARNING, logger="agentgraphs.agentflow"):
             pending = asyncio.run_coroutine_threadsafe(SPEC.reward(tower, None), loop)
             # the event loop keeps serving other rollouts while the worker computes
@@ -196,8 +197,10 @@ def test_judge_path_with_a_scripted_judge(tiny_engine: Any) -> None:
     ctx2 = AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer,
                         engines={"grader": ScriptedPolicy(tiny_engine, judge, name="grader")})
     assert asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", meta, variant="original", judge="grader"), ctx2)) == 1.0
-    # without that engine, math-verify decides (and agrees here)
-    assert asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", meta, variant="original"), ctx2)) == 1.0
+    # the default judge without its engine is refused, naming the fixes; judge: null lets math-verify decide
+    with pytest.raises(ConfigError, match=r"engine 'judge'.*--helper judge=.*judge: null"):
+        asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", meta, variant="original"), ctx2))
+    assert asyncio.run(SPEC.reward(rin("0.5", "\\frac{1}{2}", meta, variant="original", judge=None), ctx2)) == 1.0
 
 
 def test_seed_rule_comes_before_the_judge(tiny_engine: Any) -> None:

@@ -107,7 +107,8 @@ def run_seed(tiny_engine: Any, plans: list[str], verdicts: list[str], **options:
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper},
                        sampling=SamplingParams(temperature=0.7, max_new_tokens=256))
     inp = rollout_input("What is 6 times 7?", "42", {}, 0)
-    return asyncio.run(run_rollout(SPEC, inp, ctx, options=options)), policy, helper
+    # judge: null, the seed's rule alone (the judge's path: test_reward.py, test_judge_engine.py)
+    return asyncio.run(run_rollout(SPEC, inp, ctx, options={"judge": None, **options})), policy, helper
 
 
 def test_seed_trains_the_analysis_as_turn_zero_and_runs_five_steps(tiny_engine: Any) -> None:
@@ -233,7 +234,8 @@ def test_seed_rows_from_real_rollouts(tiny_engine: Any) -> None:
                            tokenizer=tiny_engine.tokenizer, sampling=SamplingParams(max_new_tokens=128),
                            engines={"helper": ScriptedPolicy(tiny_engine, helper_script(verdicts=verdicts,
                                                                                         answer=answer))})
-        rollout = asyncio.run(run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, index), ctx))
+        rollout = asyncio.run(run_rollout(SPEC, rollout_input("What is 6 times 7?", "42", {}, index), ctx,
+                                          options={"judge": None}))  # 41 scores 0 by the seed's rule alone
         assert rollout.status == "completed", rollout.reason
         samples.append(Sample(group_index=0, index=index, **sample_fields(rollout, SPEC)))
         samples[-1].status = Sample.Status.COMPLETED

@@ -15,6 +15,7 @@ from agentgraphs.context import AgentContext
 from agentgraphs.engines.base import SamplingParams
 from agentgraphs.engines.hf import HFEngine
 from agentgraphs.engines.sglang import SGLangEngine
+from agentgraphs.errors import ConfigError
 from agentgraphs.records import sample_fields
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptedPolicy
@@ -275,6 +276,10 @@ def test_reward_is_exact_match_then_the_judge_when_configured(scorer: HFEngine) 
     assert "Reference answer: Paris" in judge.calls[0].prompt_text and "Capital of France?" in judge.calls[0].prompt_text
     assert asyncio.run(SPEC.reward(rin("Lyon", "judge"), ctx)) == 0.0  # ... and then no
     assert asyncio.run(SPEC.reward(rin("", "judge"), ctx)) == 0.0 and len(judge.calls) == 2  # no answer: 0
+    # a judge named but not in the context: refused with the fixes, never the rule's 0 in silence
+    bare = AgentContext(policy=judge, tokenizer=scorer.tokenizer)
+    with pytest.raises(ConfigError, match=r"engine 'judge'.*--helper judge=.*judge: null"):
+        asyncio.run(SPEC.reward(rin("Lyon", "judge"), bare))
 
 
 def test_bad_rows_and_options_name_the_field() -> None:
