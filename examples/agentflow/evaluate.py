@@ -1,19 +1,22 @@
 """Evaluate AgentFlow on AIME 2024 and print the seed's table: accuracy over n samples per problem.
 
     # planner (query analysis and steps) = the trained checkpoint on one SGLang server, helpers (commands,
-    # verifier, final output, tools) = the fixed Qwen2.5-7B-Instruct on another, as in training
+    # verifier, final output, tools, and the judge) = the fixed Qwen2.5-7B-Instruct on another, as in training
     python examples/agentflow/evaluate.py data/agentflow/aime24.jsonl \
         --engine sglang:http://127.0.0.1:30000 --tokenizer /root/AgentFlow-7B \
-        --helper helper=sglang:http://127.0.0.1:30001 --n-samples 8 --out out/aime24
+        --helper helper=sglang:http://127.0.0.1:30001 --helper judge=sglang:http://127.0.0.1:30001 \
+        --n-samples 8 --out out/aime24
 
-    # the judge for answers the boxed rule does not match exactly: add --helper judge=SPEC
+    # the judge decides answers the boxed rule does not match exactly; without a judge engine the run is
+    # refused: give one (--helper judge=SPEC) or score by the boxed rule alone (-o judge=null)
     # the AgentFlow paper's setup instead of the seed's: add -o variant=original
 
 Every row runs `--n-samples` times through `agentgraphs.batch.run_file("agentflow", ..., evaluation=True)`
 (nothing trainable; `eval_max_steps` applies) with the original's inference sampling for the planner
 (temperature 0.7 here as in training; pass --temperature 0 for greedy). A sample is correct when its reward
 is 1.0: with `variant: seed` (the default) the seed's rule (the <answer>'s last \\boxed{} or line rule,
-normalised, equal to the label), else the judge; with `-o variant=original` the judge, else math-verify.
+normalised, equal to the label), else the judge; with `-o variant=original` the judge (with `-o judge=null`:
+math-verify).
 The table reports, as the seed does, the mean accuracy over all samples (avg@n), plus pass@n (a problem
 solved by any sample) and maj@n (the most frequent answer is right), and how many samples failed or were
 aborted (no verdict: counted as wrong, and a warning names the file with their reasons).

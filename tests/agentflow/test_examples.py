@@ -49,7 +49,7 @@ def test_cli_run_agentflow_with_a_helper_engine_and_the_aime_table(tmp_path: Pat
                                         "metadata": {"question": f"What is {i}+{i}?"}}) + "\n" for i in range(2)))
     out = tmp_path / "run"
     summary = run_file("agentflow", data, f"hf:{tiny_model_dir}", out, engines={"helper": f"hf:{tiny_model_dir}"},
-                       options={"max_steps": 1}, n_samples=2, max_new_tokens=8, evaluation=True)
+                       options={"max_steps": 1, "judge": None}, n_samples=2, max_new_tokens=8, evaluation=True)
     assert summary["results"] == 4
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     traces = [json.loads(x) for x in (out / "traces.jsonl").read_text().splitlines()]
@@ -77,6 +77,9 @@ def test_launch_script_and_yaml() -> None:
     assert opts.max_steps == 5 and opts.train_analysis and opts.reward_split == "divide"
     assert opts.tools == ("base_generator", "python_coder")
     assert cfg["agentgraph_engines"]["helper"].endswith(":30001")
+    # the judge is stated, and its engine given: rl_bridge's setup check passes (a missing one is refused)
+    assert "judge" in cfg["agentgraph_options"] and cfg["agentgraph_options"]["judge"] in cfg["agentgraph_engines"]
+    SPEC.check_engines(opts, cfg["agentgraph_engines"])
     from rl_bridge.setup import BridgeSettings
 
     assert set(cfg) <= set(BridgeSettings.model_fields)  # every key is one the bridge reads
@@ -95,7 +98,7 @@ def test_cli_helper_flag(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert bad.exit_code == 2 and "NAME=SPEC" in bad.output
     ok = CliRunner().invoke(app, ["run", "agentflow", "--data", str(data), "--engine", f"hf:{tiny_model_dir}",
                                   "--out", str(tmp_path / "o"), "--helper", f"helper=hf:{tiny_model_dir}",
-                                  "-o", "max_steps=1", "--max-new-tokens", "4"])
+                                  "-o", "max_steps=1", "-o", "judge=null", "--max-new-tokens", "4"])
     assert ok.exit_code == 0, ok.output
     trace = json.loads((tmp_path / "o" / "traces.jsonl").read_text().splitlines()[0])
     assert [t["node"] for t in trace["turns"]][0] == "analyze_query"
