@@ -40,6 +40,7 @@ def run_flow(tiny_engine: Any, plans: list[str], helper: Any, *, ctx_tools: dict
     ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper_engine},
                        sampling=SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens), tools=ctx_tools or {})
     inp = rollout_input("What is 6 times 7?", "42", {}, 0)
+    options.setdefault("judge", None)  # scored by the seed's rule alone: these runs have no judge engine
     return asyncio.run(run_rollout(SPEC, inp, ctx, options=options)), policy, helper_engine
 
 
@@ -178,8 +179,8 @@ def _run_file(tiny_engine: Any, tmp_path: Path, **kwargs: Any) -> tuple[dict[str
 
     policy = AskedTokens(ScriptedPolicy(tiny_engine, planner, name="planner"))
     helper = AskedTokens(ScriptedPolicy(tiny_engine, helper_script(verdicts=["STOP"]), name="helper"))
-    run_file("agentflow", data, policy, tmp_path / "out", options={"max_steps": 1}, engines={"helper": helper},
-             temperature=0.7, **kwargs)
+    run_file("agentflow", data, policy, tmp_path / "out", options={"max_steps": 1, "judge": None},
+             engines={"helper": helper}, temperature=0.7, **kwargs)
     sample = json.loads((tmp_path / "out" / "samples.jsonl").read_text().splitlines()[0])
     return sample, policy, helper
 
