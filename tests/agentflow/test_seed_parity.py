@@ -197,7 +197,8 @@ def test_a_run_without_a_token_cap_gives_each_call_its_methods_own(tiny_engine: 
 def test_a_lower_cap_the_user_set_is_kept_and_named(tiny_engine: Any, tmp_path: Path) -> None:
     """--max-new-tokens 1024 (slime: --rollout-max-response-len) is a real cap: calls asking more get 1024,
     and a call it cuts says so in the sample's status reason."""
-    with pytest.warns(MaxNewTokensLowered, match="node 'plan_next_step' asks max_new_tokens=4096; the run's cap is 1024"):
+    lowered = "node 'plan_next_step' asks max_new_tokens=4096; the run's cap is 1024"
+    with pytest.warns(MaxNewTokensLowered, match=lowered):
         sample, policy, _ = _run_file(tiny_engine, tmp_path, max_new_tokens=1024)
     assert policy.asked == [1024, 1024]
     assert sample["status"] == "truncated"
