@@ -93,8 +93,11 @@ def test_examples_set_the_seed_variant_explicitly() -> None:
 # -- the graph ----------------------------------------------------------------------------------------
 
 
-def run_seed(tiny_engine: Any, plans: list[str], verdicts: list[str], **options: Any) -> tuple[Any, Any, Any]:
-    """The seed's roles: the policy analyses the query and plans; the helper does the rest."""
+def run_flow(tiny_engine: Any, plans: list[str], helper: Any, *, ctx_tools: dict[str, Any] | None = None,
+             max_new_tokens: int = 256, **options: Any) -> tuple[Any, Any, Any]:
+    """The seed's roles: the policy analyses the query and plans (`plans`, in order); the helper engine answers
+    by the script `helper`. Scored by the seed's rule alone (`judge: null` unless given: the judge's path is in
+    test_reward.py and test_judge_engine.py)."""
     replies = iter(plans)
 
     def planner(call: ScriptCall) -> str:
@@ -103,12 +106,16 @@ def run_seed(tiny_engine: Any, plans: list[str], verdicts: list[str], **options:
         return next(replies)
 
     policy = ScriptedPolicy(tiny_engine, planner, name="planner")
-    helper = ScriptedPolicy(tiny_engine, helper_script(verdicts=verdicts), name="helper")
-    ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper},
-                       sampling=SamplingParams(temperature=0.7, max_new_tokens=256))
+    helper_engine = ScriptedPolicy(tiny_engine, helper, name="helper")
+    ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper_engine},
+                       sampling=SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens), tools=ctx_tools or {})
     inp = rollout_input("What is 6 times 7?", "42", {}, 0)
-    # judge: null, the seed's rule alone (the judge's path: test_reward.py, test_judge_engine.py)
-    return asyncio.run(run_rollout(SPEC, inp, ctx, options={"judge": None, **options})), policy, helper
+    return asyncio.run(run_rollout(SPEC, inp, ctx, options={"judge": None, **options})), policy, helper_engine
+
+
+def run_seed(tiny_engine: Any, plans: list[str], verdicts: list[str], **options: Any) -> tuple[Any, Any, Any]:
+    """`run_flow` with the helper's verifier answering `verdicts` in order."""
+    return run_flow(tiny_engine, plans, helper_script(verdicts=verdicts), **options)
 
 
 def test_seed_trains_the_analysis_as_turn_zero_and_runs_five_steps(tiny_engine: Any) -> None:

@@ -6,7 +6,6 @@ Seed: Takenzz/AgentFlow@4b5aa84, agentic/agentflow (file:line in README's AgentF
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -18,30 +17,11 @@ from agentgraphs.agentflow import SPEC, VARIANTS, Tool
 from agentgraphs.agentflow.parsing import parse_verifier_conclusion
 from agentgraphs.batch import run_file
 from agentgraphs.cli import app
-from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
 from agentgraphs.node import MaxNewTokensLowered
-from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from tests.agentflow.test_graph import helper_script, plan
-
-
-def run_flow(tiny_engine: Any, plans: list[str], helper: Any, *, ctx_tools: dict[str, Tool] | None = None,
-             max_new_tokens: int = 256, **options: Any) -> tuple[Any, ScriptedPolicy, ScriptedPolicy]:
-    replies = iter(plans)
-
-    def planner(call: ScriptCall) -> str:
-        if "Analyze the given query" in call.prompt_text:
-            return "Summary: a product. Skills: arithmetic. Tools: Python_Coder_Tool."
-        return next(replies)
-
-    policy = ScriptedPolicy(tiny_engine, planner, name="planner")
-    helper_engine = ScriptedPolicy(tiny_engine, helper, name="helper")
-    ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper_engine},
-                       sampling=SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens), tools=ctx_tools or {})
-    inp = rollout_input("What is 6 times 7?", "42", {}, 0)
-    options.setdefault("judge", None)  # scored by the seed's rule alone: these runs have no judge engine
-    return asyncio.run(run_rollout(SPEC, inp, ctx, options=options)), policy, helper_engine
+from tests.agentflow.test_seed import run_flow
 
 
 # -- 1. the verifier's STOP / CONTINUE --------------------------------------------------------------------
