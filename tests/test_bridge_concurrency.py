@@ -131,6 +131,17 @@ def _tool_timeout_spec() -> Any:
 TOOL_TIMEOUT = _tool_timeout_spec()
 
 
+def _generate_one(args: Any) -> Sample:
+    """rl_bridge.generate on one sample, bounded by BOUND_S, its engines closed after."""
+    async def main() -> Sample:
+        try:
+            return await asyncio.wait_for(rl_bridge.generate(args, group(0, 1)[0], dict(SAMPLING)), BOUND_S)
+        finally:
+            await aclose_all()
+
+    return asyncio.run(main())
+
+
 @pytest.mark.parametrize("max_time_s", [None, 600.0])
 def test_a_timeout_raised_by_a_node_is_not_reported_as_the_rollout_deadline(tiny_model_dir: Path,
                                                                             max_time_s: float | None) -> None:
@@ -139,14 +150,7 @@ def test_a_timeout_raised_by_a_node_is_not_reported_as_the_rollout_deadline(tiny
     with SGLangTestServer(FixedLatencyEngine(latency_s=0.0)) as server:
         args = make_args(server, tiny_model_dir, "tests.test_bridge_concurrency:TOOL_TIMEOUT",
                          **({"agentgraph_max_time_s": max_time_s} if max_time_s else {}))
-
-        async def main() -> Sample:
-            try:
-                return await asyncio.wait_for(rl_bridge.generate(args, group(0, 1)[0], dict(SAMPLING)), BOUND_S)
-            finally:
-                await aclose_all()
-
-        s = asyncio.run(main())
+        s = _generate_one(args)
     assert s.status == Sample.Status.FAILED
     reason = s.metadata["status_reason"]
     assert "max_time_s" not in reason, reason
@@ -156,18 +160,10 @@ def test_a_timeout_raised_by_a_node_is_not_reported_as_the_rollout_deadline(tiny
 def test_the_rollout_deadline_is_reported_as_such_and_stops_the_generation(tiny_model_dir: Path) -> None:
     with SGLangTestServer(FixedLatencyEngine(latency_s=3600.0)) as server:
         args = make_args(server, tiny_model_dir, agentgraph_max_time_s=0.5)
-
-        async def main() -> Sample:
-            try:
-                return await asyncio.wait_for(rl_bridge.generate(args, group(0, 1)[0], dict(SAMPLING)), BOUND_S)
-            finally:
-                await aclose_all()
-
-        s = asyncio.run(main())
+        s = _generate_one(args)
         assert s.status == Sample.Status.FAILED
         assert s.metadata["status_reason"] == "rollout exceeded max_time_s=0.5"
         assert sum(server.stats.aborts.values()) == 1 and not server.in_flight_rids()
-
 
 
 def test_every_sibling_of_an_unscorable_trajectory_is_failed_not_only_the_first(tiny_model_dir: Path,
