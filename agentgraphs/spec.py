@@ -14,7 +14,7 @@ import os
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, ClassVar, Iterable, Literal, Mapping, TypedDict, Union
+from typing import Any, Awaitable, Callable, ClassVar, Iterable, Literal, Mapping, TypedDict, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
@@ -151,6 +151,25 @@ def options_error(agent: str, exc: ValidationError) -> ConfigError:
     """One line per bad option: its name, what is wrong, the value given, and what the option is."""
     return ConfigError(f"agent {agent!r} ({exc.title}): " + validation_message(
         exc, label=lambda key: f"option {key or 'options'}", unknown=lambda key: f"unknown option {key or 'options'!r}"))
+
+
+OptionsT = TypeVar("OptionsT", bound="MethodOptions")
+
+
+def reward_options(rin: "RewardInput", options_type: type[OptionsT], agent: str) -> OptionsT:
+    """The options a RewardInput carries (`rin["options"]`, as the run resolved and dumped them), read back
+    through the method's options type: its defaults and variant presets, never a default of the reward's own;
+    a bad one is a ConfigError naming it (`options_error`).
+
+    >>> class Opts(MethodOptions):
+    ...     rule: str = "contains"
+    >>> reward_options({"options": {}}, Opts, "demo").rule, reward_options({"options": None}, Opts, "demo").rule
+    ('contains', 'contains')
+    """
+    try:
+        return options_type.model_validate(dict(rin.get("options") or {}))
+    except ValidationError as exc:
+        raise options_error(agent, exc) from None
 
 
 def state_answer(state: Mapping[str, Any]) -> str:

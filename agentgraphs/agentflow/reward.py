@@ -33,7 +33,7 @@ from ..errors import RewardError
 from ..math_equivalence import AnswerCheck, amath_verify_check, math_verify_check
 from ..node import call_llm
 from ..row_fields import answers_of, question_of
-from ..spec import RewardInput, judge_engine
+from ..spec import RewardInput, judge_engine, reward_options
 from .graph import AgentFlowOptions
 from .prompts import JUDGE_TEMPLATE
 
@@ -184,7 +184,7 @@ async def judge_reward(ctx: AgentContext, engine_name: str, question: str, respo
 
 
 def _options(rin: RewardInput) -> AgentFlowOptions:
-    return AgentFlowOptions.model_validate(rin["options"] or {})
+    return reward_options(rin, AgentFlowOptions, "agentflow")
 
 
 async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOptions, golds: list[str]) -> float | None:

@@ -21,14 +21,12 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..answers import em, normalize_answer
 from ..context import AgentContext
 from ..errors import RewardError
 from ..node import call_llm
 from ..row_fields import answers_of, question_of
-from ..spec import RewardInput, judge_engine, options_error
+from ..spec import RewardInput, judge_engine, reward_options
 from ..toolcalls import split_reasoning
 from .graph import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE
@@ -104,10 +102,7 @@ def resolved_options(rin: RewardInput) -> ToolOrchestraOptions:
     >>> [resolved_options({"options": o}).correctness for o in ({}, {"variant": "original"})]
     ['contains', 'exact']
     """
-    try:
-        return ToolOrchestraOptions.model_validate(dict(rin.get("options") or {}))
-    except ValidationError as exc:
-        raise options_error("toolorchestra", exc) from None
+    return reward_options(rin, ToolOrchestraOptions, "toolorchestra")
 
 
 async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str]) -> bool:

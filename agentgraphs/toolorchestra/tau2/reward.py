@@ -14,8 +14,9 @@ from typing import Any
 
 from ...context import AgentContext
 from ...errors import ConfigError
-from ...spec import RewardInput
+from ...spec import RewardInput, reward_options
 from . import bench
+from .graph import Tau2Options
 
 __all__ = ["reward"]
 
@@ -29,5 +30,5 @@ async def reward(rin: RewardInput, ctx: AgentContext | None) -> dict[str, Any]:
         record = json.loads(rin["answer"])
     except ValueError:
         raise ConfigError("the answer is not a tau^2 episode record (JSON); was it produced by this spec?") from None
-    kind = str((rin.get("options") or {}).get("evaluation_type", "all"))
+    kind = reward_options(rin, Tau2Options, "toolorchestra-tau2").evaluation_type
     return await asyncio.to_thread(bench.evaluate_episode, record, kind)
