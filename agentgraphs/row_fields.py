@@ -77,11 +77,13 @@ def _answer_text(value: str | float, which: str) -> str:  # float: int too (PEP 
     return text
 
 
-def question_input(row: Mapping[str, Any]) -> str:
-    """The row's question, stripped; a bad label is reported now, before any generation."""
-    question = question_of(row["prompt"]).strip()
-    if not question:
+def question_input(row: Mapping[str, Any], *, strip: bool = True) -> str:
+    """The row's question, stripped of surrounding whitespace unless `strip` is false (a method whose
+    reference formats the question into its prompts as given); a blank question and a bad label are
+    reported now, before any generation."""
+    question = question_of(row["prompt"])
+    if not question.strip():
         raise InputError("prompt", "the question is empty", "give a non-empty question under --input-key")
     if row.get("label") is not None:
         answers_of(row["label"])
-    return question
+    return question.strip() if strip else question

@@ -16,8 +16,10 @@ from .reward import metrics, reward
 
 
 def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
-    question = question_input(row)
-    document = (row["metadata"] or {}).get("context")
+    # as given: the seed formats sample.prompt into its prompts unstripped (rollout.py:106, 126-127)
+    question = question_input(row, strip=False)
+    metadata = row["metadata"] or {}
+    document = metadata.get("context")
     if not isinstance(document, str) or not document.strip():
         raise InputError("metadata.context", "missing or empty document",
                          "put the long document under metadata['context'] (--metadata-key metadata)")

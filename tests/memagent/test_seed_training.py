@@ -1,0 +1,94 @@
+"""MemAgent trained as the seed trains it, from the outside: slime Samples in the seed's own row format go
+through `rl_bridge.generate` against the SGLang-contract HTTP server (a scripted policy over the tiny model)
+and `rl_bridge.reward_func`; the prompts the server received are compared with the seed's rendering.
+
+The seed's rows (Takenzz/AgentFlow@4b5aa84 agentic/memagent/prepare_data.py:100-109, launched with
+`--input-key prompt --label-key label`): {"prompt": question, "label": first answer, "metadata": {"context":
+document, "ground_truth": [every answer]}}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rl_bridge
+from agentgraphs.memagent import FINAL_TEMPLATE, MEMORY_UPDATE_TEMPLATE
+from agentgraphs.memagent.synthetic import make_needle_example
+from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
+from agentgraphs.testing.server import SGLangTestServer
+from agentgraphs.testing.slime_sample import Sample
+from rl_bridge.setup import clear_cache
+from tests.test_bridge import SLIME_SAMPLING, make_args
+from tests.test_multiturn import RecordingEngine
+
+C = 40  # document tokens per memory update in these runs
+
+
+def reply(call: ScriptCall) -> str:
+    return "The answer is \\boxed{Alice}." if "Your answer:" in call.prompt_text else "Alice wrote it."
+
+
+@pytest.fixture()
+def server(tiny_engine: Any) -> Iterator[Any]:
+    recorder = RecordingEngine(ScriptedPolicy(tiny_engine, reply))
+    with SGLangTestServer(recorder, port=0) as srv:
+        srv.recorder = recorder  # type: ignore[attr-defined]
+        yield srv
+    clear_cache()
+
+
+def seed_row_sample(tok: Any, question: str, label: str, ground_truth: list[str] | None = None) -> tuple[Sample, str]:
+    document = make_needle_example(tok, 2 * C - 10, seed=7, needle_position=0.5, chunk_size=C)["document"]
+    metadata: dict[str, Any] = {"context": document}
+    if ground_truth is not None:
+        metadata["ground_truth"] = ground_truth
+    return Sample(group_index=0, index=0, prompt=question, label=label, metadata=metadata), document
+
+
+def generate(srv: Any, model_dir: Path, s: Sample) -> Sample:
+    args = make_args(srv.url, model_dir, "memagent", agentgraph_options={"chunk_tokens": C})
+    out = asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, "max_new_tokens": 2048}))
+    assert out.status == Sample.Status.COMPLETED, out.metadata
+    out.reward = asyncio.run(rl_bridge.reward_func(args, out))
+    return out
+
+
+def seed_prompt_ids(tok: Any, content: str) -> list[int]:
+    """The seed's rendering (agentflow/core/llm_engine.py:50-56): the chat template as text, tokenized whole."""
+    text = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_the_question_enters_the_prompts_as_the_row_gives_it(server: Any, tiny_model_dir: Path,
+                                                             tiny_engine: Any) -> None:
+    """The seed formats `sample.prompt` into both templates unchanged (rollout.py:106, 126-127, 138-139), so a
+    question with surrounding whitespace keeps it in every prompt the policy is trained on."""
+    tok = tiny_engine.tokenizer
+    question = "  Who wrote the letter? \n"
+    s, document = seed_row_sample(tok, question, "Alice")
+    generate(server, tiny_model_dir, s)
+    ids = tok.encode(document, add_special_tokens=False)
+    prompts = [prompt for prompt, _ in server.recorder.calls]
+    assert len(prompts) == 3  # two chunks, then the answer
+    memories = ["No previous memory", "Alice wrote it."]
+    for k in range(2):
+        chunk = tok.decode(ids[k * C:(k + 1) * C], skip_special_tokens=True)
+        content = MEMORY_UPDATE_TEMPLATE.format(prompt=question, memory=memories[k], chunk=chunk)
+        assert prompts[k] == seed_prompt_ids(tok, content), k
+    assert prompts[2] == seed_prompt_ids(tok, FINAL_TEMPLATE.format(prompt=question, memory="Alice wrote it."))
+    # the trained sequences carry those prompts
+    assert [t["tokens"][:len(p)] for t, p in zip(s.train_metadata["turns"], prompts)] == prompts
+
+
+def test_a_blank_question_is_still_refused(server: Any, tiny_model_dir: Path, tiny_engine: Any) -> None:
+    s, _ = seed_row_sample(tiny_engine.tokenizer, " \n ", "Alice")
+    args = make_args(server.url, tiny_model_dir, "memagent", agentgraph_options={"chunk_tokens": C})
+    out = asyncio.run(rl_bridge.generate(args, s, dict(SLIME_SAMPLING)))
+    assert out.status == Sample.Status.FAILED and "'prompt'" in out.metadata["status_reason"]
+    assert not server.recorder.calls
+
