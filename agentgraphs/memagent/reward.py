@@ -12,7 +12,7 @@ arbitrary text and never raises: a response the parsers cannot read scores 0 (or
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, Mapping, TypedDict
 
 from ..answers import (
     Golds,
@@ -28,6 +28,7 @@ from ..answers import (
     token_f1,
 )
 from ..context import AgentContext
+from ..errors import InputError
 from ..row_fields import answers_of
 from ..spec import RewardInput
 
@@ -49,6 +50,7 @@ __all__ = [
     "eval_metrics",
     "metrics",
     "reward",
+    "reward_golds",
     "REWARD_TAIL_CHARS",
 ]
 
@@ -188,8 +190,28 @@ def ruler_metrics(response: str, golds: Golds) -> RulerMetrics:
 eval_metrics = ruler_metrics
 
 
+def reward_golds(label: Any, metadata: Mapping[str, Any] | None) -> list[str]:
+    """The answers the training reward accepts: the row's ``metadata["ground_truth"]`` when it holds any, else
+    the label. The seed's rows keep every acceptable answer there and only the first as the label, and its
+    reward reads them from there (Takenzz/AgentFlow@4b5aa84 agentic/memagent/rollout.py:275-278,
+    prepare_data.py:94-105); rows written by ``to_slime_row`` carry them all in the label.
+
+    >>> reward_golds("Alice Smith", {"ground_truth": ["Alice Smith", "Alice"]}), reward_golds(["A"], {})
+    (['Alice Smith', 'Alice'], ['A'])
+    """
+    extra = (metadata or {}).get("ground_truth")
+    if extra is None or (isinstance(extra, (str, list, tuple)) and not extra):  # the seed: `if not ground_truth`
+        return answers_of(label)
+    try:
+        return answers_of(extra)
+    except InputError as exc:
+        raise InputError("metadata.ground_truth", exc.problem, "store the row's acceptable answers under "
+                         "metadata['ground_truth'] as a non-empty list of strings, or drop the key to score "
+                         "against the label") from None
+
+
 def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
-    return memagent_reward(rin["answer"], answers_of(rin["label"]))
+    return memagent_reward(rin["answer"], reward_golds(rin["label"], rin["metadata"]))
 
 
 def metrics(rin: RewardInput) -> dict[str, float]:

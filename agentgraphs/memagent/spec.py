@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
 from .graph import MemAgentOptions, build_graph
-from .reward import metrics, reward
+from .reward import metrics, reward, reward_golds
 
 
 def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
@@ -23,6 +23,8 @@ def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
     if not isinstance(document, str) or not document.strip():
         raise InputError("metadata.context", "missing or empty document",
                          "put the long document under metadata['context'] (--metadata-key metadata)")
+    if row.get("label") is not None:
+        reward_golds(row["label"], metadata)  # a bad metadata.ground_truth is reported before any generation
     return {"question": question, "document": document, "turns": []}
 
 

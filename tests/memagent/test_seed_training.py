@@ -92,3 +92,37 @@ def test_a_blank_question_is_still_refused(server: Any, tiny_model_dir: Path, ti
     assert out.status == Sample.Status.FAILED and "'prompt'" in out.metadata["status_reason"]
     assert not server.recorder.calls
 
+
+@pytest.mark.parametrize("ground_truth, boxed, reward", [
+    (["Alice Smith", "Alice"], "Alice", 1.0),  # the second of the row's answers
+    (["Alice Smith"], "Alice", 0.0),  # not one of them
+    ([], "Alice", 0.0),  # an empty list: the label decides (rollout.py:276-278)
+    ([], "Alice Smith", 1.0),
+])
+def test_a_seed_row_is_scored_against_the_ground_truths_in_its_metadata(
+        tiny_model_dir: Path, tiny_engine: Any, ground_truth: list[str], boxed: str, reward: float) -> None:
+    """The seed's reward takes its answers from metadata["ground_truth"] (every acceptable answer), the label
+    (the first answer) only when that is empty (rollout.py:275-278, prepare_data.py:94-105)."""
+
+    def answer(call: ScriptCall) -> str:
+        return f"So: \\boxed{{{boxed}}}" if "Your answer:" in call.prompt_text else "Alice Smith, also Alice."
+
+    with SGLangTestServer(ScriptedPolicy(tiny_engine, answer), port=0) as srv:
+        s, _ = seed_row_sample(tiny_engine.tokenizer, "Who wrote the letter?", "Alice Smith", ground_truth)
+        assert generate(srv, tiny_model_dir, s).reward == reward
+    clear_cache()
+
+
+@pytest.mark.parametrize("ground_truth, problem", [
+    (["Alice", " "], "answer #2 of 2 is blank"),
+    ({"a": 1}, "expected an answer"),
+])
+def test_bad_ground_truths_in_metadata_are_named_before_any_generation(
+        server: Any, tiny_model_dir: Path, tiny_engine: Any, ground_truth: Any, problem: str) -> None:
+    s, _ = seed_row_sample(tiny_engine.tokenizer, "Who wrote the letter?", "Alice", ground_truth)
+    args = make_args(server.url, tiny_model_dir, "memagent", agentgraph_options={"chunk_tokens": C})
+    out = asyncio.run(rl_bridge.generate(args, s, dict(SLIME_SAMPLING)))
+    assert out.status == Sample.Status.FAILED
+    assert "input field 'metadata.ground_truth'" in out.metadata["status_reason"], out.metadata["status_reason"]
+    assert problem in out.metadata["status_reason"]
+    assert not server.recorder.calls
