@@ -126,3 +126,44 @@ def test_bad_ground_truths_in_metadata_are_named_before_any_generation(
     assert "input field 'metadata.ground_truth'" in out.metadata["status_reason"], out.metadata["status_reason"]
     assert problem in out.metadata["status_reason"]
     assert not server.recorder.calls
+
+
+def test_a_memory_update_cut_by_its_cap_is_trained_and_becomes_the_memory(tiny_model_dir: Path,
+                                                                          tiny_engine: Any) -> None:
+    """The seed caps a memory update at MEM_MAX_MEMORY tokens and does nothing special when it is cut: the cut
+    response, stop-token text removed and stripped, is the next memory, and the turn is trained like any other
+    (rollout.py:122-136); the trajectory's advantage is divided over all its turns (custom_convert.py:74-93)."""
+    long_memory = "Alice Smith wrote the letter in Paris in the spring of the year nineteen hundred and two."
+
+    def answer(call: ScriptCall) -> str:
+        return "\\boxed{Alice Smith}" if "Your answer:" in call.prompt_text else long_memory
+
+    tok = tiny_engine.tokenizer
+    recorder = RecordingEngine(ScriptedPolicy(tiny_engine, answer))
+    with SGLangTestServer(recorder, port=0) as srv:
+        s, _ = seed_row_sample(tok, "Who wrote the letter?", "Alice Smith")
+        args = make_args(srv.url, tiny_model_dir, "memagent", advantage_estimator="grpo", n_samples_per_prompt=2,
+                         rollout_batch_size=1, global_batch_size=1,
+                         agentgraph_options={"chunk_tokens": C, "memory_max_new_tokens": 8})
+        out = asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, "max_new_tokens": 2048}))
+    clear_cache()
+    assert out.status == Sample.Status.TRUNCATED  # here any cut turn says so (README: "Not reproduced")
+    calls = recorder.calls
+    assert [c.finish_reason for _, c in calls] == ["length", "length", "stop"]
+    # the next prompt carries the cut text as the memory, as the seed keeps it
+    first_memory = calls[0][1].text.replace("<|im_end|>", "").replace("<|endoftext|>", "").strip()
+    assert first_memory and long_memory.startswith(first_memory) and first_memory != long_memory
+    assert calls[2][0] == seed_prompt_ids(tok, FINAL_TEMPLATE.format(prompt="Who wrote the letter?",
+                                                                      memory=first_memory))
+    turns = out.train_metadata["turns"]
+    assert [t["loss_mask"] for t in turns[:2]] == [[1] * 8, [1] * 8]  # cut updates are trained
+    assert out.reward == 1.0
+    # a group of two: this trajectory (1.0) and a failed-answer copy (0.0): each of 3 rows gets its advantage / 3
+    other = Sample(group_index=0, index=1, prompt=s.prompt, label=s.label, metadata=dict(s.metadata), tokens=out.tokens,
+                   response_length=out.response_length, loss_mask=out.loss_mask,
+                   rollout_log_probs=out.rollout_log_probs, status=out.status, reward=0.0,
+                   train_metadata=out.train_metadata)
+    data = rl_bridge.convert(args, [out, other])
+    adv = 0.5 / (2 ** -0.5 + 1e-6)  # (r - mean) / (unbiased std + 1e-6)
+    assert data["rewards"] == pytest.approx([adv / 3] * 3 + [-adv / 3] * 3, abs=1e-6)
+    assert all(mask == [1] * n for mask, n in zip(data["loss_masks"], data["response_lengths"]))
