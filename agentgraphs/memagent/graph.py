@@ -133,6 +133,10 @@ def chunk_ids(doc_ids: Sequence[int], spans: Sequence[Span]) -> list[int]:
 async def prepare(state: MemAgentState, runtime: Runtime[AgentContext], opts: MemAgentOptions) -> dict[str, Any]:
     """Tokenize the document once, cut it into chunks, and start from the initial memory.
 
+    In evaluation the question and the document lose their surrounding whitespace first, as both references'
+    RULER-HQA scripts do (the seed's eval_ruler_hqa.py:251-252, MemAgent's taskutils/memory_eval/utils/
+    recurrent.py:49-50); in training both are formatted as the row gives them (the seed's rollout.py:106-107).
+
     Every function of this graph is async: LangGraph runs a sync node or router of an async graph in a
     thread pool, and those hops cost ~0.2 ms CPU per LLM call (bench/overhead.py). Only a long document is
     tokenized on a worker thread (the tokenizer releases the GIL), so the event loop keeps serving the
@@ -140,12 +144,13 @@ async def prepare(state: MemAgentState, runtime: Runtime[AgentContext], opts: Me
     """
     ctx = context_of(runtime)
     tok = ctx.tokenizer
-    question = state["question"]
+    question, document = state["question"], state["document"]
+    if ctx.evaluation:  # both references' RULER-HQA scripts strip them; training reads the row as given
+        question, document = question.strip(), document.strip()
     cap_q = opts.question_max_tokens
     if cap_q is not None and len(q_ids := tok.encode(question, add_special_tokens=False)) > cap_q:
         # prompt text only (never trained): keep the question's first question_max_tokens tokens
         question = tok.decode(q_ids[:cap_q])
-    document = state["document"]
     if len(document) > _INLINE_TOKENIZE_CHARS:
         doc_ids = await asyncio.to_thread(encode_text, tok, document)
     else:

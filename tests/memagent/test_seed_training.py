@@ -167,3 +167,34 @@ def test_a_memory_update_cut_by_its_cap_is_trained_and_becomes_the_memory(tiny_m
     adv = 0.5 / (2 ** -0.5 + 1e-6)  # (r - mean) / (unbiased std + 1e-6)
     assert data["rewards"] == pytest.approx([adv / 3] * 3 + [-adv / 3] * 3, abs=1e-6)
     assert all(mask == [1] * n for mask, n in zip(data["loss_masks"], data["response_lengths"]))
+
+
+def test_evaluation_strips_the_question_and_the_document_as_both_references_do(server: Any, tiny_model_dir: Path,
+                                                                               tiny_engine: Any) -> None:
+    """Training formats the row as given (above); both references' RULER-HQA evaluation strips the question and
+    the document first (the seed's eval_ruler_hqa.py:251-252, MemAgent's taskutils/memory_eval/utils/
+    recurrent.py:49-50). RULER-HQA has such questions: 70 of the seed's 896 published predictions end in a space."""
+    tok = tiny_engine.tokenizer
+    question = "Who wrote the letter? "
+    s, document = seed_row_sample(tok, question, "Alice")
+    padded = "\n\n " + document + " \n"
+    s.metadata["context"] = padded
+    args = make_args(server.url, tiny_model_dir, "memagent", agentgraph_options={"chunk_tokens": C})
+    out = asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, "max_new_tokens": 2048}, evaluation=True))
+    assert out.status == Sample.Status.COMPLETED, out.metadata["status_reason"]
+    ids = tok.encode(document, add_special_tokens=False)  # the stripped document's
+    prompts = [prompt for prompt, _ in server.recorder.calls]
+    assert len(prompts) == 3
+    memories = ["No previous memory", "Alice wrote it."]
+    for k in range(2):
+        chunk = tok.decode(ids[k * C:(k + 1) * C], skip_special_tokens=True)
+        content = MEMORY_UPDATE_TEMPLATE.format(prompt=question.strip(), memory=memories[k], chunk=chunk)
+        assert prompts[k] == seed_prompt_ids(tok, content), k
+    assert prompts[2] == seed_prompt_ids(tok, FINAL_TEMPLATE.format(prompt=question.strip(), memory=memories[1]))
+    # training reads the same row as given: the leading newlines open its first chunk
+    server.recorder.calls.clear()
+    s.metadata = {"context": padded}
+    generate(server, tiny_model_dir, s)
+    first = tok.decode(tok.encode(padded, add_special_tokens=False)[:C], skip_special_tokens=True)
+    content = MEMORY_UPDATE_TEMPLATE.format(prompt=question, memory="No previous memory", chunk=first)
+    assert server.recorder.calls[0][0] == seed_prompt_ids(tok, content)
