@@ -22,6 +22,7 @@ import orjson
 
 from .base import MAX_LOGPROB, Completion, FinishReason, SamplingParams
 from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
+from ..http_slots import KEEPALIVE_EXPIRY_S
 from ..http_slots import ConnectionSlots as _ConnectionSlots
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=600.0)
 # full answers 429, a proxy that gave up waiting answers 408.
 _TRANSIENT_4XX = frozenset({408, 429})
 _FINISH_TYPES: frozenset[str] = frozenset({"stop", "length", "abort"})
-# below the 5 s keep-alive of SGLang's uvicorn: never reuse a socket the server is closing
-_KEEPALIVE_EXPIRY_S = 4.0
 _CONTROL_CONNECTIONS = 4
 # the headers that go with `request_body`'s bytes (httpx's `json=` sets the same)
 REQUEST_HEADERS = {"Content-Type": "application/json"}
@@ -156,7 +155,7 @@ class SGLangEngine:
             limits=httpx.Limits(
                 max_connections=_CONTROL_CONNECTIONS,
                 max_keepalive_connections=_CONTROL_CONNECTIONS,
-                keepalive_expiry=_KEEPALIVE_EXPIRY_S,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,  # the slots' own: below uvicorn's 5 s keep-alive
             ),
         )
         self._rng = random.Random()  # per engine: jitter decorrelates workers, no global state
