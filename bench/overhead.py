@@ -67,7 +67,8 @@ from agentgraphs.memagent.spec import SPEC  # noqa: E402
 from agentgraphs.memagent.synthetic import make_dataset  # noqa: E402
 from agentgraphs.records import sample_fields  # noqa: E402
 from agentgraphs.rollout import rollout_input, run_rollout  # noqa: E402
-from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, REQUEST_HEADERS, SGLangEngine, request_body  # noqa: E402
+from agentgraphs.engines.sglang import REQUEST_HEADERS, SGLangEngine, request_body  # noqa: E402
+from agentgraphs.http_retry import ENGINE_TIMEOUT
 from agentgraphs.gc_tuning import ROLLOUT_THRESHOLDS  # noqa: E402
 
 NAME = "overhead"
@@ -115,7 +116,7 @@ class _Slots:
             if self._idle:
                 client = self._idle.pop()
             else:
-                client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, verify=self._ssl, limits=httpx.Limits(
+                client = httpx.AsyncClient(timeout=ENGINE_TIMEOUT, verify=self._ssl, limits=httpx.Limits(
                     max_connections=1, max_keepalive_connections=1, keepalive_expiry=4.0))
                 self._all.append(client)
             try:
@@ -136,7 +137,7 @@ class _OneClient:
     """One httpx client with a pool of `size` connections, as slime's examples use."""
 
     def __init__(self, size: int) -> None:
-        self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=httpx.Limits(
+        self._client = httpx.AsyncClient(timeout=ENGINE_TIMEOUT, limits=httpx.Limits(
             max_connections=size, max_keepalive_connections=size))
 
     @asynccontextmanager

@@ -316,15 +316,16 @@ class _SlotsClient:
     def __init__(self, n: int) -> None:
         import httpx
 
-        from agentgraphs.engines.sglang import DEFAULT_TIMEOUT, REQUEST_HEADERS, request_body
+        from agentgraphs.engines.sglang import REQUEST_HEADERS, request_body
+        from agentgraphs.http_retry import ENGINE_TIMEOUT
         from agentgraphs.http_slots import ConnectionSlots
 
         self._encode, self._headers = request_body, REQUEST_HEADERS  # imported once, not on every post
 
         # SGLangEngine retries a connection the server was too busy to accept within 5 s; this loop does not
         # retry, so it waits longer instead (256 connects at once to a CPU-starved stand-in took longer)
-        self._slots = ConnectionSlots(n, httpx.Timeout(connect=60.0, read=DEFAULT_TIMEOUT.read,
-                                                       write=DEFAULT_TIMEOUT.write, pool=DEFAULT_TIMEOUT.pool))
+        self._slots = ConnectionSlots(n, httpx.Timeout(connect=60.0, read=ENGINE_TIMEOUT.read,
+                                                       write=ENGINE_TIMEOUT.write, pool=ENGINE_TIMEOUT.pool))
 
     async def post(self, url: str, json: Any) -> Any:
         async with self._slots.lend() as client:

@@ -19,9 +19,9 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
+from ..http_retry import DEFAULT_BACKOFF_CAP_S, ENGINE_TIMEOUT, backoff_delay, retryable_status
 from .base import Completion, FinishReason, SamplingParams
 
-DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=600.0)
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop",
                                      "content_filter": "stop", "function_call": "stop"}
 
@@ -37,7 +37,7 @@ class OpenAIChatEngine:
 
     def __init__(self, base_url: str, *, model: str, api_key: str | None = None,
                  timeout: float | httpx.Timeout | None = None, max_retries: int = 3,
-                 backoff_s: float = 0.5) -> None:
+                 backoff_s: float = 0.5, backoff_cap_s: float = DEFAULT_BACKOFF_CAP_S) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"openai engine: base URL {base_url!r} must start with http:// or https://")
         if not model:
@@ -47,11 +47,13 @@ class OpenAIChatEngine:
         self.name = f"openai:{self.base_url}#{model}"
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.backoff_cap_s = backoff_cap_s
+        self._rng = random.Random()  # per engine: jitter decorrelates workers, no global state
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         if isinstance(timeout, (int, float)):
             timeout = httpx.Timeout(float(timeout), connect=min(5.0, float(timeout)))
-        self._client = httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, headers=headers)
+        self._client = httpx.AsyncClient(timeout=timeout or ENGINE_TIMEOUT, headers=headers)
 
     @classmethod
     def from_spec(cls, target: str, **kwargs: Any) -> "OpenAIChatEngine":
@@ -68,14 +70,14 @@ class OpenAIChatEngine:
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
-                await asyncio.sleep(self.backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random()))
+                await asyncio.sleep(backoff_delay(attempt, self.backoff_s, self.backoff_cap_s, self._rng))
             started = time.perf_counter()
             try:
                 resp = await self._client.post(url, json=body)
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-            if resp.status_code >= 500 or resp.status_code in (408, 429):
+            if retryable_status(resp.status_code):
                 last = f"HTTP {resp.status_code}: {resp.text[:200]}"
                 continue
             if resp.status_code >= 400:

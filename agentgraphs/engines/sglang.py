@@ -22,17 +22,12 @@ import orjson
 
 from .base import MAX_LOGPROB, Completion, FinishReason, SamplingParams
 from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
+from ..http_retry import DEFAULT_BACKOFF_CAP_S, ENGINE_TIMEOUT, backoff_delay, retryable_status
 from ..http_slots import KEEPALIVE_EXPIRY_S
 from ..http_slots import ConnectionSlots as _ConnectionSlots
 
 log = logging.getLogger(__name__)
 
-# Generation can legitimately take minutes (long outputs, a busy server), so the read timeout is
-# long; a server that does not even accept the connection within seconds is down.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=600.0)
-# 4xx statuses that mean "try again later" rather than "this body is wrong": a router that is
-# full answers 429, a proxy that gave up waiting answers 408.
-_TRANSIENT_4XX = frozenset({408, 429})
 _FINISH_TYPES: frozenset[str] = frozenset({"stop", "length", "abort"})
 _CONTROL_CONNECTIONS = 4
 # the headers that go with `request_body`'s bytes (httpx's `json=` sets the same)
@@ -123,10 +118,10 @@ class SGLangEngine:
         self,
         base_url: str,
         *,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        timeout: httpx.Timeout | float = ENGINE_TIMEOUT,
         max_retries: int = 3,
         backoff_s: float = 0.5,
-        backoff_cap_s: float = 8.0,
+        backoff_cap_s: float = DEFAULT_BACKOFF_CAP_S,
         abort_timeout_s: float = 1.0,
         client: httpx.AsyncClient | None = None,
         max_connections: int = 256,
@@ -175,7 +170,7 @@ class SGLangEngine:
         last: _Retryable | None = None
         for attempt in range(self.max_retries + 1):
             if attempt:
-                await asyncio.sleep(self._backoff(attempt))
+                await asyncio.sleep(backoff_delay(attempt, self.backoff_s, self.backoff_cap_s, self._rng))
             # A fresh rid per attempt: a timed-out attempt may still be alive on the server, and
             # SGLang refuses a duplicate rid.
             rid = uuid.uuid4().hex
@@ -286,7 +281,7 @@ class SGLangEngine:
             raise _Retryable(f"{type(err).__name__}: {err}") from err
         except httpx.TransportError as err:
             raise _Retryable(f"{type(err).__name__}: {err}") from err
-        if resp.status_code >= 500 or resp.status_code in _TRANSIENT_4XX:
+        if retryable_status(resp.status_code):
             raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}")
         _raise_for_status(resp)
         try:
@@ -339,11 +334,6 @@ class SGLangEngine:
             return await self._client.get(f"{self.base_url}{path}", timeout=self._timeout)
         except httpx.HTTPError as err:
             raise EngineUnavailableError(f"{self.base_url}{path}", 1, repr(err)) from err
-
-    def _backoff(self, attempt: int) -> float:
-        """Exponential in the attempt number, capped, with jitter in [50 %, 100 %]."""
-        delay = min(self.backoff_cap_s, self.backoff_s * (2 ** (attempt - 1)))
-        return delay * (0.5 + 0.5 * self._rng.random())
 
 
 def _raise_for_status(resp: httpx.Response) -> None:

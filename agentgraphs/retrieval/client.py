@@ -1,19 +1,21 @@
 """Async client of the retrieval service: explicit timeouts, bounded retries, one typed error.
 
-Connection errors, timeouts and 5xx are retried with exponential backoff; a 4xx (the request itself is
-wrong) is not. Whatever fails, the caller gets a `RetrievalError` saying where, how often and why, which a
+Connection errors, timeouts, 5xx, 408 and 429 are retried with capped, jittered exponential backoff
+(`agentgraphs.http_retry`, the engines' policy); any other 4xx (the request itself is wrong) is not. Whatever fails, the caller gets a `RetrievalError` saying where, how often and why, which a
 tool turns into an error observation instead of a crashed rollout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
 from ..errors import ConfigError, RetrievalError
+from ..http_retry import DEFAULT_BACKOFF_CAP_S, backoff_delay, retryable_status
 from ..http_slots import ConnectionSlots
 from .index import Hit
 
@@ -41,15 +43,17 @@ class RetrievalClient:
     """
 
     def __init__(self, base_url: str = DEFAULT_URL, *, timeout_s: float = 10.0, retries: int = 2,
-                 backoff_s: float = 0.25, max_connections: int = 8,
+                 backoff_s: float = 0.25, backoff_cap_s: float = DEFAULT_BACKOFF_CAP_S, max_connections: int = 8,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"retrieval url {base_url!r}: expected http://HOST:PORT")
-        if timeout_s <= 0 or retries < 0 or backoff_s < 0:
-            raise ConfigError("retrieval client: timeout_s must be > 0, retries and backoff_s >= 0")
+        if timeout_s <= 0 or retries < 0 or backoff_s < 0 or backoff_cap_s < 0:
+            raise ConfigError("retrieval client: timeout_s must be > 0, retries, backoff_s and backoff_cap_s >= 0")
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff_s = backoff_s
+        self.backoff_cap_s = backoff_cap_s
+        self._rng = random.Random()  # per client: jitter decorrelates workers, no global state
         self._slots = ConnectionSlots(max_connections, httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
                                       trust_env=False, transport=transport)
 
@@ -83,10 +87,10 @@ class RetrievalClient:
                 if response.status_code < 300:
                     return _parse(response, url, attempt, len(queries))
                 last = f"HTTP {response.status_code}: {_error_text(response)}"
-                if response.status_code < 500:
+                if not retryable_status(response.status_code):
                     raise RetrievalError(url, attempt, f"request rejected, {last}")
             if attempt <= self.retries:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(backoff_delay(attempt, self.backoff_s, self.backoff_cap_s, self._rng))
         raise RetrievalError(url, self.retries + 1, last)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pytest
 from agentgraphs.engines import Engine, SamplingParams
 from agentgraphs.errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
 from agentgraphs.engines.sglang import SGLangEngine, _parse_completion
+from agentgraphs.http_retry import backoff_delay
 from agentgraphs.testing.fake_engines import TOY_EOS_ID, TOY_SCRIPT, FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.sglang_contract import SAMPLING_PARAM_TYPES
@@ -288,9 +290,9 @@ async def test_persistent_fault_raises_after_all_attempts(
 
 
 def test_backoff_is_exponential_capped_and_jittered() -> None:
-    engine = SGLangEngine("http://127.0.0.1:9", backoff_s=0.5, backoff_cap_s=2.0)
+    rng = random.Random(0)
     for attempt, full in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 2.0)]:
-        delays = [engine._backoff(attempt) for _ in range(50)]
+        delays = [backoff_delay(attempt, 0.5, 2.0, rng) for _ in range(50)]
         assert all(full / 2 <= d <= full for d in delays) and len(set(delays)) > 1
 
 
