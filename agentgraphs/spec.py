@@ -14,17 +14,16 @@ import os
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, ClassVar, Iterable, Literal, Mapping, TypedDict, TypeVar, Union
+from typing import Any, Awaitable, Callable, ClassVar, Iterable, Mapping, TypedDict, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from .context import AgentContext
 from .errors import ConfigError, validation_message
-from .trace import Layout, Turn
+from .trace import Layout, RewardSplit, Turn
 
 logger = logging.getLogger(__name__)
 
-RewardSplit = Literal["broadcast", "divide"]
 RewardValue = Union[float, dict[str, Any]]
 
 
@@ -71,6 +70,7 @@ class MethodOptions(BaseModel):
     {variant name: {option: value}}. The chosen variant's preset fills every option the input does not
     set; an option set explicitly always wins over the preset.
 
+    >>> from typing import Literal
     >>> class Steps(MethodOptions):
     ...     presets = {"fast": {"max_steps": 1}, "slow": {"max_steps": 9}}
     ...     variant: Literal["fast", "slow"] = "fast"
@@ -118,6 +118,7 @@ class MethodOptions(BaseModel):
     def variant_table(cls) -> dict[str, dict[str, Any]]:
         """Option -> {variant: value} for every option some preset sets (what choosing a variant changes).
 
+        >>> from typing import Literal
         >>> class Opts(MethodOptions):
         ...     presets = {"a": {"turns": 1}, "b": {"turns": 2}}
         ...     variant: Literal["a", "b"] = "a"

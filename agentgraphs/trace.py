@@ -15,6 +15,8 @@ from .engines.base import MAX_LOGPROB, Completion, SamplingParams
 from .errors import TraceError
 
 Layout = Literal["per_turn", "concat"]
+# how a trajectory's reward reaches its sequences: every one gets it whole, or it is divided among them
+RewardSplit = Literal["broadcast", "divide"]
 
 # The sampling settings that change a sampled token's distribution or its recorded log-prob. Each Turn
 # records them (same names as SamplingParams and SGLang); a training sequence never mixes two of them.

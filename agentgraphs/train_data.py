@@ -91,12 +91,13 @@ from __future__ import annotations
 
 import logging
 from itertools import chain
-from typing import Any, Iterable, Literal, Optional, Sequence
+from typing import Any, Iterable, Literal, Optional, Sequence, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import validation_message
+from .trace import RewardSplit
 from .train_checks import (
     check_lengths,
     check_masks,
@@ -122,7 +123,7 @@ logger = logging.getLogger(__name__)
 # slime/ray/rollout.py::_post_process_rewards (v0.2.2: without cispo; v0.3.1 adds it).
 MEAN_CENTERED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"})
 STD_NORMALIZED_ESTIMATORS = frozenset({"grpo", "gspo", "cispo"})
-REWARD_SPLITS = ("broadcast", "divide")
+REWARD_SPLITS: tuple[RewardSplit, ...] = get_args(RewardSplit)
 GROUP_BY = ("trajectory", "sequence")
 EPS = 1e-6
 

@@ -28,7 +28,7 @@ from ..errors import AgentGraphsError, ConfigError
 from ..node import RolloutAborted, TraceState, call_llm
 from ..sandbox import SandboxLimits
 from ..spec import MethodOptions, judge_option
-from ..trace import Turn
+from ..trace import RewardSplit, Turn
 from .parsing import NextStep, extract_command, parse_answer_tags, parse_command, parse_next_step
 from .parsing import parse_verifier_conclusion
 from .prompts import (
@@ -93,7 +93,7 @@ class AgentFlowOptions(MethodOptions):
         "math-verify without one")
     reward_timeout_s: float = Field(10.0, gt=0, description="math-verify's deadline per answer (a worker process, "
                                     "killed past it: reward 0 with the reason)")
-    reward_split: Literal["broadcast", "divide"] = Field(
+    reward_split: RewardSplit = Field(
         "divide", description="every planner sequence gets the trajectory's advantage (original) or it divided "
         "by the number of trained sequences (seed)")
     tool_timeout_s: float = Field(120.0, gt=0, description="per tool.execute call (original 120)")

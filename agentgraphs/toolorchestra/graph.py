@@ -35,6 +35,7 @@ from ..errors import ConfigError, EngineError, RetrievalError
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions, judge_option
 from ..toolcalls import split_reasoning
+from ..trace import RewardSplit
 from .coderun import extract_code, run_expert_code
 from .notes import Note, render_context
 from .parsing import parse_choice
@@ -129,7 +130,7 @@ class ToolOrchestraOptions(MethodOptions):
     drop_group_at_min_std: bool = Field(
         True, description="a group whose std is exactly 0.1 is dropped too (seed keeps std > 0.1; original "
         "drops std < 0.1)")
-    reward_split: Literal["broadcast", "divide"] = Field(
+    reward_split: RewardSplit = Field(
         "broadcast", description="every orchestrator turn gets the rollout's value (seed and original)")
 
     @model_validator(mode="after")
