@@ -19,15 +19,14 @@ from .parsing import (
 from .reward import (
     boxed_exact_check, boxed_exact_reward, judge_reward, math_verify_reward, parse_judge_verdict, seed_prediction,
 )
-from ..row_fields import answers_of, question_of
 from .spec import SPEC, make_input
 from .tools import BASE_GENERATOR, PYTHON_CODER, Tool, register_tool, registered_tools
 from .variants import SOURCES, VARIANTS
 
 __all__ = [
     "AgentFlowOptions", "AgentFlowState", "BASE_GENERATOR", "NODES", "NO_MATCHED_TOOL", "NextStep", "PYTHON_CODER",
-    "SOURCES", "SPEC", "Tool", "ToolCall", "VARIANTS", "answers_of", "boxed_exact_check", "boxed_exact_reward",
+    "SOURCES", "SPEC", "Tool", "ToolCall", "VARIANTS", "boxed_exact_check", "boxed_exact_reward",
     "build_graph", "extract_command", "judge_reward", "make_input", "seed_prediction",
     "math_verify_reward", "parse_answer_tags", "parse_command", "parse_judge_verdict", "parse_next_step",
-    "parse_verifier_conclusion", "question_of", "register_tool", "registered_tools", "role_engine",
+    "parse_verifier_conclusion", "register_tool", "registered_tools", "role_engine",
 ]

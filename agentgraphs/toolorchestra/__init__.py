@@ -17,9 +17,8 @@ tau^2-bench: the orchestrator is the agent, scored by tau^2's own evaluator.
 
 from .graph import TOOLS, ToolOrchestraOptions, ToolOrchestraState, build_graph
 from .parsing import Choice, parse_choice
-from ..row_fields import answers_of
 from .reward import features
 from .spec import SPEC, make_input
 
-__all__ = ["Choice", "SPEC", "TOOLS", "ToolOrchestraOptions", "ToolOrchestraState", "answers_of", "build_graph",
+__all__ = ["Choice", "SPEC", "TOOLS", "ToolOrchestraOptions", "ToolOrchestraState", "build_graph",
            "features", "make_input", "parse_choice"]
