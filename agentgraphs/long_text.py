@@ -56,6 +56,11 @@ def encode_text(tokenizer: Tokenizer, text: str) -> list[int]:
     return ids
 
 
+def count_tokens(tokenizer: Tokenizer, text: str) -> int:
+    """How many tokens `text` is, counted as `encode_text` encodes it (no special tokens added)."""
+    return len(encode_text(tokenizer, text)) if text else 0
+
+
 _PIECE_CHARS = 1 << 13
 # Byte-level BPE pre-tokenizer regexes (Qwen2/2.5/3, Llama 3) for which a cut before a space that follows
 # a non-space character and precedes an ASCII letter is also a pre-token boundary of the whole text: every

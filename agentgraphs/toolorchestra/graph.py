@@ -32,6 +32,7 @@ from typing_extensions import NotRequired, TypedDict
 from ..answers import last_boxed
 from ..context import AgentContext, LoopCache, context_of
 from ..errors import ConfigError, EngineError, RetrievalError
+from ..long_text import count_tokens, encode_text
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions, judge_option
 from ..toolcalls import split_reasoning
@@ -196,13 +197,10 @@ def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int | None:
 def _context_text(ctx: AgentContext, opts: ToolOrchestraOptions, notes: list[Note]) -> str:
     tok = ctx.tokenizer
 
-    def count(text: str) -> int:
-        return len(tok.encode(text, add_special_tokens=False))
-
     def cut(text: str, n: int) -> str:
-        return tok.decode(tok.encode(text, add_special_tokens=False)[:n])
+        return tok.decode(encode_text(tok, text)[:n])
 
-    return render_context(notes, count, opts.context_max_tokens, cut)
+    return render_context(notes, partial(count_tokens, tok), opts.context_max_tokens, cut)
 
 
 async def orchestrator(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions
@@ -265,18 +263,14 @@ def _expert_tokens(ctx: AgentContext, out: Any, prompt: str) -> tuple[int, int]:
     output ids, a text endpoint's `usage`. An endpoint that reports none is counted as the seed counts every
     expert call: its prompt and reply texts under the orchestrator's tokenizer (never a made-up 0)."""
     c = out.completion
-
-    def count(text: str) -> int:
-        return len(ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0
-
-    n_in = c.prompt_tokens or len(out.turn["prompt_ids"]) or count(prompt)
+    n_in = c.prompt_tokens or len(out.turn["prompt_ids"]) or count_tokens(ctx.tokenizer, prompt)
     reported = c.meta.get("completion_tokens")
     if c.token_ids:
         n_out = len(c.token_ids)
     elif isinstance(reported, int) and not isinstance(reported, bool):
         n_out = reported
     else:
-        n_out = count(out.text)
+        n_out = count_tokens(ctx.tokenizer, out.text)
     return n_in, n_out
 
 
