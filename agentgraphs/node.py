@@ -35,6 +35,7 @@ __all__ = [
     "MaxNewTokensLowered",
     "RolloutAborted",
     "TraceState",
+    "ask_judge",
     "call_llm",
     "call_params",
     "check_call_budget",
@@ -160,6 +161,14 @@ async def call_llm(
 
 
 PromptFn = Callable[[ChatTemplate], tuple[Sequence[int], str]]  # template -> (prompt ids, conversation)
+
+
+async def ask_judge(ctx: AgentContext, engine: str, prompt: str, *, max_new_tokens: int) -> LLMResult:
+    """A reward's question to its judge engine `engine`: one user message, answered greedily through `call_llm`
+    (the rollout's call budget and accounting) as the node "judge", never trained."""
+    return await call_llm({}, ctx, node="judge", engine=engine, trainable=False,
+                          messages=[{"role": "user", "content": prompt}], temperature=0.0,
+                          max_new_tokens=max_new_tokens)
 
 
 async def recorded_call(

@@ -31,7 +31,7 @@ from ..answers import last_boxed_group, normalize_final_answer
 from ..context import AgentContext
 from ..errors import RewardError
 from ..math_equivalence import AnswerCheck, amath_verify_check, math_verify_check
-from ..node import call_llm
+from ..node import ask_judge
 from ..row_fields import answers_of, question_of
 from ..spec import RewardInput, judge_engine, reward_options
 from .graph import AgentFlowOptions
@@ -162,13 +162,11 @@ def parse_judge_verdict(text: str) -> bool | None:
 async def judge_reward(ctx: AgentContext, engine_name: str, question: str, response: str, gold: str,
                        max_new_tokens: int = 1024) -> float:
     """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked
-    greedily through `call_llm` (the rollout's call budget and accounting; never trained). A reply that
+    greedily through `agentgraphs.node.ask_judge` (the rollout's call budget and accounting; never trained). A reply that
     states no verdict (`parse_judge_verdict` is None) raises RewardError: the sample fails instead of
     being scored by a guess."""
     prompt = JUDGE_TEMPLATE.format(question=question, response=response, ground_truth=gold)
-    out = await call_llm({}, ctx, node="judge", engine=engine_name, trainable=False,
-                         messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                         max_new_tokens=max_new_tokens)
+    out = await ask_judge(ctx, engine_name, prompt, max_new_tokens=max_new_tokens)
     verdict = parse_judge_verdict(out.text)
     if verdict is None:
         if out.truncated:

@@ -24,7 +24,7 @@ from typing import Any
 from ..answers import em, normalize_answer
 from ..context import AgentContext
 from ..errors import RewardError
-from ..node import call_llm
+from ..node import ask_judge
 from ..row_fields import answers_of, question_of
 from ..spec import RewardInput, judge_engine, reward_options
 from ..toolcalls import split_reasoning
@@ -108,9 +108,7 @@ def resolved_options(rin: RewardInput) -> ToolOrchestraOptions:
 async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str]) -> bool:
     problem = question_of(rin["prompt"])
     prompt = JUDGE.format(problem=problem, reference=" / ".join(golds), answer=rin["answer"])
-    out = await call_llm({}, ctx, node="judge", engine=name, trainable=False,
-                         messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                         max_new_tokens=JUDGE_MAX_NEW_TOKENS)
+    out = await ask_judge(ctx, name, prompt, max_new_tokens=JUDGE_MAX_NEW_TOKENS)
     verdict = judge_verdict(out.text)
     if verdict is None:
         raise RewardError(f"toolorchestra judge {name!r} answered neither yes nor no (finish "
