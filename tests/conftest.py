@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,3 +61,19 @@ def qwen3(agentgraphs_cache: Path):  # -> a transformers fast tokenizer
     from agentgraphs.testing.tiny_model import ensure_tiny_model
 
     return AutoTokenizer.from_pretrained(ensure_tiny_model(template="qwen3"))
+
+
+@pytest.fixture()
+def server(tiny_engine: Any) -> Iterator[Any]:  # -> agentgraphs.testing.server.SGLangTestServer
+    """The SGLang-contract server over the tiny model on a free port (it applies stop strings and stop ids as
+    SGLang does); `server.recorder.calls` holds every completion it returned. rl_bridge's cached setups are
+    cleared after the test. A module whose tests need another server defines its own `server`."""
+    from agentgraphs.testing.server import SGLangTestServer
+    from rl_bridge.setup import clear_cache
+    from tests.test_multiturn import RecordingEngine
+
+    recorder = RecordingEngine(tiny_engine)
+    with SGLangTestServer(recorder, port=0) as srv:
+        srv.recorder = recorder  # type: ignore[attr-defined]
+        yield srv
+    clear_cache()

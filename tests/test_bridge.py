@@ -17,22 +17,12 @@ from agentgraphs.errors import ConfigError
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample, SampleV03, SampleV030
 from rl_bridge.setup import aclose_all, clear_cache
-from tests.test_multiturn import RecordingEngine
 
 SLIME_SAMPLING = {  # what slime's rollout hands a custom generate function
     "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16, "stop": None,
     "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
     "spaces_between_special_tokens": False,
 }
-
-
-@pytest.fixture()
-def server(tiny_engine: Any):
-    recorder = RecordingEngine(tiny_engine)
-    with SGLangTestServer(recorder, port=0) as srv:
-        srv.recorder = recorder  # type: ignore[attr-defined]
-        yield srv
-    clear_cache()
 
 
 def make_args(srv_url: str, model_dir: Path, agent: str, **extra: Any) -> SimpleNamespace:

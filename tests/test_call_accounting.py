@@ -27,10 +27,8 @@ from agentgraphs.node import TraceState, call_llm
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.spec import AgentSpec
 from agentgraphs.testing.scripted import ScriptedPolicy
-from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
 from agentgraphs.trace import check_trace
-from rl_bridge.setup import clear_cache
 from tests.test_bridge import SLIME_SAMPLING, make_args
 
 TOPICS = ["cats", "dogs", "owls"]
@@ -135,13 +133,6 @@ def _forget_graph() -> Any:
 
 FORGETFUL = AgentSpec(name="forgetful", build_graph=lambda o: _forget_graph(), make_input=lambda r, o: {"turns": []},
                       answer=lambda s: s.get("answer", ""), reward=lambda rin, ctx: 0.0, requires_label=False)
-
-
-@pytest.fixture()
-def server(tiny_engine: Any):
-    with SGLangTestServer(tiny_engine, port=0) as srv:
-        yield srv
-    clear_cache()
 
 
 def test_map_reduce_storing_content_is_counted_and_named(server: Any, tiny_model_dir: Path, tmp_path: Path,

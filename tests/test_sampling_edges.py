@@ -37,14 +37,6 @@ LONG = "word " * 60  # longer than any max_new_tokens here: a turn of it finishe
 
 
 @pytest.fixture()
-def server(tiny_engine: Any):
-    """The SGLang-contract server over the tiny model (it applies stop strings and stop ids as SGLang does)."""
-    with SGLangTestServer(RecordingEngine(tiny_engine), port=0) as srv:
-        yield srv
-    clear_cache()
-
-
-@pytest.fixture()
 def long_server(tiny_engine: Any):
     """The server answering every prompt with LONG, so every turn is cut by max_new_tokens."""
     with SGLangTestServer(ScriptedPolicy(tiny_engine, lambda call: LONG), port=0) as srv:

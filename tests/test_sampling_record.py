@@ -24,12 +24,9 @@ from agentgraphs.errors import ConfigError, SamplingMismatchError, TraceError
 from agentgraphs.node import TraceState, call_llm
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.spec import AgentSpec
-from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
 from agentgraphs.trace import build_sequences, check_sequence, check_trace, turn_sampling
-from rl_bridge.setup import clear_cache
 from tests.test_bridge import SLIME_SAMPLING, make_args
-from tests.test_multiturn import RecordingEngine
 
 QUESTION = "Name a colour."
 
@@ -79,15 +76,6 @@ def _call_graph() -> Any:
 
 CALL_SPEC = AgentSpec(name="sampled_call", build_graph=lambda o: _call_graph(), make_input=lambda r, o: {"turns": []},
                       answer=lambda s: "", reward=lambda rin, ctx: 0.0, requires_label=False)
-
-
-@pytest.fixture()
-def server(tiny_engine: Any):
-    recorder = RecordingEngine(tiny_engine)
-    with SGLangTestServer(recorder, port=0) as srv:
-        srv.recorder = recorder  # type: ignore[attr-defined]
-        yield srv
-    clear_cache()
 
 
 def _reference_logprobs(model: Any, prompt: list[int], output: list[int], temperature: float) -> list[float]:
