@@ -25,6 +25,7 @@ from agentgraphs.chat_model import (
     ERROR_KEY,
     TURN_KEY,
     TracedChatModel,
+    messages_graph_spec,
     turns_from_messages,
 )
 from agentgraphs.context import AgentContext, Limits
@@ -423,3 +424,38 @@ async def test_turns_survive_checkpoints_and_a_replay_extends_the_same_sequence(
     assert len(new_turns) == 2 and new_turns[0] == turns[0]
     assert new_turns[1]["conversation"] == turns[0]["conversation"] and new_turns[1]["prompt_ids"] == turns[1]["prompt_ids"]
     assert len(check_trace(new_turns, "concat")) == 1
+
+
+@pytest.mark.parametrize("sync_first", [True, False])
+async def test_sync_node_in_an_async_run_over_http(scripted_server: Any, tiny_engine: Any, sync_first: bool) -> None:
+    """A plain `def` node calling `model.invoke()` (LangGraph's quickstart shape) in a graph run with ainvoke,
+    as `agentgraphs run` and rl_bridge run every graph, next to an `async def` node on the same SGLang engine:
+    both are answered by the server, and the trace is exactly what it returned (it failed with 'bound to a
+    different event loop' whichever node used the engine first)."""
+    model = TracedChatModel()
+
+    def sync_node(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    async def async_node(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState, context_schema=AgentContext)
+    first, second = (sync_node, async_node) if sync_first else (async_node, sync_node)
+    builder.add_node("first", first)
+    builder.add_node("tool", lambda state: {"messages": [HumanMessage("<tool_response>\n2.1\n</tool_response>")]})
+    builder.add_node("second", second)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "tool")
+    builder.add_edge("tool", "second")
+    builder.add_edge("second", END)
+    spec = messages_graph_spec(builder.compile(), reward=lambda rin, ctx: 0.0, name="sync_node")
+    async with SGLangEngine(scripted_server.url) as engine:
+        ctx = AgentContext(policy=engine, tokenizer=tiny_engine.tokenizer, sampling={"max_new_tokens": 64})
+        rollout = await run_rollout(spec, rollout_input(QUESTION, "4.2"), ctx)
+    assert rollout.status == "completed", rollout.reason
+    calls = scripted_server.recorder.calls
+    assert [t["node"] for t in rollout.turns] == ["first", "second"] and len(calls) == 2
+    assert [t["prompt_ids"] for t in rollout.turns] == [p for p, _ in calls]
+    assert [t["output_ids"] for t in rollout.turns] == [c.token_ids for _, c in calls]
+    check_against_server(rollout.sequences, calls)

@@ -11,11 +11,13 @@ import asyncio
 import logging
 import math
 import random
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import orjson
@@ -81,6 +83,13 @@ def _refuse_non_finite(value: Any, where: str) -> None:
             _refuse_non_finite(item, f"{where}[{i}]")
 
 
+class _Pool(NamedTuple):
+    """One event loop's connections: the /generate slots (None with a passed-in client) and the control client."""
+
+    slots: _ConnectionSlots | None
+    client: httpx.AsyncClient
+
+
 class _Retryable(Exception):
     """One attempt failed in a way another attempt may not. `protocol` marks a bad body."""
 
@@ -98,9 +107,11 @@ class SGLangEngine:
 
     Connections: at most `max_connections` /generate requests are in flight (more wait for a
     slot); /abort_request, /health and /model_info go over a separate small client so that an
-    abort never queues behind the generations it is meant to stop. A passed-in `client` carries
-    all traffic instead and is left open by aclose(). Like any httpx client, an engine belongs to
-    the event loop that first uses it.
+    abort never queues behind the generations it is meant to stop. An httpx client belongs to the
+    event loop that first uses it, so the engine keeps these per event loop: one engine serves an
+    async graph run and the sync `invoke()` calls of its `def` nodes (TracedChatModel runs those on
+    a background loop). A passed-in `client` carries all traffic instead, is left open by aclose(),
+    and belongs to its own loop.
 
     >>> import asyncio
     >>> from agentgraphs.testing.fake_engines import FixedLatencyEngine
@@ -144,15 +155,11 @@ class SGLangEngine:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         self._owns_client = client is None
-        self._slots = _ConnectionSlots(max_connections, self._timeout) if client is None else None
-        self._client = client or httpx.AsyncClient(  # the control client
-            timeout=self._timeout,
-            limits=httpx.Limits(
-                max_connections=_CONTROL_CONNECTIONS,
-                max_keepalive_connections=_CONTROL_CONNECTIONS,
-                keepalive_expiry=KEEPALIVE_EXPIRY_S,  # the slots' own: below uvicorn's 5 s keep-alive
-            ),
-        )
+        self._max_connections = max_connections
+        self._given = client
+        # per event loop: (the /generate slots, the control client); a closed loop's go with it
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+        self._pools_lock = threading.Lock()  # loops in other threads (sync calls) make their pools too
         self._rng = random.Random()  # per engine: jitter decorrelates workers, no global state
         self._abort_tasks: set[asyncio.Task[None]] = set()
 
@@ -197,7 +204,7 @@ class SGLangEngine:
     async def health(self, timeout_s: float = 5.0) -> bool:
         """True when GET /health answers 200 within `timeout_s`; never raises for a down server."""
         try:
-            resp = await self._client.get(f"{self.base_url}/health", timeout=timeout_s)
+            resp = await self._pool().client.get(f"{self.base_url}/health", timeout=timeout_s)
         except httpx.HTTPError:
             return False
         return resp.status_code == 200
@@ -219,7 +226,7 @@ class SGLangEngine:
     async def abort_all(self) -> None:
         """Abort every request on the server (slime does this between rollouts)."""
         try:
-            resp = await self._client.post(
+            resp = await self._pool().client.post(
                 f"{self.base_url}/abort_request", json={"abort_all": True},
                 timeout=max(self.abort_timeout_s, 5.0),  # never the 600 s generation timeout
             )
@@ -228,17 +235,29 @@ class SGLangEngine:
         _raise_for_status(resp)
 
     async def aclose(self) -> None:
-        """Finish pending best-effort aborts, then close the client if the engine made it."""
-        if self._abort_tasks:
-            await asyncio.wait(set(self._abort_tasks), timeout=self.abort_timeout_s)
-            leftover = list(self._abort_tasks)
+        """Finish this loop's pending best-effort aborts, then close the clients the engine made: this loop's
+        here, another running loop's on that loop (bounded by abort_timeout_s)."""
+        loop = asyncio.get_running_loop()
+        mine = {t for t in self._abort_tasks.copy() if t.get_loop() is loop}
+        if mine:
+            await asyncio.wait(mine, timeout=self.abort_timeout_s)
+            leftover = [t for t in mine if not t.done()]
             for task in leftover:
                 task.cancel()
             await asyncio.gather(*leftover, return_exceptions=True)
-        if self._slots is not None:
-            await self._slots.aclose()
-        if self._owns_client:
-            await self._client.aclose()
+        if not self._owns_client:
+            return
+        with self._pools_lock:
+            pools, self._pools = dict(self._pools), weakref.WeakKeyDictionary()
+        for owner, pool in pools.items():
+            if owner is loop:
+                await _close_pool(pool)
+            elif owner.is_running():
+                done = asyncio.run_coroutine_threadsafe(_close_pool(pool), owner)
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(done), max(self.abort_timeout_s, 1.0))
+                except (asyncio.TimeoutError, RuntimeError, httpx.HTTPError) as err:  # best effort: it may be stuck
+                    log.debug("closing connections on another loop failed: %r", err)
 
     async def __aenter__(self) -> SGLangEngine:
         return self
@@ -313,7 +332,7 @@ class SGLangEngine:
 
     async def _send_abort(self, rid: str) -> None:
         try:
-            await self._client.post(
+            await self._pool().client.post(
                 f"{self.base_url}/abort_request",
                 json={"rid": rid, "abort_all": False},
                 timeout=self.abort_timeout_s,
@@ -323,17 +342,43 @@ class SGLangEngine:
 
     @asynccontextmanager
     async def _lend(self) -> AsyncIterator[httpx.AsyncClient]:
-        if self._slots is None:
-            yield self._client
+        pool = self._pool()
+        if pool.slots is None:
+            yield pool.client
         else:
-            async with self._slots.lend() as client:
+            async with pool.slots.lend() as client:
                 yield client
+
+    def _pool(self) -> _Pool:
+        """The running loop's connections, made on its first request (a passed-in client serves every call)."""
+        if self._given is not None:
+            return _Pool(None, self._given)
+        loop = asyncio.get_running_loop()
+        with self._pools_lock:
+            pool = self._pools.get(loop)
+            if pool is None:
+                for closed in [lp for lp in list(self._pools) if lp.is_closed()]:
+                    del self._pools[closed]  # its sockets went with it
+                control = httpx.AsyncClient(
+                    timeout=self._timeout,
+                    limits=httpx.Limits(max_connections=_CONTROL_CONNECTIONS,
+                                        max_keepalive_connections=_CONTROL_CONNECTIONS,
+                                        keepalive_expiry=KEEPALIVE_EXPIRY_S),  # below uvicorn's 5 s keep-alive
+                )
+                pool = self._pools[loop] = _Pool(_ConnectionSlots(self._max_connections, self._timeout), control)
+            return pool
 
     async def _get(self, path: str) -> httpx.Response:
         try:
-            return await self._client.get(f"{self.base_url}{path}", timeout=self._timeout)
+            return await self._pool().client.get(f"{self.base_url}{path}", timeout=self._timeout)
         except httpx.HTTPError as err:
             raise EngineUnavailableError(f"{self.base_url}{path}", 1, repr(err)) from err
+
+
+async def _close_pool(pool: _Pool) -> None:
+    if pool.slots is not None:
+        await pool.slots.aclose()
+    await pool.client.aclose()
 
 
 def _raise_for_status(resp: httpx.Response) -> None:
