@@ -126,17 +126,17 @@ class CheckReport:
             if self.rescored_untrained_tokens else ""
         return f"OK: no invariant breach, {self._rescored_what()}{untrained}{allowed}"
 
-    def _rescored_what(self) -> str:
+    def _rescored_what(self, verb: str = "re-scored ") -> str:
         if self.rescored_untrained_tokens:  # only in a run that trains nothing
-            return f"{self.rescored_untrained_tokens} re-scored policy output tokens"
-        return f"{self.rescored_tokens} re-scored trained tokens"
+            return f"{self.rescored_untrained_tokens} {verb}policy output tokens"
+        return f"{self.rescored_tokens} {verb}trained tokens"
 
     def to_text(self, max_breaches: int = 50) -> str:
         """A human-readable report (what `agentgraphs check` prints); its last line is the verdict."""
         lines = [(f"run {self.run_dir}: {self.rollouts} rollouts, {self.sequences} training sequences, "
                   f"{self.trained_tokens} trained tokens")]
         if self.rescoring:
-            lines.append(f"re-scored {self._rescored_what()} with {self.model or 'the given scorer'} on "
+            lines.append(f"re-scored {self._rescored_what(verb='')} with {self.model or 'the given scorer'} on "
                          f"{self.device} (threshold {self.threshold:g}, each at its turn's temperature)")
             if self.unscored_tokens:
                 lines.append(f"  not re-scored: {self.unscored_tokens} trained tokens no engine call produced "

@@ -52,6 +52,9 @@ def test_clean_run_passes_and_rescoring_matches(clean_report: CheckReport) -> No
     assert clean_report.rescored_tokens == clean_report.trained_tokens > 30
     for drift in clean_report.nodes.values():
         assert drift["max_abs_delta"] < 1e-4 and drift["over_threshold"] == 0
+    # the header says it once, as the README shows it (it read "re-scored N re-scored trained tokens")
+    assert f"\nre-scored {clean_report.rescored_tokens} trained tokens with " in clean_report.to_text()
+    assert clean_report.verdict() == f"OK: no invariant breach, {clean_report.rescored_tokens} re-scored trained tokens"
 
 
 def _planted(sampled_run: Path, tmp_path: Path, edit: Callable[[dict[str, Any], list[dict[str, Any]]], None],
