@@ -219,6 +219,7 @@ SETUP_SLIME_ARGS = (
     "apply_chat_template", "custom_convert_samples_to_train_data_path", "partial_rollout", "group_rm",
     "dynamic_sampling_filter_path", "use_rollout_routing_replay", "rollout_top_p", "label_key",
     "sglang_server_concurrency", "rollout_num_engines", "rollout_num_gpus", "rollout_num_gpus_per_engine",
+    "reward_key", "eval_reward_key",
 )
 
 
@@ -280,9 +281,36 @@ def check_slime_args(args: Any, spec: AgentSpec, settings: BridgeSettings) -> No
             "default converter groups rewards per n_samples_per_prompt rows only when the row count is exactly "
             "n_samples_per_prompt x rollout_batch_size; a trajectory yields several rows, so it normalises the "
             "whole batch as one group (prompts mixed). Pass rl_bridge.convert to keep per-prompt groups")
+    for flag in ("reward_key", "eval_reward_key"):
+        check_reward_key(args, spec, flag)
     if spec.requires_label and hasattr(args, "label_key") and not getattr(args, "label_key", None):
         raise ConfigError(f"agent {spec.name!r} scores against a label, but --label-key is not set: pass "
                           "--label-key (e.g. label)")
+
+
+def check_reward_key(args: Any, spec: AgentSpec, flag: str) -> None:
+    """slime reads a reward as `sample.reward[args.<flag>]` when the flag is set and as the reward itself when not
+    (Sample.get_reward_value: its dynamic-sampling filters, its default reward normalisation, its eval logging), so
+    the flag must name the spec's `reward_key` for a dict reward and be unset for a float one. `--eval-reward-key`
+    unset falls back to `--reward-key`, so it is checked only when set.
+    """
+    if not hasattr(args, flag):
+        return
+    key, option = getattr(args, flag), "--" + flag.replace("_", "-")
+    if spec.dict_reward and flag == "reward_key" and key != spec.reward_key:
+        raise ConfigError(
+            f"agent {spec.name!r} returns a dict reward whose scalar is under {spec.reward_key!r}, but {option} is "
+            f"{key!r}: slime would read {'the whole dict' if not key else repr(key)} as the reward. Pass {option} "
+            f"{spec.reward_key} (or set AgentSpec(reward_key=...) to the key slime should train on)")
+    if spec.dict_reward and key and key != spec.reward_key:
+        raise ConfigError(
+            f"agent {spec.name!r} returns a dict reward whose scalar is under {spec.reward_key!r}, but {option} is "
+            f"{key!r}: pass {option} {spec.reward_key}, or leave it unset (it falls back to --reward-key)")
+    if not spec.dict_reward and key:
+        raise ConfigError(
+            f"agent {spec.name!r} returns a float reward, but {option} is {key!r}: slime would index the float "
+            f"(sample.reward[{key!r}]) and stop with a TypeError. Drop {option} (it selects the scalar of a dict "
+            "reward; a seed launch script's `--reward-key score` does not apply)")
 
 
 def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_checkpoint: str) -> BridgeSetup:

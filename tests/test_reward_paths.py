@@ -24,7 +24,7 @@ from agentgraphs.records import Rollout
 from agentgraphs.spec import RewardInput
 from agentgraphs.testing.agents import TWO_TURN, TWO_TURN_PER_TURN
 from agentgraphs.testing.slime_sample import Sample, SampleV03
-from tests.test_bridge import SLIME_SAMPLING, generate, make_args, sample, server  # noqa: F401 (fixture)
+from tests.test_bridge import SLIME_SAMPLING, generate, make_args, sample
 
 SEEN: list[RewardInput] = []
 
@@ -296,7 +296,7 @@ def test_a_dict_reward_without_the_reward_key_fails_its_sample(server: Any, tiny
                                                                 monkeypatch: Any) -> None:
     monkeypatch.setattr(DEFECTS, "dict_reward", True)
     monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: {"score": 1.0})
-    args = defects_args(server, tiny_model_dir)
+    args = defects_args(server, tiny_model_dir, reward_key="reward")
     s = bounded_generate(args, sample())
     assert s.status == Sample.Status.FAILED and not any(s.loss_mask)
     assert s.reward == {"reward": 0.0}  # the spec's zero reward, never {"score": 1.0, "reward": 0.0} made up
@@ -305,6 +305,34 @@ def test_a_dict_reward_without_the_reward_key_fails_its_sample(server: Any, tiny
     monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: {"reward": 1, "score": 1.0})  # with the key: trained
     ok = bounded_generate(args, sample())
     assert ok.status != Sample.Status.FAILED and ok.reward == {"reward": 1.0, "score": 1.0}
+
+
+@pytest.mark.parametrize(("dict_reward", "flags", "words"), [
+    (True, {"reward_key": None}, "dict reward whose scalar is under 'reward', but --reward-key is None: slime would "
+                                 "read the whole dict as the reward. Pass --reward-key reward"),
+    (True, {"reward_key": "score"}, "but --reward-key is 'score': slime would read 'score' as the reward"),
+    (True, {"reward_key": "reward", "eval_reward_key": "score"}, "--eval-reward-key is 'score': pass "
+                                                                  "--eval-reward-key reward, or leave it unset"),
+    (False, {"reward_key": "score"}, "returns a float reward, but --reward-key is 'score': slime would index the "
+                                     "float"),
+    (False, {"reward_key": None, "eval_reward_key": "acc"}, "float reward, but --eval-reward-key is 'acc'"),
+])
+def test_a_reward_key_slime_would_misread_is_refused_before_any_rollout(
+        server: Any, tiny_model_dir: Path, monkeypatch: Any, dict_reward: bool, flags: dict[str, Any],  # noqa: F811
+        words: str) -> None:
+    """slime reads `sample.reward[args.reward_key]` when the flag is set and the reward itself when not (its
+    dynamic-sampling filters, default normalisation, eval logging): a seed launch script's `--reward-key score`
+    over a float reward stopped slime with a TypeError, a dict reward without the flag in torch.tensor."""
+    monkeypatch.setattr(DEFECTS, "dict_reward", dict_reward)
+    args = defects_args(server, tiny_model_dir, **flags)
+    with pytest.raises(ConfigError) as info:
+        bounded_generate(args, sample())
+    assert words in " ".join(str(info.value).split())
+    assert server.stats.generate_requests == 0
+    # the flag as the reward is read: trained (eval_reward_key unset falls back to reward_key)
+    right = {"reward_key": "reward" if dict_reward else None}
+    monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: {"reward": 1.0} if dict_reward else 1.0)
+    assert bounded_generate(defects_args(server, tiny_model_dir, **right), sample()).status != Sample.Status.FAILED
 
 
 def test_eval_metrics_refuses_a_dict_reward_without_the_key() -> None:
