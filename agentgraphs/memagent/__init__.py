@@ -12,7 +12,6 @@
 
 from .graph import MemAgentOptions, MemAgentState, build_graph, chunk_spans
 from .prompts import FINAL_TEMPLATE, INITIAL_MEMORY, MEMORY_UPDATE_TEMPLATE
-from ..row_fields import answers_of, question_of
 from .reward import eval_metrics, memagent_reward
 from .spec import SPEC, make_input
 from .variants import SOURCES, VARIANTS
@@ -26,11 +25,9 @@ __all__ = [
     "SOURCES",
     "SPEC",
     "VARIANTS",
-    "answers_of",
     "build_graph",
     "chunk_spans",
     "eval_metrics",
     "make_input",
     "memagent_reward",
-    "question_of",
 ]

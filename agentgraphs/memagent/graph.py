@@ -23,6 +23,7 @@ from ..context import AgentContext, context_of
 from ..node import TraceState, call_llm
 from ..spec import MethodOptions
 from ..long_text import encode_text
+from ..trace import RewardSplit
 from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt, strip_response
 from .variants import VARIANTS
 
@@ -63,7 +64,7 @@ class MemAgentOptions(MethodOptions):
         True, description="the new memory and the answer lose stop-token text and surrounding whitespace, and "
         "an empty memory update keeps the previous memory (seed); false: the response as generated (original)")
     train_final_answer: bool = Field(True, description="train the final answer (both variants; false masks it)")
-    reward_split: Literal["broadcast", "divide"] = Field(
+    reward_split: RewardSplit = Field(
         "divide", description="every sequence gets the trajectory's advantage (original) or it divided by the "
         "number of trained sequences, the final answer included (seed)")
 
