@@ -182,6 +182,30 @@ def test_an_oracle_out_of_device_memory_is_refused_saying_what_to_lower(engine: 
     assert not isinstance(info.value, P.OracleOutOfMemory)
 
 
+@pytest.mark.parametrize(("answer", "workers"), [
+    ("143771", "8"),  # an H200's 140.4 GiB: runs 3-32's 8
+    ("81559", "4"),  # an H100's 79.6 GiB: run 33's 8 ran out beside the untrained model's evaluation (31.4 GiB)
+    ("24576", "1"),  # a 24 GiB card: one, never none
+    ("NVIDIA-SMI has failed because it couldn't communicate with the driver", "8"),  # no answer: the H200's
+    (None, "8"),  # no nvidia-smi at all
+])
+def test_run_in_calls_picks_the_demonstration_workers_the_devices_memory_holds(tmp_path: Path, answer: str | None,
+                                                                               workers: str) -> None:
+    """Run 33 began on an H100 with the H200's 8 demonstration workers and lost its first call to the device's
+    memory: unset, DEMO_WORKERS is read from the first GPU's memory as nvidia-smi reports it."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    if answer is not None:
+        (shim / "nvidia-smi").write_text(f"#!/bin/sh\necho '{answer}'\necho '{answer}'\n")  # two cards
+        (shim / "nvidia-smi").chmod(0o755)
+    for tool in ("awk", "head"):  # the only tools the function calls, so that PATH holds no other nvidia-smi
+        (shim / tool).symlink_to(shutil.which(tool))
+    done = subprocess.run([shutil.which("bash") or "bash", "-c", f'{_script_function("demo_workers")}\ndemo_workers'],
+                          capture_output=True,
+                          text=True, env={"PATH": str(shim)}, timeout=30, check=True)
+    assert done.stdout == f"{workers}\n" and done.stderr == ""
+
+
 def test_a_shorter_secret_code_is_read_and_answered_by_the_oracle(engine: Any) -> None:
     """`value_digits` makes the task easier for a model trained from scratch: the answer is that many digits,
     and the oracle carries exactly that value from the section through the memory into the box."""
@@ -3834,7 +3858,7 @@ def test_run_32s_section_shows_what_its_files_hold() -> None:
     figures as for run 14, its calls against run 31's plan, and each figure of its reading (the warm start's probes,
     overshoots and stop, the calls' gaps, the arms' time, the audits, the training rewards, the one document short)
     from the kept files."""
-    section, published = _run21s_plan(32, "## Fixes these benchmarks led to", 1714, lr=1e-4)
+    section, published = _run21s_plan(32, "**Run 33, stopped**", 1714, lr=1e-4)
     train = [1000, 2000, 4000]
     every = _published_runs()
     # the calls: run 31's plan (run 30's with WS_ROUND_FROM=untrained), the last call's budget what was left
@@ -3926,3 +3950,43 @@ def test_run_32s_section_shows_what_its_files_hold() -> None:
     count = {n: sum(t["passed"] for t in f["targets"].values()) for n, f in files.items()}
     assert [n for n, c in count.items() if c == 4] == [8, 9, 11, 12, 14, 17, 29, 32] and max(count.values()) == 4
     assert "four at once in runs 8, 9, 11, 12, 14, 17, 29 and 32, all five in no run" in example
+
+
+def test_run_33s_calls_hold_what_bench_readme_says() -> None:
+    """Run 33 was stopped before RL (an H100 where the plan was sized on an H200, then two warm start rounds that
+    formed no copy): bench/README's "Run 33, stopped" against the last call's packed files, which hold all three."""
+    section = _bench_section("**Run 33, stopped**", "## Fixes these benchmarks led to")
+    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run33_stopped" / "call3_results.tgz")
+    log = call["calls.log"]
+    # call 1: the H200's 8 workers ran out of the H100's memory beside the evaluation, whose 31.4 GiB the error names
+    assert "pipeline.OracleOutOfMemory: oracle rollout 0" in log and "GPU 0 has a total capacity of 79.18 GiB" in log
+    assert "Process 665 has 31.43 GiB memory in use" in log and "3.2-10.3 GiB each" in section
+    # the workers: the seven others the failing one names, and itself ("this process")
+    used = [float(g) for g in re.findall(r"(?:Process \d+|this process) has ([\d.]+) GiB", log) if float(g) < 31]
+    assert len(used) == 8 and (min(used), max(used)) == (3.23, 10.28)
+    assert log.count("call starts") == 3 and log.count("warm start round 1 from") == 2  # call 2 began round 1 again
+    for k, (minutes, steps, demo_s) in {1: ("8.58", 1327, "114 s"), 2: ("9.0", 1475, None)}.items():
+        stage = json.loads(call[f"warmstart{k}_stage.json"])
+        assert stage["args"]["demo_workers"] == 4 and stage["args"]["demo_split"] == f"demo{k}"
+        assert stage["args"]["init"] == "/tmp/repro/model"  # round 2 too: WS_ROUND_FROM=untrained
+        assert stage["stop"]["reason"] == f"time budget of {minutes} min spent" and len(stage["curve"]) == steps
+        assert f"the call ended after step {steps} ({minutes} minutes)" in section
+        if demo_s:
+            assert f"{stage['demo_s']:.0f} s" == demo_s and f"`demo{k}`, {demo_s} with 4 workers" in section
+        probes = [(int(m[0]), float(m[1]), float(m[2]), float(m[3])) for m in re.findall(
+            r"step (\d+): loss ([\d.]+), probe strict sub_em ([\d.]+)%, digits right ([\d.]+)%",
+            call[f"warmstart{k}.log"])]
+        losses = [loss for step, loss, _, _ in probes if step >= 250]
+        assert f"loss {min(losses):.2f}-{max(losses):.2f} from step 250 to {probes[-1][0]}" in section
+        assert all(p < 30 for _, _, p, _ in probes)  # never the band's floor: no stop, RL never began
+        early = [(p, d) for step, _, p, d in probes if k == 2 or step <= 1200]
+        assert f"probe 0-{max(p for p, _ in early):.1f} %" in section
+        assert (f"digits right {math.floor(min(d for _, d in early)):.0f}-{round(max(d for _, d in early)):.0f} %"
+                in section)
+    rise = re.findall(r"step (12[5-9]\d|1300): loss [\d.]+, probe strict sub_em ([\d.]+)%, digits right ([\d.]+)%",
+                      call["warmstart1.log"])
+    assert rise == [("1250", "6.2", "24.0"), ("1300", "20.8", "47.9")]
+    assert "6.2 % (digits right 24.0 %) at step 1250 and 20.8 % (digits right 47.9 %) at step 1300" in section
+    assert "RL" not in log and "eval_rl.json" not in call and "eval_warmstart.json" not in call
+    untrained = json.loads(call["eval_untrained.json"])["results"]
+    assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0

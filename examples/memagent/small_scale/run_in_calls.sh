@@ -22,7 +22,7 @@ out=${1:?usage: run_in_calls.sh OUT_DIR [WORK_DIR]}; w=${2:-/tmp/repro}
 here=$(cd "$(dirname "$0")" && pwd); r="$w/results"
 export TQDM_DISABLE=1  # no progress bars in the logs
 R="python3 $here/reproduce.py"
-: "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=8}"
+: "${BUDGET:=540}" "${VALUE_DIGITS:=2}" "${EVAL_PER_LENGTH:=48}" "${DEMOS:=8192}" "${DEMO_WORKERS:=}"
 : "${WS_LR:=1e-3}" "${WS_SCHEDULE:=constant}" "${WS_EVAL_EVERY:=50}" "${WS_EVAL_FROM:=150}" "${PROBE:=16}"
 : "${WS_STOP_AT:=30}" "${WS_SETTLE:=1}" "${CONFIRM:=32}" "${WS_ROUNDS:=2}" "${RL_PROMPTS:=16}" "${RL_SAMPLES:=16}" "${RL_LR:=1e-4}" "${RL_MIN_S:=240}"
 : "${WS_STOP_ABOVE:=}" "${WS_REFINES:=2}"  # the stop band's top (empty: none): an overshoot goes back, probes finer
@@ -41,7 +41,9 @@ case "$WS_ROUND_FROM" in last|untrained) ;; *) echo "WS_ROUND_FROM=$WS_ROUND_FRO
 : "${RL_SAMPLER:=inverse_cdf}"  # the rollouts' engine sampler (inverse_cdf | multinomial: the same distribution;
 # inverse_cdf batched 1.69x multinomial's tokens/s at 256 requests on the H200: bench/README "engine_batching.py")
 # DEMO_WORKERS: each worker holds its own engine on the GPU (on an H200: 8 fit beside an evaluation in most runs and
-# ran out once, bench/README "Run 20, lost"; 6 fit, 99.8 s for 8,192 demonstrations; 14 ran out of memory)
+# ran out once, bench/README "Run 20, lost"; 6 fit, 99.8 s for 8,192 demonstrations; 14 ran out of memory). Empty
+# (the default): what the device's memory holds, `demo_workers` below (8 on an H200, 4 on an H100: run 33's 8 ran
+# out on an H100 beside the untrained model's evaluation, 31.4 GiB, the workers 4.6-10.3 GiB each)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 # (MODEL_ARGS="--sentence-lengths uniform": the filler of runs 3-29, every sentence 11 tokens; the default is varied)
 : "${RL_DRAWS:=1}"  # 2: a second RL arm from the same start, its own documents and sampling seeds (`rl --draw 1`,
@@ -84,6 +86,12 @@ cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0
 as_minutes() { awk -v s="$1" 'BEGIN{m = s / 60; printf "%.2f", m < 0.01 ? 0.01 : m}'; }  # a stage's 0 means no cap
 stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
 pack() { tar czf "$out/results.tgz.tmp" -C "$r" . && mv "$out/results.tgz.tmp" "$out/results.tgz"; }
+demo_workers() {  # the demonstration workers the first GPU's memory holds beside an evaluation: 32 GiB for it, 10 a
+  # worker, 1 to 8 (139 GiB H200: 8; 79 GiB H100: 4); 8, the H200's, where nvidia-smi does not answer
+  local mib; mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  case "$mib" in ''|*[!0-9\ ]*) echo 8; return;; esac
+  awk -v m="$mib" 'BEGIN{n = int((m / 1024 - 32) / 10); print n < 1 ? 1 : (n > 8 ? 8 : n)}'
+}
 probe_stopped() {  # the warm start in $1 stopped on its probe; if not (its step cap or time budget), exit 1 and
   # print why, with its last probe and confirmation
   python3 - "$1/stage.json" <<'PY'
@@ -149,7 +157,8 @@ if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" > /dev/null && [ "$last
   init="$w/model"; [ "$last" -ge 1 ] && [ "$WS_ROUND_FROM" = last ] && init="$w/warm$last"
   echo "$WS_ROUND_FROM" > "$w/ws_round_from"  # where this run's rounds begin, which its later calls keep
   minutes=$(as_minutes $(( $(left) - 45 )))
-  stamp "warm start round $k from $init, $minutes min"
+  [ -n "$DEMO_WORKERS" ] || DEMO_WORKERS=$(demo_workers)
+  stamp "warm start round $k from $init, $minutes min, $DEMO_WORKERS demonstration workers"
   interruptible "$r/warmstart$k.log" timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" \
     --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
     --demo-split "demo$k" --lr "$WS_LR" --schedule "$WS_SCHEDULE" --max-minutes "$minutes" --max-steps 100000 \
