@@ -94,20 +94,21 @@ ROLLOUT_ARGS=(
    --metadata-key metadata
    # no --apply-chat-template: the graph renders each orchestrator prompt (Qwen3 template, hermes tools)
    --rollout-shuffle
-   --num-rollout 200
+   # the seed's (Takenzz/AgentFlow@4b5aa84 agentic/ToolOrchestra/train_orchestra.sh:69-74)
+   --num-epoch 2
    --rollout-batch-size 32
    --n-samples-per-prompt 8
-   --rollout-max-response-len 2048   # per orchestrator turn
-   --rollout-temperature 1.0
+   --rollout-max-response-len 16384  # per orchestrator turn (Qwen3 thinks first); orchestrator_max_new_tokens too
+   --rollout-temperature 0.7
    # rows, not trajectories: every orchestrator turn is its own training row (per_turn)
-   --global-batch-size 256
+   --global-batch-size 128
 )
 
 EVAL_ARGS=(
    --eval-interval 10
    --eval-prompt-data hotpotqa "${DATA_DIR}/eval.jsonl"
    --n-samples-per-eval-prompt 1
-   --eval-max-response-len 2048
+   --eval-max-response-len 16384
    --eval-temperature 0.6
    --eval-top-p 0.95
 )
@@ -121,7 +122,8 @@ PERF_ARGS=(
    --recompute-method uniform
    --recompute-num-layers 1
    --use-dynamic-batch-size
-   # one row: ~6000 context + tools + problem + template, + 2048 response tokens
+   # one row: ~6000 context + tools + problem + template, + up to 16384 response tokens (a longer row
+   # gets a micro-batch of its own)
    --max-tokens-per-gpu 12288
 )
 
@@ -133,14 +135,14 @@ GRPO_ARGS=(
    --kl-loss-type low_var_kl
    --entropy-coef 0.00
    --eps-clip 0.2
-   --eps-clip-high 0.28
+   --eps-clip-high 0.3   # the seed's (train_orchestra.sh:115-116)
 )
 
 OPTIMIZER_ARGS=(
    --optimizer adam
    --lr 1e-6
    --lr-decay-style constant
-   --weight-decay 0.01
+   --weight-decay 0.1    # the seed's (train_orchestra.sh:124)
    --adam-beta1 0.9
    --adam-beta2 0.98
 )
