@@ -68,7 +68,7 @@ ROLLOUT_ARGS=(
    --metadata-key metadata
    # no --apply-chat-template: the graph renders its own prompts
    --rollout-shuffle
-   --num-rollout 200
+   --num-epoch 1                        # the seed's (agentflow_qwen25_7b_rl_v2.sh:62); a shorter run: --num-rollout N here
    --rollout-batch-size 8               # the seed's
    --n-samples-per-prompt 8
    --rollout-max-response-len 4096      # caps each engine call: the seed's engines ask 4096 tokens per call

@@ -54,7 +54,7 @@ ROLLOUT_ARGS=(
    --metadata-key metadata
    # no --apply-chat-template: the graph renders its own prompts from the question in `input`
    --rollout-shuffle
-   --num-rollout 200
+   --num-epoch 1                        # the seed's (run_memagent_7b.sh:58); a shorter run: --num-rollout N here
    --rollout-batch-size 16      # the seed's 16 prompts x 16 samples (run_memagent_7b.sh:59-60)
    --n-samples-per-prompt 16
    # per engine call: each memory update and the final answer are capped at 1024 new tokens
