@@ -5,19 +5,22 @@
     python examples/agentflow/evaluate.py data/agentflow/aime24.jsonl \
         --engine sglang:http://127.0.0.1:30000 --tokenizer /root/AgentFlow-7B \
         --helper helper=sglang:http://127.0.0.1:30001 --helper judge=sglang:http://127.0.0.1:30001 \
-        --n-samples 8 --out out/aime24
+        --n-samples 10 --out out/aime24
 
     # the judge decides answers the boxed rule does not match exactly; without a judge engine the run is
     # refused: give one (--helper judge=SPEC) or score by the boxed rule alone (-o judge=null)
     # the AgentFlow paper's setup instead of the seed's: add -o variant=original
 
 Every row runs `--n-samples` times through `agentgraphs.batch.run_file("agentflow", ..., evaluation=True)`
-(nothing trainable; `eval_max_steps` applies) with the original's inference sampling for the planner
-(temperature 0.7 here as in training; pass --temperature 0 for greedy). A sample is correct when its reward
+(nothing trainable; `eval_max_steps` applies) with the seed's evaluation sampling: temperature 0.7, top-p
+0.95, 10 samples per problem (Takenzz/AgentFlow@4b5aa84 agentic/agentflow/eval_all_checkpoints.sh:26,
+122-123; pass --temperature 0 for greedy). A sample is correct when its reward
 is 1.0: with `variant: seed` (the default) the seed's rule (the <answer>'s last \\boxed{} or line rule,
 normalised, equal to the label), else the judge; with `-o variant=original` the judge (with `-o judge=null`:
 math-verify).
-The table reports, as the seed does, the mean accuracy over all samples (avg@n), plus pass@n (a problem
+The table reports the mean accuracy over all samples (avg@n: the seed's avg_score) and the best run's
+(sample k of every problem is run k; best run = the highest run accuracy: the seed's best_score, max over
+its NUM_RUNS runs, eval_all_checkpoints.sh:198, which its README's 30.0% is), plus pass@n (a problem
 solved by any sample) and maj@n (the most frequent answer is right), and how many samples failed or were
 aborted (no verdict: counted as wrong, and a warning names the file with their reasons).
 OUT holds samples.jsonl, traces.jsonl, summary.json and aime_table.md.
@@ -37,8 +40,9 @@ _SCORED = ("completed", "truncated")
 
 
 def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """avg@n, pass@n and maj@n (in %) from slime samples (reward 1.0 = correct), grouped by problem
-    (`group_index`: the n samples of one row). A tie in the majority vote goes to the answer seen first.
+    """avg@n, best run, pass@n and maj@n (in %) from slime samples (reward 1.0 = correct), grouped by problem
+    (`group_index`: the n samples of one row; the k-th by `index` is run k). A tie in the majority vote goes to
+    the answer seen first.
     A sample that failed or was aborted has no verdict: it counts as wrong, and `unscored` says how many.
 
     >>> s = [{"group_index": 0, "reward": 1.0, "metadata": {"answer": "42"}},
@@ -46,9 +50,10 @@ def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     ...      {"group_index": 1, "reward": 0.0, "metadata": {"answer": "7"}},
     ...      {"group_index": 1, "reward": 0.0, "metadata": {"answer": "7"}}]
     >>> scores(s)
-    {'problems': 2, 'samples': 4, 'avg@n': 25.0, 'pass@n': 50.0, 'maj@n': 50.0, 'unscored': 0}
+    {'problems': 2, 'samples': 4, 'avg@n': 25.0, 'best_run': 50.0, 'pass@n': 50.0, 'maj@n': 50.0, 'unscored': 0}
     """
     by_row: dict[Any, list[tuple[float, str]]] = defaultdict(list)
+    runs: dict[Any, list[tuple[int, float]]] = defaultdict(list)  # problem -> (index, correct)
     unscored = 0
     for sample in samples:
         reward = sample.get("reward")
@@ -56,9 +61,18 @@ def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         unscored += not scored
         correct = float(reward) if scored else 0.0  # type: ignore[arg-type]
         answer = str((sample.get("metadata") or {}).get("answer", ""))
-        by_row[sample.get("group_index", sample.get("index"))].append((correct, answer))
+        problem = sample.get("group_index", sample.get("index"))
+        by_row[problem].append((correct, answer))
+        index = sample.get("index")
+        runs[problem].append((index if isinstance(index, int) else len(runs[problem]), correct))
     if not by_row:
-        return {"problems": 0, "samples": 0, "avg@n": 0.0, "pass@n": 0.0, "maj@n": 0.0, "unscored": 0}
+        return {"problems": 0, "samples": 0, "avg@n": 0.0, "best_run": 0.0, "pass@n": 0.0, "maj@n": 0.0,
+                "unscored": 0}
+    per_run: dict[int, list[float]] = defaultdict(list)  # run k -> the k-th sample of every problem
+    for samples_of_problem in runs.values():
+        for k, (_, correct) in enumerate(sorted(samples_of_problem, key=lambda x: x[0])):
+            per_run[k].append(correct)
+    best = max(sum(v) / len(v) for v in per_run.values())
     n_samples = sum(len(v) for v in by_row.values())
     avg = sum(c for v in by_row.values() for c, _ in v) / n_samples
     passed = sum(1 for v in by_row.values() if any(c == 1.0 for c, _ in v)) / len(by_row)
@@ -69,23 +83,23 @@ def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
             top = votes.most_common(1)[0][0]
             maj += any(c == 1.0 for c, a in v if a == top)
     return {"problems": len(by_row), "samples": n_samples, "avg@n": round(100 * avg, 2),
-            "pass@n": round(100 * passed, 2), "maj@n": round(100 * maj / len(by_row), 2), "unscored": unscored}
+            "best_run": round(100 * best, 2), "pass@n": round(100 * passed, 2), "maj@n": round(100 * maj / len(by_row), 2), "unscored": unscored}
 
 
 def aime_table(rows: Sequence[tuple[str, Mapping[str, float]]], n: int) -> str:
     """The markdown table: one line per model; `unscored` samples (failed, aborted) are counted as wrong.
 
-    >>> print(aime_table([("AgentFlow", {"problems": 30, "avg@n": 30.0, "pass@n": 40.0, "maj@n": 33.33,
-    ...                                  "unscored": 0})], 8))
-    | model | AIME 2024 acc (avg@8) | pass@8 | maj@8 | problems | unscored (counted wrong) |
-    |---|---|---|---|---|---|
-    | AgentFlow | 30.0 | 40.0 | 33.33 | 30 | 0 |
+    >>> print(aime_table([("AgentFlow", {"problems": 30, "avg@n": 30.0, "best_run": 36.67, "pass@n": 40.0,
+    ...                                  "maj@n": 33.33, "unscored": 0})], 8))
+    | model | AIME 2024 acc (avg@8) | best of 8 runs | pass@8 | maj@8 | problems | unscored (counted wrong) |
+    |---|---|---|---|---|---|---|
+    | AgentFlow | 30.0 | 36.67 | 40.0 | 33.33 | 30 | 0 |
     """
-    lines = [f"| model | AIME 2024 acc (avg@{n}) | pass@{n} | maj@{n} | problems | unscored (counted wrong) |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"| model | AIME 2024 acc (avg@{n}) | best of {n} runs | pass@{n} | maj@{n} | problems | "
+             "unscored (counted wrong) |", "|---|---|---|---|---|---|---|"]
     for model, s in rows:
-        lines.append(f"| {model} | {s['avg@n']} | {s['pass@n']} | {s['maj@n']} | {int(s['problems'])} | "
-                     f"{int(s['unscored'])} |")
+        lines.append(f"| {model} | {s['avg@n']} | {s['best_run']} | {s['pass@n']} | {s['maj@n']} | "
+                     f"{int(s['problems'])} | {int(s['unscored'])} |")
     return "\n".join(lines)
 
 
@@ -99,8 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine", required=True, help="the planner: sglang:URL or hf:DIR")
     p.add_argument("--tokenizer", default=None, help="the planner's HF directory (needed for sglang:)")
     p.add_argument("--helper", action="append", default=[], help="NAME=SPEC (helper, judge), repeatable")
-    p.add_argument("--n-samples", type=int, default=8)
+    p.add_argument("--n-samples", type=int, default=10, help="samples (runs) per problem (the seed's: 10)")
     p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top-p", type=float, default=0.95, help="the seed's evaluation top-p")
     p.add_argument("--max-new-tokens", type=int, default=4096, help="cap of every call (the seed's: 4096)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--model-name", default="AgentFlow")
@@ -113,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = run_file("agentflow", args.data, args.engine, args.out, tokenizer=args.tokenizer,
                            options=parse_options(args.option), engines=parse_helpers(args.helper),
                            concurrency=args.concurrency, n_samples=args.n_samples, temperature=args.temperature,
-                           max_new_tokens=args.max_new_tokens, evaluation=True)
+                           top_p=args.top_p, max_new_tokens=args.max_new_tokens, evaluation=True)
     except AgentGraphsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ import importlib
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from agentgraphs.agentflow import SPEC
@@ -142,3 +143,29 @@ def test_the_aime_table_says_how_many_samples_failed() -> None:
     table = evaluate.aime_table([("tiny", result)], 2)
     assert table.splitlines()[0].endswith("| unscored (counted wrong) |")
     assert table.splitlines()[2].endswith("| 2 |")
+
+
+def test_evaluate_follows_the_seeds_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's AIME protocol (Takenzz/AgentFlow@4b5aa84, agentic/agentflow/eval_all_checkpoints.sh): 10 runs
+    per checkpoint (:26, NUM_RUNS) at temperature 0.7, top-p 0.95 (:122-123), reported as best_score = the best
+    run's accuracy (:198; its README's 30.0% is one) and avg_score (:199). evaluate.py sampled at top-p 1.0,
+    8 samples, and reported no best run."""
+    seen: dict[str, object] = {}
+
+    def fake_run_file(agent: str, data: Path, engine: str, out: Path, **kw: object) -> dict[str, object]:
+        seen.update(kw)
+        out.mkdir(parents=True, exist_ok=True)
+        rows = [{"group_index": g, "index": g * 2 + k, "status": "completed",
+                 "reward": 1.0 if k == 0 or g == 0 else 0.0, "metadata": {"answer": str(k)}}
+                for g in range(2) for k in range(2)]  # run 0: 2/2 right; run 1: 1/2
+        (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+        return {"by_status": {"completed": 4}}
+
+    monkeypatch.setattr("agentgraphs.batch.run_file", fake_run_file)
+    data = tmp_path / "aime.jsonl"
+    data.write_text(json.dumps({"input": "Q", "label": "1"}) + "\n")
+    assert evaluate.main([str(data), "--engine", "sglang:http://127.0.0.1:9", "--out", str(tmp_path / "o"),
+                          "-o", "judge=null"]) == 0
+    assert (seen["n_samples"], seen["temperature"], seen["top_p"]) == (10, 0.7, 0.95)
+    table = (tmp_path / "o" / "aime_table.md").read_text().splitlines()
+    assert "best of 10 runs" in table[0] and table[2].startswith("| AgentFlow | 75.0 | 100.0 |")
