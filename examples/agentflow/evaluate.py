@@ -83,7 +83,8 @@ def scores(samples: Iterable[Mapping[str, Any]]) -> dict[str, float]:
             top = votes.most_common(1)[0][0]
             maj += any(c == 1.0 for c, a in v if a == top)
     return {"problems": len(by_row), "samples": n_samples, "avg@n": round(100 * avg, 2),
-            "best_run": round(100 * best, 2), "pass@n": round(100 * passed, 2), "maj@n": round(100 * maj / len(by_row), 2), "unscored": unscored}
+            "best_run": round(100 * best, 2), "pass@n": round(100 * passed, 2),
+            "maj@n": round(100 * maj / len(by_row), 2), "unscored": unscored}
 
 
 def aime_table(rows: Sequence[tuple[str, Mapping[str, float]]], n: int) -> str:
