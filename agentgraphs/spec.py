@@ -77,10 +77,36 @@ class MethodOptions(BaseModel):
     ...     max_steps: int = 1
     >>> Steps().max_steps, Steps(variant="slow").max_steps, Steps(variant="slow", max_steps=4).max_steps
     (1, 9, 4)
+
+    A variant may also render its prompts with chat-template kwargs of its own, `template_presets`, {variant
+    name: {kwarg: value}} (the seed's engine passes `enable_thinking=False`): `template_kwargs` applies them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    template_presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    def template_kwargs(self, template: str | None, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The chat-template kwargs a run renders with: `given` (the run's), over this variant's
+        `template_presets` for the keys the policy's `template` reads (a template that never reads one, as
+        Qwen2.5's never reads `enable_thinking`, renders the same without it, and `check_template_kwargs`
+        would refuse it).
+
+        >>> from typing import Literal
+        >>> class Seeded(MethodOptions):
+        ...     template_presets = {"seed": {"enable_thinking": False}}
+        ...     variant: Literal["seed", "original"] = "seed"
+        >>> qwen3 = "{% if enable_thinking is false %}<think></think>{% endif %}"
+        >>> Seeded().template_kwargs(qwen3, {}), Seeded().template_kwargs(qwen3, {"enable_thinking": True})
+        ({'enable_thinking': False}, {'enable_thinking': True})
+        >>> Seeded().template_kwargs("{{ messages }}", {}), Seeded(variant="original").template_kwargs(qwen3, {})
+        ({}, {})
+        """
+        from .chat import template_variables
+
+        preset = dict(self.template_presets.get(str(getattr(self, "variant", "")), {}))
+        read = (template_variables(template) or frozenset()) if preset and isinstance(template, str) else frozenset()
+        return {**{k: v for k, v in preset.items() if k in read}, **given}
 
     @model_validator(mode="before")
     @classmethod

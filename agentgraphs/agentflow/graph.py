@@ -36,7 +36,7 @@ from .prompts import (
     NO_TOOL_RESULT, VERIFY_TEMPLATE, format_memory, format_metadata, format_tools,
 )
 from .tools import Tool, resolve_tools
-from .variants import VARIANTS
+from .variants import TEMPLATE_PRESETS, VARIANTS
 
 NODES = ("analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
          "final_output")
@@ -54,6 +54,7 @@ class AgentFlowOptions(MethodOptions):
     """
 
     presets = VARIANTS
+    template_presets = TEMPLATE_PRESETS
     variant: Literal["seed", "original"] = Field(
         "seed", description="preset of the options below: the seed's training (seed) or the paper's (original)")
     tools: tuple[str, ...] = Field(("base_generator", "python_coder"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VARIANTS", "SOURCES", "SEED_COMMIT"]
+__all__ = ["VARIANTS", "SOURCES", "SEED_COMMIT", "TEMPLATE_PRESETS"]
 
 SEED_COMMIT = "Takenzz/AgentFlow@4b5aa84 agentic/agentflow"
 
@@ -64,3 +64,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "action_step_start": ("core/solver.py:91, 128", ("memory.add_action(step_count, ...) for step_count in "
                                                      "range(max_steps): 'Action Step 0' first")),
 }
+
+# variant -> the chat-template kwargs its prompts are rendered with (MethodOptions.template_presets). The seed's
+# engines render every prompt with apply_chat_template(..., enable_thinking=False) (rollout.py:113; the helpers'
+# by core/llm_engine.py:31's default, used at :54): a Qwen2.5 template never reads it; a Qwen3 one then writes an
+# empty think block, which its prompts lack otherwise.
+TEMPLATE_PRESETS: dict[str, dict[str, Any]] = {"seed": {"enable_thinking": False}}

@@ -25,7 +25,7 @@ from ..spec import MethodOptions
 from ..long_text import encode_text
 from ..trace import RewardSplit
 from .prompts import INITIAL_MEMORY, final_prompt, memory_from_response, memory_update_prompt, strip_response
-from .variants import VARIANTS
+from .variants import TEMPLATE_PRESETS, VARIANTS
 
 CHUNK_PLACEHOLDER = "\u2063<<agentgraphs:chunk>>\u2063"
 
@@ -42,6 +42,7 @@ class MemAgentOptions(MethodOptions):
     """
 
     presets = VARIANTS
+    template_presets = TEMPLATE_PRESETS
     variant: Literal["seed", "original"] = Field(
         "seed", description="preset of the options below: the seed's training (seed) or MemAgent's (original)")
     chunk_tokens: int = Field(5000, ge=1, description="document tokens per memory update (both 5000)")

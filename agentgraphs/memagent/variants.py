@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VARIANTS", "SOURCES", "SEED_COMMIT"]
+__all__ = ["VARIANTS", "SOURCES", "SEED_COMMIT", "TEMPLATE_PRESETS"]
 
 SEED_COMMIT = "Takenzz/AgentFlow@4b5aa84 agentic/memagent"
 
@@ -58,3 +58,8 @@ SOURCES: dict[str, tuple[str, str]] = {
     "strip_responses": ("memagent/rollout.py:84-88, 130, 152",
                         "stop-token text removed, .strip(); an empty update keeps the memory"),
 }
+
+# variant -> the chat-template kwargs its prompts are rendered with (MethodOptions.template_presets): the seed's
+# rollout renders with AgentFlow's engine (rollout.py:101), whose default is enable_thinking=False
+# (agentflow/core/llm_engine.py:31, 54); a Qwen3 template then writes an empty think block, Qwen2.5's never reads it.
+TEMPLATE_PRESETS: dict[str, dict[str, Any]] = {"seed": {"enable_thinking": False}}

@@ -198,3 +198,57 @@ def test_evaluation_strips_the_question_and_the_document_as_both_references_do(s
     first = tok.decode(tok.encode(padded, add_special_tokens=False)[:C], skip_special_tokens=True)
     content = MEMORY_UPDATE_TEMPLATE.format(prompt=question, memory="No previous memory", chunk=first)
     assert server.recorder.calls[0][0] == seed_prompt_ids(tok, content)
+
+
+@pytest.mark.parametrize(("options", "template_kwargs", "seed_thinking"), [
+    ({}, {}, False),  # the seed variant: the seed's engine renders with enable_thinking=False
+    ({"variant": "original"}, {}, None),  # the original's: the template's own default
+    ({}, {"enable_thinking": True}, True),  # the run's own setting wins over the variant's
+])
+def test_a_qwen3_policy_renders_its_prompts_as_the_seeds_engine_does(agentgraphs_cache: Path, options: dict[str, Any],
+                                                                     template_kwargs: dict[str, Any],
+                                                                     seed_thinking: bool | None) -> None:
+    """The seed renders every MemAgent prompt with apply_chat_template(..., enable_thinking=False) (its rollout,
+    rollout.py:101, uses AgentFlow's engine, agentflow/core/llm_engine.py:31, 54). Qwen2.5's template never reads
+    it; a Qwen3 policy's writes an empty think block into every prompt then, and the seed variant trained on
+    prompts without it."""
+    from agentgraphs.engines.hf import HFEngine
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+
+    model_dir = ensure_tiny_model(template="qwen3")
+    engine = HFEngine.from_dir(model_dir, device="cpu", seed=0)
+    tok = engine.tokenizer
+    recorder = RecordingEngine(ScriptedPolicy(engine, reply))
+    with SGLangTestServer(recorder, port=0) as srv:
+        args = make_args(srv.url, model_dir, "memagent", agentgraph_options={"chunk_tokens": C, **options},
+                         agentgraph_template_kwargs=template_kwargs)
+        s, document = seed_row_sample(tok, "Who wrote the letter?", "Alice")
+        try:
+            out = asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, "max_new_tokens": 2048}))
+        finally:
+            clear_cache()
+    assert out.status == Sample.Status.COMPLETED, out.metadata
+    prompts = [prompt for prompt, _ in recorder.calls]
+    kwargs = {} if seed_thinking is None else {"enable_thinking": seed_thinking}
+    text = tok.apply_chat_template([{"role": "user", "content": FINAL_TEMPLATE.format(
+        prompt="Who wrote the letter?", memory="Alice wrote it.")}], tokenize=False, add_generation_prompt=True,
+        **kwargs)
+    assert prompts[-1] == tok(text, add_special_tokens=False)["input_ids"]
+    assert text.endswith("<think>\n\n</think>\n\n") == (seed_thinking is False)  # the block the switch writes
+    assert [t["tokens"][:len(p)] for t, p in zip(out.train_metadata["turns"], prompts)] == prompts
+
+
+def test_each_methods_seed_variant_declares_the_template_kwargs_of_the_seeds_renderer(qwen3: Any) -> None:
+    """Which methods' seed code passes enable_thinking=False (Takenzz/AgentFlow@4b5aa84 agentic/): AgentFlow's
+    engines (agentflow/rollout.py:113, core/llm_engine.py:31) and MemAgent's (memagent/rollout.py:101, the
+    engine's default); ToolOrchestra's orchestrator template gets none (ToolOrchestra/orchestra_solver.py:371-376,
+    the template's default), nor does any `original` variant."""
+    from agentgraphs.spec import load_spec
+
+    seeds = {"agentflow": {"enable_thinking": False}, "memagent": {"enable_thinking": False}, "toolorchestra": {}}
+    for name, expected in seeds.items():
+        spec = load_spec(name)
+        assert spec.resolve_options({}).template_kwargs(qwen3.chat_template, {}) == expected, name
+        assert spec.resolve_options({"variant": "original"}).template_kwargs(qwen3.chat_template, {}) == {}, name
+        assert spec.resolve_options({}).template_kwargs(qwen3.chat_template, {"enable_thinking": True}) == {
+            "enable_thinking": True}, name
