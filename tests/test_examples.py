@@ -176,9 +176,9 @@ def test_evaluate_runs_memagent_per_length(tmp_path: Path, tiny_model_dir: Path)
     assert [evaluate.length_of(f) for f in files] == ["200", "400"]
     options = {"chunk_tokens": 150, "memory_max_new_tokens": 4, "final_max_new_tokens": 4}
     summaries = evaluate.evaluate(files, f"hf:{tiny_model_dir}", tmp_path / "out", options=options,
-                                  concurrency=2, temperature=1.0)
-    assert list(summaries) == ["200", "400"]
-    for label, summary in summaries.items():
+                                  concurrency=2, temperature=1.0)  # one run (runs=1): OUT/<name>/
+    assert list(summaries) == ["200", "400"] and all(len(runs) == 1 for runs in summaries.values())
+    for label, (summary,) in summaries.items():
         assert summary["results"] == 1 and summary["by_status"].get("failed", 0) == 0, summary
         assert set(summary["metrics"]) >= {"sub_em", "em", "f1", "sub_em_strict", "answered"}
         assert (tmp_path / "out" / f"synthetic_{label}" / "traces.jsonl").exists()
