@@ -94,6 +94,11 @@ class RetrievalError(AgentGraphsError):
                          "Check that it is up (GET /health); start one with `agentgraphs retrieval serve DIR`.")
 
 
+class CallCancelled(AgentGraphsError):
+    """A sync engine call (TracedChatModel.invoke() in a `def` node) outlived its rollout: the rollout ended (its
+    deadline, a cancellation, its end) while the call waited, so the request was aborted and nothing is recorded."""
+
+
 class CheckpointError(AgentGraphsError, LookupError):
     """A thread or checkpoint that is not in the checkpoints database (the message lists what is)."""
 

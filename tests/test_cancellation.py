@@ -1,23 +1,28 @@
-"""Cancelling rl_bridge.generate the way slime does on abort (task.cancel()).
+"""Cancelling rl_bridge.generate the way slime does on abort (task.cancel()), and the rollout deadline.
 
 A cancelled rollout must stop the server's work for it (an /abort_request naming each request in
 flight by rid), let CancelledError through (run_rollout swallows everything else), return without
 waiting for the engine (shown by counts: requests aborted and stopped in flight, none retried), and
-leave no asyncio task or connection behind.
+leave no asyncio task or connection behind. So must a rollout whose `def` node is blocked in
+TracedChatModel.invoke() (a worker thread waiting on the sync calls' background loop), at its deadline too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import psutil
 import pytest
+from langgraph.graph import END, START, MessagesState, StateGraph
 
 import rl_bridge
+from agentgraphs.chat_model import TracedChatModel, messages_graph_spec
+from agentgraphs.context import AgentContext
 from agentgraphs.engines import Completion, SamplingParams
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
@@ -148,3 +153,83 @@ def test_cancel_during_retry_backoff_returns_promptly(tiny_model_dir: Path) -> N
         assert out["new_aborts"] <= N
         assert set(server.stats.aborts) <= {body["rid"] for body in server.stats.bodies}
         assert server.stats.generate_requests < 4 * N  # no retry storm after the cancel
+
+
+# -- a plain `def` node: its invoke() blocks one of the loop's executor threads -----------------------------
+_MODEL = TracedChatModel()
+
+
+def _answer(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [_MODEL.invoke(state["messages"])]}  # LangGraph's quickstart shape
+
+
+def _sync_graph(options: Any = None) -> Any:
+    g = StateGraph(MessagesState, context_schema=AgentContext)
+    g.add_node("answer", _answer)
+    g.add_edge(START, "answer")
+    g.add_edge("answer", END)
+    return g.compile(name="sync_answer")
+
+
+SYNC_NODE = messages_graph_spec(_sync_graph, reward=lambda rin, ctx: 1.0, name="sync_answer")
+WORKERS = 2  # the loop's executor threads, which LangGraph runs def nodes in: all blocked by the slow calls
+GONE_S = 10.0  # how long an ended rollout's request may stay on the server (the engine hangs for 3600 s)
+
+
+@pytest.mark.parametrize("end", ["deadline", "cancel"])
+def test_a_def_node_call_in_flight_is_aborted_when_its_rollout_ends(tiny_model_dir: Path, end: str) -> None:
+    """A rollout ended by agentgraph_max_time_s, or cancelled by slime, while its def node waits in
+    TracedChatModel.invoke(): the request is aborted by rid (it ran until the server's answer, up to the 600 s
+    read timeout, holding its thread), and the executor thread is free again, so a later rollout is answered
+    (it queued behind the blocked threads and failed at its own deadline)."""
+    engine = FixedLatencyEngine(latency_s=3600.0)
+    with SGLangTestServer(engine) as server:
+        agent = {"agentgraph": "tests.test_cancellation:SYNC_NODE"}
+        args = make_args(server, tiny_model_dir, **agent, **({"agentgraph_max_time_s": 0.5} if end == "deadline"
+                                                             else {}))
+        later_args = make_args(server, tiny_model_dir, **agent, agentgraph_max_time_s=HANG_S)
+
+        async def main() -> dict[str, Any]:
+            samples = [Sample(index=i, prompt=f"Question {i}: what is 6 * 7?", label="42") for i in range(WORKERS)]
+            tasks = [asyncio.create_task(rl_bridge.generate(args, s, dict(SAMPLING))) for s in samples]
+            await wait_until(lambda: len(server.in_flight_rids()) == WORKERS)
+            rids = server.in_flight_rids()
+            if end == "cancel":
+                for t in tasks:
+                    t.cancel()
+            done, pending = await asyncio.wait(tasks, timeout=HANG_S)
+            ended = time.monotonic()
+            while server.in_flight_rids() and time.monotonic() - ended < GONE_S:
+                await asyncio.sleep(0.02)
+            alive_s = time.monotonic() - ended
+            requests = server.stats.generate_requests
+            engine.latency_s = 0.0
+            later = Sample(index=99, prompt="Question 99: what is 6 * 7?", label="42")
+            if not server.in_flight_rids():  # else the later rollout only waits for the blocked threads
+                await rl_bridge.generate(later_args, later, dict(SAMPLING))
+            await aclose_all()
+            return {"rids": rids, "pending": pending, "done": done, "samples": samples, "alive_s": alive_s,
+                    "requests": requests, "later": later}
+
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=WORKERS))
+        try:
+            out = loop.run_until_complete(main())
+        finally:
+            loop.close()  # does not join the executor: a thread still blocked must not hang the test
+            clear_cache()
+        assert not out["pending"]
+        assert out["alive_s"] < GONE_S, (f"the def node's requests were still on the server {GONE_S} s after their "
+                                         f"rollouts ended (aborts: {dict(server.stats.aborts)})")
+        assert all(server.stats.aborts[rid] == 1 for rid in out["rids"]), "every rid aborted once"
+        assert out["requests"] == WORKERS  # nothing retried after the rollout ended
+    if end == "cancel":
+        assert all(t.cancelled() for t in out["done"]), "CancelledError must propagate"
+        assert all(s.status == Sample.Status.PENDING for s in out["samples"])  # slime re-queues them as they were
+    else:
+        for s in out["samples"]:
+            assert s.status == Sample.Status.FAILED and s.metadata["status_reason"] == "rollout exceeded max_time_s=0.5"
+            assert not any(s.loss_mask), "nothing of a rollout that ran out of time is trained"
+    later = out["later"]
+    assert later.status == Sample.Status.COMPLETED, later.metadata.get("status_reason")
+    assert any(later.loss_mask) and len(later.rollout_log_probs) == later.response_length
