@@ -32,3 +32,14 @@ def launch_flags(script: Path) -> dict[str, str | None]:
         if match:
             flags[match.group(1)] = match.group(2)
     return flags
+
+
+def assert_seed_flags(script: Path, seed: dict[str, str | None]) -> dict[str, str | None]:
+    """The script's flags, after checking that it passes each of the seed's `seed` flags with the seed's value
+    (None: a switch), leaves the entropy coefficient at 0 (slime's default, every seed script's) and does not
+    pass --num-rollout (slime lets it override --num-epoch, slime/utils/arguments.py)."""
+    flags = launch_flags(script)
+    assert {k: flags.get(k, "absent") for k in seed} == seed
+    assert float(flags.get("--entropy-coef") or 0.0) == 0.0
+    assert "--num-rollout" not in flags
+    return flags
