@@ -1,8 +1,9 @@
 """Async client of the retrieval service: explicit timeouts, bounded retries, one typed error.
 
 Connection errors, timeouts, 5xx, 408 and 429 are retried with capped, jittered exponential backoff
-(`agentgraphs.http_retry`, the engines' policy); any other 4xx (the request itself is wrong) is not. Whatever fails, the caller gets a `RetrievalError` saying where, how often and why, which a
-tool turns into an error observation instead of a crashed rollout.
+(`agentgraphs.http_retry`, the engines' policy); any other 4xx (the request itself is wrong) is not. Whatever
+fails, the caller gets a `RetrievalError` saying where, how often and why, which a tool turns into an error
+observation instead of a crashed rollout.
 """
 
 from __future__ import annotations
