@@ -6,20 +6,98 @@ them; the question may be under `query`, `problem` or `input`, the answers under
 Output rows are `{"input": question, "label": [answers], "metadata": {"question", "source", "id"?}}`;
 `examples/toolorchestra/prepare_data.py` writes them with `agentgraphs.dataset_io.write_jsonl`. The
 retrieval corpus (wiki-18: `{"id", "contents"}` per line) needs no conversion.
+
+The seed's own rows (Takenzz/AgentFlow@4b5aa84 agentic/ToolOrchestra, data/data_slime_full.jsonl) carry per-row
+fields in their metadata (rollout.py:40-41); `row_preference` says what this graph does with each: `pref_vec` is
+honoured (the row's weights of the cost-aware reward), the others it takes from its options, so a row carrying
+one is refused with an InputError naming the field and the option to set, never run with the options in its place.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..dataset_io import load_located_rows
 from ..errors import InputError
 from ..retrieval.synthetic import synthetic_corpus
+from .graph import ToolOrchestraOptions, feature_names, unknown_features
 
-__all__ = ["qa_row", "read_qa", "synthetic_set"]
+__all__ = ["SEED_ROW_FIELDS", "qa_row", "read_qa", "row_preference", "synthetic_set"]
+
+# The seed's per-row fields this graph takes from its options instead (seed file:line at 4b5aa84,
+# agentic/ToolOrchestra/): what the row would have done, and the fix.
+SEED_ROW_FIELDS: dict[str, tuple[str, str]] = {
+    "tools": ("the seed offers the orchestrator the row's own tool list (orchestra_solver.py:115-116, "
+              "prompt_builder.py:115, rendered by the chat template; an empty list offers none), but this graph "
+              "offers the tools of its `experts` option to every row",
+              "drop 'tools' from the rows (and --tool-key from the launch) and list the tools with the expert "
+              "engines each may call in the `experts` option"),
+    "model_mapping": ("the seed calls the model the row maps the chosen expert name to (orchestra_solver.py:92-96, "
+                      "tools/expert_caller/tool.py:159-179; its price: reward.py:324), but this graph calls the "
+                      "engine the orchestrator names, from its `experts` option",
+                      "serve each model as a named engine (agentgraph_engines / --helper NAME=ENGINE), list the "
+                      "names in the `experts` option and drop 'model_mapping' from the rows"),
+    "tool_pricing": ("the seed prices the row's tokens per model name (reward.py:303-307, 321-328), but this "
+                     "graph prices them per expert engine from its options",
+                     "give the prices in the `prices` option (expert engine -> USD per million tokens, one price "
+                     "or [input, output]) and drop 'tool_pricing' from the rows"),
+    "trained_model_type": ("the seed prices the orchestrator's tokens at the row's tool_pricing of this model "
+                           "(reward.py:303-305), but this graph prices them from its options",
+                           "give the orchestrator's price in the `orchestrator_price` option (null: the cheapest "
+                           "expert's, as the seed without this field) and drop 'trained_model_type' from the rows"),
+    "eid": ("the seed's retrieval service keeps only the documents its example-id file lists for this eid "
+            "(orchestra_solver.py:90-91, tools/search_retrieval/tool.py:92-97, retrieval_general_thought.py:239-241)"
+            ", but this graph searches the whole index",
+            "drop 'eid' from the rows (or make it empty) to search the whole index, as the seed's service does for "
+            "an eid its file lacks, or index only that example's documents"),
+}
+
+
+def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -> dict[str, float] | None:
+    """A row's own preference weights (the seed's `metadata.pref_vec`), or None when it has none (the
+    `preference` option then weighs its rollouts). A seed field this graph takes from its options instead
+    (SEED_ROW_FIELDS; a non-empty eid), a tau^2 row (`category: func_call`) or a pref_vec that is not numbers
+    for features of this graph raise InputError naming the field and the fix.
+
+    >>> row_preference({"category": "qa", "eid": "", "pref_vec": {"accuracy": 1, "cost": -0.3}},
+    ...                ToolOrchestraOptions())
+    {'accuracy': 1.0, 'cost': -0.3}
+    >>> try:
+    ...     row_preference({"model_mapping": {"answer-1": "Qwen/Qwen3-32B"}}, ToolOrchestraOptions())
+    ... except InputError as exc:
+    ...     print(exc.field)
+    metadata.model_mapping
+    """
+    if metadata.get("category") == "func_call":  # any other category runs as QA (orchestra_solver.py:104-109)
+        raise InputError("metadata.category", "'func_call' is a tau^2 task (the seed runs it in tau^2, "
+                         "orchestra_solver.py:106-107), which this QA graph cannot run",
+                         "run tau^2 tasks with the toolorchestra-tau2 spec (rows {\"input\": task id, \"metadata\": "
+                         "{\"domain\": ...}}: examples/toolorchestra/evaluate_tau2.py --write-rows), or drop the row")
+    present = [k for k in SEED_ROW_FIELDS if k in metadata and metadata[k] is not None
+               and not (k == "eid" and metadata[k] == "")]
+    if present:
+        problem, fix = SEED_ROW_FIELDS[present[0]]
+        if len(present) > 1:
+            problem += f" (the row also carries {', '.join(present[1:])}, refused alike)"
+        raise InputError(f"metadata.{present[0]}", problem, fix)
+    weights = metadata.get("pref_vec")
+    if weights is None:
+        return None
+    if not isinstance(weights, Mapping) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in weights.values()):
+        raise InputError("metadata.pref_vec", f"expected a mapping of feature -> a number, got {weights!r:.80}",
+                         "give each weight as a number, or drop 'pref_vec' to use the `preference` option")
+    unknown = unknown_features(weights, options.experts)
+    if unknown:
+        raise InputError("metadata.pref_vec", f"weighs {unknown}, no feature of this graph (the seed's role names "
+                         "count the calls of a model_mapping entry)",
+                         f"weigh an expert engine's calls as 'expert:ENGINE', a tool's as 'tool:NAME'; the features "
+                         f"are {feature_names(options.experts)}")
+    return {str(k): float(v) for k, v in weights.items()}
 
 _QUESTION_KEYS = ("question", "query", "problem", "input")
 _ANSWER_KEYS = ("golden_answers", "answers", "answer", "label", "ground_truth")

@@ -121,7 +121,8 @@ class ToolOrchestraOptions(MethodOptions):
         "cost_aware", description="ToolOrchestra's group reward in the converter; none: plain GRPO")
     preference: dict[str, float] = Field(
         default_factory=lambda: {"accuracy": 1.0, "cost": 0.0, "latency": 0.0},
-        description="weights of the cost-aware reward: accuracy, cost, latency, tool:NAME, expert:NAME")
+        description="weights of the cost-aware reward: accuracy, cost, latency, tool:NAME, expert:NAME; a row's "
+        "own metadata.pref_vec (the seed's rows) replaces them for that row")
     train_unanswered: bool = Field(
         False, description="train the turns of a rollout that never answered (original, with its group "
         "value) or mask them (seed; the rollout still counts in its group's statistics)")
@@ -143,14 +144,9 @@ class ToolOrchestraOptions(MethodOptions):
         empty = sorted(t for t, models in self.experts.items() if not models or not all(models))
         if empty:
             raise ValueError(f"experts: {empty} need a non-empty list of engine names")
-        names = expert_names(self.experts)
-        bad = sorted(k for k in self.preference if k not in ("accuracy", "cost", "latency")
-                     and not (k.startswith("tool:") and k[5:] in TOOLS)
-                     and not (k.startswith("expert:") and k[7:] in names))
+        bad = unknown_features(self.preference, self.experts)
         if bad:
-            raise ValueError(f"preference: unknown features {bad}; use accuracy, cost, latency, "
-                             f"{', '.join('tool:' + t for t in TOOLS)}, "
-                             f"{', '.join('expert:' + m for m in names)}")
+            raise ValueError(f"preference: unknown features {bad}; use {feature_names(self.experts)}")
         for name, price in [*self.prices.items(), ("orchestrator_price", self.orchestrator_price)]:
             if isinstance(price, list) and (len(price) != 2 or min(price) < 0) or \
                     isinstance(price, float) and price < 0:
@@ -161,6 +157,24 @@ class ToolOrchestraOptions(MethodOptions):
 def expert_names(experts: Mapping[str, list[str]]) -> list[str]:
     """Every expert engine the options name, once, in order."""
     return list(dict.fromkeys(m for models in experts.values() for m in models))
+
+
+def unknown_features(weights: Mapping[str, Any], experts: Mapping[str, list[str]]) -> list[str]:
+    """The keys of preference `weights` that name no feature of the cost-aware reward, sorted.
+
+    >>> unknown_features({"accuracy": 1.0, "tool:search": 0.1, "answer-1": 0.2}, {"answer": ["big"]})
+    ['answer-1']
+    """
+    names = expert_names(experts)
+    return sorted(k for k in weights if k not in ("accuracy", "cost", "latency")
+                  and not (k.startswith("tool:") and k[5:] in TOOLS)
+                  and not (k.startswith("expert:") and k[7:] in names))
+
+
+def feature_names(experts: Mapping[str, list[str]]) -> str:
+    """The features a preference may weigh, for an error message."""
+    return ", ".join(["accuracy", "cost", "latency", *("tool:" + t for t in TOOLS),
+                      *("expert:" + m for m in expert_names(experts))])
 
 
 class Step(TypedDict):
@@ -180,6 +194,7 @@ class Step(TypedDict):
 
 class ToolOrchestraState(TraceState):
     problem: str
+    preference: NotRequired[dict[str, float]]  # the row's own weights (a seed row's pref_vec), over the option's
     notes: NotRequired[list[Note]]
     steps: NotRequired[list[Step]]
     pending: NotRequired[str]  # the tool the last orchestrator turn chose, until it has run

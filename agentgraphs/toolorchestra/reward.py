@@ -188,8 +188,9 @@ def _cost(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> float:
 
 
 def reward_shaping(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The converter's group shaping for this rollout (agentgraphs.shaping), unless turned off: the weights,
-    the features, the variant's group rules (`std`, `drop_at_min_std`) and whether this rollout trains.
+    """The converter's group shaping for this rollout (agentgraphs.shaping), unless turned off: the weights
+    (the row's own, a seed row's pref_vec, else the `preference` option), the features, the variant's group
+    rules (`std`, `drop_at_min_std`) and whether this rollout trains.
 
     >>> shaping = reward_shaping(ToolOrchestraOptions(), {"answered": False, "latency_s": 0.0})
     >>> shaping["std"], shaping["drop_at_min_std"], shaping["train"]
@@ -199,7 +200,8 @@ def reward_shaping(options: ToolOrchestraOptions, summary: Mapping[str, Any]) ->
     """
     if options.reward_shaping == "none":
         return None
-    return {"name": options.reward_shaping, "weights": dict(options.preference),
+    weights = summary["preference"] if summary.get("preference") is not None else options.preference
+    return {"name": options.reward_shaping, "weights": dict(weights),
             "features": features(options, summary), "std": options.group_std,
             "drop_at_min_std": options.drop_group_at_min_std,
             "train": bool(summary.get("answered")) or options.train_unanswered}

@@ -7,12 +7,19 @@ from typing import Any
 
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
+from .data import row_preference
 from .graph import TOOLS, ToolOrchestraOptions, build_graph
 from .reward import metrics, reward, reward_shaping
 
 
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
-    return {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
+    """The graph's input; a seed row's pref_vec becomes the rollout's preference, and a seed field the graph
+    takes from its options refuses the row (InputError: `data.row_preference`)."""
+    state: dict[str, Any] = {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
+    preference = row_preference(row.get("metadata") or {}, options)
+    if preference is not None:
+        state["preference"] = preference
+    return state
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,7 +37,8 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
             pair[0] += int(s.get("expert_input_tokens", 0))
             pair[1] += int(s.get("expert_output_tokens", 0))
     answered = bool(state.get("done")) and bool(str(state.get("answer", "")).strip())
-    return {
+    row = {"preference": dict(state["preference"])} if state.get("preference") is not None else {}
+    return {**row,
         "orchestrator_turns": len(steps),
         "format_invalid_turns": sum(1 for s in steps if not s["ok"] and not s.get("model")),
         "failed_tools": sum(1 for s in steps if not s["ok"] and s.get("model")),
