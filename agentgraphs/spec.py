@@ -236,6 +236,8 @@ class AgentSpec:
       them in their AIMessages, see `agentgraphs.chat_model.messages_graph_spec`).
     - `headline_metric`: the `eval_metrics` key a run summary leads with (one a random model cannot score
       on), and `metric_notes`: a caveat per metric, printed with the summary (e.g. a seed's quirk).
+    - `named_engines(options)`: {option: engine name} of the helper engines the options name that a run must
+      have in AgentContext.engines (AgentFlow's role engines); `check_engines` refuses a missing one.
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
     ...                  reward=lambda r, c: 0.0)
@@ -262,6 +264,7 @@ class AgentSpec:
     turns_of: Callable[[Mapping[str, Any]], list[Turn]] | None = None
     headline_metric: str | None = None
     metric_notes: Mapping[str, str] = field(default_factory=dict)
+    named_engines: Callable[[Any], Mapping[str, str]] | None = None  # (resolved options) -> {option: engine}
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
     # saver -> options json -> graph compiled with it; dropped with the saver
     _saver_graphs: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
@@ -302,8 +305,13 @@ class AgentSpec:
 
     def check_engines(self, options: MethodOptions, engines: Iterable[str]) -> None:
         """ConfigError before any rollout when the options name a helper engine the run's context will not
-        have (`engines`: the names in AgentContext.engines): the reward's judge (`check_judge`)."""
+        have (`engines`: the names in AgentContext.engines): the reward's judge (`check_judge`), and every
+        engine `named_engines(options)` lists (a role's calls would otherwise fail each rollout mid-way)."""
+        engines = list(engines)
         check_judge(options, engines, self.name)
+        for option, name in (self.named_engines(options) if self.named_engines else {}).items():
+            if name not in engines:
+                raise missing_engine_error(option, name, engines, self.name)
 
     def reward_split_for(self, options: MethodOptions) -> RewardSplit:
         """The options' `reward_split` where the method makes it an option, else the spec's."""
@@ -392,6 +400,21 @@ def missing_judge_error(name: str, engines: Iterable[str], agent: str | None = N
         f"have (its helper engines: {known or 'none'}), so the reward could not ask its judge where the rule "
         f"finds no match. Fix: give the engine (CLI: --helper {name}=ENGINE; slime: agentgraph_engines: "
         f"{{{name}: ENGINE}}), or set judge: null (CLI: -o judge=null) to score by the method's rule alone")
+
+
+def missing_engine_error(option: str, name: str, engines: Iterable[str], agent: str | None = None) -> ConfigError:
+    """The refusal of an option naming a helper engine the run does not have, with the fixes.
+
+    >>> print(missing_engine_error("verifier_engine", "generator", ["coder"], "agentflow"))
+    agentflow: the option `verifier_engine` names the engine 'generator', which this run does not have (its helper \
+engines: ['coder']). Fix: give the engine (CLI: --helper generator=ENGINE; slime: agentgraph_engines: {generator: \
+ENGINE}), or name one the run has in `verifier_engine`
+    """
+    known = sorted(engines)
+    return ConfigError(
+        f"{agent + ': ' if agent else ''}the option `{option}` names the engine {name!r}, which this run does not "
+        f"have (its helper engines: {known or 'none'}). Fix: give the engine (CLI: --helper {name}=ENGINE; slime: "
+        f"agentgraph_engines: {{{name}: ENGINE}}), or name one the run has in `{option}`")
 
 
 def check_judge(options: MethodOptions, engines: Iterable[str], agent: str | None = None) -> None:

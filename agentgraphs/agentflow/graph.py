@@ -87,6 +87,9 @@ class AgentFlowOptions(MethodOptions):
     verifier_engine: str = Field("helper", description="engine of verify")
     final_engine: str = Field("helper", description="engine of final_output")
     tool_engine: str = Field("helper", description="engine of the tools' own LLM calls")
+    tool_engines: dict[str, str] = Field(
+        default_factory=dict, description="tool key (in `tools`) -> engine of that tool's own LLM calls, over "
+        "tool_engine (the seed's python_coder asks its own coder model: {python_coder: coder})")
     judge: Optional[str] = judge_option("judge")
     answer_check: Literal["boxed_exact", "math_verify"] = Field(
         "boxed_exact", description="boxed_exact (seed): the answer's last \\boxed{} (else a line rule), "
@@ -114,6 +117,14 @@ class AgentFlowOptions(MethodOptions):
         return tuple(value) if isinstance(value, list) else value
 
     @model_validator(mode="after")
+    def _tool_engines_of_selected_tools(self) -> "AgentFlowOptions":
+        unknown = sorted(set(self.tool_engines) - set(self.tools))
+        if unknown:
+            raise ValueError(f"tool_engines names {unknown}, which are not among the option tools {list(self.tools)}."
+                             " Fix: key tool_engines by a selected tool's key (e.g. {python_coder: coder})")
+        return self
+
+    @model_validator(mode="after")
     def _trained_analysis_on_the_policy(self) -> "AgentFlowOptions":
         if self.train_analysis and self.analyzer_engine != "policy":
             raise ValueError(f"train_analysis: true trains the query analysis, so it must run on the policy, but "
@@ -136,6 +147,22 @@ class AgentFlowState(TraceState):
     stop_reason: NotRequired[str]
     final_output: NotRequired[str]
     answer: NotRequired[str]
+
+
+ROLE_OPTIONS = ("analyzer_engine", "executor_engine", "verifier_engine", "final_engine", "tool_engine")
+
+
+def named_engines(opts: AgentFlowOptions) -> dict[str, str]:
+    """{option: engine name} of every role engine the options name that the run must have: all but "policy"
+    and "helper" (the helper if given, else the policy); `AgentSpec.check_engines` refuses a missing one
+    before any rollout.
+
+    >>> named_engines(AgentFlowOptions(verifier_engine="generator", tool_engines={"python_coder": "coder"}))
+    {'verifier_engine': 'generator', 'tool_engines.python_coder': 'coder'}
+    """
+    named = {option: getattr(opts, option) for option in ROLE_OPTIONS}
+    named.update({f"tool_engines.{key}": name for key, name in opts.tool_engines.items()})
+    return {option: name for option, name in named.items() if name not in ("policy", "helper")}
 
 
 def role_engine(ctx: AgentContext, name: str) -> str | None:
@@ -169,6 +196,15 @@ async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, r
 
 def _tools(runtime: Any, opts: AgentFlowOptions) -> dict[str, Tool]:
     return resolve_tools(opts.tools, context_of(runtime).tools)
+
+
+def _tool_engine(runtime: Any, opts: AgentFlowOptions, tool: Tool) -> str:
+    """The engine option of `tool`'s own LLM calls: its `tool_engines` entry, else tool_engine."""
+    context_tools = context_of(runtime).tools
+    for key, name in opts.tool_engines.items():
+        if tool in resolve_tools((key,), context_tools).values():
+            return name
+    return opts.tool_engine
 
 
 def _max_steps(runtime: Any, opts: AgentFlowOptions) -> int | None:
@@ -226,17 +262,17 @@ async def generate_command(state: AgentFlowState, runtime: Runtime[AgentContext]
 
 
 class _ToolRuntime:
-    """A tool's view of the run: its LLM (the tool role's engine) and the sandbox limits."""
+    """A tool's view of the run: its LLM (its engine: `tool_engines`, else tool_engine) and the sandbox limits."""
 
-    def __init__(self, state: AgentFlowState, runtime: Any, opts: AgentFlowOptions) -> None:
-        self._state, self._runtime, self._opts = state, runtime, opts
+    def __init__(self, state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, engine: str) -> None:
+        self._state, self._runtime, self._opts, self._engine = state, runtime, opts, engine
         self.turns: list[Turn] = []
         self.sandbox_limits = SandboxLimits(wall_s=opts.sandbox_wall_s, cpu_s=opts.sandbox_wall_s,
                                             memory_bytes=opts.sandbox_memory_mb * 1024 * 1024)
 
     async def llm(self, prompt: str, *, node: str) -> str:
         state = {**self._state, "turns": list(self._state.get("turns") or []) + self.turns}
-        text, turn = await _helper(state, self._runtime, self._opts, self._opts.tool_engine, node, prompt)  # type: ignore[arg-type]
+        text, turn = await _helper(state, self._runtime, self._opts, self._engine, node, prompt)  # type: ignore[arg-type]
         self.turns.append(turn)
         return text
 
@@ -244,7 +280,7 @@ class _ToolRuntime:
 async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions) -> dict[str, Any]:
     """Run each `tool.execute(...)` of the command (parsed, never exec'd); errors and timeouts become results."""
     tool = _tools(runtime, opts)[state["next_step"]["tool_name"]]
-    rt = _ToolRuntime(state, runtime, opts)
+    rt = _ToolRuntime(state, runtime, opts, _tool_engine(runtime, opts, tool))
     results: list[Any] = []
     for call in parse_command(state["command"]):
         if call["error"]:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
-from .graph import AgentFlowOptions, build_graph
+from .graph import AgentFlowOptions, build_graph, named_engines
 from .reward import metrics, reward
 
 
@@ -39,6 +39,7 @@ SPEC = AgentSpec(
     layout="per_turn",
     reward_split="broadcast",
     options=AgentFlowOptions,
+    named_engines=named_engines,  # a role engine the run lacks: refused before any rollout
     description="AgentFlow: planner -> executor -> verifier with tools (python_coder in a sandbox); Flow-GRPO",
 )
 register(SPEC)  # `load_spec("agentflow")`, langgraph.json

@@ -18,6 +18,7 @@ from agentgraphs.agentflow import SPEC, Tool, build_graph
 from agentgraphs.agentflow.prompts import NO_TOOL_COMMAND, NO_TOOL_RESULT
 from agentgraphs.context import AgentContext
 from agentgraphs.engines import SamplingParams
+from agentgraphs.errors import ConfigError
 from agentgraphs.records import sample_fields
 from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
@@ -219,8 +220,8 @@ def test_roles_can_use_the_policy_itself_untrained(tiny_engine: Any) -> None:
 
 
 def test_unknown_role_engine_and_tool_are_config_errors(tiny_engine: Any) -> None:
-    rollout, _, _ = run(tiny_engine, [plan("x", "Python_Coder_Tool")], helper_script(), verifier_engine="nope")
-    assert rollout.status == "failed" and "no engine named 'nope'" in rollout.reason
+    with pytest.raises(ConfigError, match="`verifier_engine` names the engine 'nope'"):  # before the graph runs
+        run(tiny_engine, [plan("x", "Python_Coder_Tool")], helper_script(), verifier_engine="nope")
     rollout, _, _ = run(tiny_engine, [plan("x", "Python_Coder_Tool")], helper_script(),
                         tools=("web_search",))
     assert rollout.status == "failed" and "unknown tool 'web_search'" in rollout.reason
