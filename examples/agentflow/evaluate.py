@@ -1,10 +1,12 @@
 """Evaluate AgentFlow on AIME 2024 and print the seed's table: accuracy over n samples per problem.
 
     # planner (query analysis and steps) = the trained checkpoint on one SGLang server, helpers (commands,
-    # verifier, final output, tools, and the judge) = the fixed Qwen2.5-7B-Instruct on another, as in training
+    # verifier, final output, base_generator, and the judge) = the fixed Qwen2.5-7B-Instruct on another,
+    # python_coder's code = the fixed Qwen2.5-Coder-7B-Instruct on a third, as in training (and the seed's eval)
     python examples/agentflow/evaluate.py data/agentflow/aime24.jsonl \
         --engine sglang:http://127.0.0.1:30000 --tokenizer /root/AgentFlow-7B \
         --helper helper=sglang:http://127.0.0.1:30001 --helper judge=sglang:http://127.0.0.1:30001 \
+        --helper coder=sglang:http://127.0.0.1:30002 -o 'tool_engines={"python_coder": "coder"}' \
         --n-samples 10 --out out/aime24
 
     # the judge decides answers the boxed rule does not match exactly; without a judge engine the run is
@@ -113,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("data", type=Path, help="AIME rows from prepare_data.py")
     p.add_argument("--engine", required=True, help="the planner: sglang:URL or hf:DIR")
     p.add_argument("--tokenizer", default=None, help="the planner's HF directory (needed for sglang:)")
-    p.add_argument("--helper", action="append", default=[], help="NAME=SPEC (helper, judge), repeatable")
+    p.add_argument("--helper", action="append", default=[], help="NAME=SPEC (helper, coder, judge), repeatable")
     p.add_argument("--n-samples", type=int, default=10, help="samples (runs) per problem (the seed's: 10)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=0.95, help="the seed's evaluation top-p")

@@ -5,9 +5,10 @@
 # Qwen2.5-7B-Instruct as the planner (its query analysis and its steps are the trained calls: the YAML's
 # `variant: seed`), GRPO + low_var_kl KL loss, DAPO-Math-17K training, AIME 2024 evaluation, the seed's
 # batch sizes, clip and weight decay. The planner is served by slime's own SGLang engines (the router, port
-# from slime); the helper model (commands, verifier, final output, the tools' own calls, the judge) is a
-# FIXED Qwen2.5-7B-Instruct on a separate SGLang server (HELPER_PORT, on its own GPUs). Run inside the
-# slimerl/slime image with this repository installed:
+# from slime); the helper model (commands, verifier, final output, base_generator, the judge) is a FIXED
+# Qwen2.5-7B-Instruct on a separate SGLang server (HELPER_PORT, on its own GPUs), and python_coder's code is
+# written by a FIXED Qwen2.5-Coder-7B-Instruct on a third (CODER_PORT), as the seed's launch.sh:75-99 serves
+# them (8 GPUs: 4 train, 2 coder, 2 helper). Run inside the slimerl/slime image with this repository installed:
 #
 #   python examples/agentflow/prepare_data.py --source BytedTsinghua-SIA/DAPO-Math-17k --dedup --out ${DATA_DIR}/train.jsonl
 #   python examples/agentflow/prepare_data.py --source HuggingFaceH4/aime_2024 --out ${DATA_DIR}/aime24.jsonl
@@ -27,30 +28,39 @@ SLIME_DIR=${SLIME_DIR:-/root/slime}
 MEGATRON_DIR=${MEGATRON_DIR:-/root/Megatron-LM}
 MODEL_DIR=${MODEL_DIR:-/root/Qwen2.5-7B-Instruct}                  # the planner (trained) and its tokenizer
 HELPER_MODEL_DIR=${HELPER_MODEL_DIR:-/root/Qwen2.5-7B-Instruct}    # the fixed helper model
+CODER_MODEL_DIR=${CODER_MODEL_DIR:-/root/Qwen2.5-Coder-7B-Instruct}  # the fixed coder model (python_coder)
 REF_LOAD=${REF_LOAD:-/root/Qwen2.5-7B-Instruct_torch_dist}
 SAVE_DIR=${SAVE_DIR:-/root/checkpoints/agentflow_qwen2.5-7b}
 DATA_DIR=${DATA_DIR:-/root/data/agentflow}
 CONFIG=${CONFIG:-${SCRIPT_DIR}/agentflow.yaml}
 NUM_GPUS=${NUM_GPUS:-8}                # GPUs on this node
 HELPER_GPUS=${HELPER_GPUS:-2}          # the last HELPER_GPUS of them serve the helper model
-HELPER_PORT=${HELPER_PORT:-30001}      # must match agentgraph_engines in agentflow.yaml
-TRAIN_GPUS=$((NUM_GPUS - HELPER_GPUS))
+HELPER_PORT=${HELPER_PORT:-30001}      # must match agentgraph_engines.helper in agentflow.yaml
+CODER_GPUS=${CODER_GPUS:-2}            # the CODER_GPUS before those serve the coder model
+CODER_PORT=${CODER_PORT:-30002}        # must match agentgraph_engines.coder in agentflow.yaml
+TRAIN_GPUS=$((NUM_GPUS - HELPER_GPUS - CODER_GPUS))
 
 export PYTHONUNBUFFERED=1
 
 source "${SLIME_DIR}/scripts/models/qwen2.5-7B.sh"   # MODEL_ARGS
 
-# ------------------------------------------------------------------------------------------ helper model
-HELPER_DEVICES=$(seq -s, "${TRAIN_GPUS}" $((NUM_GPUS - 1)))
-CUDA_VISIBLE_DEVICES="${HELPER_DEVICES}" python3 -m sglang.launch_server \
-   --model-path "${HELPER_MODEL_DIR}" --host 127.0.0.1 --port "${HELPER_PORT}" \
-   --tp "${HELPER_GPUS}" --mem-fraction-static 0.85 > "${SAVE_DIR%/}_helper_sglang.log" 2>&1 &
-HELPER_PID=$!
-trap 'kill ${HELPER_PID} 2>/dev/null || true' EXIT
-until curl -sf "http://127.0.0.1:${HELPER_PORT}/health" > /dev/null; do
-   kill -0 "${HELPER_PID}" || { echo "helper SGLang server died, see its log"; exit 1; }
-   sleep 5
-done
+# ------------------------------------------------------------------------------------------ helper models
+SERVER_PIDS=()
+trap 'kill "${SERVER_PIDS[@]}" 2>/dev/null || true' EXIT
+# start_server NAME MODEL_DIR PORT FIRST_GPU NUM_GPUS: a fixed model on its own SGLang server, waited for
+start_server() {
+   local name=$1 model=$2 port=$3 first=$4 gpus=$5
+   CUDA_VISIBLE_DEVICES=$(seq -s, "${first}" $((first + gpus - 1))) python3 -m sglang.launch_server \
+      --model-path "${model}" --host 127.0.0.1 --port "${port}" \
+      --tp "${gpus}" --mem-fraction-static 0.85 > "${SAVE_DIR%/}_${name}_sglang.log" 2>&1 &
+   SERVER_PIDS+=($!)
+   until curl -sf "http://127.0.0.1:${port}/health" > /dev/null; do
+      kill -0 "${SERVER_PIDS[-1]}" || { echo "${name} SGLang server died, see its log"; exit 1; }
+      sleep 5
+   done
+}
+start_server coder "${CODER_MODEL_DIR}" "${CODER_PORT}" "${TRAIN_GPUS}" "${CODER_GPUS}"
+start_server helper "${HELPER_MODEL_DIR}" "${HELPER_PORT}" $((TRAIN_GPUS + CODER_GPUS)) "${HELPER_GPUS}"
 
 # ------------------------------------------------------------------------------------------ args
 CKPT_ARGS=(
@@ -150,7 +160,7 @@ CUSTOM_ARGS=(
 # ------------------------------------------------------------------------------------------ launch
 export MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 ray stop --force || true
-# Ray sees only the training GPUs; the helper server keeps the others
+# Ray sees only the training GPUs; the helper and coder servers keep the others
 CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((TRAIN_GPUS - 1))) \
    ray start --head --node-ip-address "${MASTER_ADDR}" --num-gpus "${TRAIN_GPUS}" --disable-usage-stats
 

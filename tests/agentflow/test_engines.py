@@ -27,7 +27,7 @@ from rl_bridge.setup import aclose_all, clear_cache
 from tests.agentflow.test_graph import helper_script, plan
 from tests.test_multiturn import RecordingEngine
 
-SLIME_SAMPLING = {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "max_new_tokens": 4096, "stop": None,
+SLIME_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": -1, "max_new_tokens": 4096, "stop": None,
                   "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
                   "spaces_between_special_tokens": False}
 # the seed's mapping (rollout.py:136-144), our option names
@@ -117,7 +117,7 @@ def test_the_seeds_three_engines_each_get_their_calls(servers: dict[str, SGLangT
     # helpers sample as the rollout does (rollout.py:122-134 pass slime's sampling params), each call up to 4096
     for srv in (servers["generator"], servers["coder"]):
         for body in srv.stats.bodies:
-            assert body["sampling_params"]["temperature"] == 0.7
+            assert body["sampling_params"]["temperature"] == 0.7 and body["sampling_params"]["top_p"] == 0.95
             assert body["sampling_params"]["max_new_tokens"] == 4096
     # the coder's code ran and its printed output is the step's result the planner reads next
     assert "The product is 42" in policy.calls[2].prompt_text

@@ -78,6 +78,11 @@ def test_launch_script_and_yaml() -> None:
     assert opts.max_steps == 5 and opts.train_analysis and opts.reward_split == "divide"
     assert opts.tools == ("base_generator", "python_coder")
     assert cfg["agentgraph_engines"]["helper"].endswith(":30001")
+    # the seed's engines (rollout.py:122-144, launch.sh:75-99): python_coder's code from the coder model on its own
+    # server (the script's CODER_PORT), every other helper role on the helper model
+    assert opts.tool_engines == {"python_coder": "coder"} and cfg["agentgraph_engines"]["coder"].endswith(":30002")
+    assert {opts.executor_engine, opts.verifier_engine, opts.final_engine, opts.tool_engine} == {"helper"}
+    assert "CODER_PORT=${CODER_PORT:-30002}" in text and "Qwen2.5-Coder-7B-Instruct" in text
     # the judge is stated, and its engine given: rl_bridge's setup check passes (a missing one is refused)
     assert "judge" in cfg["agentgraph_options"] and cfg["agentgraph_options"]["judge"] in cfg["agentgraph_engines"]
     SPEC.check_engines(opts, cfg["agentgraph_engines"])
