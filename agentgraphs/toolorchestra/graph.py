@@ -159,6 +159,16 @@ def expert_names(experts: Mapping[str, list[str]]) -> list[str]:
     return list(dict.fromkeys(m for models in experts.values() for m in models))
 
 
+def named_engines(opts: ToolOrchestraOptions) -> dict[str, str]:
+    """{option: engine name} of every expert engine the options name (`AgentSpec.named_engines`): a run without
+    one is refused before any rollout (it failed every rollout at its first node).
+
+    >>> named_engines(ToolOrchestraOptions(experts={"answer": ["big", "small"], "search": ["small"]}))
+    {'experts.answer[0]': 'big', 'experts.answer[1]': 'small', 'experts.search[0]': 'small'}
+    """
+    return {f"experts.{tool}[{i}]": model for tool, models in opts.experts.items() for i, model in enumerate(models)}
+
+
 def unknown_features(weights: Mapping[str, Any], experts: Mapping[str, list[str]]) -> list[str]:
     """The keys of preference `weights` that name no feature of the cost-aware reward, sorted.
 

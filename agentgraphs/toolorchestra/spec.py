@@ -8,7 +8,7 @@ from typing import Any
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
 from .data import row_preference
-from .graph import TOOLS, ToolOrchestraOptions, build_graph
+from .graph import TOOLS, ToolOrchestraOptions, build_graph, named_engines
 from .reward import metrics, reward, reward_shaping
 
 
@@ -66,5 +66,6 @@ SPEC = AgentSpec(
     reward_split="broadcast",
     options=ToolOrchestraOptions,
     description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
+    named_engines=named_engines,  # every expert engine: refused before any rollout when the run lacks one
 )
 register(SPEC)  # `load_spec("toolorchestra")`, langgraph.json

@@ -220,11 +220,16 @@ def test_the_seeds_circuit_breaker_stops_calling_experts_after_two_failed_code_e
     assert rollout.answer == "4321" and rollout.reward == 1.0
 
 
-def test_experts_without_engines_fail_the_rollout_with_a_clear_reason(scorer: HFEngine) -> None:
+def test_experts_without_engines_are_refused_before_the_rollout(scorer: HFEngine) -> None:
+    """An expert the options name but the run lacks: a ConfigError naming the option and the fix before any
+    policy call (it failed every rollout at its first node)."""
     policy = ScriptedPolicy(scorer, [call("answer", "answer-expert")])
-    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer)
-    rollout = asyncio.run(run_rollout(SPEC, rollout_input("q?", "a", {}, 0), ctx))
-    assert rollout.status == "failed" and "have no engine" in rollout.reason and "AgentContext.engines" in rollout.reason
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer,
+                       engines={"search-expert": scorer, "code-expert": scorer})
+    with pytest.raises(ConfigError, match=r"the option `experts.answer\[0\]` names the engine 'answer-expert', "
+                                          r"which this run does not have .*--helper answer-expert=ENGINE"):
+        asyncio.run(run_rollout(SPEC, rollout_input("q?", "a", {}, 0), ctx))
+    assert policy.calls == []
 
 
 def test_graph_shape() -> None:
