@@ -30,12 +30,14 @@ from ..sandbox import SandboxLimits
 from ..spec import MethodOptions, judge_option
 from ..trace import RewardSplit, Turn
 from .parsing import NextStep, extract_command, parse_answer_tags, parse_command, parse_next_step
+from .parsing import parse_next_step_seed
 from .parsing import parse_verifier_conclusion
 from .prompts import (
     ANALYZE_TEMPLATE, ANSWER_SUFFIX, COMMAND_TEMPLATE, FINAL_TEMPLATE, NEXT_STEP_TEMPLATE, NO_TOOL_COMMAND,
-    NO_TOOL_RESULT, VERIFY_TEMPLATE, format_memory, format_metadata, format_tools,
+    NO_TOOL_RESULT, SEED_ANALYZE_TEMPLATE, SEED_COMMAND_TEMPLATE, SEED_FINAL_TEMPLATE, SEED_NEXT_STEP_TEMPLATE,
+    VERIFY_TEMPLATE, format_memory, format_metadata, format_seed_metadata, format_tools,
 )
-from .tools import Tool, resolve_tools
+from .tools import Tool, resolve_tools, seed_view
 from .variants import TEMPLATE_PRESETS, VARIANTS
 
 NODES = ("analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
@@ -81,7 +83,12 @@ class AgentFlowOptions(MethodOptions):
         "seed", description="how the verifier's reply is read: the last 'Conclusion: STOP|CONTINUE', else the "
         "word stop/continue in its last 3 lines (seed); JSON, the last 'Conclusion: <word>', else 'stop' "
         "anywhere in the text (original)")
-    answer_suffix: bool = Field(True, description="append the <answer>-tags instruction to the query (training)")
+    prompts: Literal["seed", "original"] = Field(
+        "seed", description="the prompts and the reading of the planner's reply: the seed's (its texts, its tools "
+        "listed by name and description, its memory of one result string per step, its parser; the final output "
+        "asks for \\boxed{}) or the original AgentFlow's")
+    answer_suffix: bool = Field(False, description="append the <answer>-tags instruction to the query (the "
+                                "original's training; the seed's query is the row's prompt as given)")
     analyzer_engine: str = Field("policy", description="engine of analyze_query ('policy' with train_analysis)")
     executor_engine: str = Field("helper", description="engine of generate_command")
     verifier_engine: str = Field("helper", description="engine of verify")
@@ -195,7 +202,30 @@ async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, r
 
 
 def _tools(runtime: Any, opts: AgentFlowOptions) -> dict[str, Tool]:
-    return resolve_tools(opts.tools, context_of(runtime).tools)
+    """{planner-facing name: Tool}: the seed's names for its two tools under `prompts: seed`."""
+    tools = resolve_tools(opts.tools, context_of(runtime).tools)
+    if opts.prompts == "seed":
+        return {seed_view(tool)[0]: tool for tool in tools.values()}
+    return tools
+
+
+def _metadata(tools: Mapping[str, Tool], opts: AgentFlowOptions) -> str:
+    """The toolbox metadata the prompts print: the seed's {name: {"description": ...}} or the original's."""
+    if opts.prompts == "seed":
+        return format_seed_metadata({name: seed_view(tool)[1] for name, tool in tools.items()})
+    return format_metadata({name: tool.metadata() for name, tool in tools.items()})
+
+
+def _seed_names(runtime: Any, opts: AgentFlowOptions) -> dict[str, str]:
+    """Every name the seed's executor resolves exactly (core/executor.py:178-195): the planner-facing names, then
+    the tools' class names (ours: Tool.name), then their directories (ours: the registry keys) -> planner name."""
+    context_tools = context_of(runtime).tools
+    keyed = [(key, next(iter(resolve_tools((key,), context_tools).values()))) for key in opts.tools]
+    names: dict[str, str] = {}
+    for alias_of in (lambda key, tool: seed_view(tool)[0], lambda key, tool: tool.name, lambda key, tool: key):
+        for key, tool in keyed:
+            names.setdefault(alias_of(key, tool), seed_view(tool)[0])
+    return names
 
 
 def _tool_engine(runtime: Any, opts: AgentFlowOptions, tool: Tool) -> str:
@@ -224,8 +254,8 @@ async def analyze_query(state: AgentFlowState, runtime: Runtime[AgentContext], o
     """The query analysis (summary, skills, relevant tools, considerations); starts the clock."""
     tools = _tools(runtime, opts)
     query = state["question"] + (" " + ANSWER_SUFFIX if opts.answer_suffix else "")
-    prompt = ANALYZE_TEMPLATE.format(question=query, tools=format_tools(list(tools)),
-                                     metadata=format_metadata({n: t.metadata() for n, t in tools.items()}))
+    template = SEED_ANALYZE_TEMPLATE if opts.prompts == "seed" else ANALYZE_TEMPLATE
+    prompt = template.format(question=query, tools=format_tools(list(tools)), metadata=_metadata(tools, opts))
     if opts.train_analysis:  # the seed's planner analyses the query itself: a trained policy call
         out = await call_llm(state, runtime, node="analyze_query", messages=[{"role": "user", "content": prompt}],
                              max_new_tokens=opts.planner_max_new_tokens)
@@ -240,23 +270,32 @@ async def plan_next_step(state: AgentFlowState, runtime: Runtime[AgentContext], 
                          ) -> dict[str, Any]:
     """The planner's next step (context, sub-goal, tool): trained (with the analysis under train_analysis)."""
     tools = _tools(runtime, opts)
-    prompt = NEXT_STEP_TEMPLATE.format(
-        question=state["query"], analysis=state["analysis"], tools=format_tools(list(tools)),
-        metadata=format_metadata({n: t.metadata() for n, t in tools.items()}),
-        memory=format_memory(state["memory"], opts.action_step_start))
+    template = SEED_NEXT_STEP_TEMPLATE if opts.prompts == "seed" else NEXT_STEP_TEMPLATE
+    prompt = template.format(question=state["query"], analysis=state["analysis"], tools=format_tools(list(tools)),
+                             metadata=_metadata(tools, opts),
+                             memory=format_memory(state["memory"], opts.action_step_start))
     out = await call_llm(state, runtime, node="plan_next_step", messages=[{"role": "user", "content": prompt}],
                          max_new_tokens=opts.planner_max_new_tokens)
-    return {"step": state["step"] + 1, "next_step": parse_next_step(out.text, list(tools)), "command": "",
-            "result": "", **out.update}
+    if opts.prompts == "seed":
+        step = parse_next_step_seed(out.text, _seed_names(runtime, opts))
+    else:
+        step = parse_next_step(out.text, list(tools))
+    return {"step": state["step"] + 1, "next_step": step, "command": "", "result": "", **out.update}
 
 
 async def generate_command(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
                            ) -> dict[str, Any]:
     """The executor's `execution = tool.execute(...)` command for the chosen tool."""
     step = state["next_step"]
-    tool = _tools(runtime, opts)[step["tool_name"]]
-    prompt = COMMAND_TEMPLATE.format(question=state["query"], sub_goal=step["sub_goal"], tool_name=tool.name,
-                                     tool_metadata=format_metadata(tool.metadata()), context=step["context"])
+    tools = _tools(runtime, opts)
+    tool = tools[step["tool_name"]]
+    if opts.prompts == "seed":  # the name as written and the whole toolbox's metadata (core/solver.py:119-122)
+        prompt = SEED_COMMAND_TEMPLATE.format(question=state["query"], sub_goal=step["sub_goal"],
+                                              tool_name=step.get("written", step["tool_name"]),
+                                              tool_metadata=_metadata(tools, opts), context=step["context"])
+    else:
+        prompt = COMMAND_TEMPLATE.format(question=state["query"], sub_goal=step["sub_goal"], tool_name=tool.name,
+                                         tool_metadata=format_metadata(tool.metadata()), context=step["context"])
     text, turn = await _helper(state, runtime, opts, opts.executor_engine, "generate_command", prompt)
     return {"command": extract_command(text), "turns": [turn]}
 
@@ -281,20 +320,36 @@ async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: A
     """Run each `tool.execute(...)` of the command (parsed, never exec'd); errors and timeouts become results."""
     tool = _tools(runtime, opts)[state["next_step"]["tool_name"]]
     rt = _ToolRuntime(state, runtime, opts, _tool_engine(runtime, opts, tool))
+    calls = parse_command(state["command"])
+    if opts.prompts == "seed":
+        # the seed calls tool.execute once, with the keyword arguments of the command's calls (a later call's
+        # overriding an earlier's), and keeps str() of that one result (core/executor.py:130-176, 236-242)
+        valid = [call for call in calls if not call["error"]]
+        if not valid:
+            result = f"Command parse error: {calls[0]['error']}"
+        else:
+            kwargs = {key: value for call in valid for key, value in call["kwargs"].items()}
+            result = str(await _run_tool(tool, rt, kwargs, opts))
+        return {"result": _cut(result, opts.result_max_chars), "turns": rt.turns}
     results: list[Any] = []
-    for call in parse_command(state["command"]):
+    for call in calls:
         if call["error"]:
             results.append(f"Error in the command: {call['error']}")
             continue
-        try:
-            results.append(await asyncio.wait_for(tool.run(rt, **call["kwargs"]), opts.tool_timeout_s))
-        except asyncio.TimeoutError:
-            results.append(f"Execution timed out after {opts.tool_timeout_s:g} seconds")
-        except (AgentGraphsError, RolloutAborted):
-            raise  # the engine or the configuration failed, not the tool: the rollout reports it
-        except Exception as exc:  # a tool's own failure is a result the planner sees
-            results.append(f"Error in execute_tool_command: {type(exc).__name__}: {exc}")
+        results.append(await _run_tool(tool, rt, call["kwargs"], opts))
     return {"result": _cut(str(results), opts.result_max_chars), "turns": rt.turns}
+
+
+async def _run_tool(tool: Tool, rt: _ToolRuntime, kwargs: dict[str, Any], opts: AgentFlowOptions) -> Any:
+    """One tool.execute: its result, or the error or timeout as the result the planner sees."""
+    try:
+        return await asyncio.wait_for(tool.run(rt, **kwargs), opts.tool_timeout_s)
+    except asyncio.TimeoutError:
+        return f"Execution timed out after {opts.tool_timeout_s:g} seconds"
+    except (AgentGraphsError, RolloutAborted):
+        raise  # the engine or the configuration failed, not the tool: the rollout reports it
+    except Exception as exc:  # a tool's own failure is a result the planner sees
+        return f"Error in execute_tool_command: {type(exc).__name__}: {exc}"
 
 
 def _cut(text: str, limit: int) -> str:
@@ -319,7 +374,8 @@ async def update_memory(state: AgentFlowState, runtime: Runtime[AgentContext], o
         command, result = state["command"], state["result"]
     else:
         command, result = NO_TOOL_COMMAND, NO_TOOL_RESULT
-    action = {"tool_name": step["tool_name"], "sub_goal": step["sub_goal"], "command": command, "result": result}
+    name = step.get("written", step["tool_name"]) if step["matched"] else step["tool_name"]  # the seed's: as written
+    action = {"tool_name": name, "sub_goal": step["sub_goal"], "command": command, "result": result}
     return {"memory": [*state["memory"], action]}
 
 
@@ -327,8 +383,7 @@ async def verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: Ag
     """Is the memory enough to answer? "Conclusion: STOP" or "Conclusion: CONTINUE"."""
     tools = _tools(runtime, opts)
     prompt = VERIFY_TEMPLATE.format(question=state["query"], tools=format_tools(list(tools)),
-                                    metadata=format_metadata({n: t.metadata() for n, t in tools.items()}),
-                                    analysis=state["analysis"],
+                                    metadata=_metadata(tools, opts), analysis=state["analysis"],
                                     memory=format_memory(state["memory"], opts.action_step_start))
     text, turn = await _helper(state, runtime, opts, opts.verifier_engine, "verify", prompt)
     return {"conclusion": parse_verifier_conclusion(text, opts.verifier_rule), "turns": [turn]}
@@ -337,10 +392,13 @@ async def verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: Ag
 async def final_output(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,
                        ) -> dict[str, Any]:
     """The direct output (Process Summary, Answer); the answer is its last <answer>...</answer>."""
-    prompt = FINAL_TEMPLATE.format(question=state["query"], analysis=state["analysis"],
-                                   memory=format_memory(state["memory"], opts.action_step_start))
+    template = SEED_FINAL_TEMPLATE if opts.prompts == "seed" else FINAL_TEMPLATE
+    prompt = template.format(question=state["query"], analysis=state["analysis"],
+                             memory=format_memory(state["memory"], opts.action_step_start))
     text, turn = await _helper(state, runtime, opts, opts.final_engine, "final_output", prompt)
-    return {"final_output": text, "answer": parse_answer_tags(text), "turns": [turn]}
+    # the seed's reward reads the whole final output (its last \boxed{}, rollout.py:232-236); the original's tags
+    answer = text if opts.prompts == "seed" else parse_answer_tags(text)
+    return {"final_output": text, "answer": answer, "turns": [turn]}
 
 
 def _out_of_time(state: AgentFlowState, opts: AgentFlowOptions) -> bool:

@@ -10,6 +10,12 @@ whitespace or marker runs) costs linear time, and they agree with the original o
   blank line, a closing ``` fence dropped) is matched against the available tools by AgentFlow's
   canonical form (lower-case, runs of spaces/underscores -> "_"); unknown -> "No matched tool
   given: X" with `matched=False`.
+- `parse_next_step_seed` (`prompts: seed`): the seed's `extract_context_subgoal_and_tool`
+  (core/formatters.py:4-44): the text after the last "<|im_start|>assistant" and the first "</think>",
+  every `**` removed, the LAST block "Context: ... Sub-Goal: ... Tool Name: ..." (each the first after the
+  one before, the name up to the next blank line, a closing ``` dropped, cut at "<|im_end|>"); no JSON. The
+  name, stripped of spaces and backticks, must be one the seed resolves exactly (core/executor.py:178-195:
+  the planner-facing name, the tool's class name or its registry key); unknown -> "No matched tool given: X".
 - `parse_verifier_conclusion`: "STOP" or "CONTINUE". The original's rule: a JSON object (a `conclusion`
   string, or the original's MemoryVerification `stop_signal` boolean); the LAST match of
   `conclusion\\**:?\\s*\\**\\s*(\\w+)` (case-insensitive) when its word is STOP/CONTINUE; the substring
@@ -27,7 +33,10 @@ import ast
 import json
 import re
 from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
+
+from typing_extensions import NotRequired
 
 from ..codeblocks import python_blocks
 
@@ -39,6 +48,7 @@ __all__ = [
     "canonical_tool_name",
     "match_tool",
     "parse_next_step",
+    "parse_next_step_seed",
     "parse_verifier_conclusion",
     "parse_answer_tags",
     "ToolCall",
@@ -62,6 +72,7 @@ class NextStep(TypedDict):
     sub_goal: str
     tool_name: str
     matched: bool
+    written: NotRequired[str]  # the tool name as the planner wrote it (parse_next_step_seed: the seed's memory)
 
 
 # -- the planner's next step --------------------------------------------------------------------
@@ -138,6 +149,59 @@ def _next_step_json(text: str) -> tuple[str, str, str] | None:
 def _next_step(context: str, sub_goal: str, name: str, available_tools: Sequence[str]) -> NextStep:
     tool_name, matched = match_tool(name, available_tools) if name else (NO_MATCHED_TOOL, False)
     return NextStep(context=context, sub_goal=sub_goal, tool_name=tool_name, matched=matched)
+
+
+_SPACES = re.compile(r"\s*")
+_ASSISTANT, _THINK_END, _IM_END = "<|im_start|>assistant", "</think>", "<|im_end|>"
+
+
+def parse_next_step_seed(text: str, names: Mapping[str, str]) -> NextStep:
+    """The seed's reading of the planner's next step; never raises. `names` maps each name the seed resolves
+    exactly (planner-facing, class and registry key) to the planner-facing name; `written` is the name as
+    written (the seed stores it in its memory).
+
+    >>> names = {name: "Python_Code_Generator_Tool" for name in ("Python_Code_Generator_Tool", "python_coder")}
+    >>> out = "**Context:** x = 2\\n**Sub-Goal:** square it\\n**Tool Name:** `python_coder`\\n\\nDone."
+    >>> step = parse_next_step_seed(out, names)
+    >>> step["context"], step["sub_goal"], step["tool_name"], step["written"]
+    ('x = 2', 'square it', 'Python_Code_Generator_Tool', '`python_coder`')
+    >>> parse_next_step_seed("Tool Name: python code generator tool", names)["tool_name"]
+    'No matched tool given: '
+    """
+    if not isinstance(text, str):
+        text = ""
+    if _ASSISTANT in text:
+        text = text.rsplit(_ASSISTANT, 1)[1]
+    if _THINK_END in text:
+        text = text.split(_THINK_END, 1)[1]
+    plain = text.replace("**", "")
+    found: tuple[str, str, str] | None = None
+    pos = 0
+    while True:  # the regex's non-overlapping matches, each piece the first after the one before (lazy groups)
+        ctx = plain.find(_CONTEXT, pos)
+        goal = plain.find(_SUB_GOAL, ctx + len(_CONTEXT)) if ctx >= 0 else -1
+        tool = plain.find(_TOOL_NAME, goal + len(_SUB_GOAL)) if goal >= 0 else -1
+        if tool < 0:
+            break
+        start = tool + len(_TOOL_NAME)
+        start = _SPACES.match(plain, start).end()  # type: ignore[union-attr]
+        end = plain.find("\n\n", start)
+        end = len(plain) if end < 0 else end
+        name = plain[start:end].rstrip()
+        if name.endswith(_FENCE):
+            name = name[: -len(_FENCE)].rstrip()
+        found = (plain[ctx + len(_CONTEXT):goal].strip(), plain[goal + len(_SUB_GOAL):tool].strip(), name)
+        pos = max(end, start + 1)
+    if found is None:
+        context, sub_goal, written = "", "", ""
+    else:
+        context, sub_goal, written = found
+        written = written.split(_IM_END, 1)[0].strip()
+    cleaned = written.strip().strip("`").strip()
+    if cleaned in names:
+        return NextStep(context=context, sub_goal=sub_goal, tool_name=names[cleaned], matched=True, written=written)
+    return NextStep(context=context, sub_goal=sub_goal, tool_name=NO_MATCHED_TOOL + written, matched=False,
+                    written=written)
 
 
 # -- the verifier's verdict ---------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any
 __all__ = [
     "ANALYZE_TEMPLATE", "NEXT_STEP_TEMPLATE", "COMMAND_TEMPLATE", "VERIFY_TEMPLATE", "FINAL_TEMPLATE",
     "ANSWER_SUFFIX", "JUDGE_TEMPLATE", "PYTHON_CODER_TEMPLATE", "NO_TOOL_COMMAND", "NO_TOOL_RESULT",
-    "format_memory", "format_tools",
+    "format_memory", "format_tools", "SEED_ANALYZE_TEMPLATE", "SEED_NEXT_STEP_TEMPLATE", "SEED_COMMAND_TEMPLATE",
+    "SEED_FINAL_TEMPLATE", "format_seed_metadata",
 ]
 
 ANSWER_SUFFIX = ("When ready, output the final answer enclosed in <answer> and </answer> tags. "
@@ -183,6 +184,115 @@ Given a query, generate a Python code snippet that performs the specified operat
 Query:
 {query}"""
 
+# -- the seed's prompts (`prompts: seed`, the seed variant) ------------------------------------------------
+# The seed's f-strings (Takenzz/AgentFlow@4b5aa84, agentic/agentflow) as str.format templates, text unchanged; its
+# verifier prompt (core/verifier.py:19-42) is VERIFY_TEMPLATE's text. The seed fills {tools} with its tool-name list
+# and {metadata} with {name: {"description": TOOL_DESCRIPTION}} (core/planner.py:48-77; `format_seed_metadata`),
+# {memory} with its Memory.get_actions() dict (core/memory.py:11-25) and {question} with the row's prompt.
+
+# the seed's core/planner.py:80-94
+SEED_ANALYZE_TEMPLATE = """Task: Analyze the given query to determine necessary skills and tools.
+
+Inputs:
+- Query: {question}
+- Available tools: {tools}
+- Metadata for tools: {metadata}
+
+Instructions:
+1. Identify the main objectives in the query.
+2. List the necessary skills and tools.
+3. For each skill and tool, explain how it helps address the query.
+4. Note any additional considerations.
+
+"""
+
+# the seed's core/planner.py:103-138
+SEED_NEXT_STEP_TEMPLATE = """
+Task: Determine the optimal next step to address the query using available tools and previous steps.
+Context:
+- **Query:** {question}
+- **Query Analysis:** {analysis}
+- **Available Tools:** {tools}
+- **Toolbox Metadata:** {metadata}
+- **Previous Steps:** {memory}
+
+Instructions:
+1. Analyze the query, previous steps, and available tools.
+2. Select the **single best tool** for the next step.
+3. Formulate a specific, achievable **sub-goal** for that tool.
+4. Provide all necessary **context** (data, file names, variables) for the tool to function.
+
+Response Format:
+1.  **Justification:** Explain your choice of tool and sub-goal.
+2.  **Context:** Provide all necessary information for the tool.
+3.  **Sub-Goal:** State the specific objective for the tool.
+4.  **Tool Name:** State the exact name of the selected tool.
+
+Rules:
+- Select only ONE tool.
+- The sub-goal must be directly achievable by the selected tool.
+- The Context section must contain all information the tool needs to function.
+- The response must end with the Context, Sub-Goal, and Tool Name sections in that order, with no extra content.
+
+"""
+
+# the seed's core/planner.py:154-169
+SEED_FINAL_TEMPLATE = """
+Task: Generate the final output based on the query and the results from all tools used.
+
+Context:
+- **Initial Analysis:** {analysis}
+- **Query:** {question}
+- **Actions Taken:** {memory}
+
+Instructions:
+1. Review the query and the results from all tool executions.
+2. Incorporate the relevant information to create a coherent, step-by-step final output.
+3. You MUST end your response with the final answer enclosed in \\boxed{{}}. For example: \\boxed{{42}}.
+"""
+
+# the seed's core/executor.py:84-124
+SEED_COMMAND_TEMPLATE = """
+Task: Generate a precise command to execute the selected tool.
+
+Context:
+- **Query:** {question}
+- **Sub-Goal:** {sub_goal}
+- **Tool Name:** {tool_name}
+- **Tool Metadata:** {tool_metadata}
+- **Relevant Data:** {context}
+
+Instructions:
+1.  Analyze the tool's required parameters from its metadata.
+2.  Construct valid Python code that addresses the sub-goal using the provided context and data.
+3.  The command must include at least one call to `tool.execute()`.
+4.  Each `tool.execute()` call must be assigned to a variable named **`execution`**.
+5.  Please give the exact numbers and parameters should be used in the `tool.execute()` call.
+6.  **IMPORTANT: `tool.execute()` only accepts a single keyword argument: `query`. Do NOT pass any other keyword arguments (e.g. no `context`, `data`, `input`, etc.).**
+7.  **IMPORTANT: The `query` value MUST be a plain-language description of what to compute. Do NOT put Python code inside the query string.**
+8.  **IMPORTANT: Always wrap the `query` value in triple double-quotes (`\"\"\"...\"\"\"`). This prevents syntax errors from special characters or apostrophes.**
+
+Output Format:
+Present your response in the following structured format. Do not include any extra text or explanations.
+
+Generated Command:
+```python
+<command>
+```
+
+Example1:
+Generated Command:
+```python
+execution = tool.execute(query=\"\"\"Calculate the factorial of 10\"\"\")
+```
+
+Example2:
+Generated Command:
+```python
+execution = tool.execute(query=\"\"\"Find the number of intersections of y = 4*g(f(sin(2*pi*x))) and x = 4*g(f(cos(3*pi*y))), where f(x)=|x|-0.5 and g(x)=|x|-0.25\"\"\")
+```
+"""
+
 NO_TOOL_COMMAND = "No command was generated because the tool was not found."
 NO_TOOL_RESULT = "No result was generated because the tool was not found."
 
@@ -217,3 +327,13 @@ def format_metadata(metadata: Mapping[str, Any]) -> str:
     "{'T': {'tool_name': 'T', 'input_types': {'query': 'str'}}}"
     """
     return str(dict(metadata))
+
+
+def format_seed_metadata(descriptions: Mapping[str, str]) -> str:
+    """The seed's toolbox metadata as its prompts print it: {tool name: {"description": text}}
+    (core/planner.py:72-75, printed by the f-string's str()).
+
+    >>> format_seed_metadata({"T": "Does t."})
+    "{'T': {'description': 'Does t.'}}"
+    """
+    return str({name: {"description": text} for name, text in descriptions.items()})

@@ -30,7 +30,7 @@ from ..tool_code import run_tool_code
 from .prompts import PYTHON_CODER_TEMPLATE
 
 __all__ = ["Tool", "ToolRuntime", "register_tool", "registered_tools", "resolve_tools", "BASE_GENERATOR",
-           "PYTHON_CODER", "extract_python_block"]
+           "PYTHON_CODER", "extract_python_block", "seed_view"]
 
 
 class ToolRuntime(Protocol):
@@ -194,3 +194,29 @@ PYTHON_CODER = Tool(
 
 register_tool("base_generator", BASE_GENERATOR)
 register_tool("python_coder", PYTHON_CODER)
+
+
+# How the seed's planner lists its two tools (`prompts: seed`): TOOL_NAME and TOOL_DESCRIPTION of
+# tools/base_generator/tool.py:5-9 and tools/python_coder/tool.py:19, 35-38, in that order (core/planner.py:58
+# loads them sorted by directory).
+_SEED_VIEWS = (
+    (BASE_GENERATOR, "Generalist_Solution_Generator_Tool",
+     "\nA generalized tool that takes query from the user, and answers the question step by step to the best of "
+     "its ability.\n"),
+    (PYTHON_CODER, "Python_Code_Generator_Tool",
+     "\nA tool that generates and executes Python code snippets for calculations and math-related problems.\n"
+     "It returns the printed output from the executed code.\n"),
+)
+
+
+def seed_view(tool: Tool) -> tuple[str, str]:
+    """(name, description) the seed's planner sees for `tool`: the seed's own for the two built-in tools, the
+    tool's name and description for any other.
+
+    >>> seed_view(PYTHON_CODER)[0], seed_view(Tool("My_Tool", "Does it.", {}, "str", _base_generator))
+    ('Python_Code_Generator_Tool', ('My_Tool', 'Does it.'))
+    """
+    for builtin, name, description in _SEED_VIEWS:
+        if tool is builtin:
+            return name, description
+    return tool.name, tool.description

@@ -30,6 +30,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "verifier_rule": "seed",
         "sandbox_wall_s": 30.0,
         "action_step_start": 0,
+        "prompts": "seed",
+        "answer_suffix": False,
     },
     "original": {
         "max_steps": 3,
@@ -44,6 +46,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "verifier_rule": "original",
         "sandbox_wall_s": 10.0,
         "action_step_start": 1,
+        "prompts": "original",
+        "answer_suffix": True,
     },
 }
 
@@ -63,6 +67,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "sandbox_wall_s": ("tools/python_coder/tool.py:12, 165", "python_coder runs the code with _EXEC_TIMEOUT = 30 s"),
     "action_step_start": ("core/solver.py:91, 128", ("memory.add_action(step_count, ...) for step_count in "
                                                      "range(max_steps): 'Action Step 0' first")),
+    "prompts": ("core/planner.py:80-169, core/executor.py:84-124, core/formatters.py:4-44",
+                "the seed's planner, command and final-output prompts, tool list and reply parser"),
+    "answer_suffix": ("rollout.py:115", "the query is the row's prompt as given"),
 }
 
 # variant -> the chat-template kwargs its prompts are rendered with (MethodOptions.template_presets). The seed's

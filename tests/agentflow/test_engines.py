@@ -111,7 +111,7 @@ def test_the_seeds_three_engines_each_get_their_calls(servers: dict[str, SGLangT
     asks = [c.prompt_text for c in gen.calls]
     assert sum("Generate a precise command" in a for a in asks) == 2
     assert sum("Evaluate if the current memory" in a for a in asks) == 2
-    assert sum("Generate a concise final answer" in a for a in asks) == 1
+    assert sum("Generate the final output" in a for a in asks) == 1  # the seed's (core/planner.py:157-169)
     assert sum(a.endswith("Explain why 6 * 7 is 42<|im_end|>\n<|im_start|>assistant\n") for a in asks) == 1
     assert len(gen.calls) == 6
     # helpers sample as the rollout does (rollout.py:122-134 pass slime's sampling params), each call up to 4096

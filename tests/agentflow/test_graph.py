@@ -50,6 +50,8 @@ def helper_script(*, code: str = "print('The product is', 6 * 7)", verdicts: lis
             return f"The memory holds the computation.\n**Conclusion**: **{verdict}**"
         if "Generate a concise final answer" in text:
             return f"1. **Process Summary:** computed it.\n2. **Answer:** <answer>{answer}</answer>"
+        if "Generate the final output" in text:  # the seed's final output asks for \boxed{} (core/planner.py:168)
+            return "Computed it.\n" + (answer if "\\boxed" in answer else f"The answer is \\boxed{{{answer}}}.")
         return "A general answer."
 
     return script

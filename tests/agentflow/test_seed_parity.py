@@ -108,7 +108,8 @@ def test_memory_action_steps_are_numbered_as_the_variant(tiny_engine: Any, varia
     assert f"'Action Step {first}':" in second_plan and f"'Action Step {second}'" not in second_plan
     verifications = [c.prompt_text for c in helper.calls if "Evaluate if the current memory" in c.prompt_text]
     assert f"'Action Step {second}':" in verifications[1] and f"'Action Step {first}':" in verifications[1]
-    finals = [c.prompt_text for c in helper.calls if "Generate a concise final answer" in c.prompt_text]
+    finals = [c.prompt_text for c in helper.calls
+              if "Generate a concise final answer" in c.prompt_text or "Generate the final output" in c.prompt_text]
     assert f"'Action Step {second}':" in finals[0]
 
 
@@ -125,7 +126,7 @@ def test_a_long_result_is_cut_with_the_seeds_marker(tiny_engine: Any) -> None:
     rollout, _, _ = run_flow(tiny_engine, [plan("Compute 6 * 7.", "Base_Generator_Tool")], helper,
                              max_new_tokens=2048)
     assert rollout.status == "completed", rollout.reason
-    full = str([answer])
+    full = answer  # the seed's memory keeps str() of the step's one result (core/memory.py:12)
     assert rollout.final_state["memory"][0]["result"] == (
         full[:2048] + f"\n... [truncated {len(full) - 4096} chars] ...\n" + full[-2048:])
 
