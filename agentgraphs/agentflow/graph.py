@@ -98,6 +98,11 @@ class AgentFlowOptions(MethodOptions):
         default_factory=dict, description="tool key (in `tools`) -> engine of that tool's own LLM calls, over "
         "tool_engine (the seed's python_coder asks its own coder model: {python_coder: coder})")
     judge: Optional[str] = judge_option("judge")
+    judge_prompt: Literal["seed", "original"] = Field(
+        "seed", description="the judge's prompt and the reading of its reply: the seed's (the whole final output, "
+        "ends in 'VERDICT: True|False'; read by the first VERDICT, else <true_false>, else a last line that is only "
+        "true/false) or the original AgentFlow's (a JSON object with true_false)")
+    judge_max_new_tokens: int = Field(2048, ge=1, description="cap of each judge call (seed 2048; original 1024)")
     answer_check: Literal["boxed_exact", "math_verify"] = Field(
         "boxed_exact", description="boxed_exact (seed): the answer's last \\boxed{} (else a line rule), "
         "normalised, equal to a gold scores 1 before any judge; math_verify (original): the judge alone, "

@@ -16,7 +16,7 @@ __all__ = [
     "ANALYZE_TEMPLATE", "NEXT_STEP_TEMPLATE", "COMMAND_TEMPLATE", "VERIFY_TEMPLATE", "FINAL_TEMPLATE",
     "ANSWER_SUFFIX", "JUDGE_TEMPLATE", "PYTHON_CODER_TEMPLATE", "NO_TOOL_COMMAND", "NO_TOOL_RESULT",
     "format_memory", "format_tools", "SEED_ANALYZE_TEMPLATE", "SEED_NEXT_STEP_TEMPLATE", "SEED_COMMAND_TEMPLATE",
-    "SEED_FINAL_TEMPLATE", "format_seed_metadata",
+    "SEED_FINAL_TEMPLATE", "SEED_JUDGE_TEMPLATE", "format_seed_metadata",
 ]
 
 ANSWER_SUFFIX = ("When ready, output the final answer enclosed in <answer> and </answer> tags. "
@@ -295,6 +295,32 @@ execution = tool.execute(query=\"\"\"Find the number of intersections of y = 4*g
 
 NO_TOOL_COMMAND = "No command was generated because the tool was not found."
 NO_TOOL_RESULT = "No result was generated because the tool was not found."
+
+
+# The seed's judge (core/rewarder.py:9-30), asked as one user message: {question} is the row's prompt
+# (rollout.py:226-228), {model_response} the whole final output (:232, 242), {groundtruth} str(label) (:230).
+SEED_JUDGE_TEMPLATE = """You are a strict math answer evaluator.
+
+**Task:** Read the Model Response, extract its final answer, and determine if it matches the Ground Truth.
+
+**Steps:**
+1. Read the Model Response carefully. Find the final answer — look for \\boxed{{...}}, "the answer is ...", "result: ...", or the last numerical conclusion.
+2. Compare the extracted answer to the Ground Truth.
+3. They are equivalent ONLY if they represent the same mathematical value (e.g., "1/2" == "0.5", "1,000" == "1000").
+4. If the Model Response has no clear final answer, or the answer does not match, output False.
+5. Do NOT be lenient. When in doubt, output False.
+
+**Inputs:**
+Question: {question}
+
+Model Response:
+{model_response}
+
+Ground Truth: {groundtruth}
+
+**You MUST end your response with exactly one of these two lines (no extra text after it):**
+VERDICT: True
+VERDICT: False"""  # noqa: E501
 
 
 def format_tools(names: Sequence[str]) -> str:

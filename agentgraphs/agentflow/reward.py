@@ -8,7 +8,11 @@
 - `math_verify` (the original's rule-based fallback): math-verify equivalence, so `\\frac{1}{2}` equals
   `0.5`; it runs in a worker process killed at `reward_timeout_s` (`agentgraphs.math_equivalence`), so an
   answer such as `9^{9^{9^{9}}}` scores 0.0 with a timeout reason instead of freezing the rollout.
-- Judge (the original's): the judge model reads the question, the model's final answer and the ground
+- Judge, `judge_prompt: seed` (the seed variant): the seed's prompt (core/rewarder.py:9-30) with the question,
+  the whole final output and the ground truth, asking for a last line `VERDICT: True|False`; read by the seed's
+  rule (`parse_seed_judge_verdict`: the first `VERDICT: X`, else `<true_false>: X`, else a last line that is
+  only true/false); a reply with none raises RewardError (the seed scores it 0.0).
+- Judge, `judge_prompt: original`: the judge model reads the question, the model's final answer and the ground
   truth and answers {"analysis": ..., "true_false": ...}; 1.0 if true, else 0.0. The verdict must be
   stated (`parse_judge_verdict`: that JSON object, a `true_false: X` or `VERDICT: X`, a last line that is
   only True / False); a reply without one (cut at max_new_tokens, the instructions echoed) raises
@@ -35,10 +39,10 @@ from ..node import ask_judge
 from ..row_fields import answers_of, question_of
 from ..spec import RewardInput, judge_engine, reward_options
 from .graph import AgentFlowOptions
-from .prompts import JUDGE_TEMPLATE
+from .prompts import JUDGE_TEMPLATE, SEED_JUDGE_TEMPLATE
 
 __all__ = ["AnswerCheck", "boxed_exact_check", "boxed_exact_reward", "seed_prediction", "math_verify_reward",
-           "judge_reward", "metrics", "parse_judge_verdict", "reward"]
+           "judge_reward", "metrics", "parse_judge_verdict", "parse_seed_judge_verdict", "reward"]
 
 logger = logging.getLogger(__name__)
 
@@ -159,23 +163,53 @@ def parse_judge_verdict(text: str) -> bool | None:
     return _TRUE_FALSE.get(lines[-1]) if lines else None
 
 
+# The seed judge's reading (core/rewarder.py:34-48), in order: the FIRST "VERDICT: X" anywhere; else the first
+# "<true_false>: X"; else the stripped reply's last line, if it is only true / false (a trailing "." allowed).
+_SEED_VERDICT = re.compile(r"verdict\s*:\s*(true|false)", re.IGNORECASE)
+_SEED_TRUE_FALSE = re.compile(r"<true_false>\s*:?\s*(true|false)", re.IGNORECASE)
+_SEED_LAST_LINE = {"true": True, "true.": True, "false": False, "false.": False}
+
+
+def parse_seed_judge_verdict(text: str) -> bool | None:
+    """The seed judge's verdict by the seed's rule (above), or None where the seed would score 0.0 for want of one.
+
+    >>> parse_seed_judge_verdict("Say VERDICT: True or VERDICT: False.\\nVERDICT: False")  # the first one decides
+    True
+    >>> parse_seed_judge_verdict("They match.\\nTrue."), parse_seed_judge_verdict("I cannot tell.") is None
+    (True, True)
+    """
+    if not isinstance(text, str):
+        return None
+    for rule in (_SEED_VERDICT, _SEED_TRUE_FALSE):
+        found = rule.search(text)
+        if found:
+            return found.group(1).lower() == "true"
+    body = text.strip()
+    return _SEED_LAST_LINE.get(body.splitlines()[-1].strip().lower()) if body else None
+
+
 async def judge_reward(ctx: AgentContext, engine_name: str, question: str, response: str, gold: str,
-                       max_new_tokens: int = 1024) -> float:
+                       max_new_tokens: int = 1024, prompt_style: str = "original") -> float:
     """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked
-    greedily through `agentgraphs.node.ask_judge` (the rollout's call budget and accounting; never trained). A reply that
-    states no verdict (`parse_judge_verdict` is None) raises RewardError: the sample fails instead of
-    being scored by a guess."""
-    prompt = JUDGE_TEMPLATE.format(question=question, response=response, ground_truth=gold)
+    greedily through `agentgraphs.node.ask_judge` (the rollout's call budget and accounting; never trained).
+    `prompt_style` "original": JUDGE_TEMPLATE read by `parse_judge_verdict`; "seed": SEED_JUDGE_TEMPLATE read
+    by `parse_seed_judge_verdict`. A reply that states no verdict (None) raises RewardError: the sample fails
+    instead of being scored by a guess (the seed scores it 0.0)."""
+    if prompt_style == "seed":
+        prompt = SEED_JUDGE_TEMPLATE.format(question=question, model_response=response, groundtruth=gold)
+    else:
+        prompt = JUDGE_TEMPLATE.format(question=question, response=response, ground_truth=gold)
     out = await ask_judge(ctx, engine_name, prompt, max_new_tokens=max_new_tokens)
-    verdict = parse_judge_verdict(out.text)
+    verdict = (parse_seed_judge_verdict if prompt_style == "seed" else parse_judge_verdict)(out.text)
     if verdict is None:
         if out.truncated:
             cause = ("its reply was cut at max_new_tokens: raise the context's max_new_tokens (slime: "
                      f"--rollout-max-response-len), which caps the judge's {max_new_tokens}")
         else:
-            cause = ('it must answer the JSON object JUDGE_TEMPLATE asks for ({"analysis": ..., "true_false": '
-                     "true|false}): use a judge model that follows it, or set the option judge: null to score "
-                     "by the rule alone")
+            asked = ("the line 'VERDICT: True|False' SEED_JUDGE_TEMPLATE asks for" if prompt_style == "seed" else
+                     'the JSON object JUDGE_TEMPLATE asks for ({"analysis": ..., "true_false": true|false})')
+            cause = (f"it must answer {asked}: use a judge model that follows it, or set the option judge: null "
+                     "to score by the rule alone")
         said = f"its reply ending {out.text.strip()[-200:]!r}" if out.text.strip() else "an empty reply"
         raise RewardError(f"AgentFlow reward: judge {engine_name!r} gave no verdict ({said}); {cause}")
     return 1.0 if verdict else 0.0
@@ -193,7 +227,8 @@ async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOpt
         return None
     question = question_of(rin["prompt"])
     for gold in golds:
-        if await judge_reward(ctx, judge, question, rin["answer"], gold) == 1.0:
+        if await judge_reward(ctx, judge, question, rin["answer"], gold, max_new_tokens=opts.judge_max_new_tokens,
+                              prompt_style=opts.judge_prompt) == 1.0:
             return 1.0
     return 0.0
 

@@ -32,6 +32,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "action_step_start": 0,
         "prompts": "seed",
         "answer_suffix": False,
+        "judge_prompt": "seed",
+        "judge_max_new_tokens": 2048,
     },
     "original": {
         "max_steps": 3,
@@ -48,6 +50,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "action_step_start": 1,
         "prompts": "original",
         "answer_suffix": True,
+        "judge_prompt": "original",
+        "judge_max_new_tokens": 1024,
     },
 }
 
@@ -70,6 +74,10 @@ SOURCES: dict[str, tuple[str, str]] = {
     "prompts": ("core/planner.py:80-169, core/executor.py:84-124, core/formatters.py:4-44",
                 "the seed's planner, command and final-output prompts, tool list and reply parser"),
     "answer_suffix": ("rollout.py:115", "the query is the row's prompt as given"),
+    "judge_prompt": ("core/rewarder.py:9-48, rollout.py:225-244",
+                     "the judge gets the question, the whole final output and the label; its first 'VERDICT: X' "
+                     "decides, else '<true_false>: X', else a last line that is only true/false"),
+    "judge_max_new_tokens": ("rollout.py:217-222", "the judge engine's max_new_tokens=2048"),
 }
 
 # variant -> the chat-template kwargs its prompts are rendered with (MethodOptions.template_presets). The seed's
