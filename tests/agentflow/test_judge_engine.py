@@ -54,8 +54,8 @@ def engines(tiny_engine: Any, answer: str) -> tuple[ScriptedPolicy, ScriptedPoli
 
 def judge_engine(tiny_engine: Any, asked: list[str]) -> ScriptedPolicy:
     def verdict(call: ScriptCall) -> str:
-        asked.append(call.prompt_text)
-        return '{"analysis": "1/2 is 0.5", "true_false": true}'
+        asked.append(call.prompt_text)  # the seed's judge prompt asks for a last "VERDICT:" line
+        return "1/2 is 0.5.\nVERDICT: True"
 
     return ScriptedPolicy(tiny_engine, verdict, name="judge")
 

@@ -209,7 +209,7 @@ def test_seed_rule_comes_before_the_judge(tiny_engine: Any) -> None:
 
     def judge(call: ScriptCall) -> str:
         asked.append(call.prompt_text)
-        return '{"analysis": "same value", "true_false": true}'
+        return "Same value.\nVERDICT: True"  # the seed's judge prompt asks for this line (core/rewarder.py:28-30)
 
     ctx = AgentContext(policy=tiny_engine, tokenizer=tiny_engine.tokenizer,
                        engines={"judge": ScriptedPolicy(tiny_engine, judge, name="judge")})
