@@ -307,8 +307,7 @@ def test_helper_engines_take_the_request_timeout_and_retries(server: Any, tiny_e
     states a verdict (a reply without one fails the sample: tests/agentflow/test_reward.py)."""
     from agentgraphs.testing.scripted import ScriptedPolicy
 
-    verdict = ScriptedPolicy(tiny_engine, lambda call: '{"analysis": "41 is not 42", "true_false": false}',
-                             name="judge")
+    verdict = ScriptedPolicy(tiny_engine, lambda call: "41 is not 42.\nVERDICT: False", name="judge")  # the seed's
     with SGLangTestServer(verdict, port=0) as judge_server:
         judge = f"sglang:{judge_server.url}" if kind == "sglang" else f"openai:{judge_server.url}/v1#judge"
 
