@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import types
 from collections.abc import Callable
 from fractions import Fraction
@@ -182,28 +183,139 @@ def test_an_oracle_out_of_device_memory_is_refused_saying_what_to_lower(engine: 
     assert not isinstance(info.value, P.OracleOutOfMemory)
 
 
-@pytest.mark.parametrize(("answer", "workers"), [
-    ("143771", "8"),  # an H200's 140.4 GiB: runs 3-32's 8
-    ("81559", "4"),  # an H100's 79.6 GiB: run 33's 8 ran out beside the untrained model's evaluation (31.4 GiB)
-    ("24576", "1"),  # a 24 GiB card: one, never none
-    ("NVIDIA-SMI has failed because it couldn't communicate with the driver", "8"),  # no answer: the H200's
-    (None, "8"),  # no nvidia-smi at all
-])
-def test_run_in_calls_picks_the_demonstration_workers_the_devices_memory_holds(tmp_path: Path, answer: str | None,
-                                                                               workers: str) -> None:
-    """Run 33 began on an H100 with the H200's 8 demonstration workers and lost its first call to the device's
-    memory: unset, DEMO_WORKERS is read from the first GPU's memory as nvidia-smi reports it."""
+def _gpu_shim(tmp_path: Path, answer: str | None) -> dict[str, str]:
+    """An environment whose PATH holds only the tools run_in_calls.sh's GPU functions call, and an nvidia-smi that
+    answers ANSWER for each of two cards (None: no nvidia-smi at all)."""
     shim = tmp_path / "bin"
-    shim.mkdir()
+    shim.mkdir(exist_ok=True)
     if answer is not None:
         (shim / "nvidia-smi").write_text(f"#!/bin/sh\necho '{answer}'\necho '{answer}'\n")  # two cards
         (shim / "nvidia-smi").chmod(0o755)
-    for tool in ("awk", "head"):  # the only tools the function calls, so that PATH holds no other nvidia-smi
-        (shim / tool).symlink_to(shutil.which(tool))
-    done = subprocess.run([shutil.which("bash") or "bash", "-c", f'{_script_function("demo_workers")}\ndemo_workers'],
-                          capture_output=True,
-                          text=True, env={"PATH": str(shim)}, timeout=30, check=True)
-    assert done.stdout == f"{workers}\n" and done.stderr == ""
+    for tool in ("awk", "head"):  # so that PATH holds no other nvidia-smi
+        if not (shim / tool).exists():
+            (shim / tool).symlink_to(shutil.which(tool))
+    return {"PATH": str(shim)}
+
+
+def _gpu_function(tmp_path: Path, answer: str | None, call: str) -> subprocess.CompletedProcess[str]:
+    functions = "\n".join(_script_function(name) for name in ("gpu_gib", "demo_workers", "eval_fits_beside"))
+    return subprocess.run([shutil.which("bash") or "bash", "-c", f"{functions}\n{call}"], capture_output=True,
+                          text=True, env=_gpu_shim(tmp_path, answer), timeout=30, check=False)
+
+
+@pytest.mark.parametrize(("answer", "beside", "workers"), [
+    ("143771", "1", "5"),  # an H200's 140.4 GiB beside the untrained model's evaluation (32 GiB)
+    ("143771", "0", "7"),  # an H200 alone (a later call's round: the evaluation is done)
+    ("81559", "1", "2"),  # an H100's 79.6 GiB: run 33's 8 and run 34's 4 ran out beside the evaluation
+    ("81559", "0", "4"),  # an H100 alone: run 33's and run 34's later calls, 4 fit
+    ("24576", "1", "1"),  # a 24 GiB card: one, never none
+    ("NVIDIA-SMI has failed because it couldn't communicate with the driver", "1", "8"),  # no answer: runs 3-32's
+    (None, "0", "8"),  # no nvidia-smi at all
+])
+def test_run_in_calls_picks_the_demonstration_workers_the_devices_memory_holds(tmp_path: Path, answer: str | None,
+                                                                               beside: str, workers: str) -> None:
+    """Run 33 began on an H100 with the H200's 8 demonstration workers and lost its first call to the device's
+    memory, and run 34 its first with 4 (the workers up to 18.4 GiB each beside the evaluation's 32.2): unset,
+    DEMO_WORKERS is read from the first GPU's memory as nvidia-smi reports it, and from whether the untrained model's
+    evaluation runs beside them."""
+    done = _gpu_function(tmp_path, answer, f"demo_workers {beside}")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{workers}\n", "")
+
+
+@pytest.mark.parametrize(("answer", "arms", "fits"), [
+    ("143771", 2, True),  # an H200: RL, its control and the warm start's evaluation together (runs 3-32)
+    ("143771", 3, True),  # and a second draw (RL_DRAWS=2, run 29)
+    ("81559", 2, False),  # an H100: run 34's control ran out beside RL (29.4 GiB) and the evaluation (21.7)
+    ("81559", 1, True),
+    (None, 2, True),  # no nvidia-smi: as runs 3-33
+])
+def test_run_in_calls_evaluates_the_warm_start_beside_rl_only_where_the_gpu_holds_both(
+        tmp_path: Path, answer: str | None, arms: int, fits: bool) -> None:
+    done = _gpu_function(tmp_path, answer, f"eval_fits_beside {arms}")
+    assert (done.returncode == 0, done.stdout, done.stderr) == (fits, "", "")
+
+
+def test_run_in_calls_stops_every_arm_and_the_call_when_one_arm_fails(tmp_path: Path) -> None:
+    """Run 34's control ran out of memory at its first step and RL stepped alone for 7 minutes, which no target can
+    read: the first arm to fail stops the others, and the call ends, saying which arm and its log's last line."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "rl.log").write_text("step 3: reward 0.1\n")
+    (results / "rl_permuted.log").write_text("Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+    (tmp_path / "out").mkdir()
+    lives = tmp_path / "rl_lived"  # written only if the healthy arm is not stopped
+    script = (f'r={results}; out={tmp_path / "out"}; arms=(rl rl_permuted)\n'
+              'stamp() { echo "$*" | tee -a "$r/calls.log"; }\n'
+              'pack() { tar czf "$out/results.tgz" -C "$r" .; }\n'
+              f'{_script_function("watch_arms")}\n'
+              f'(sleep 6; touch {lives}) > /dev/null 2>&1 & rl=$!\n'  # as the arms: output to their logs
+              '(sleep 1; exit 1) & control=$!\n'
+              'watch_arms "$rl" "$control"; echo "not reached"\n')
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    took = time.monotonic() - started
+    assert done.returncode == 1 and done.stderr == "" and took < 5, (done, took)
+    assert done.stdout.splitlines() == [
+        f"RL arm rl_permuted failed (exit 1; its log: {results}/rl_permuted.log): torch.OutOfMemoryError: CUDA out "
+        "of memory.",
+        "the other arms were stopped with it (RL without its control is no result): fix the cause and call again; "
+        "the arms begin again from where the last whole call left them"]
+    assert "calls.log" in _packed(tmp_path / "out" / "results.tgz")
+    time.sleep(6 - took + 1)
+    assert not lives.exists()  # the healthy arm was stopped, not left to run on
+
+
+@pytest.mark.parametrize(("answer", "first"), [("81559", True), ("143771", False)])
+def test_run_in_calls_evaluates_the_warm_start_first_where_the_gpu_holds_it_or_the_arms(
+        tmp_path: Path, answer: str, first: bool) -> None:
+    """run_in_calls.sh's `step_rl` with a stand-in for reproduce.py that logs when each stage begins and ends: on an
+    H100 the warm start's evaluation runs alone, and the arms begin after it with its seconds taken from theirs; on
+    an H200 the three begin together, as in runs 3-33."""
+    work, results, out = tmp_path / "work", tmp_path / "work" / "results", tmp_path / "out"
+    results.mkdir(parents=True)
+    out.mkdir()
+    events = tmp_path / "events"
+    fake = tmp_path / "reproduce"  # `$R STAGE ...`: eval writes its --out after 2 s; rl logs its --max-minutes
+    fake.write_text(f"""#!/bin/sh
+stage=$1; shift
+echo "$stage begins $*" >> {events}
+if [ "$stage" = eval ]; then sleep 2; while [ "$1" != --out ]; do shift; done; echo '{{}}' > "$2"; fi
+echo "$stage ends" >> {events}
+""")
+    fake.chmod(0o755)
+    names = ("left", "cap", "as_minutes", "stamp", "pack", "gpu_gib", "eval_fits_beside", "evaluate", "rl_s",
+             "all_begun", "flags", "probe_stopped", "step_rl", "watch_arms")
+    functions = "\n".join(_script_function(name) for name in names)
+    script = (f"set -u\nw={work}; r={results}; out={out}; R={fake}; t0=$(date +%s); BUDGET=300\n"
+              "RL_PROMPTS=2 RL_SAMPLES=2 RL_LR=1e-4 RL_STEPS_PER_ROLLOUT=1 RL_WARMUP=0 RL_KL=0 RL_SAMPLER=x RL_ARGS=''\n"
+              "RL_DRAWS=1; arms=(rl rl_permuted); chosen=''; warm=$w/warm1; declare -A started=()\n"
+              f"{functions}\nstep_rl 120; wait\n")
+    (work / "warm1").mkdir()
+    (work / "warm1" / "stage.json").write_text(json.dumps({"stop": {"reason": "probe 40.0 %"}, "curve": []}))
+    env = {**_gpu_shim(tmp_path, answer), "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0 and done.stderr == "", done
+    lines = events.read_text().splitlines()
+    order = [line.split(" ")[0] + " " + line.split(" ")[1] for line in lines]
+    minutes = [float(line.split("--max-minutes ")[1].split()[0]) for line in lines if line.startswith("rl begins")]
+    assert len(minutes) == 2 and minutes[0] == minutes[1]
+    if first:
+        assert order[:2] == ["eval begins", "eval ends"] and order.count("rl begins") == 2
+        assert 1.9 <= minutes[0] <= 1.97  # 120 s less the evaluation's 2-3 s
+        assert "the warm start's evaluation first: the GPU (79.6 GiB) holds it or 2 RL arms, not both" in done.stdout
+    else:
+        assert order.index("eval ends") > order.index("rl begins")  # begun together
+        assert minutes[0] == 2.0 and "evaluation first" not in done.stdout
+
+
+def test_run_in_calls_waits_for_arms_that_end_well(tmp_path: Path) -> None:
+    script = (f'{_script_function("watch_arms")}\n'
+              '(sleep 1) & a=$!; (sleep 3) & b=$!\n'
+              'watch_arms "$a" "$b"; echo "returned $?"\n')
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "returned 0\n", "")
+    assert 3 <= time.monotonic() - started < 10  # both waited for
 
 
 def test_a_shorter_secret_code_is_read_and_answered_by_the_oracle(engine: Any) -> None:
@@ -1252,7 +1364,6 @@ def test_run_in_calls_packs_a_cut_call_and_refuses_to_resume_a_lost_run(tmp_path
     nothing. Now a call with RESUME=1 refuses a WORK_DIR with no run, before anything runs, and a signal (the
     machine's limit) stops the stages and packs what is done."""
     import signal
-    import time
 
     out, work = tmp_path / "out", tmp_path / "work"
     env = _calls_env(tmp_path)

@@ -607,8 +607,8 @@ def oracle_data(engine: Any, rows: Sequence[dict[str, Any]], cfg: ReproConfig, c
                     f"{concurrency} rollouts are scored at once in each process that rolls demonstrations, and every "
                     "such process holds its own engine on the same device: lower `--demo-workers` (run_in_calls.sh: "
                     "DEMO_WORKERS, unset: what the device's memory holds; on an H200 8 fit beside the untrained "
-                    "model's evaluation in most runs and ran out once alone, 6 fit, 14 did not; on an H100 8 ran out "
-                    "beside it, 4 fit) or `concurrency`")
+                    "model's evaluation in most runs and ran out once alone, 6 fit, 14 did not; on an H100 8 and 4 ran "
+                    "out beside it, 4 fit alone; a worker peaked at 18.4 GiB) or `concurrency`")
             if rollout.status != "completed" or rollout.reward != 1.0:
                 raise RuntimeError(f"oracle rollout {start + i} scored {rollout.reward} ({rollout.status}: "
                                    f"{rollout.reason}); answer {rollout.answer!r}, gold {row['label']}")

@@ -42,8 +42,8 @@ case "$WS_ROUND_FROM" in last|untrained) ;; *) echo "WS_ROUND_FROM=$WS_ROUND_FRO
 # inverse_cdf batched 1.69x multinomial's tokens/s at 256 requests on the H200: bench/README "engine_batching.py")
 # DEMO_WORKERS: each worker holds its own engine on the GPU (on an H200: 8 fit beside an evaluation in most runs and
 # ran out once, bench/README "Run 20, lost"; 6 fit, 99.8 s for 8,192 demonstrations; 14 ran out of memory). Empty
-# (the default): what the device's memory holds, `demo_workers` below (8 on an H200, 4 on an H100: run 33's 8 ran
-# out on an H100 beside the untrained model's evaluation, 31.4 GiB, the workers 4.6-10.3 GiB each)
+# (the default): what the device's memory holds, `demo_workers` below (run 33's 8 and run 34's 4 ran out on an H100
+# beside the untrained model's evaluation, 31.4-32.2 GiB, the workers up to 18.4 GiB each)
 : "${EVAL_S:=200}" "${MODEL_ARGS:=}" "${WS_ARGS:=}" "${RL_ARGS:=}"  # *_ARGS: more flags for that stage
 # (MODEL_ARGS="--sentence-lengths uniform": the filler of runs 3-29, every sentence 11 tokens; the default is varied)
 : "${RL_DRAWS:=1}"  # 2: a second RL arm from the same start, its own documents and sampling seeds (`rl --draw 1`,
@@ -86,11 +86,24 @@ cap() { local l; l=$(left); echo $(( l > 1 ? l : 1 )); }  # a `timeout` limit: 0
 as_minutes() { awk -v s="$1" 'BEGIN{m = s / 60; printf "%.2f", m < 0.01 ? 0.01 : m}'; }  # a stage's 0 means no cap
 stamp() { echo "[$(date +%T)] $*" | tee -a "$r/calls.log"; }
 pack() { tar czf "$out/results.tgz.tmp" -C "$r" . && mv "$out/results.tgz.tmp" "$out/results.tgz"; }
-demo_workers() {  # the demonstration workers the first GPU's memory holds beside an evaluation: 32 GiB for it, 10 a
-  # worker, 1 to 8 (139 GiB H200: 8; 79 GiB H100: 4); 8, the H200's, where nvidia-smi does not answer
+gpu_gib() {  # the first GPU's memory in GiB as nvidia-smi reports it; nothing where it does not answer
   local mib; mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-  case "$mib" in ''|*[!0-9\ ]*) echo 8; return;; esac
-  awk -v m="$mib" 'BEGIN{n = int((m / 1024 - 32) / 10); print n < 1 ? 1 : (n > 8 ? 8 : n)}'
+  case "$mib" in ''|*[!0-9\ ]*) return 0;; esac
+  awk -v m="$mib" 'BEGIN{printf "%.1f\n", m / 1024}'
+}
+demo_workers() {  # demo_workers BESIDE: the demonstration workers the first GPU's memory holds, BESIDE (1: the
+  # untrained model's evaluation runs beside them, 32 GiB; 0: alone) at 18.5 GiB a worker (run 34's peak, 18.4), 1 to 8
+  # (139 GiB H200: 5 beside, 7 alone; 79 GiB H100: 2 beside, 4 alone); 8, runs 3-32's, where nvidia-smi does not answer
+  local gib; gib=$(gpu_gib)
+  [ -n "$gib" ] || { echo 8; return; }
+  awk -v g="$gib" -v e="$1" 'BEGIN{n = int((g - 32 * e) / 18.5); print n < 1 ? 1 : (n > 8 ? 8 : n)}'
+}
+eval_fits_beside() {  # eval_fits_beside ARMS: the first GPU holds an evaluation (22 GiB) beside ARMS RL arms (30 GiB
+  # each; run 34 on an H100: 21.7 GiB and 28.0-29.4 GiB, and its control ran out there); yes where nvidia-smi does
+  # not answer (runs 3-33: the arms and the warm start's evaluation together on an H200)
+  local gib; gib=$(gpu_gib)
+  [ -n "$gib" ] || return 0
+  awk -v g="$gib" -v a="$1" 'BEGIN{exit !(g >= 22 + 30 * a)}'
 }
 probe_stopped() {  # the warm start in $1 stopped on its probe; if not (its step cap or time budget), exit 1 and
   # print why, with its last probe and confirmation
@@ -128,6 +141,7 @@ evaluate() {  # evaluate CKPT NAME FILE, in the background, once a call
   { [ -f "$r/eval_$3.json" ] || [ -n "${started[$3]:-}" ]; } && return 0
   started[$3]=1
   timeout "$(cap)" $R eval --ckpt "$1" --name "$2" --out "$r/eval_$3.json" > "$r/eval_$3.log" 2>&1 &
+  started[$3]=$!
 }
 # a long stage runs as a job the shell waits for: a trapped signal interrupts `wait` (never a foreground command),
 # and `timeout` puts its command in a process group of its own, which a signal to ours does not reach: cut stops it
@@ -157,7 +171,7 @@ if [ "$last" -lt 1 ] || { ! probe_stopped "$w/warm$last" > /dev/null && [ "$last
   init="$w/model"; [ "$last" -ge 1 ] && [ "$WS_ROUND_FROM" = last ] && init="$w/warm$last"
   echo "$WS_ROUND_FROM" > "$w/ws_round_from"  # where this run's rounds begin, which its later calls keep
   minutes=$(as_minutes $(( $(left) - 45 )))
-  [ -n "$DEMO_WORKERS" ] || DEMO_WORKERS=$(demo_workers)
+  [ -n "$DEMO_WORKERS" ] || DEMO_WORKERS=$(demo_workers "$([ -n "${started[untrained]:-}" ] && echo 1 || echo 0)")
   stamp "warm start round $k from $init, $minutes min, $DEMO_WORKERS demonstration workers"
   interruptible "$r/warmstart$k.log" timeout "$(cap)" $R warmstart --init "$init" --out "$w/warm$k" \
     --demos "$DEMOS" --demo-workers "$DEMO_WORKERS" \
@@ -184,7 +198,15 @@ all_begun() { local d; for d in "${arms[@]}"; do [ -f "$w/$d/stage.json" ] || re
 flags() { case "$1" in rl) ;; rl_permuted) echo --permute;; rl_draw1) echo --draw 1;; esac; }  # an arm's own flags
 before_evals() { echo $(( $(left) - EVAL_S - 50 )); }  # RL's seconds before the evaluations (50: load, save the arms)
 step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the warm start, or resumed), in parallel
-  local minutes d pids=() resume=0; minutes=$(as_minutes "$1")
+  local minutes d pids=() resume=0 seconds=$1 t
+  if [ ! -f "$r/eval_warmstart.json" ] && ! eval_fits_beside "${#arms[@]}"; then  # first, alone: then the arms
+    t=$(date +%s); stamp "the warm start's evaluation first: the GPU ($(gpu_gib) GiB) holds it or ${#arms[@]} RL" \
+      "arms, not both"
+    evaluate "$warm" "warm start" warmstart; wait "${started[warmstart]}"
+    seconds=$(( seconds - ($(date +%s) - t) ))
+    [ "$seconds" -ge 10 ] || { stamp "no time left for RL after the warm start's evaluation: call again"; pack; exit 0; }
+  fi
+  minutes=$(as_minutes "$seconds")
   local rl=(--prompts "$RL_PROMPTS" --samples "$RL_SAMPLES" --lr "$RL_LR" --steps-per-rollout "$RL_STEPS_PER_ROLLOUT"
       --lr-warmup "$RL_WARMUP" --kl-coef "$RL_KL" --sampler "$RL_SAMPLER" --steps 1000 --max-minutes "$minutes" --skip-flat --tf32 $RL_ARGS)
   local which="RL and control"; [ "$RL_DRAWS" = 2 ] && which="RL, control and RL's second draw"
@@ -201,9 +223,31 @@ step_rl() {  # step_rl SECONDS: every arm steps SECONDS more (fresh from the war
     local from=(--init "$warm"); [ "$resume" = 1 ] && from=(--init "$w/$d" --resume)
     timeout "$(cap)" $R rl --out "$w/$d" $(flags "$d") "${from[@]}" "${rl[@]}" >> "$r/$d.log" 2>&1 & pids+=($!)
   done
-  wait "${pids[@]}"
+  watch_arms "${pids[@]}"
   for d in "${arms[@]}"; do
     cp "$w/$d/stage.json" "$r/${d}_stage.json" 2>/dev/null; tail -1 "$r/$d.log" | tee -a "$r/calls.log"
+  done
+}
+watch_arms() {  # watch_arms PID...: wait for the arms (in `arms` order); the first to fail stops the others and the
+  # call, loudly: RL without its control is no result (run 34's control ran out of memory at its first step and RL
+  # stepped alone for 7 minutes). The next call begins every arm again from where the last whole call left them.
+  local pids=("$@") k rc
+  while :; do
+    local running=0
+    for k in "${!pids[@]}"; do
+      [ -n "${pids[$k]}" ] || continue
+      if kill -0 "${pids[$k]}" 2>/dev/null; then running=1; continue; fi
+      wait "${pids[$k]}"; rc=$?; pids[$k]=""
+      [ "$rc" = 0 ] && continue
+      local alive=("${pids[@]}"); alive=(${alive[@]}); [ "${#alive[@]}" -gt 0 ] && kill "${alive[@]}" 2>/dev/null
+      wait
+      stamp "RL arm ${arms[$k]} failed (exit $rc; its log: $r/${arms[$k]}.log): $(tail -1 "$r/${arms[$k]}.log")"
+      stamp "the other arms were stopped with it (RL without its control is no result): fix the cause and call" \
+        "again; the arms begin again from where the last whole call left them"
+      pack; exit 1
+    done
+    [ "$running" = 1 ] || return 0
+    sleep 2 & wait $!  # a signal (the call's limit) interrupts `wait`, not a foreground sleep
   done
 }
 if [ "$WS_ROUND_FROM" = untrained ] && [ "$last" -gt 1 ] && ! probe_stopped "$warm" > /dev/null; then
