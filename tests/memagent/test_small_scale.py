@@ -4066,7 +4066,7 @@ def test_run_32s_section_shows_what_its_files_hold() -> None:
 def test_run_33s_calls_hold_what_bench_readme_says() -> None:
     """Run 33 was stopped before RL (an H100 where the plan was sized on an H200, then two warm start rounds that
     formed no copy): bench/README's "Run 33, stopped" against the last call's packed files, which hold all three."""
-    section = _bench_section("**Run 33, stopped**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 33, stopped**", "**Run 34, control lost**")
     call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run33_stopped" / "call3_results.tgz")
     log = call["calls.log"]
     # call 1: the H200's 8 workers ran out of the H100's memory beside the evaluation, whose 31.4 GiB the error names
@@ -4101,3 +4101,65 @@ def test_run_33s_calls_hold_what_bench_readme_says() -> None:
     assert "RL" not in log and "eval_rl.json" not in call and "eval_warmstart.json" not in call
     untrained = json.loads(call["eval_untrained.json"])["results"]
     assert len(untrained) == 48 * 6 and sum(r["sub_em_strict"] for r in untrained) == 0
+
+
+def test_run_34s_calls_hold_what_bench_readme_says() -> None:
+    """Run 34 lost its control to the H100's memory and RL stepped alone: bench/README's "Run 34, control lost"
+    against the last call's packed files, which hold all three calls' log."""
+    section = _bench_section("**Run 34, control lost**", "## Fixes these benchmarks led to")
+    call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run34_control_lost" / "call3_results.tgz")
+    log = call["calls.log"]
+    # call 1: 4 workers ran out beside the untrained model's evaluation (32.2 GiB)
+    first = log[log.index("pipeline.OracleOutOfMemory"):log.index("call ends after warm start round 1")]
+    assert "Process 674 has 32.18 GiB memory in use" in first and "4 demonstration workers" in log
+    workers = [float(g) for g in re.findall(r"(?:Process 81\d|this process) has ([\d.]+) GiB", first)]
+    assert len(workers) == 4 and (min(workers), max(workers)) == (4.0, 18.37)
+    assert "the 4 workers (4.0-18.4 GiB) ran out beside the untrained model's evaluation (32.2 GiB)" in section
+    assert log.count("call starts") == 3 and log.count("warm start round 1 from /tmp/repro/model") == 2
+    stage = json.loads(call["warmstart1_stage.json"])
+    assert (stage["args"]["demo_workers"], stage["args"]["demo_split"], stage["args"]["init"]) == (
+        4, "demo1", "/tmp/repro/model")
+    assert stage["stop"]["reason"] == "time budget of 8.58 min spent" and len(stage["curve"]) == 1348
+    assert f"`demo1`, {stage['demo_s']:.0f} s with 4 workers" in section
+    assert "the call ended after step 1348 (8.58 minutes)" in section and "1,348 steps in 8.58 minutes" in section
+    probes = [(int(m[0]), float(m[1]), float(m[2]), float(m[3])) for m in re.findall(
+        r"step (\d+): loss ([\d.]+), probe strict sub_em ([\d.]+)%, digits right ([\d.]+)%", call["warmstart1.log"])]
+    losses = [loss for step, loss, _, _ in probes if step >= 250]
+    assert f"loss {min(losses):.2f}-{max(losses):.2f} from step 250 to {probes[-1][0]}" in section
+    early = [(p, d) for step, _, p, d in probes if step <= 1150]
+    assert f"probe 0-{max(p for p, _ in early):.1f} % and digits right {math.floor(min(d for _, d in early)):.0f}-" \
+           f"{round(max(d for _, d in early)):.0f} % to step 1150" in section
+    late = [(p, d) for step, _, p, d in probes if step > 1150]
+    assert late == [(14.6, 32.3), (10.4, 33.3), (8.3, 21.9)] and all(p < 30 for _, _, p, _ in probes)
+    # call 3: the control ran out at its first step; RL stepped alone
+    assert "Process 1725 has 21.68 GiB" in log and "Process 1726 has 29.35 GiB" in log
+    assert "this process has 28.01 GiB" in log and "(28.0 GiB beside RL's 29.4 and the warm start's evaluation's 21.7)" \
+        in section
+    assert not re.search(r"step \d+: reward", call["rl_permuted.log"]) and "eval_rl_permuted.json" not in call
+    rl = json.loads(call["rl_stage.json"])
+    rewards = [c["reward_mean"] for c in rl["curve"]]
+    assert rl["steps"] == 23 and not rl["permuted"] and rl["args"]["init"] == "/tmp/repro/warm1"
+    assert "23 steps in 7.08 minutes" in section and f"reward {min(rewards):.2f}-{max(rewards):.2f}" in section
+    assert f"{sum(rewards[:5]) / 5:.3f} over the first five steps, {sum(rewards[-5:]) / 5:.3f} over the last five" \
+        in section
+    deltas = [c["audit"]["max_abs_delta"] for c in rl["curve"]]
+    assert all(c["audit"] is not None for c in rl["curve"]) and f"max |d| {max(deltas):.1e}".replace("e-0", "e-") \
+        in section
+    evals = {name: json.loads(call[f"eval_{name}.json"]) for name in ("untrained", "warmstart", "rl")}
+    def row(name: str) -> tuple[str, str, str]:
+        by = {int(k): v["sub_em_strict"] for k, v in evals[name]["by_length"].items()}
+        return (" / ".join(f"{by[n]:.1f}" for n in (1000, 2000, 4000)), f"{evals[name]['train_strict']:.1f}",
+                " / ".join(f"{by[n]:.1f}" for n in (8000, 16000, 32000)))
+
+    (warm_short, warm_train, warm_long), (rl_short, rl_train, rl_long) = row("warmstart"), row("rl")
+    assert (f"warm start {warm_short} at 1K / 2K / 4K ({warm_train} at the training lengths), {warm_long} at 8K / 16K "
+            f"/ 32K; RL {rl_short} ({rl_train}), {rl_long}.") in section
+    assert all(v["sub_em_strict"] == 0 for v in evals["untrained"]["by_length"].values())
+    warm, after = evals["warmstart"]["results"], evals["rl"]["results"]
+    assert [r["gold"] for r in warm] == [r["gold"] for r in after]  # the same documents
+    pairs = [(a["sub_em_strict"], b["sub_em_strict"]) for a, b in zip(warm, after) if a["length"] <= 4000]
+    won, lost, kept = (sum(1 for p in pairs if p == q) for q in ((0, 1), (1, 0), (1, 1)))
+    assert len(pairs) == 144 and (won, lost, kept) == (18, 9, 9)
+    assert "RL answered 18 right that the warm start did not and missed 9 it had (9 right in both)" in section
+    sign_p = 2 * sum(math.comb(won + lost, j) for j in range(min(won, lost) + 1)) / 2 ** (won + lost)
+    assert f"+{100 * (won - lost) / 144:.1f} points, a two-sided sign test's p {sign_p:.2f}" in section
