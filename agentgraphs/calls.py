@@ -8,11 +8,8 @@ LangGraph hands on to every node, sync or async) and both recorded call paths, `
 spec collects from the final state: `llm_calls` is every call answered, and `dropped_calls` names the
 trainable calls that will not be trained. Plain Python: no LangGraph.
 
-The ledger also holds the rollout's sync calls in flight. A `def` node's `TracedChatModel.invoke()` runs in a
-worker thread that waits on a coroutine of a background event loop; cancelling the rollout (its deadline, slime's
-cancel) cancels the node's asyncio task but cannot reach that thread. So the sync call `hold`s its future here,
-and the rollout's end (`recording_calls` exiting) cancels it: the coroutine is cancelled, the engine aborts its
-request (SGLangEngine: /abort_request by rid), and the thread is free at once.
+The rollout's sync calls still in flight at its end are cancelled by another owner, `agentgraphs.sync_calls`,
+which the debugger's steps share.
 
 >>> ledger = CallLedger()
 >>> ledger.record({"rid": "a", "node": "map", "prompt_ids": [1], "output_ids": [2], "trainable": True}, "call_llm")
@@ -24,8 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import threading
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Mapping, Sequence, TypedDict
 
@@ -55,34 +50,10 @@ class CallLedger:
     turns: list[Mapping[str, Any]] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     started: int = 0  # calls let through the call limit (answered or still in flight)
-    closed: bool = False  # the rollout ended: its sync calls still in flight were cancelled
-    _sync: set[Future[Any]] = field(default_factory=set, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, turn: Mapping[str, Any], source: Source) -> None:
         self.turns.append(turn)
         self.sources.append(source)
-
-    def hold(self, future: Future[Any]) -> bool:
-        """Keep a sync call's future (its coroutine on another loop) until `release`, to be cancelled when the
-        rollout ends. False, with the future cancelled, when it has ended already."""
-        with self._lock:
-            if not self.closed:
-                self._sync.add(future)
-                return True
-        future.cancel()
-        return False
-
-    def release(self, future: Future[Any]) -> None:
-        with self._lock:
-            self._sync.discard(future)
-
-    def close(self) -> int:
-        """The rollout ended: cancel its sync calls still in flight, refuse later ones; how many were cancelled."""
-        with self._lock:
-            self.closed = True
-            pending, self._sync = list(self._sync), set()
-        return sum(future.cancel() for future in pending)
 
     def __len__(self) -> int:
         return len(self.turns)
@@ -93,15 +64,13 @@ _LEDGER: contextvars.ContextVar[CallLedger | None] = contextvars.ContextVar("age
 
 @contextlib.contextmanager
 def recording_calls() -> Iterator[CallLedger]:
-    """Open a ledger for the code run inside (one rollout); nested rollouts get their own. On exit, however the
-    rollout ended, its sync calls still in flight are cancelled (`CallLedger.close`)."""
+    """Open a ledger for the code run inside (one rollout); nested rollouts get their own."""
     ledger = CallLedger()
     token = _LEDGER.set(ledger)
     try:
         yield ledger
     finally:
         _LEDGER.reset(token)
-        ledger.close()
 
 
 def current_ledger() -> CallLedger | None:

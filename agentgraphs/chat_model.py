@@ -28,7 +28,6 @@ ends (tested).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import hashlib
 import json
 import re
@@ -61,10 +60,11 @@ from .calls import CallLedger, current_ledger
 from .chat import ChatTemplate, Conversation, Skeleton
 from .context import AgentContext, context_of
 from .engines import SamplingParams
-from .errors import CallCancelled, ConfigError, InputError
+from .errors import ConfigError, InputError
 from .history_digest import digest, history_digests
 from .node import recorded_call
 from .spec import AgentSpec, RewardFn, RolloutInput
+from .sync_calls import current_sync_calls, wait_for_call
 from .toolcalls import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
@@ -186,9 +186,11 @@ class TracedChatModel(BaseChatModel):
         # Engines are async and an HTTP engine belongs to one event loop: sync calls run on one background
         # loop per process. The run's context, node name and call ledger are read here, in the caller's
         # context (the background loop has none of them).
-        ledger = current_ledger()
-        call = self._call(messages, stop, _run_context(), _node_name(), kwargs, ledger)
-        return _wait_in_rollout(asyncio.run_coroutine_threadsafe(call, _sync_loop()), ledger)
+        call = self._call(messages, stop, _run_context(), _node_name(), kwargs, current_ledger())
+        # in an async run this thread is one LangGraph runs a `def` node in, which cancelling the run cannot
+        # reach: the run's sync-call scope (a rollout's, a debugger step's) cancels the call when the run ends
+        return wait_for_call(asyncio.run_coroutine_threadsafe(call, _sync_loop()), current_sync_calls(),
+                             "TracedChatModel.invoke()")
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
@@ -303,24 +305,6 @@ def _sync_loop() -> asyncio.AbstractEventLoop:
             loop = _SYNC["loop"] = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="agentgraphs-chat-model", daemon=True).start()
         return loop
-
-
-def _wait_in_rollout(future: concurrent.futures.Future[ChatResult], ledger: CallLedger | None) -> ChatResult:
-    """The sync call's result. In a rollout (a ledger), the call is cancelled when the rollout ends: in an async
-    run this thread is one LangGraph runs a `def` node in, which the rollout's deadline or cancellation cannot
-    reach; cancelling the future cancels the coroutine, whose engine aborts the request, and frees the thread."""
-    if ledger is None:
-        return future.result()
-    try:
-        if ledger.hold(future):
-            return future.result()
-    except concurrent.futures.CancelledError:
-        if not ledger.closed:
-            raise
-    finally:
-        ledger.release(future)
-    raise CallCancelled("TracedChatModel.invoke(): the rollout ended (its max_time_s deadline, a cancellation, or "
-                        "its end) while this call waited; the request was aborted and nothing is recorded")
 
 
 def _load_models(raw: Mapping[str, Any] | None) -> None:

@@ -24,9 +24,11 @@ from .gc_tuning import rollouts_running
 from .node import CAP_SOURCES, LLMCallLimitExceeded, RolloutAborted
 from .records import RESULT_METADATA_KEYS, Rollout, Status, reward_input, trace_summary
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
+from .sync_calls import cancelling_sync_calls
 from .trace import Layout, Turn, build_sequences, check_sequence
 
 logger = logging.getLogger(__name__)
+_ROLLOUT_ENDED = "the rollout ended (its max_time_s deadline, a cancellation, or its end)"
 _GRAPH_RAISED = "graph raised "  # the reason's start when the graph raised an exception (+ "<class name>: <message>")
 
 
@@ -109,7 +111,9 @@ async def _run(
         except asyncio.TimeoutError as exc:  # the graph's own (a tool's wait_for): not the rollout's deadline
             raise _GraphTimeout(exc) from exc
 
-    with recording_calls() as ledger:  # every call the graph's nodes make lands here (agentgraphs.calls)
+    # every call the graph's nodes make lands in the ledger (agentgraphs.calls); the rollout's end, however it
+    # came, cancels its `def` nodes' calls still in flight (agentgraphs.sync_calls)
+    with recording_calls() as ledger, cancelling_sync_calls(_ROLLOUT_ENDED):
         try:
             if ctx.limits.max_time_s is not None:
                 await asyncio.wait_for(drive(), ctx.limits.max_time_s)
