@@ -18,11 +18,8 @@ from typing import Any, Callable
 
 import psutil
 import pytest
-from langgraph.graph import END, START, MessagesState, StateGraph
 
 import rl_bridge
-from agentgraphs.chat_model import TracedChatModel, messages_graph_spec
-from agentgraphs.context import AgentContext
 from agentgraphs.engines import Completion, SamplingParams
 from agentgraphs.testing.fake_engines import FixedLatencyEngine
 from agentgraphs.testing.server import SGLangTestServer
@@ -155,23 +152,7 @@ def test_cancel_during_retry_backoff_returns_promptly(tiny_model_dir: Path) -> N
         assert server.stats.generate_requests < 4 * N  # no retry storm after the cancel
 
 
-# -- a plain `def` node: its invoke() blocks one of the loop's executor threads -----------------------------
-_MODEL = TracedChatModel()
-
-
-def _answer(state: MessagesState) -> dict[str, Any]:
-    return {"messages": [_MODEL.invoke(state["messages"])]}  # LangGraph's quickstart shape
-
-
-def _sync_graph(options: Any = None) -> Any:
-    g = StateGraph(MessagesState, context_schema=AgentContext)
-    g.add_node("answer", _answer)
-    g.add_edge(START, "answer")
-    g.add_edge("answer", END)
-    return g.compile(name="sync_answer")
-
-
-SYNC_NODE = messages_graph_spec(_sync_graph, reward=lambda rin, ctx: 1.0, name="sync_answer")
+# -- a plain `def` node (the kit's SYNC_ANSWER): its invoke() blocks one of the loop's executor threads ------
 WORKERS = 2  # the loop's executor threads, which LangGraph runs def nodes in: all blocked by the slow calls
 GONE_S = 10.0  # how long an ended rollout's request may stay on the server (the engine hangs for 3600 s)
 
@@ -184,7 +165,7 @@ def test_a_def_node_call_in_flight_is_aborted_when_its_rollout_ends(tiny_model_d
     (it queued behind the blocked threads and failed at its own deadline)."""
     engine = FixedLatencyEngine(latency_s=3600.0)
     with SGLangTestServer(engine) as server:
-        agent = {"agentgraph": "tests.test_cancellation:SYNC_NODE"}
+        agent = {"agentgraph": "agentgraphs.testing.agents:SYNC_ANSWER"}
         args = make_args(server, tiny_model_dir, **agent, **({"agentgraph_max_time_s": 0.5} if end == "deadline"
                                                              else {}))
         later_args = make_args(server, tiny_model_dir, **agent, agentgraph_max_time_s=HANG_S)

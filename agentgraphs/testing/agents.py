@@ -3,6 +3,7 @@
     agentgraph: agentgraphs.testing.agents:TWO_TURN            # concat layout: one sequence
     agentgraph: agentgraphs.testing.agents:TWO_TURN_PER_TURN   # per_turn layout: two sequences
     agentgraph: agentgraphs.testing.agents:FAILING             # a node that raises (failure paths)
+    agentgraph: agentgraphs.testing.agents:SYNC_ANSWER         # a plain `def` node calling model.invoke()
 
 `looping_chat_graph()` continues one conversation N times (long append-only traces, checkpoints).
 """
@@ -12,12 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from typing_extensions import NotRequired  # typing.NotRequired is Python 3.11+
 
 from ..context import AgentContext
 from ..errors import InputError
 from ..answers import boxed_match
+from ..chat_model import TracedChatModel, messages_graph_spec
 from ..node import TraceState, call_llm
 from ..spec import AgentSpec, RewardInput, RolloutInput
 
@@ -69,6 +71,24 @@ TWO_TURN = AgentSpec(name="two_turn", build_graph=_graph, make_input=make_input,
                      description="solve, then self-check in the same conversation")
 TWO_TURN_PER_TURN = replace(TWO_TURN, name="two_turn_per_turn", layout="per_turn", _graphs={})
 FAILING = replace(TWO_TURN, name="failing", build_graph=lambda o: _graph(o, failing=True), _graphs={})
+
+_MODEL = TracedChatModel()
+
+
+def _answer(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [_MODEL.invoke(state["messages"])]}  # LangGraph's quickstart shape: a sync node
+
+
+def _sync_answer_graph(options: Any = None, checkpointer: Any = None) -> Any:
+    builder = StateGraph(MessagesState, context_schema=AgentContext)
+    builder.add_node("answer", _answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=checkpointer, name="sync_answer")
+
+
+# one `def` node whose TracedChatModel.invoke() blocks a worker thread (cancellation of sync calls)
+SYNC_ANSWER = messages_graph_spec(_sync_answer_graph, reward=lambda rin, ctx: 1.0, name="sync_answer")
 
 
 class LoopingChatState(TraceState):
