@@ -95,8 +95,14 @@ class RetrievalError(AgentGraphsError):
 
 
 class CallCancelled(AgentGraphsError):
-    """A sync engine call (TracedChatModel.invoke() in a `def` node) outlived its rollout: the rollout ended (its
-    deadline, a cancellation, its end) while the call waited, so the request was aborted and nothing is recorded."""
+    """A sync engine call (TracedChatModel.invoke() in a `def` node) outlived its run: the rollout ended (its
+    deadline, a cancellation, its end) or the debugger step was cancelled (interrupted, timed out, its session
+    closed) while the call waited, so the request was aborted and nothing is recorded."""
+
+
+class StepCancelled(AgentGraphsError):
+    """A debugger step still running when its session closed: it was cancelled (its engine calls aborted) and
+    wrote no checkpoint; open the session again on the same thread and step again."""
 
 
 class CheckpointError(AgentGraphsError, LookupError):

@@ -7,6 +7,11 @@ one thread in the database, so the session can `edit` the state (LangGraph's upd
 any checkpoint (`goto`: the next step starts a new branch there), and be resumed later, in another
 process, with the same thread id. The terminal face is `agentgraphs debug` (agentgraphs.checkpoints.tui).
 
+A step ends early when the task running it is cancelled (the caller's `asyncio.wait_for` timeout, Ctrl-C in
+`agentgraphs debug`) or its session closes under it (then it raises `StepCancelled`). Either way it writes no
+checkpoint, and its `def` nodes' `TracedChatModel.invoke()` calls still in flight are cancelled with it, as a
+rollout's are (`agentgraphs.sync_calls`): the request is aborted (SGLang: by rid) and the node's thread is free.
+
     async with DebugSession.open("memagent", "debug.sqlite", row=row, engine="hf:tiny") as session:
         await session.step()                      # prepare
         await session.edit("memory", "No memory yet.")
@@ -16,18 +21,20 @@ process, with the same thread id. The terminal face is `agentgraphs debug` (agen
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 from ..context import AgentContext
 from ..engines import Engine, SamplingParams
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, StepCancelled
 from ..records import Rollout
 from ..rollout import rollout_from_state
 from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from ..sync_calls import cancelling_sync_calls
 from ..trace import Turn
 from .replay import (
     CheckpointInfo,
@@ -47,7 +54,10 @@ from .replay import (
 )
 from .savers import CompactAsyncSqliteSaver
 
-__all__ = ["DebugSession", "StepResult", "resume_sampling"]
+__all__ = ["DebugSession", "OnUpdate", "StepResult", "resume_sampling"]
+
+OnUpdate = Callable[[str, dict[str, Any]], None]  # (node, its state update), as each node finishes
+_STEP_ENDED = "the debugger step ended (interrupted, timed out, or its session closed)"
 
 
 @dataclass
@@ -93,6 +103,8 @@ class DebugSession:
         self.graph = spec.graph(options, checkpointer=saver)
         self.config: dict[str, Any] = thread_config(self.thread_id)  # the thread's latest, or a goto target
         self.notes: list[str] = []  # what opening the session changed in the stored thread (`open`)
+        self._running: set[asyncio.Task[Any]] = set()  # the tasks running a step of this session
+        self._closed_under: set[asyncio.Task[Any]] = set()  # of those, the ones the session's end cancelled
 
     @classmethod
     @asynccontextmanager
@@ -150,47 +162,69 @@ class DebugSession:
             spec.check_engines(opts, ctx.engines)  # `rollout()` scores the run: its judge must be at hand
             session = cls(spec, saver, ctx, opts, record)
             session.notes = notes
-            if fresh:
-                await save_thread(saver, record)
-                await session.begin()
-            yield session
+            try:
+                if fresh:
+                    await save_thread(saver, record)
+                    await session.begin()
+                yield session
+            finally:
+                await session._cancel_running_steps()  # the database still open: a running step unwinds first
 
     async def begin(self) -> StepResult:
         """Store the graph input (from the spec's `make_input`) and stop before the first node."""
         graph_input = self.spec.make_input(self.record["row"], self.options)
         return await self._drive(graph_input, interrupt_before="*")
 
-    async def step(self) -> StepResult:
-        """Run the next superstep and stop after it (a no-op at the end of the run)."""
+    async def step(self, on_update: OnUpdate | None = None) -> StepResult:
+        """Run the next superstep and stop after it (a no-op at the end of the run). `on_update(node, update)` is
+        called as each node finishes (the terminal UI prints them)."""
         if not (await self.state()).next:
             return await self._position(StepResult())
-        return await self._drive(None, interrupt_after="*")
+        return await self._drive(None, on_update, interrupt_after="*")
 
-    async def run_to_end(self) -> StepResult:
-        """Run every remaining superstep."""
+    async def run_to_end(self, on_update: OnUpdate | None = None) -> StepResult:
+        """Run every remaining superstep (`on_update` as in `step`)."""
         if not (await self.state()).next:
             return await self._position(StepResult())
-        return await self._drive(None)
+        return await self._drive(None, on_update)
 
-    async def iter_run(self, *, one_step: bool) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """Each node's update as it arrives, for one superstep or to the end (the terminal UI prints them)."""
-        if not (await self.state()).next:
-            return
-        interrupts = {"interrupt_after": "*"} if one_step else {}
-        async for update in self.graph.astream(None, self.config, context=self.context, stream_mode="updates",
-                                               **interrupts):
-            for node, value in update.items():
-                if node != "__interrupt__":
-                    yield node, dict(value or {})
-        self.config = thread_config(self.thread_id)
+    async def _cancel_running_steps(self) -> None:
+        """The session ends: cancel its steps still running in other tasks and wait for them to unwind (their
+        sync engine calls are aborted; each raises `StepCancelled`)."""
+        running = self._running - {asyncio.current_task()}
+        for task in running:
+            self._closed_under.add(task)
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
 
-    async def _drive(self, graph_input: Any, **interrupts: Any) -> StepResult:
+    async def _drive(self, graph_input: Any, on_update: OnUpdate | None = None, **interrupts: Any) -> StepResult:
         result = StepResult()
-        async for update in self.graph.astream(graph_input, self.config, context=self.context,
-                                               stream_mode="updates", **interrupts):
-            for node, value in update.items():
-                if node != "__interrupt__":
-                    result.updates.append((node, dict(value or {})))
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
+        try:
+            # a cancelled step (however cancelled) cancels its `def` nodes' engine calls (agentgraphs.sync_calls)
+            with cancelling_sync_calls(_STEP_ENDED):
+                async for update in self.graph.astream(graph_input, self.config, context=self.context,
+                                                       stream_mode="updates", **interrupts):
+                    for node, value in update.items():
+                        if node != "__interrupt__":
+                            result.updates.append((node, dict(value or {})))
+                            if on_update is not None:
+                                on_update(node, dict(value or {}))
+        except asyncio.CancelledError:
+            if task is None or task not in self._closed_under:
+                raise
+            task.uncancel()  # the session closed under this step: say so, typed, instead of a bare cancel
+            raise StepCancelled(f"a step of thread {self.thread_id!r} was still running when its session closed: "
+                                "it was cancelled (its engine calls aborted) and wrote no checkpoint. Open the "
+                                f"session again (thread_id={self.thread_id!r}, CLI --thread) and step again"
+                                ) from None
+        finally:
+            if task is not None:
+                self._running.discard(task)
+                self._closed_under.discard(task)
         self.config = thread_config(self.thread_id)  # a step from an earlier checkpoint made a new latest one
         return await self._position(result)
 

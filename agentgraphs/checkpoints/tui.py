@@ -5,13 +5,17 @@ trained output (green), masked output (yellow: not trainable, e.g. a helper engi
 glue / observation tokens the turn's prompt added to its conversation (magenta: masked in a concat
 sequence), and a fresh prompt (cyan). Token boundaries alternate in brightness; the earlier part of a
 conversation is collapsed. Commands (`help` lists them): step, continue, state, turn, edit, history, fork,
-quit.
+quit. Ctrl-C during a step interrupts it (its engine calls are cancelled, no checkpoint is written) and
+returns to the prompt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any, Callable, Mapping, Sequence
+import signal
+import threading
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +32,7 @@ __all__ = ["HELP", "render_turn", "render_value", "repl"]
 HELP = """\
 commands:
   s, step [N]       run the next N supersteps (default 1) and stop
-  c, continue       run to the end
+  c, continue       run to the end (Ctrl-C interrupts a step: no checkpoint, back to this prompt)
   state [KEY]       the current state (every key summarised), or one key in full
   turn N [lp]       turn N's tokens: prompt / glue / trained / masked (lp: every output log-prob)
   edit KEY JSON     set a state key at this checkpoint (JSON value; `turns` appends), counted as the
@@ -224,12 +228,21 @@ async def _print_history(console: Console, session: DebugSession) -> None:
     console.print(history_table(await session.history()))
 
 
-async def _run(console: Console, session: DebugSession, *, one_step: bool) -> None:
+async def _run(console: Console, session: DebugSession, *, one_step: bool) -> bool:
+    """One step (or the rest of the run), its updates printed as they come; False when Ctrl-C interrupted it."""
     turns = await session.turns()
     ran = False
-    async for node, update in session.iter_run(one_step=one_step):
+
+    def show(node: str, update: dict[str, Any]) -> None:
+        nonlocal ran
         ran = True
         _print_update(console, session, node, update, turns)
+
+    if not await _interruptible(session.step(show) if one_step else session.run_to_end(show)):
+        console.print("[yellow]step interrupted[/yellow]: its engine calls were cancelled and no checkpoint was "
+                      "written; `step` runs it again")
+        _print_position(console, await session.state())
+        return False
     snap = await session.state()
     if not ran and not snap.next:
         console.print("the run has ended here: `fork N` goes back to an earlier checkpoint")
@@ -237,6 +250,35 @@ async def _run(console: Console, session: DebugSession, *, one_step: bool) -> No
     _print_position(console, snap)
     if not snap.next:
         await _print_finished(console, session)
+    return True
+
+
+async def _interruptible(step: Awaitable[Any]) -> bool:
+    """Await a step with Ctrl-C cancelling it (and so its `def` nodes' engine calls) instead of the whole
+    program (asyncio.run's own handler); False when it was interrupted. Off the main thread (no signals), plain."""
+    task = asyncio.ensure_future(step)
+    if threading.current_thread() is not threading.main_thread():
+        await task
+        return True
+    loop = asyncio.get_running_loop()
+    interrupted = False
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        loop.call_soon_threadsafe(task.cancel)  # a signal handler runs between bytecodes: hand it to the loop
+
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not (interrupted and task.cancelled()):
+            raise  # this command itself was cancelled, not by our Ctrl-C
+        return False
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    return True
 
 
 async def _print_finished(console: Console, session: DebugSession) -> None:
@@ -312,7 +354,8 @@ async def repl(session: DebugSession, console: Console, read_line: Callable[[str
                 return
             if cmd in ("s", "step", ""):
                 for _ in range(int(args[0]) if args and args[0].isdigit() else 1):
-                    await _run(console, session, one_step=True)
+                    if not await _run(console, session, one_step=True):
+                        break
             elif cmd in ("c", "continue"):
                 await _run(console, session, one_step=False)
             elif cmd == "state":

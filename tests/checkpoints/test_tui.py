@@ -33,11 +33,11 @@ def tokens(text: str) -> str:
     return r"(?:\x1b\[[0-9;]*m)*".join(re.escape(ch) for ch in text)
 
 
-def spawn(args: list[str], tmp_path: Path) -> Any:
+def spawn(args: list[str], tmp_path: Path, agent: str = AGENT) -> Any:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50", "NO_COLOR": "", "FORCE_COLOR": "1"}
     env.pop("NO_COLOR")
-    child = pexpect.spawn(sys.executable, ["-m", "agentgraphs.cli", "debug", AGENT, *args], cwd=str(tmp_path),
+    child = pexpect.spawn(sys.executable, ["-m", "agentgraphs.cli", "debug", agent, *args], cwd=str(tmp_path),
                           env=env, encoding="utf-8", timeout=60, dimensions=(50, 200))
     return child
 
