@@ -85,8 +85,9 @@ class AgentFlowOptions(MethodOptions):
         "anywhere in the text (original)")
     prompts: Literal["seed", "original"] = Field(
         "seed", description="the prompts and the reading of the planner's reply: the seed's (its texts, its tools "
-        "listed by name and description, its memory of one result string per step, its parser; the final output "
-        "asks for \\boxed{}) or the original AgentFlow's")
+        "listed by name and description, its memory of one result string per step, its parser; python_coder asks "
+        "with the seed's prompt and returns the seed's string; the final output asks for \\boxed{}) or the original "
+        "AgentFlow's")
     answer_suffix: bool = Field(False, description="append the <answer>-tags instruction to the query (the "
                                 "original's training; the seed's query is the row's prompt as given)")
     analyzer_engine: str = Field("policy", description="engine of analyze_query ('policy' with train_analysis)")
@@ -196,12 +197,13 @@ def role_engine(ctx: AgentContext, name: str) -> str | None:
 
 
 async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, role: str, node: str,
-                  prompt: str) -> tuple[str, Turn]:
+                  prompt: str, system: str | None = None) -> tuple[str, Turn]:
     ctx = context_of(runtime)
     sampling: dict[str, Any] = {"max_new_tokens": opts.helper_max_new_tokens}
     if opts.helper_temperature is not None:
         sampling["temperature"] = opts.helper_temperature
-    out = await call_llm(state, runtime, node=node, messages=[{"role": "user", "content": prompt}],
+    messages = [{"role": "system", "content": system}] if system is not None else []
+    out = await call_llm(state, runtime, node=node, messages=[*messages, {"role": "user", "content": prompt}],
                          engine=role_engine(ctx, role), trainable=False, **sampling)
     return out.text, out.turn
 
@@ -314,9 +316,10 @@ class _ToolRuntime:
         self.sandbox_limits = SandboxLimits(wall_s=opts.sandbox_wall_s, cpu_s=opts.sandbox_wall_s,
                                             memory_bytes=opts.sandbox_memory_mb * 1024 * 1024)
 
-    async def llm(self, prompt: str, *, node: str) -> str:
+    async def llm(self, prompt: str, *, node: str, system: str | None = None) -> str:
         state = {**self._state, "turns": list(self._state.get("turns") or []) + self.turns}
-        text, turn = await _helper(state, self._runtime, self._opts, self._engine, node, prompt)  # type: ignore[arg-type]
+        text, turn = await _helper(state, self._runtime, self._opts, self._engine,  # type: ignore[arg-type]
+                                   node, prompt, system)
         self.turns.append(turn)
         return text
 
@@ -327,6 +330,7 @@ async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: A
     rt = _ToolRuntime(state, runtime, opts, _tool_engine(runtime, opts, tool))
     calls = parse_command(state["command"])
     if opts.prompts == "seed":
+        run = tool.seed_run or tool.run  # the seed's own behaviour of a built-in tool (python_coder's string)
         # the seed calls tool.execute once, with the keyword arguments of the command's calls (a later call's
         # overriding an earlier's), and keeps str() of that one result (core/executor.py:130-176, 236-242)
         valid = [call for call in calls if not call["error"]]
@@ -334,21 +338,22 @@ async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: A
             result = f"Command parse error: {calls[0]['error']}"
         else:
             kwargs = {key: value for call in valid for key, value in call["kwargs"].items()}
-            result = str(await _run_tool(tool, rt, kwargs, opts))
+            result = str(await _run_tool(run, rt, kwargs, opts))
         return {"result": _cut(result, opts.result_max_chars), "turns": rt.turns}
     results: list[Any] = []
     for call in calls:
         if call["error"]:
             results.append(f"Error in the command: {call['error']}")
             continue
-        results.append(await _run_tool(tool, rt, call["kwargs"], opts))
+        results.append(await _run_tool(tool.run, rt, call["kwargs"], opts))
     return {"result": _cut(str(results), opts.result_max_chars), "turns": rt.turns}
 
 
-async def _run_tool(tool: Tool, rt: _ToolRuntime, kwargs: dict[str, Any], opts: AgentFlowOptions) -> Any:
-    """One tool.execute: its result, or the error or timeout as the result the planner sees."""
+async def _run_tool(run: Callable[..., Awaitable[Any]], rt: _ToolRuntime, kwargs: dict[str, Any],
+                    opts: AgentFlowOptions) -> Any:
+    """One tool.execute (`run`): its result, or the error or timeout as the result the planner sees."""
     try:
-        return await asyncio.wait_for(tool.run(rt, **kwargs), opts.tool_timeout_s)
+        return await asyncio.wait_for(run(rt, **kwargs), opts.tool_timeout_s)
     except asyncio.TimeoutError:
         return f"Execution timed out after {opts.tool_timeout_s:g} seconds"
     except (AgentGraphsError, RolloutAborted):

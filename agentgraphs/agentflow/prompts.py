@@ -16,7 +16,7 @@ __all__ = [
     "ANALYZE_TEMPLATE", "NEXT_STEP_TEMPLATE", "COMMAND_TEMPLATE", "VERIFY_TEMPLATE", "FINAL_TEMPLATE",
     "ANSWER_SUFFIX", "JUDGE_TEMPLATE", "PYTHON_CODER_TEMPLATE", "NO_TOOL_COMMAND", "NO_TOOL_RESULT",
     "format_memory", "format_tools", "SEED_ANALYZE_TEMPLATE", "SEED_NEXT_STEP_TEMPLATE", "SEED_COMMAND_TEMPLATE",
-    "SEED_FINAL_TEMPLATE", "SEED_JUDGE_TEMPLATE", "format_seed_metadata",
+    "SEED_FINAL_TEMPLATE", "SEED_JUDGE_TEMPLATE", "SEED_PYTHON_CODER_SYSTEM", "format_seed_metadata",
 ]
 
 ANSWER_SUFFIX = ("When ready, output the final answer enclosed in <answer> and </answer> tags. "
@@ -321,6 +321,25 @@ Ground Truth: {groundtruth}
 **You MUST end your response with exactly one of these two lines (no extra text after it):**
 VERDICT: True
 VERDICT: False"""  # noqa: E501
+
+
+# The seed's python_coder asks its coder model with this system message and the query as the user message
+# (tools/python_coder/tool.py:139-150): the f-string of :140-146 with LIMITATION (:21-26) and BEST_PRACTICE
+# (:28-33) in it; {exec_timeout} is its _EXEC_TIMEOUT (:12, 30 s; here `sandbox_wall_s`, printed as the seed's int).
+SEED_PYTHON_CODER_SYSTEM = """You are a Python code generator. Write a self-contained Python script that solves the problem and prints the final result.
+
+The Python_Code_Generator_Tool has the following limitations:
+1. Code execution is time-limited to {exec_timeout} seconds; avoid infinite loops or extremely slow algorithms.
+2. No GUI output (matplotlib.pyplot.show() has no effect); use print() to output results.
+3. File and network I/O may not work in the sandbox environment.
+
+
+For optimal results with the Python_Code_Generator_Tool:
+1. Describe the calculation or problem in plain language; do not include Python code in the query.
+2. The tool will generate and run Python code automatically — just state what needs to be computed.
+3. Always end the generated code with a print() statement so the result is captured.
+
+Return ONLY a single Python code block wrapped in ```python ... ```."""  # noqa: E501
 
 
 def format_tools(names: Sequence[str]) -> str:

@@ -6,7 +6,9 @@ type, demo commands, limitations) plus an async `run(rt, **kwargs)`. The command
 `run`; `rt` gives a tool its LLM (the `tools` role's engine, recorded as untrained turns) and the
 run's options. Built in: `base_generator` (an LLM answers a sub-task) and `python_coder` (an LLM writes
 Python, which runs in `agentgraphs.sandbox`; the code's own errors and limits are its result, a sandbox that
-cannot run on the machine is a ConfigError that fails the rollout).
+cannot run on the machine is a ConfigError that fails the rollout). A tool may also carry `seed_run`, what it
+does under `prompts: seed`: python_coder's asks with the seed's own prompt and returns the seed's one string
+(`agentgraphs.agentflow.seed_coder`).
 
 >>> from agentgraphs.agentflow.tools import Tool, register_tool, registered_tools
 >>> async def shout(rt, text: str) -> str:
@@ -27,19 +29,21 @@ from ..codeblocks import python_blocks
 from ..errors import ConfigError
 from ..sandbox import SandboxLimits, explain
 from ..tool_code import run_tool_code
-from .prompts import PYTHON_CODER_TEMPLATE
+from .prompts import PYTHON_CODER_TEMPLATE, SEED_PYTHON_CODER_SYSTEM
+from .seed_coder import seed_code, seed_result, seed_sanitize
 
 __all__ = ["Tool", "ToolRuntime", "register_tool", "registered_tools", "resolve_tools", "BASE_GENERATOR",
            "PYTHON_CODER", "extract_python_block", "seed_view"]
 
 
 class ToolRuntime(Protocol):
-    """What a tool's `run` gets: an LLM call (the `tools` role's engine, recorded, never trained) and
-    the sandbox limits of this run's options."""
+    """What a tool's `run` gets: an LLM call (the `tools` role's engine, recorded, never trained: `prompt` is
+    the user message, after the system message `system` when given) and the sandbox limits of this run's
+    options."""
 
     sandbox_limits: SandboxLimits
 
-    async def llm(self, prompt: str, *, node: str) -> str: ...
+    async def llm(self, prompt: str, *, node: str, system: str | None = None) -> str: ...
 
 
 ToolRun = Callable[..., Awaitable[Any]]
@@ -47,7 +51,8 @@ ToolRun = Callable[..., Awaitable[Any]]
 
 @dataclass(frozen=True)
 class Tool:
-    """One tool: what the planner sees (metadata) and what runs (`run(rt, **kwargs)`)."""
+    """One tool: what the planner sees (metadata) and what runs (`run(rt, **kwargs)`; under `prompts: seed`
+    `seed_run` instead, when the tool has one)."""
 
     name: str
     description: str
@@ -58,6 +63,7 @@ class Tool:
     limitations: str = ""
     best_practices: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    seed_run: ToolRun | None = None
 
     def metadata(self) -> dict[str, Any]:
         """The original's tool metadata shape (what the planner and command generator read)."""
@@ -171,6 +177,18 @@ async def _python_coder(rt: ToolRuntime, query: Any) -> dict[str, str]:
     return {"error": _middle_cut(explain(result), _OUTPUT_CHARS), "execution_code": code}
 
 
+async def _seed_python_coder(rt: ToolRuntime, query: Any) -> str:
+    """The seed's python_coder (tools/python_coder/tool.py:131-170): its system prompt with the query as the user
+    message, its code extraction and exit-call rewrite, its one result string; the code runs in the sandbox."""
+    wall_s = rt.sandbox_limits.wall_s
+    reply = await rt.llm(query if isinstance(query, str) else str(query), node="tool:python_coder",
+                         system=SEED_PYTHON_CODER_SYSTEM.format(exec_timeout=f"{wall_s:g}"))
+    code = seed_sanitize(seed_code(reply))
+    result = await run_tool_code(code, rt.sandbox_limits, tool="AgentFlow python_coder",
+                                 drop="drop python_coder from the option tools")
+    return seed_result(result, exec_timeout=wall_s)
+
+
 PYTHON_CODER = Tool(
     name="Python_Coder_Tool",
     description=("A tool that generates and executes Python code snippets for calculations and math-related "
@@ -190,6 +208,7 @@ PYTHON_CODER = Tool(
                  "and memory. Only the printed output is returned, so the code must print its result."),
     best_practices=("Provide clear and specific queries with all numerical inputs in the query string; ask for the "
                     "final result to be printed with a descriptive message."),
+    seed_run=_seed_python_coder,
 )
 
 register_tool("base_generator", BASE_GENERATOR)

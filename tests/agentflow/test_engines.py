@@ -33,7 +33,7 @@ SLIME_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": -1, "max_new_token
 # the seed's mapping (rollout.py:136-144), our option names
 SEED_ROLES = {"executor_engine": "generator", "verifier_engine": "generator", "final_engine": "generator",
               "tool_engine": "generator", "tool_engines": {"python_coder": "coder"}}
-CODER_ASK = "generate a Python code snippet"  # the original's python_coder prompt (prompts.PYTHON_CODER_TEMPLATE)
+CODER_ASK = "You are a Python code generator."  # the seed's python_coder system prompt (SEED_PYTHON_CODER_SYSTEM)
 
 
 def planner(call: ScriptCall) -> str:

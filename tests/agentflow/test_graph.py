@@ -42,7 +42,7 @@ def helper_script(*, code: str = "print('The product is', 6 * 7)", verdicts: lis
             return "Summary: a product of two numbers. Skills: arithmetic. Tools: Python_Coder_Tool."
         if "Generate a precise command" in text:
             return command or 'Generated Command:\n```python\nexecution = tool.execute(query="Compute 6 * 7")\n```'
-        if "generate a Python code snippet" in text:
+        if "generate a Python code snippet" in text or "You are a Python code generator" in text:  # original, seed
             return f"Step by step:\n```python\n{code}\n```"
         if "Evaluate if the current memory" in text:
             verdict = verdicts[min(len(seen_verifications), len(verdicts) - 1)]
