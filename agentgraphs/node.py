@@ -163,11 +163,14 @@ async def call_llm(
 PromptFn = Callable[[ChatTemplate], tuple[Sequence[int], str]]  # template -> (prompt ids, conversation)
 
 
-async def ask_judge(ctx: AgentContext, engine: str, prompt: str, *, max_new_tokens: int) -> LLMResult:
-    """A reward's question to its judge engine `engine`: one user message, answered greedily through `call_llm`
-    (the rollout's call budget and accounting) as the node "judge", never trained."""
+async def ask_judge(ctx: AgentContext, engine: str, prompt: str, *, max_new_tokens: int,
+                    sampling: Mapping[str, Any] | None = None) -> LLMResult:
+    """A reward's question to its judge engine `engine`: one user message, answered through `call_llm` (the
+    rollout's call budget and accounting) as the node "judge", never trained; greedily, unless `sampling`
+    gives the judge's own sampling overrides (SamplingParams fields, e.g. a method whose judge samples)."""
+    overrides = dict(sampling) if sampling is not None else {"temperature": 0.0}
     return await call_llm({}, ctx, node="judge", engine=engine, trainable=False,
-                          messages=[{"role": "user", "content": prompt}], temperature=0.0,
+                          messages=[{"role": "user", "content": prompt}], **overrides,
                           max_new_tokens=max_new_tokens)
 
 

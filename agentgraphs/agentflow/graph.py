@@ -104,6 +104,10 @@ class AgentFlowOptions(MethodOptions):
         "ends in 'VERDICT: True|False'; read by the first VERDICT, else <true_false>, else a last line that is only "
         "true/false) or the original AgentFlow's (a JSON object with true_false)")
     judge_max_new_tokens: int = Field(2048, ge=1, description="cap of each judge call (seed 2048; original 1024)")
+    judge_sampling: Literal["sglang_defaults", "greedy"] = Field(
+        "sglang_defaults", description="how the judge samples: SGLang's /generate defaults (temperature 1.0, top-p "
+        "1.0, no top-k or min-p: the seed sends no sampling parameters, so its judge samples and a verdict can "
+        "change between asks) or greedy (temperature 0, the original's)")
     answer_check: Literal["boxed_exact", "math_verify"] = Field(
         "boxed_exact", description="boxed_exact (seed): the answer's last \\boxed{} (else a line rule), "
         "normalised, equal to a gold scores 1 before any judge; math_verify (original): the judge alone, "

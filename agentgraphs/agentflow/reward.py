@@ -11,12 +11,15 @@
 - Judge, `judge_prompt: seed` (the seed variant): the seed's prompt (core/rewarder.py:9-30) with the question,
   the whole final output and the ground truth, asking for a last line `VERDICT: True|False`; read by the seed's
   rule (`parse_seed_judge_verdict`: the first `VERDICT: X`, else `<true_false>: X`, else a last line that is
-  only true/false); a reply with none raises RewardError (the seed scores it 0.0).
+  only true/false); a reply with none raises RewardError (the seed scores it 0.0). The seed's judge samples:
+  it sends no sampling parameters but max_new_tokens (rollout.py:217-222), so SGLang's /generate defaults
+  apply (`judge_sampling: sglang_defaults`, SGLANG_DEFAULT_SAMPLING).
 - Judge, `judge_prompt: original`: the judge model reads the question, the model's final answer and the ground
   truth and answers {"analysis": ..., "true_false": ...}; 1.0 if true, else 0.0. The verdict must be
   stated (`parse_judge_verdict`: that JSON object, a `true_false: X` or `VERDICT: X`, a last line that is
   only True / False); a reply without one (cut at max_new_tokens, the instructions echoed) raises
-  RewardError, so its sample fails instead of being scored by a stray "true" or a silent 0.0.
+  RewardError, so its sample fails instead of being scored by a stray "true" or a silent 0.0. Asked greedily
+  (`judge_sampling: greedy`), as the original's judge engine is (temperature 0).
 
 Every rule is a pure function of (answer, golds) that never raises on model text and always returns.
 `reward(RewardInput, ctx)` and `metrics(RewardInput)` are the spec's: the rule `answer_check` names, then
@@ -41,10 +44,19 @@ from ..spec import RewardInput, judge_engine, reward_options
 from .graph import AgentFlowOptions
 from .prompts import JUDGE_TEMPLATE, SEED_JUDGE_TEMPLATE
 
-__all__ = ["AnswerCheck", "boxed_exact_check", "boxed_exact_reward", "seed_prediction", "math_verify_reward",
-           "judge_reward", "metrics", "parse_judge_verdict", "parse_seed_judge_verdict", "reward"]
+__all__ = ["AnswerCheck", "JUDGE_SAMPLING", "SGLANG_DEFAULT_SAMPLING", "boxed_exact_check", "boxed_exact_reward",
+           "seed_prediction", "math_verify_reward", "judge_reward", "metrics", "parse_judge_verdict",
+           "parse_seed_judge_verdict", "reward"]
 
 logger = logging.getLogger(__name__)
+
+# What SGLang's /generate samples with when a request sends no sampling parameters (its SamplingParams defaults,
+# sglang/srt/sampling/sampling_params.py: the model's generation_config only reaches the OpenAI-compatible routes),
+# sent explicitly here: our engines always send every field, so the context's sampling must not fill them in.
+SGLANG_DEFAULT_SAMPLING: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0}
+# option judge_sampling -> the judge call's sampling overrides
+JUDGE_SAMPLING: dict[str, dict[str, float | int]] = {"sglang_defaults": SGLANG_DEFAULT_SAMPLING,
+                                                      "greedy": {"temperature": 0.0}}
 
 _CUE = r"(?:answer|result|is|=)"
 # the seed's line rule. `[\s:]*` stands for the seed's `\s*[:\s]*` (the same strings, without the
@@ -189,9 +201,11 @@ def parse_seed_judge_verdict(text: str) -> bool | None:
 
 
 async def judge_reward(ctx: AgentContext, engine_name: str, question: str, response: str, gold: str,
-                       max_new_tokens: int = 1024, prompt_style: str = "original") -> float:
-    """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked
-    greedily through `agentgraphs.node.ask_judge` (the rollout's call budget and accounting; never trained).
+                       max_new_tokens: int = 1024, prompt_style: str = "original", sampling: str = "greedy",
+                       ) -> float:
+    """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked through
+    `agentgraphs.node.ask_judge` (the rollout's call budget and accounting; never trained) with the sampling
+    JUDGE_SAMPLING names (`sampling`: "greedy", or "sglang_defaults" as the seed's judge samples).
     `prompt_style` "original": JUDGE_TEMPLATE read by `parse_judge_verdict`; "seed": SEED_JUDGE_TEMPLATE read
     by `parse_seed_judge_verdict`. A reply that states no verdict (None) raises RewardError: the sample fails
     instead of being scored by a guess (the seed scores it 0.0)."""
@@ -199,7 +213,7 @@ async def judge_reward(ctx: AgentContext, engine_name: str, question: str, respo
         prompt = SEED_JUDGE_TEMPLATE.format(question=question, model_response=response, groundtruth=gold)
     else:
         prompt = JUDGE_TEMPLATE.format(question=question, response=response, ground_truth=gold)
-    out = await ask_judge(ctx, engine_name, prompt, max_new_tokens=max_new_tokens)
+    out = await ask_judge(ctx, engine_name, prompt, max_new_tokens=max_new_tokens, sampling=JUDGE_SAMPLING[sampling])
     verdict = (parse_seed_judge_verdict if prompt_style == "seed" else parse_judge_verdict)(out.text)
     if verdict is None:
         if out.truncated:
@@ -228,7 +242,7 @@ async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOpt
     question = question_of(rin["prompt"])
     for gold in golds:
         if await judge_reward(ctx, judge, question, rin["answer"], gold, max_new_tokens=opts.judge_max_new_tokens,
-                              prompt_style=opts.judge_prompt) == 1.0:
+                              prompt_style=opts.judge_prompt, sampling=opts.judge_sampling) == 1.0:
             return 1.0
     return 0.0
 

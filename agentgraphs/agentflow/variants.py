@@ -34,6 +34,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "answer_suffix": False,
         "judge_prompt": "seed",
         "judge_max_new_tokens": 2048,
+        "judge_sampling": "sglang_defaults",
     },
     "original": {
         "max_steps": 3,
@@ -52,6 +53,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "answer_suffix": True,
         "judge_prompt": "original",
         "judge_max_new_tokens": 1024,
+        "judge_sampling": "greedy",
     },
 }
 
@@ -80,6 +82,8 @@ SOURCES: dict[str, tuple[str, str]] = {
                      "the judge gets the question, the whole final output and the label; its first 'VERDICT: X' "
                      "decides, else '<true_false>: X', else a last line that is only true/false"),
     "judge_max_new_tokens": ("rollout.py:217-222", "the judge engine's max_new_tokens=2048"),
+    "judge_sampling": ("rollout.py:217-222",
+                       "sampling_params={} plus max_new_tokens: SGLang's /generate defaults, temperature 1.0, top-p 1.0"),
 }
 
 # variant -> the chat-template kwargs its prompts are rendered with (MethodOptions.template_presets). The seed's

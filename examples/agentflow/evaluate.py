@@ -24,7 +24,9 @@ The table reports the mean accuracy over all samples (avg@n: the seed's avg_scor
 (sample k of every problem is run k; best run = the highest run accuracy: the seed's best_score, max over
 its NUM_RUNS runs, eval_all_checkpoints.sh:198, which its README's 30.0% is), plus pass@n (a problem
 solved by any sample) and maj@n (the most frequent answer is right), and how many samples failed or were
-aborted (no verdict: counted as wrong, and a warning names the file with their reasons).
+aborted (no verdict: counted as wrong, and a warning names the file with their reasons). Under the table a
+line says how the judge sampled (`judge_note`): the seed's judge samples (SGLang's defaults, temperature 1.0),
+so a rerun can score the same answer differently.
 OUT holds samples.jsonl, traces.jsonl, summary.json and aime_table.md.
 """
 
@@ -106,7 +108,23 @@ def aime_table(rows: Sequence[tuple[str, Mapping[str, float]]], n: int) -> str:
     return "\n".join(lines)
 
 
+def judge_note(options: Any) -> str:
+    """How the run's judge decided (resolved AgentFlow options): which engine, and whether it sampled.
+
+    >>> from agentgraphs.agentflow import SPEC
+    >>> judge_note(SPEC.resolve_options({"variant": "original"}))
+    "judge: engine 'judge', greedy (temperature 0)"
+    """
+    if options.judge is None:
+        return "judge: none (judge: null), the rule alone decides"
+    if options.judge_sampling == "greedy":
+        return f"judge: engine {options.judge!r}, greedy (temperature 0)"
+    return (f"judge: engine {options.judge!r}, SAMPLED with SGLang's defaults (temperature 1.0, top-p 1.0), as the "
+            "seed's judge: a verdict can change between runs (judge_sampling: greedy to fix it)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from agentgraphs.agentflow import SPEC
     from agentgraphs.batch import run_file
     from agentgraphs.cli import parse_helpers
     from agentgraphs.errors import AgentGraphsError
@@ -128,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgraphs.cli import parse_options
 
     try:
+        note = judge_note(SPEC.resolve_options(parse_options(args.option)))
         summary = run_file("agentflow", args.data, args.engine, args.out, tokenizer=args.tokenizer,
                            options=parse_options(args.option), engines=parse_helpers(args.helper),
                            concurrency=args.concurrency, n_samples=args.n_samples, temperature=args.temperature,
@@ -138,8 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open(args.out / "samples.jsonl", encoding="utf-8") as fh:
         result = scores(json.loads(line) for line in fh if line.strip())
     table = aime_table([(args.model_name, result)], args.n_samples)
-    (args.out / "aime_table.md").write_text(table + "\n", encoding="utf-8")
+    (args.out / "aime_table.md").write_text(f"{table}\n\n{note}\n", encoding="utf-8")
     print(table)
+    print(note)
     print(f"by status: {summary.get('by_status')}")
     if result["unscored"]:
         print(f"warning: {result['unscored']} of {result['samples']} samples failed or were aborted and count as "

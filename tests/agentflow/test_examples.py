@@ -171,3 +171,25 @@ def test_evaluate_follows_the_seeds_protocol(tmp_path: Path, monkeypatch: pytest
     assert (seen["n_samples"], seen["temperature"], seen["top_p"]) == (10, 0.7, 0.95)
     table = (tmp_path / "o" / "aime_table.md").read_text().splitlines()
     assert "best of 10 runs" in table[0] and table[2].startswith("| AgentFlow | 75.0 | 100.0 |")
+
+
+def test_evaluate_says_how_the_judge_sampled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's judge samples (rollout.py:217-222: no sampling parameters, so SGLang's defaults, temperature
+    1.0): a seed run says so under its table, as it reports the judge; the original's judge is greedy."""
+    seed = evaluate.judge_note(SPEC.resolve_options({}))
+    assert "SAMPLED" in seed and "temperature 1.0" in seed and "'judge'" in seed
+    assert "greedy" in evaluate.judge_note(SPEC.resolve_options({"variant": "original"}))
+    assert "none" in evaluate.judge_note(SPEC.resolve_options({"judge": None}))
+
+    def fake_run_file(agent: str, data: Path, engine: str, out: Path, **kw: object) -> dict[str, object]:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "samples.jsonl").write_text(json.dumps({"group_index": 0, "index": 0, "status": "completed",
+                                                       "reward": 1.0, "metadata": {"answer": "1"}}) + "\n")
+        return {"by_status": {"completed": 1}}
+
+    monkeypatch.setattr("agentgraphs.batch.run_file", fake_run_file)
+    data = tmp_path / "aime.jsonl"
+    data.write_text(json.dumps({"input": "Q", "label": "1"}) + "\n")
+    assert evaluate.main([str(data), "--engine", "sglang:http://127.0.0.1:9", "--out", str(tmp_path / "o"),
+                          "--helper", "judge=sglang:http://127.0.0.1:9"]) == 0
+    assert (tmp_path / "o" / "aime_table.md").read_text().rstrip().endswith(seed)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 import rl_bridge
+from agentgraphs.node import MaxNewTokensLowered
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
@@ -164,3 +166,28 @@ def test_original_variant_keeps_the_original_judge(servers: dict[str, Any], tiny
     text = servers["scripts"]["judge"].inner.calls[-1].prompt_text
     assert '"true_false": true or false' in text and "VERDICT" not in text
     assert score(scored[0][1]) == 1.0
+
+
+@pytest.mark.parametrize(("variant", "sampled"), [
+    # rollout.py:217-222: the seed's judge engine is built with sampling_params={} and max_new_tokens=2048, so its
+    # /generate request carries no sampling parameter: SGLang's defaults (temperature 1.0, top-p 1.0, no top-k,
+    # no min-p; the model's generation_config reaches only SGLang's OpenAI-compatible routes) — the judge samples
+    ("seed", {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0}),
+    # the original AgentFlow's judge engine answers at temperature 0 (greedy: the rest is the context's, unused)
+    ("original", {"temperature": 0.0}),
+])
+def test_the_judge_samples_as_the_variants_judge(servers: dict[str, Any], tiny_model_dir: Path, variant: str,
+                                                sampled: dict[str, float]) -> None:
+    options = {"variant": variant, "analyzer_engine": "generator"} if variant == "original" else {}
+    reply = REPLIES[0][0] if variant == "seed" else '{"analysis": "equal", "true_false": true}'
+    args = bridge_args(servers, tiny_model_dir, **options)
+    with warnings.catch_warnings():  # the seed judge's 2048 over slime's default cap: test_seed_judge_asks_...
+        warnings.simplefilter("ignore", MaxNewTokensLowered)
+        out, scored = generate_then_judge(args, servers, [reply])
+    assert out.status == Sample.Status.COMPLETED, out.metadata.get("status_reason")
+    assert score(scored[0][1]) == 1.0
+    bodies = servers["judge"].stats.bodies  # what reached the judge's server, as SGLang would read it
+    assert bodies and len(bodies) == len(servers["scripts"]["judge"].params)
+    for body, params in zip(bodies, servers["scripts"]["judge"].params):
+        assert {key: body["sampling_params"][key] for key in sampled} == sampled
+        assert {key: getattr(params, key) for key in sampled} == sampled
