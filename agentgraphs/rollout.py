@@ -86,6 +86,7 @@ async def _run(
         try:
             _refuse_result_keys(inp["metadata"])
             graph_input = spec.make_input(inp, opts)
+            spec.check_row_engines(inp, opts, ctx.engines)  # a helper the row names: present before it generates
         except InputError as exc:
             return _failed(started, f"bad input: {exc}", exc)
         except Exception as exc:  # a user's make_input must not take the whole batch down

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Iterable, Mapping, TypedD
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from .context import AgentContext
-from .errors import ConfigError, validation_message
+from .errors import ConfigError, InputError, validation_message
 from .trace import Layout, RewardSplit, Turn
 
 logger = logging.getLogger(__name__)
@@ -238,6 +238,8 @@ class AgentSpec:
       on), and `metric_notes`: a caveat per metric, printed with the summary (e.g. a seed's quirk).
     - `named_engines(options)`: {option: engine name} of the helper engines the options name that a run must
       have in AgentContext.engines (AgentFlow's role engines); `check_engines` refuses a missing one.
+    - `row_engines(row, options)`: {row field: engine name} of the helper engines one row names (a ToolOrchestra
+      seed row's model_mapping); `check_row_engines` fails that row before it generates when one is missing.
 
     >>> spec = AgentSpec(name="echo", build_graph=lambda o: None, make_input=lambda r, o: {},
     ...                  reward=lambda r, c: 0.0)
@@ -265,6 +267,7 @@ class AgentSpec:
     headline_metric: str | None = None
     metric_notes: Mapping[str, str] = field(default_factory=dict)
     named_engines: Callable[[Any], Mapping[str, str]] | None = None  # (resolved options) -> {option: engine}
+    row_engines: Callable[[RolloutInput, Any], Mapping[str, str]] | None = None  # (row, options) -> {field: engine}
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
     # saver -> options json -> graph compiled with it; dropped with the saver
     _saver_graphs: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
@@ -312,6 +315,14 @@ class AgentSpec:
         for option, name in (self.named_engines(options) if self.named_engines else {}).items():
             if name not in engines:
                 raise missing_engine_error(option, name, engines, self.name)
+
+    def check_row_engines(self, row: RolloutInput, options: MethodOptions, engines: Iterable[str]) -> None:
+        """InputError (`missing_row_engine_error`) when the row names a helper engine (`row_engines`) that
+        `engines` (the run's AgentContext.engines) lacks: the row fails before it generates, never mid-way."""
+        engines = list(engines)
+        for name_field, name in (self.row_engines(row, options) if self.row_engines else {}).items():
+            if name not in engines:
+                raise missing_row_engine_error(name_field, name, engines)
 
     def reward_split_for(self, options: MethodOptions) -> RewardSplit:
         """The options' `reward_split` where the method makes it an option, else the spec's."""
@@ -415,6 +426,20 @@ ENGINE}), or name one the run has in `verifier_engine`
         f"{agent + ': ' if agent else ''}the option `{option}` names the engine {name!r}, which this run does not "
         f"have (its helper engines: {known or 'none'}). Fix: give the engine (CLI: --helper {name}=ENGINE; slime: "
         f"agentgraph_engines: {{{name}: ENGINE}}), or name one the run has in `{option}`")
+
+
+def missing_row_engine_error(name_field: str, name: str, engines: Iterable[str]) -> InputError:
+    """The refusal of a row naming a helper engine the run does not serve, with the fixes.
+
+    >>> print(missing_row_engine_error("metadata.model_mapping.answer-1", "Qwen/Qwen3-32B", ["judge"]))
+    input field 'metadata.model_mapping.answer-1': names the model 'Qwen/Qwen3-32B', which this run serves no engine for (its helper engines: ['judge']). Fix: serve it as an engine of that name (CLI: --helper 'Qwen/Qwen3-32B=ENGINE'; slime: agentgraph_engines: {'Qwen/Qwen3-32B': ENGINE}, e.g. sglang:http://HOST:PORT or openai:http://HOST:PORT/v1#Qwen/Qwen3-32B), or map the row to a model the run serves
+    """
+    known = sorted(engines)
+    return InputError(name_field, f"names the model {name!r}, which this run serves no engine for (its helper "
+                      f"engines: {known or 'none'})",
+                      f"serve it as an engine of that name (CLI: --helper '{name}=ENGINE'; slime: agentgraph_engines: "
+                      f"{{'{name}': ENGINE}}, e.g. sglang:http://HOST:PORT or openai:http://HOST:PORT/v1#{name}), "
+                      "or map the row to a model the run serves")
 
 
 def check_judge(options: MethodOptions, engines: Iterable[str], agent: str | None = None) -> None:

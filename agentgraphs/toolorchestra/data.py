@@ -8,9 +8,10 @@ Output rows are `{"input": question, "label": [answers], "metadata": {"question"
 retrieval corpus (wiki-18: `{"id", "contents"}` per line) needs no conversion.
 
 The seed's own rows (Takenzz/AgentFlow@4b5aa84 agentic/ToolOrchestra, data/data_slime_full.jsonl) carry per-row
-fields in their metadata (rollout.py:40-41); `row_preference` says what this graph does with each: `pref_vec` is
-honoured (the row's weights of the cost-aware reward), the others it takes from its options, so a row carrying
-one is refused with an InputError naming the field and the option to set, never run with the options in its place.
+fields in their metadata (rollout.py:40-41). `pref_vec` is honoured (the row's weights of the cost-aware reward);
+`tools`, `model_mapping`, `tool_pricing` and `trained_model_type` make the row run as the seed runs it
+(`seed_rows`: its own tool list, its experts' models, the seed's cost); a non-empty `eid` (the seed's per-example
+document filter) and a tau^2 row (`category: func_call`) are refused with an InputError naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -24,31 +25,14 @@ from typing import Any
 from ..dataset_io import load_located_rows
 from ..errors import InputError
 from ..retrieval.synthetic import synthetic_corpus
-from .graph import ToolOrchestraOptions, feature_names, unknown_features
+from .graph import ToolOrchestraOptions, feature_names, row_experts, unknown_features
+from .seed_rows import seed_row
 
 __all__ = ["SEED_ROW_FIELDS", "qa_row", "read_qa", "row_preference", "synthetic_set"]
 
-# The seed's per-row fields this graph takes from its options instead (seed file:line at 4b5aa84,
-# agentic/ToolOrchestra/): what the row would have done, and the fix.
+# The seed's per-row fields this graph cannot honour (seed file:line at 4b5aa84, agentic/ToolOrchestra/): what the
+# row would have done, and the fix.
 SEED_ROW_FIELDS: dict[str, tuple[str, str]] = {
-    "tools": ("the seed offers the orchestrator the row's own tool list (orchestra_solver.py:115-116, "
-              "prompt_builder.py:115, rendered by the chat template; an empty list offers none), but this graph "
-              "offers the tools of its `experts` option to every row",
-              "drop 'tools' from the rows (and --tool-key from the launch) and list the tools with the expert "
-              "engines each may call in the `experts` option"),
-    "model_mapping": ("the seed calls the model the row maps the chosen expert name to (orchestra_solver.py:92-96, "
-                      "tools/expert_caller/tool.py:159-179; its price: reward.py:324), but this graph calls the "
-                      "engine the orchestrator names, from its `experts` option",
-                      "serve each model as a named engine (agentgraph_engines / --helper NAME=ENGINE), list the "
-                      "names in the `experts` option and drop 'model_mapping' from the rows"),
-    "tool_pricing": ("the seed prices the row's tokens per model name (reward.py:303-307, 321-328), but this "
-                     "graph prices them per expert engine from its options",
-                     "give the prices in the `prices` option (expert engine -> USD per million tokens, one price "
-                     "or [input, output]) and drop 'tool_pricing' from the rows"),
-    "trained_model_type": ("the seed prices the orchestrator's tokens at the row's tool_pricing of this model "
-                           "(reward.py:303-305), but this graph prices them from its options",
-                           "give the orchestrator's price in the `orchestrator_price` option (null: the cheapest "
-                           "expert's, as the seed without this field) and drop 'trained_model_type' from the rows"),
     "eid": ("the seed's retrieval service keeps only the documents its example-id file lists for this eid "
             "(orchestra_solver.py:90-91, tools/search_retrieval/tool.py:92-97, retrieval_general_thought.py:239-241)"
             ", but this graph searches the whole index",
@@ -59,18 +43,22 @@ SEED_ROW_FIELDS: dict[str, tuple[str, str]] = {
 
 def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -> dict[str, float] | None:
     """A row's own preference weights (the seed's `metadata.pref_vec`), or None when it has none (the
-    `preference` option then weighs its rollouts). A seed field this graph takes from its options instead
-    (SEED_ROW_FIELDS; a non-empty eid), a tau^2 row (`category: func_call`) or a pref_vec that is not numbers
-    for features of this graph raise InputError naming the field and the fix.
+    `preference` option then weighs its rollouts). A seed-format row's fields are checked (`seed_rows.seed_row`)
+    and its pref_vec may weigh the calls of an expert name it maps, as the seed's does (`answer-1`, read as the
+    feature `expert:answer-1`). A non-empty eid (SEED_ROW_FIELDS), a tau^2 row (`category: func_call`), a bad seed
+    field or a pref_vec that is not numbers for features of this graph raise InputError naming the field and the fix.
 
     >>> row_preference({"category": "qa", "eid": "", "pref_vec": {"accuracy": 1, "cost": -0.3}},
     ...                ToolOrchestraOptions())
     {'accuracy': 1.0, 'cost': -0.3}
+    >>> row_preference({"tools": [], "model_mapping": {"answer-1": "Qwen/Qwen3-32B"},
+    ...                 "pref_vec": {"accuracy": 1, "answer-1": 0.2}}, ToolOrchestraOptions())
+    {'accuracy': 1.0, 'expert:answer-1': 0.2}
     >>> try:
-    ...     row_preference({"model_mapping": {"answer-1": "Qwen/Qwen3-32B"}}, ToolOrchestraOptions())
+    ...     row_preference({"eid": "stem____17"}, ToolOrchestraOptions())
     ... except InputError as exc:
     ...     print(exc.field)
-    metadata.model_mapping
+    metadata.eid
     """
     if metadata.get("category") == "func_call":  # any other category runs as QA (orchestra_solver.py:104-109)
         raise InputError("metadata.category", "'func_call' is a tau^2 task (the seed runs it in tau^2, "
@@ -81,9 +69,8 @@ def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -
                and not (k == "eid" and metadata[k] == "")]
     if present:
         problem, fix = SEED_ROW_FIELDS[present[0]]
-        if len(present) > 1:
-            problem += f" (the row also carries {', '.join(present[1:])}, refused alike)"
         raise InputError(f"metadata.{present[0]}", problem, fix)
+    row = seed_row(metadata)
     weights = metadata.get("pref_vec")
     if weights is None:
         return None
@@ -91,12 +78,16 @@ def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in weights.values()):
         raise InputError("metadata.pref_vec", f"expected a mapping of feature -> a number, got {weights!r:.80}",
                          "give each weight as a number, or drop 'pref_vec' to use the `preference` option")
-    unknown = unknown_features(weights, options.experts)
+    experts = options.experts
+    if row is not None:  # the seed's features count the calls of each mapped expert name under that name
+        experts = row_experts(row)
+        weights = {(f"expert:{k}" if k in row["model_mapping"] else k): v for k, v in weights.items()}
+    unknown = unknown_features(weights, experts)
     if unknown:
-        raise InputError("metadata.pref_vec", f"weighs {unknown}, no feature of this graph (the seed's role names "
-                         "count the calls of a model_mapping entry)",
-                         f"weigh an expert engine's calls as 'expert:ENGINE', a tool's as 'tool:NAME'; the features "
-                         f"are {feature_names(options.experts)}")
+        raise InputError("metadata.pref_vec", f"weighs {unknown}, no feature of this graph (a seed-format row's "
+                         "expert names count the calls of a model_mapping entry)",
+                         f"weigh an expert's calls as 'expert:NAME', a tool's as 'tool:NAME'; the features "
+                         f"are {feature_names(experts)}")
     return {str(k): float(v) for k, v in weights.items()}
 
 _QUESTION_KEYS = ("question", "query", "problem", "input")

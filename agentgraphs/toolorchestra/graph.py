@@ -9,7 +9,8 @@ Tools run experts, other engines addressed by name in `AgentContext.engines` (ne
     search            the expert writes a query; the retrieval service returns top-k passages
     enhance_reasoning the expert writes Python; it runs (timeout) and the code + output become a note
     answer            the expert answers (\\boxed{}); the episode ends (a failed answer expert too, by default)
-A failing search or code expert, or retrieval service, becomes an "earlier attempt" note; the loop goes on
+A seed-format row (`seed_rows`) brings its own tool list (rendered as it is) and maps the expert name the
+orchestrator chooses to the model whose engine is called. A failing search or code expert, or retrieval service, becomes an "earlier attempt" note; the loop goes on
 (with the seed's circuit breaker: after 2 failed code experts in a row, every expert tool is skipped). A sandbox that
 cannot run on the machine fails the rollout (ConfigError): it is no result of the expert's. A format-invalid
 orchestrator turn ends the episode unanswered (`invalid_call: end`, the seed) or becomes a note too
@@ -205,6 +206,7 @@ class Step(TypedDict):
 class ToolOrchestraState(TraceState):
     problem: str
     preference: NotRequired[dict[str, float]]  # the row's own weights (a seed row's pref_vec), over the option's
+    seed_row: NotRequired[dict[str, Any]]  # a seed-format row's tools, model_mapping, prices (seed_rows.SeedRow)
     notes: NotRequired[list[Note]]
     steps: NotRequired[list[Step]]
     pending: NotRequired[str]  # the tool the last orchestrator turn chose, until it has run
@@ -233,11 +235,15 @@ async def orchestrator(state: ToolOrchestraState, runtime: Runtime[AgentContext]
     """The trained call: choose a tool and an expert. A format-invalid turn is recorded as a step."""
     ctx = context_of(runtime)
     notes = state.get("notes") or []
-    _check_experts(ctx, opts.experts)
+    row = state.get("seed_row")
+    experts = row_experts(row) if row is not None else opts.experts
+    _check_experts(ctx, {"model_mapping": list(row["model_mapping"].values())} if row is not None else experts)
+    # a seed row's own tool list goes to the chat template as the seed gives it (none when it is empty)
+    tools = (row["tools"] or None) if row is not None else tool_schemas(experts)
     user = ORCHESTRATOR_USER.format(problem=state["problem"], context=_context_text(ctx, opts, notes))
     out = await call_llm(state, runtime, node="orchestrator", messages=[{"role": "user", "content": user}],
-                         tools=tool_schemas(opts.experts), max_new_tokens=opts.orchestrator_max_new_tokens)
-    choice = parse_choice(out.text, opts.experts)
+                         tools=tools, max_new_tokens=opts.orchestrator_max_new_tokens)
+    choice = parse_choice(out.text, experts)
     step = Step(tool=choice.tool, model=choice.model, ok=choice.ok,
                 orchestrator_input_tokens=len(out.turn["prompt_ids"]),
                 orchestrator_output_tokens=len(out.turn["output_ids"]),
@@ -253,11 +259,23 @@ async def orchestrator(state: ToolOrchestraState, runtime: Runtime[AgentContext]
     return update
 
 
+def row_experts(row: Mapping[str, Any]) -> Experts:
+    """{tool: the expert names the orchestrator may choose} of a seed-format row: every tool this graph runs,
+    with the names the row maps (the seed's parser reads any call its solver dispatches, whatever tools the
+    row offered, and its expert caller knows only the mapped names).
+
+    >>> row_experts({"tools": [], "model_mapping": {"answer-1": "m", "search-1": "m"}})["answer"]
+    ['answer-1', 'search-1']
+    """
+    return {tool: list(row["model_mapping"]) for tool in TOOLS}
+
+
 def _check_experts(ctx: AgentContext, experts: Mapping[str, list[str]]) -> None:
     missing = sorted({m for models in experts.values() for m in models if m not in ctx.engines})
     if missing:
+        where = "the row's model_mapping" if "model_mapping" in experts else "the 'experts' option"
         raise ConfigError(f"toolorchestra: experts {missing} have no engine; add them to AgentContext.engines "
-                          f"(known: {sorted(ctx.engines)}) or change the 'experts' option")
+                          f"(known: {sorted(ctx.engines)}) or change {where}")
 
 
 async def _expert(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts: ToolOrchestraOptions,
@@ -268,8 +286,10 @@ async def _expert(state: ToolOrchestraState, runtime: Runtime[AgentContext], opt
     query, code or answer the expert only considered while thinking is not its reply. A reply cut off
     inside its reasoning has none: the call is a failed tool, as an expert that is down."""
     model = (state.get("steps") or [])[-1]["model"]
+    row = state.get("seed_row")
+    engine = row["model_mapping"][model] if row is not None else model  # a seed row's expert name -> its model
     try:
-        out = await call_llm(state, runtime, node=node, engine=model, trainable=False,
+        out = await call_llm(state, runtime, node=node, engine=engine, trainable=False,
                              messages=[{"role": "user", "content": prompt}],
                              max_new_tokens=opts.expert_max_new_tokens)
     except EngineError as exc:

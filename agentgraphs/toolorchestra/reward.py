@@ -9,7 +9,8 @@ Correctness (the `correctness` option), then the `judge` engine (when the option
                          correct when they are equal, or when the gold's text occurs inside the answer's,
                          unless the gold has at most 3 words and the answer more than 10 times as many.
 The cost-aware shaping (`agentgraphs.shaping`) gets, per rollout, the features `cost` (USD: the experts'
-tokens x `prices`, plus the orchestrator's own tokens x `orchestrator_price` when `cost_counts_orchestrator`),
+tokens x `prices`, plus the orchestrator's own tokens x `orchestrator_price` when `cost_counts_orchestrator`;
+a seed-format row's: the seed's number from the row's own prices, `seed_rows.seed_cost`),
 `latency` (tool seconds), `tool:NAME` (calls per tool) and `expert:NAME` (calls per expert engine), and the
 group rules of the variant (std, the 0.1 boundary, whether an unanswered rollout trains).
 """
@@ -30,6 +31,7 @@ from ..spec import RewardInput, judge_engine, reward_options
 from ..toolcalls import split_reasoning
 from .graph import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE
+from .seed_rows import seed_cost
 
 __all__ = ["contains_match", "correct", "features", "metrics", "reward", "reward_shaping", "seed_normalise"]
 
@@ -148,7 +150,9 @@ def orchestrator_price(options: ToolOrchestraOptions) -> tuple[float, float]:
 
 
 def features(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> dict[str, float]:
-    """cost (USD), latency (tool seconds), tool:NAME and expert:NAME call counts.
+    """cost (USD), latency (tool seconds), tool:NAME and expert:NAME call counts. A seed-format row's rollout
+    (its summary's `seed_pricing`) costs what the seed's reward computes (`seed_rows.seed_cost`: tokens times
+    the row's prices as given, missing ones 0) and counts the calls of each expert name its model_mapping has.
 
     >>> opts = ToolOrchestraOptions(variant="original", prices={"big": 10.0},
     ...                             experts={"answer": ["big", "small"]})
@@ -161,11 +165,18 @@ def features(options: ToolOrchestraOptions, summary: Mapping[str, Any]) -> dict[
     ...                 "latency_s": 1.0})["cost"] * 1e6  # (100*2 + 10*4) + (1000*1 + 50*1), 1.0: cheapest
     1290.0
     """
-    out = {"cost": _cost(options, summary), "latency": float(summary.get("latency_s", 0.0))}
+    seed = summary.get("seed_pricing")
+    if seed is not None:  # a seed-format row: the seed's cost, and its mapped expert names
+        cost = seed_cost(seed, summary.get("orchestrator_tokens") or (0, 0), summary.get("expert_io_tokens") or {},
+                         orchestrator=options.cost_counts_orchestrator)
+        names = list(seed["model_mapping"])
+    else:
+        cost, names = _cost(options, summary), expert_names(options.experts)
+    out = {"cost": cost, "latency": float(summary.get("latency_s", 0.0))}
     tools = summary.get("tool_calls") or {}
     out.update({f"tool:{t}": float(tools.get(t, 0)) for t in TOOLS})
     calls = summary.get("expert_calls") or {}
-    out.update({f"expert:{m}": float(calls.get(m, 0)) for m in expert_names(options.experts)})
+    out.update({f"expert:{m}": float(calls.get(m, 0)) for m in names})
     return out
 
 

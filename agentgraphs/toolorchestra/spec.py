@@ -5,21 +5,39 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import InputError
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
 from .data import row_preference
 from .graph import TOOLS, ToolOrchestraOptions, build_graph, named_engines
 from .reward import metrics, reward, reward_shaping
+from .seed_rows import row_engines, seed_row
 
 
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
-    """The graph's input; a seed row's pref_vec becomes the rollout's preference, and a seed field the graph
-    takes from its options refuses the row (InputError: `data.row_preference`)."""
+    """The graph's input; a seed row's pref_vec becomes the rollout's preference, its tools, model_mapping and
+    prices its `seed_row` (`seed_rows`), and a seed field the graph cannot honour refuses the row (InputError:
+    `data.row_preference`)."""
+    metadata = row.get("metadata") or {}
     state: dict[str, Any] = {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
-    preference = row_preference(row.get("metadata") or {}, options)
+    preference = row_preference(metadata, options)
     if preference is not None:
         state["preference"] = preference
+    seed = seed_row(metadata)
+    if seed is not None:
+        state["seed_row"] = dict(seed)
     return state
+
+
+def engines_of_row(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, str]:
+    """{field: engine name} of the models a seed-format row maps its experts to (`AgentSpec.row_engines`): a
+    row naming one the run does not serve fails before it generates. A row the graph refuses names none
+    (make_input says why)."""
+    try:
+        seed = seed_row(row.get("metadata") or {})
+    except InputError:
+        return {}
+    return row_engines(seed) if seed is not None else {}
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -38,6 +56,10 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
             pair[1] += int(s.get("expert_output_tokens", 0))
     answered = bool(state.get("done")) and bool(str(state.get("answer", "")).strip())
     row = {"preference": dict(state["preference"])} if state.get("preference") is not None else {}
+    seed = state.get("seed_row")
+    if seed is not None:  # what the seed's cost reads (reward.features)
+        row["seed_pricing"] = {k: seed[k] for k in ("model_mapping", "tool_pricing", "trained_model_type")
+                               if k in seed}
     return {**row,
         "orchestrator_turns": len(steps),
         "format_invalid_turns": sum(1 for s in steps if not s["ok"] and not s.get("model")),
@@ -67,5 +89,6 @@ SPEC = AgentSpec(
     options=ToolOrchestraOptions,
     description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
     named_engines=named_engines,  # every expert engine: refused before any rollout when the run lacks one
+    row_engines=engines_of_row,  # a seed row's mapped models: the row fails before it generates without one
 )
 register(SPEC)  # `load_spec("toolorchestra")`, langgraph.json
