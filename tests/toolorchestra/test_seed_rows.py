@@ -9,13 +9,12 @@ eid, pref_vec, tool_pricing. The rows below are built by hand from the seed's re
 
 - `pref_vec` (custom_convert.py:199-211, 53-111): the per-row weights of the group reward. Honoured: they replace
   the `preference` option for that row's rollouts.
-- `tools` (orchestra_solver.py:115-116 -> prompt_builder.py:115 -> the chat template, orchestra_solver.py:371),
-  `model_mapping` (orchestra_solver.py:92-96 -> tools/expert_caller/tool.py:159-179, reward.py:324),
-  `tool_pricing` and `trained_model_type` (reward.py:303-307, 321-328), a non-empty `eid`
-  (orchestra_solver.py:90-91 -> tools/search_retrieval/tool.py:92-97 -> retrieval_general_thought.py:239-241)
-  and `category: func_call` (orchestra_solver.py:106-107: tau^2): this graph takes them from its options (or
-  cannot do them), so a row that carries one is refused with an InputError naming the field and the fix, never
-  run with the options' defaults in their place.
+- `tools`, `model_mapping`, `tool_pricing` and `trained_model_type`: the row runs as the seed runs it
+  (tests/toolorchestra/test_seed_format_rows.py).
+- a non-empty `eid` (orchestra_solver.py:90-91 -> tools/search_retrieval/tool.py:92-97 ->
+  retrieval_general_thought.py:239-241) and `category: func_call` (orchestra_solver.py:106-107: tau^2): this graph
+  cannot do them, so a row that carries one is refused with an InputError naming the field and the fix, never
+  run with the whole index or as a QA task in their place.
 
 Every test drives `rl_bridge.generate` and `rl_bridge.reward_func` against SGLang-contract HTTP servers on
 127.0.0.1 (a scripted orchestrator and a scripted expert over the tiny Qwen3-template model).
@@ -168,20 +167,13 @@ def test_a_rows_pref_vec_weighs_its_group_reward_as_the_seeds_convert_does(score
 
 
 REFUSED = {
-    "tools": (seed_metadata(eid="", model_mapping=None, tool_pricing=None), "the `experts` option"),
-    "tools (empty)": (seed_metadata(eid="", tools=[], model_mapping=None, tool_pricing=None), "the `experts` option"),
-    "model_mapping": (seed_metadata(eid="", tools=None, tool_pricing=None), "agentgraph_engines"),
-    "tool_pricing": (seed_metadata(eid="", tools=None, model_mapping=None), "`prices` option"),
-    "trained_model_type": (seed_metadata(eid="", tools=None, model_mapping=None, tool_pricing=None,
-                                         trained_model_type="Qwen/Qwen3-8B"), "`orchestrator_price` option"),
     "eid": (seed_metadata(tools=None, model_mapping=None, tool_pricing=None), "whole index"),
     "category": (seed_metadata(eid="", tools=None, model_mapping=None, tool_pricing=None, category="func_call"),
                  "toolorchestra-tau2"),
     "pref_vec": (seed_metadata(eid="", tools=None, model_mapping=None, tool_pricing=None,
-                               pref_vec={**PREF_VEC, "answer-1": 0.2}), "expert:ENGINE"),
+                               pref_vec={**PREF_VEC, "answer-1": 0.2}), "expert:NAME"),
     "pref_vec (not a number)": (seed_metadata(eid="", tools=None, model_mapping=None, tool_pricing=None,
                                               pref_vec={"accuracy": "high"}), "a number"),
-    "the seed's whole row": (seed_metadata(), "the `experts` option"),
 }
 
 
@@ -195,9 +187,9 @@ def slime(scorer: HFEngine) -> Iterator[Slime]:
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_a_seed_field_this_graph_cannot_honour_refuses_the_row(slime: Slime, case: str) -> None:
     """The row FAILS before any generation, its reason the InputError naming `metadata.<field>` and the fix;
-    it scores 0 and trains no token (never a rollout with the options' tools, experts, prices or retrieval)."""
+    it scores 0 and trains no token (never a rollout searching the whole index, or a tau^2 task run as QA)."""
     metadata, fix = REFUSED[case]
-    field = "tools" if case == "the seed's whole row" else case.split(" ")[0]
+    field = case.split(" ")[0]
     calls = len(slime.policy.calls)
     (sample,) = slime.rollouts(metadata, 1)
     reason = sample.metadata.get("status_reason") or ""
