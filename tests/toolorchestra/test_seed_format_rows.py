@@ -227,3 +227,41 @@ def test_a_seed_row_that_cannot_run_as_the_seed_runs_it_fails_loudly_before_gene
     assert f"input field '{field}'" in reason and fix in reason, reason
     assert (len(refusing.policy.calls), len(refusing.experts[MATH].calls)) == before
     assert sample.reward == 0.0 and not any(sample.loss_mask or [])
+
+
+def test_a_seed_rows_group_is_shaped_by_its_pref_vec_over_the_seeds_features(scorer: HFEngine) -> None:
+    """Two right rollouts of one seed row whose pref_vec also weighs an expert name's calls (the seed's features
+    count calls per mapped name, custom_convert.py:78-81): answer with answer-math-2 at once, or search with
+    search-1 then answer with answer-1. The converter's values are the seed's (custom_convert.py:53-148: each
+    weighted feature min-max normalised over the group, cost and latency negated; then (s - mean) / (std + 1e-6)
+    with the population std, clipped to 3) over the seed's costs."""
+    from rl_bridge.convert import convert
+
+    pref_vec = {**PREF_VEC, "answer-math-2": 1.0}
+    row = seed_row(pref_vec=pref_vec)
+    orchestrator = [call("answer", "answer-math-2"), call("search", "search-1"), call("answer", "answer-1")]
+    experts = {BIG: ["who wrote the letter", "\\boxed{Ilse Marrow}"], MATH: ["\\boxed{Ilse Marrow}"]}
+    with SeedRun(scorer, orchestrator, experts) as run:
+        samples = [run.rollout(row, i) for i in range(2)]
+        data = convert(run.args, samples)
+    assert [s.status.value for s in samples] == ["completed"] * 2 and [s.reward for s in samples] == [1.0, 1.0]
+    features = [s.train_metadata["reward_shaping"]["features"] for s in samples]
+    assert [s.train_metadata["reward_shaping"]["weights"] for s in samples] == [
+        {**PREF_VEC, "expert:answer-math-2": 1.0}] * 2
+    assert features[1]["cost"] > features[0]["cost"]  # a search and the dearer model
+    columns = {"cost": [-f["cost"] for f in features], "latency": [-f["latency"] for f in features],
+               "answer-math-2": [f["expert:answer-math-2"] for f in features]}
+    scores = []
+    for i in range(2):
+        total = 0.0
+        for key, values in columns.items():
+            if max(values) > min(values):
+                total += pref_vec[key] * (values[i] - min(values)) / (max(values) - min(values))
+        scores.append(total)
+    mean = sum(scores) / 2
+    std = (sum((s - mean) ** 2 for s in scores) / 2) ** 0.5
+    assert std > 0.1
+    values = [max(-3.0, min(3.0, (s - mean) / (std + 1e-6))) for s in scores]
+    per_row = [v for s, v in zip(samples, values) for _ in s.train_metadata["turns"]]
+    assert len(per_row) == 3
+    assert data["rewards"] == pytest.approx(per_row, abs=1e-9)
