@@ -241,6 +241,25 @@ class JsonlWriter:
         self.close()
 
 
+def check_rows_engines(spec: AgentSpec, options: Any, rows: Iterable[ParsedRow], engines: Iterable[str]) -> None:
+    """ConfigError naming every helper engine the rows name (`AgentSpec.row_engines`: a ToolOrchestra seed row's
+    mapped models) that `engines` lacks, with the first line naming each and how to serve it. Unreadable rows are
+    left to the run (each fails with its own reason)."""
+    known = list(engines)
+    missing: dict[str, str] = {}
+    for row in rows:
+        if row.inp is not None and spec.row_engines is not None:
+            for name_field, name in spec.row_engines(row.inp, options).items():
+                if name not in known:
+                    missing.setdefault(name, f"line {row.line}, {name_field}")
+    if missing:
+        named = "; ".join(f"{name!r} ({where})" for name, where in missing.items())
+        first = next(iter(missing))
+        raise ConfigError(f"{spec.name}: the rows name engines this run does not serve: {named} (its helper engines: "
+                          f"{sorted(known) or 'none'}). Fix: serve each under its name (--helper '{first}=ENGINE', "
+                          "e.g. sglang:http://HOST:PORT), or mend those rows")
+
+
 def sampling_from_flags(**flags: Any) -> SamplingParams:
     """SamplingParams from command-line flags; a bad value is reported under its flag's name.
 
@@ -324,6 +343,8 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
         except (ValueError, OSError) as exc:
             raise ConfigError(f"--helper {name}={helper}: {exc}") from exc
     spec.check_engines(opts, helpers)  # before anything is written
+    if spec.row_engines is not None:  # the file is at hand: every helper a row names, before any rollout
+        check_rows_engines(spec, opts, read_rollout_inputs(data, RowKeys(*keys), limit=limit), helpers)
     with open(data, "rb") as fh:
         total = sum(1 for line in fh if line.strip())
     total = min(total, limit) if limit is not None else total

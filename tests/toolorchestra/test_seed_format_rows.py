@@ -265,3 +265,24 @@ def test_a_seed_rows_group_is_shaped_by_its_pref_vec_over_the_seeds_features(sco
     per_row = [v for s, v in zip(samples, values) for _ in s.train_metadata["turns"]]
     assert len(per_row) == 3
     assert data["rewards"] == pytest.approx(per_row, abs=1e-9)
+
+
+def test_agentgraphs_run_refuses_seed_rows_mapping_an_unserved_model_before_any_rollout(
+        scorer: HFEngine, tmp_path: Path) -> None:
+    """`agentgraphs run` has the whole file at hand: every model its seed rows map to is checked before the first
+    rollout, and a missing one is a ConfigError naming the model, the first line naming it and the flag."""
+    from agentgraphs.batch import run_file
+    from agentgraphs.errors import ConfigError
+
+    rows = [seed_row(), seed_row(model_mapping={**MODEL_MAPPING, "answer-2": UNSERVED})]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"input": r["problem"], "label": r["answer"],
+                                        "metadata": {**r["metadata"], "tools": r["tools"]}}) + "\n" for r in rows))
+    policy = ScriptedPolicy(scorer, [], name="orchestrator")  # never asked
+    with pytest.raises(ConfigError) as caught:
+        run_file("toolorchestra", data, policy, tmp_path / "out", engines={BIG: policy, MATH: policy},
+                 options={"experts": {"answer": [BIG]}})
+    message = str(caught.value)
+    assert f"'{UNSERVED}' (line 2, metadata.model_mapping.answer-2)" in message, message
+    assert f"--helper '{UNSERVED}=ENGINE'" in message and not policy.calls
+    assert not (tmp_path / "out" / "samples.jsonl").exists()
