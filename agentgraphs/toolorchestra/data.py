@@ -55,6 +55,13 @@ def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -
     ...                 "pref_vec": {"accuracy": 1, "answer-1": 0.2}}, ToolOrchestraOptions())
     {'accuracy': 1.0, 'expert:answer-1': 0.2}
     >>> try:
+    ...     row_preference({"tools": [], "model_mapping": {"answer-1": "Qwen/Qwen3-32B"}},
+    ...                    ToolOrchestraOptions(preference={"accuracy": 1.0, "expert:answer-expert": 0.1}))
+    ... except InputError as exc:
+    ...     print(exc.field, exc.fix)
+    metadata.pref_vec give the row a pref_vec, or weigh accuracy, cost, latency, tool:search, tool:enhance_reasoning, \
+tool:answer, expert:answer-1 in `preference`
+    >>> try:
     ...     row_preference({"eid": "stem____17"}, ToolOrchestraOptions())
     ... except InputError as exc:
     ...     print(exc.field)
@@ -73,6 +80,12 @@ def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -
     row = seed_row(metadata)
     weights = metadata.get("pref_vec")
     if weights is None:
+        unread = [k for k in unknown_features(options.preference, row_experts(row)) if options.preference[k]] \
+            if row is not None else []
+        if unread:  # the option weighs an expert engine's calls; a seed row counts its mapped names' instead
+            raise InputError("metadata.pref_vec", f"missing, and the `preference` option weighs {unread}, no "
+                             "feature of a seed-format row (its experts are the names its model_mapping has)",
+                             f"give the row a pref_vec, or weigh {feature_names(row_experts(row))} in `preference`")
         return None
     if not isinstance(weights, Mapping) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in weights.values()):
