@@ -25,12 +25,12 @@ from typing_extensions import NotRequired
 
 from ..context import AgentContext, context_of
 from ..errors import AgentGraphsError, ConfigError
-from ..node import RolloutAborted, TraceState, call_llm
+from ..node import LLMResult, RolloutAborted, TraceState, call_llm
 from ..sandbox import SandboxLimits
 from ..spec import MethodOptions, judge_option
 from ..trace import RewardSplit, Turn
 from .parsing import NextStep, extract_command, parse_answer_tags, parse_command, parse_next_step
-from .parsing import parse_next_step_seed
+from .parsing import parse_next_step_seed, strip_seed_command
 from .parsing import parse_verifier_conclusion
 from .prompts import (
     ANALYZE_TEMPLATE, ANSWER_SUFFIX, COMMAND_TEMPLATE, FINAL_TEMPLATE, NEXT_STEP_TEMPLATE, NO_TOOL_COMMAND,
@@ -86,8 +86,8 @@ class AgentFlowOptions(MethodOptions):
     prompts: Literal["seed", "original"] = Field(
         "seed", description="the prompts and the reading of the planner's reply: the seed's (its texts, its tools "
         "listed by name and description, its memory of one result string per step, its parser; python_coder asks "
-        "with the seed's prompt and returns the seed's string; the final output asks for \\boxed{}) or the original "
-        "AgentFlow's")
+        "with the seed's prompt and returns the seed's string; the final output asks for \\boxed{}; every reply read "
+        "as SGLang's text of it, a stop's end-of-turn token kept) or the original AgentFlow's")
     answer_suffix: bool = Field(False, description="append the <answer>-tags instruction to the query (the "
                                 "original's training; the seed's query is the row's prompt as given)")
     analyzer_engine: str = Field("policy", description="engine of analyze_query ('policy' with train_analysis)")
@@ -200,6 +200,18 @@ def role_engine(ctx: AgentContext, name: str) -> str | None:
                       f"it to AgentContext.engines / agentgraph_engines, or set the role's option to 'policy'")
 
 
+def _reply(out: LLMResult, opts: AgentFlowOptions) -> str:
+    """The reply text the graph reads. Under `prompts: seed` the engine's whole text: the seed reads SGLang's
+    `text` (core/llm_engine.py:67) of requests with slime's sampling params (skip_special_tokens false,
+    no_stop_trim, no spaces between special tokens), so a reply that stopped on the end-of-turn token ends with
+    "<|im_end|>", and that text goes on into memory, later prompts and the judge (the seed strips it only in
+    core/executor.py:43 and core/formatters.py:40-43); a reply cut at max_new_tokens has none. Our token engines
+    return that text (SGLangEngine asks SGLang for it; HFEngine decodes the output ids keeping special tokens).
+    Otherwise the text without a trailing end-of-turn token (`call_llm`'s `text`). Only the text: the trained
+    ids are the engine's, whatever is read."""
+    return out.completion.text if opts.prompts == "seed" else out.text
+
+
 async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, role: str, node: str,
                   prompt: str, system: str | None = None) -> tuple[str, Turn]:
     ctx = context_of(runtime)
@@ -209,7 +221,7 @@ async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, r
     messages = [{"role": "system", "content": system}] if system is not None else []
     out = await call_llm(state, runtime, node=node, messages=[*messages, {"role": "user", "content": prompt}],
                          engine=role_engine(ctx, role), trainable=False, **sampling)
-    return out.text, out.turn
+    return _reply(out, opts), out.turn
 
 
 def _tools(runtime: Any, opts: AgentFlowOptions) -> dict[str, Tool]:
@@ -270,10 +282,11 @@ async def analyze_query(state: AgentFlowState, runtime: Runtime[AgentContext], o
     if opts.train_analysis:  # the seed's planner analyses the query itself: a trained policy call
         out = await call_llm(state, runtime, node="analyze_query", messages=[{"role": "user", "content": prompt}],
                              max_new_tokens=opts.planner_max_new_tokens)
-        text, turn = out.text, out.turn
+        text, turn = _reply(out, opts), out.turn
     else:
         text, turn = await _helper(state, runtime, opts, opts.analyzer_engine, "analyze_query", prompt)
-    return {"query": query, "analysis": text.strip(), "step": 0, "memory": [],
+    analysis = text if opts.prompts == "seed" else text.strip()  # the seed's prompts show its reply as it is
+    return {"query": query, "analysis": analysis, "step": 0, "memory": [],
             "turns": [turn]}
 
 
@@ -288,7 +301,7 @@ async def plan_next_step(state: AgentFlowState, runtime: Runtime[AgentContext], 
     out = await call_llm(state, runtime, node="plan_next_step", messages=[{"role": "user", "content": prompt}],
                          max_new_tokens=opts.planner_max_new_tokens)
     if opts.prompts == "seed":
-        step = parse_next_step_seed(out.text, _seed_names(runtime, opts))
+        step = parse_next_step_seed(_reply(out, opts), _seed_names(runtime, opts))
     else:
         step = parse_next_step(out.text, list(tools))
     return {"step": state["step"] + 1, "next_step": step, "command": "", "result": "", **out.update}
@@ -308,7 +321,10 @@ async def generate_command(state: AgentFlowState, runtime: Runtime[AgentContext]
         prompt = COMMAND_TEMPLATE.format(question=state["query"], sub_goal=step["sub_goal"], tool_name=tool.name,
                                          tool_metadata=format_metadata(tool.metadata()), context=step["context"])
     text, turn = await _helper(state, runtime, opts, opts.executor_engine, "generate_command", prompt)
-    return {"command": extract_command(text), "turns": [turn]}
+    command = extract_command(text)
+    if opts.prompts == "seed":
+        command = strip_seed_command(command)
+    return {"command": command, "turns": [turn]}
 
 
 class _ToolRuntime:

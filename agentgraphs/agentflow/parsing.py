@@ -25,6 +25,8 @@ whitespace or marker runs) costs linear time, and they agree with the original o
 - `parse_answer_tags`: the content of the last <answer>...</answer>, else the whole output, stripped.
 - `extract_command` / `parse_command`: the command generator's ```python block, read with `ast` into
   `tool.execute(...)` keyword arguments. Unlike the original, the command is never executed.
+  `strip_seed_command` (`prompts: seed`): the seed's cut of a trailing "<|im_end|>" off the command
+  (core/executor.py:42-43), the one place besides the tool name where the seed strips its replies' end token.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ __all__ = [
     "parse_answer_tags",
     "ToolCall",
     "extract_command",
+    "strip_seed_command",
     "parse_command",
 ]
 
@@ -368,6 +371,19 @@ def extract_command(text: str) -> str:
     if blocks:
         return max(blocks, key=len)
     return text.strip() if "tool.execute(" in text else ""
+
+
+_SEED_END = re.compile(r"<\|im_end\|>\s*$")
+
+
+def strip_seed_command(code: str) -> str:
+    """`code` stripped, less one trailing "<|im_end|>" (and the spaces after it), stripped again: the seed's
+    `normalize_code` (core/executor.py:42-43) on the command it extracted from a reply that keeps its end token.
+
+    >>> strip_seed_command('execution = tool.execute(query="2+2")<|im_end|>')
+    'execution = tool.execute(query="2+2")'
+    """
+    return _SEED_END.sub("", code.strip()).strip()
 
 
 def parse_command(code: str) -> list[ToolCall]:

@@ -39,7 +39,8 @@ __all__ = ["Tool", "ToolRuntime", "register_tool", "registered_tools", "resolve_
 class ToolRuntime(Protocol):
     """What a tool's `run` gets: an LLM call (the `tools` role's engine, recorded, never trained: `prompt` is
     the user message, after the system message `system` when given) and the sandbox limits of this run's
-    options."""
+    options. `llm` returns the reply's text; under `prompts: seed` as the seed's tools read it, SGLang's whole
+    text: a reply that stopped on the end-of-turn token ends with it ("<|im_end|>" on Qwen)."""
 
     sandbox_limits: SandboxLimits
 
@@ -179,7 +180,9 @@ async def _python_coder(rt: ToolRuntime, query: Any) -> dict[str, str]:
 
 async def _seed_python_coder(rt: ToolRuntime, query: Any) -> str:
     """The seed's python_coder (tools/python_coder/tool.py:131-170): its system prompt with the query as the user
-    message, its code extraction and exit-call rewrite, its one result string; the code runs in the sandbox."""
+    message, its code extraction and exit-call rewrite, its one result string; the code runs in the sandbox. The
+    reply keeps its end-of-turn token (`rt.llm` under `prompts: seed`), so an unfenced reply runs with it, as the
+    seed's does."""
     wall_s = rt.sandbox_limits.wall_s
     reply = await rt.llm(query if isinstance(query, str) else str(query), node="tool:python_coder",
                          system=SEED_PYTHON_CODER_SYSTEM.format(exec_timeout=f"{wall_s:g}"))

@@ -7,7 +7,9 @@ query as the user message (:147-150), takes the first ```python block (else the 
 :96-104), turns exit/quit/sys.exit/os._exit calls into `pass` (:72-77), runs the code with `python -c` for 30 s
 (:12, 107-128) and returns ONE string: the stripped output, its middle cut past 4,000 characters (:16, 62-69), or
 "Execution error: <stderr>" / "Execution error: code timed out after 30s" / "(no stdout, stderr: ...)" /
-"(no output)". The executor keeps str() of it (core/executor.py:238-242), and every later prompt shows it.
+"(no output)". The executor keeps str() of it (core/executor.py:238-242), and every later prompt shows it. The
+reply it reads is SGLang's `text`, which keeps the end-of-turn token (core/llm_engine.py:67, slime's sampling
+params): a reply without a fence is run whole, "<|im_end|>" included, a syntax error.
 Here the code runs in agentgraphs.sandbox; the stderr the seed's string carries comes from a real `python -c`
 run by this test (the seed's subprocess).
 '''
@@ -34,8 +36,10 @@ from rl_bridge.setup import aclose_all, clear_cache
 from tests.agentflow.test_engines import SLIME_SAMPLING
 from tests.agentflow.test_seed_prompts import (
     ANALYSIS,
+    END,
     FINAL,
     QUESTION,
+    said,
     seed_final,
     seed_ids,
 )
@@ -94,7 +98,9 @@ def _cases() -> dict[str, tuple[str, str]]:
         "Divide by zero": (f"```\n{zero}\n```", "Execution error: " + python_c_stderr(zero)),
         "Exit early": ("```python\nimport sys\nprint('done')\nsys.exit(0)\n```",
                        "Execution error: " + python_c_stderr(exits)),
-        "Warn only": ("import sys\nsys.stderr.write('careful\\n')", "(no stdout, stderr: careful)"),
+        "Warn only": ("```python\nimport sys\nsys.stderr.write('careful\\n')\n```", "(no stdout, stderr: careful)"),
+        # no fence: the seed runs its whole reply, which ends with the end-of-turn token it kept (tool.py:99, 160)
+        "Print unfenced": ("print(6 * 7)", "Execution error: " + python_c_stderr("print(6 * 7)" + END)),
     }
 
 
@@ -183,7 +189,7 @@ def memory(results: list[tuple[str, str]]) -> dict[str, dict[str, str]]:
 
 def test_seed_python_coder_asks_the_seeds_prompt_and_returns_the_seeds_string(servers: dict[str, Any],
                                                                             tiny_model_dir: Path, qwen25: Any) -> None:
-    out = run(servers, tiny_model_dir)  # variant: seed, the default: 5 steps, one python_coder case each
+    out = run(servers, tiny_model_dir, max_steps=6)  # variant: seed, the default; one python_coder case a step
     assert out.status == Sample.Status.COMPLETED, out.metadata.get("status_reason")
     cases = servers["cases"]
     asked = [prompt for prompt, _ in servers["scripts"]["coder"].calls]
@@ -191,9 +197,10 @@ def test_seed_python_coder_asks_the_seeds_prompt_and_returns_the_seeds_string(se
     # every result is the seed's one string: the final output's prompt shows the whole memory
     expected = memory([(query, result) for query, (_, result) in cases.items()])
     final_prompt = servers["scripts"]["generator"].calls[-1][0]
-    assert final_prompt == seed_ids(qwen25, seed_final(ANALYSIS, QUESTION, expected)), qwen25.decode(final_prompt)
+    assert final_prompt == seed_ids(qwen25, seed_final(said(ANALYSIS), QUESTION, expected)), qwen25.decode(final_prompt)
     assert "ZeroDivisionError: division by zero" in expected["Action Step 2"]["result"]
     assert 'File "<string>", line 3' in expected["Action Step 3"]["result"]  # sys.pass: a syntax error, as the seed's
+    assert "SyntaxError" in expected["Action Step 5"]["result"] and END in expected["Action Step 5"]["result"]
 
 
 def test_seed_python_coder_timeout_and_silence(servers: dict[str, Any], tiny_model_dir: Path, qwen25: Any) -> None:
@@ -206,7 +213,7 @@ def test_seed_python_coder_timeout_and_silence(servers: dict[str, Any], tiny_mod
     assert asked == [coder_ids(qwen25, q, exec_timeout=1) for q in ("Loop forever", "Print nothing")]
     expected = memory([("Loop forever", "Execution error: code timed out after 1s"), ("Print nothing", "(no output)")])
     final_prompt = servers["scripts"]["generator"].calls[-1][0]
-    assert final_prompt == seed_ids(qwen25, seed_final(ANALYSIS, QUESTION, expected)), qwen25.decode(final_prompt)
+    assert final_prompt == seed_ids(qwen25, seed_final(said(ANALYSIS), QUESTION, expected)), qwen25.decode(final_prompt)
 
 
 def test_original_variant_keeps_the_originals_python_coder(servers: dict[str, Any], tiny_model_dir: Path) -> None:

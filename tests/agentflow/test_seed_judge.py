@@ -6,6 +6,8 @@ final output's prediction is not the label (rollout.py:234-244): core/rewarder.p
 rendered by core/llm_engine.py:50-56 (enable_thinking=False), with the row's prompt (:226-228), the WHOLE final
 output (:232, 242) and str(label) (:230); max_new_tokens 2048 (:217-222). Its reply is read by
 core/rewarder.py:34-48: the first "VERDICT: X", else "<true_false>: X", else a last line that is only true/false.
+The final output is SGLang's `text` of the generate engine's reply (slime's sampling params keep the end-of-turn
+token: it ends with "<|im_end|>"); the judge's own engine has SGLang's defaults, so its reply has none.
 '''
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
 from rl_bridge.setup import aclose_all, clear_cache
 from tests.agentflow.test_engines import SLIME_SAMPLING
-from tests.agentflow.test_seed_prompts import FINAL, QUESTION, generator, planner, seed_ids
+from tests.agentflow.test_seed_prompts import FINAL, QUESTION, generator, planner, said, seed_ids
 from tests.test_multiturn import RecordingEngine
 
 LABEL = "42.0"  # the final output's \boxed{42} is not "42.0": the seed asks its judge
@@ -138,7 +140,7 @@ def test_seed_judge_gets_the_seeds_prompt_and_is_read_by_the_seeds_rule(servers:
     assert out.status == Sample.Status.COMPLETED, out.metadata.get("status_reason")
     asked = servers["scripts"]["judge"].calls
     assert len(asked) >= len(REPLIES) + 1  # the last len(REPLIES) + 1 are reward_func's
-    expected = seed_ids(qwen25, seed_judge(QUESTION, FINAL, LABEL))  # the whole final output, not "42"
+    expected = seed_ids(qwen25, seed_judge(QUESTION, said(FINAL), LABEL))  # the whole final output, not "42"
     for prompt, _ in asked:
         assert prompt == expected, qwen25.decode(prompt)
     for (text, want), (s, reward) in zip(REPLIES, scored):

@@ -126,7 +126,9 @@ def test_a_long_result_is_cut_with_the_seeds_marker(tiny_engine: Any) -> None:
     rollout, _, _ = run_flow(tiny_engine, [plan("Compute 6 * 7.", "Base_Generator_Tool")], helper,
                              max_new_tokens=2048)
     assert rollout.status == "completed", rollout.reason
-    full = answer  # the seed's memory keeps str() of the step's one result (core/memory.py:12)
+    # the seed's memory keeps str() of the step's one result (core/memory.py:12): the base generator's reply as
+    # SGLang's text, with the end-of-turn token (tools/base_generator/tool.py:30, core/llm_engine.py:67)
+    full = answer + "<|im_end|>"
     assert rollout.final_state["memory"][0]["result"] == (
         full[:2048] + f"\n... [truncated {len(full) - 4096} chars] ...\n" + full[-2048:])
 

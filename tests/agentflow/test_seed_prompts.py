@@ -13,6 +13,9 @@ The planner lists the tools' TOOL_NAME in directory order with {"description": T
 Memory.get_actions(): {"Action Step k": {tool_name (as the planner wrote it), sub_goal, command, str(result)}}
 with k from 0 (core/memory.py:11-25, core/solver.py:91, 115, 127-128); the query is the row's prompt
 (rollout.py:115). The reply is read by core/formatters.py:4-44 and the name resolved by core/executor.py:178-200.
+Every reply the seed reads is SGLang's `text` (core/llm_engine.py:67) of a request with slime's sampling params
+(skip_special_tokens false, no_stop_trim): a reply that stopped on the end of turn ends with "<|im_end|>" (`said`),
+and so do the analysis and the results the later prompts show.
 '''
 
 from __future__ import annotations
@@ -192,6 +195,12 @@ STEPS = [("6 and 7", "Multiply 6 by 7.", "`Base_Generator_Tool`", "Multiply 6 by
          ("The product is 42.", "Explain why 6 * 7 is 42.", "Generalist_Solution_Generator_Tool", "Explain 6 * 7")]
 TOOL_REPLY = {"Multiply 6 by 7": "6 * 7 = 42", "Explain 6 * 7": "Six sevens make 42."}
 FINAL = "Step 1: 6 * 7 = 42.\nThe answer is \\boxed{42}."
+END = "<|im_end|>"
+
+
+def said(reply: str) -> str:
+    """The seed's text of `reply` stopped on the end-of-turn token: SGLang's `text` with slime's sampling params."""
+    return reply + END
 
 
 def planner(call: ScriptCall) -> str:
@@ -260,7 +269,7 @@ def seed_memory(steps: int) -> dict[str, dict[str, str]]:
     """Memory.get_actions() after `steps` steps (core/memory.py:11-22)."""
     return {f"Action Step {k}": {"tool_name": STEPS[k][2], "sub_goal": STEPS[k][1],
                                  "command": f'execution = tool.execute(query="""{STEPS[k][3]}""")',
-                                 "result": TOOL_REPLY[STEPS[k][3]]} for k in range(steps)}
+                                 "result": said(TOOL_REPLY[STEPS[k][3]])} for k in range(steps)}
 
 
 def test_seed_variant_planner_prompts_are_the_seeds_token_for_token(servers: dict[str, SGLangTestServer],
@@ -268,8 +277,8 @@ def test_seed_variant_planner_prompts_are_the_seeds_token_for_token(servers: dic
     out, reward = run(servers, tiny_model_dir)  # variant: seed, the default
     assert out.status == Sample.Status.COMPLETED, out.metadata.get("status_reason")
     received = [prompt for prompt, _ in servers["policy"].script.calls]  # type: ignore[attr-defined]
-    expected = [seed_analysis(QUESTION), seed_next_step(QUESTION, ANALYSIS, seed_memory(0)),
-                seed_next_step(QUESTION, ANALYSIS, seed_memory(1))]
+    expected = [seed_analysis(QUESTION), seed_next_step(QUESTION, said(ANALYSIS), seed_memory(0)),
+                seed_next_step(QUESTION, said(ANALYSIS), seed_memory(1))]
     assert len(received) == 3
     for got, content in zip(received, expected):
         assert got == seed_ids(qwen25, content), (qwen25.decode(got), content)
@@ -291,9 +300,10 @@ def test_seed_variant_helper_prompts_are_the_seeds(servers: dict[str, SGLangTest
     out, _ = run(servers, tiny_model_dir)
     assert out.status == Sample.Status.COMPLETED, out.metadata.get("status_reason")
     received = [prompt for prompt, _ in servers["generator"].script.calls]  # type: ignore[attr-defined]
-    expected = [seed_command(QUESTION, *STEPS[0][:3]), STEPS[0][3], seed_verify(QUESTION, ANALYSIS, seed_memory(1)),
-                seed_command(QUESTION, *STEPS[1][:3]), STEPS[1][3], seed_verify(QUESTION, ANALYSIS, seed_memory(2)),
-                seed_final(ANALYSIS, QUESTION, seed_memory(2))]
+    analysis = said(ANALYSIS)
+    expected = [seed_command(QUESTION, *STEPS[0][:3]), STEPS[0][3], seed_verify(QUESTION, analysis, seed_memory(1)),
+                seed_command(QUESTION, *STEPS[1][:3]), STEPS[1][3], seed_verify(QUESTION, analysis, seed_memory(2)),
+                seed_final(analysis, QUESTION, seed_memory(2))]
     assert len(received) == len(expected)
     for got, content in zip(received, expected):
         assert got == seed_ids(qwen25, content), (qwen25.decode(got), content)
