@@ -74,9 +74,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "action_step_start": ("core/solver.py:91, 128", ("memory.add_action(step_count, ...) for step_count in "
                                                      "range(max_steps): 'Action Step 0' first")),
     "prompts": ("core/planner.py:80-169, core/executor.py:84-124, core/formatters.py:4-44, "
-                "tools/python_coder/tool.py:60-170",
+                "tools/python_coder/tool.py:60-170, core/llm_engine.py:67",
                 "the seed's planner, command and final-output prompts, tool list and reply parser; python_coder's "
-                "own prompt and one result string"),
+                "own prompt and one result string; every reply read as SGLang's text, its end-of-turn token kept"),
     "answer_suffix": ("rollout.py:115", "the query is the row's prompt as given"),
     "judge_prompt": ("core/rewarder.py:9-48, rollout.py:225-244",
                      "the judge gets the question, the whole final output and the label; its first 'VERDICT: X' "
