@@ -268,6 +268,9 @@ class AgentSpec:
     metric_notes: Mapping[str, str] = field(default_factory=dict)
     named_engines: Callable[[Any], Mapping[str, str]] | None = None  # (resolved options) -> {option: engine}
     row_engines: Callable[[RolloutInput, Any], Mapping[str, str]] | None = None  # (row, options) -> {field: engine}
+    # (options) -> {slime text-only sampling key: the value the graph's reply texts assume}: where a graph builds
+    # later prompts from reply text (AgentFlow's seed variant), slime handing another value is refused
+    reply_text_keys: Callable[[Any], Mapping[str, object]] | None = None
     _graphs: dict[str, Any] = field(default_factory=dict, repr=False)
     # saver -> options json -> graph compiled with it; dropped with the saver
     _saver_graphs: weakref.WeakKeyDictionary[Any, dict[str, Any]] = field(
@@ -323,6 +326,19 @@ class AgentSpec:
         for name_field, name in (self.row_engines(row, options) if self.row_engines else {}).items():
             if name not in engines:
                 raise missing_row_engine_error(name_field, name, engines)
+
+    def check_reply_text_keys(self, options: MethodOptions, sampling_params: Mapping[str, Any]) -> None:
+        """ConfigError before the rollout when slime's sampling_params set a text-only key (skip_special_tokens)
+        to another value than the graph's reply texts assume (`reply_text_keys`): the method reads replies as
+        SGLang's text under that value, and our engines return the ids with one text only."""
+        for key, assumed in (self.reply_text_keys(options) if self.reply_text_keys else {}).items():
+            value = sampling_params.get(key)
+            if value is not None and value != assumed:
+                raise ConfigError(
+                    f"slime sampling_params[{key!r}] = {value!r}, but {self.name} with these options reads its "
+                    f"replies as SGLang's text with {key}={assumed!r} (the seed's launch, slime's default), and "
+                    "builds later prompts from them, so every prompt after a reply would differ from the one "
+                    f"slime's setting gives. Fix: drop --rollout-{key.replace('_', '-')} from the launch")
 
     def reward_split_for(self, options: MethodOptions) -> RewardSplit:
         """The options' `reward_split` where the method makes it an option, else the spec's."""

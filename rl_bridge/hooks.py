@@ -62,6 +62,7 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
             "agentgraph_return_list: true needs slime >= 0.3 (siblings grouped by rollout_id), but this Sample has "
             "neither rollout_id nor group_id: slime 0.2.x logs and scores a generate result as one Sample. Use "
             "the default single-Sample layout with --custom-convert-samples-to-train-data-path rl_bridge.convert")
+    setup.spec.check_reply_text_keys(setup.options, sampling_params)
     ctx = setup.context(SamplingParams.from_slime(sampling_params), evaluation=evaluation)
     inp = rollout_input(sample.prompt, sample.label, _row_metadata(sample), getattr(sample, "index", None))
     rollout = await run_rollout(setup.spec, inp, ctx, options=setup.options)

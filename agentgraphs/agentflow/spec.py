@@ -22,6 +22,12 @@ def make_input(row: RolloutInput, options: AgentFlowOptions) -> dict[str, Any]:
 
 
 
+def reply_text_keys(options: AgentFlowOptions) -> dict[str, object]:
+    """The seed variant reads each reply as SGLang's text with slime's default skip_special_tokens=False (its
+    `<|im_end|>` kept, core/llm_engine.py:67), and builds later prompts from it: another value is refused."""
+    return {"skip_special_tokens": False} if options.prompts == "seed" else {}
+
+
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     """Steps taken, why the loop stopped, and the tools used (per step)."""
     memory = state.get("memory") or []
@@ -40,6 +46,7 @@ SPEC = AgentSpec(
     reward_split="broadcast",
     options=AgentFlowOptions,
     named_engines=named_engines,  # a role engine the run lacks: refused before any rollout
+    reply_text_keys=reply_text_keys,  # slime's --rollout-skip-special-tokens under the seed variant: refused
     description="AgentFlow: planner -> executor -> verifier with tools (python_coder in a sandbox); Flow-GRPO",
 )
 register(SPEC)  # `load_spec("agentflow")`, langgraph.json

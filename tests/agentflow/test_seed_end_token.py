@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import rl_bridge
+from agentgraphs.errors import ConfigError
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
@@ -59,7 +60,8 @@ def servers(tiny_engine: Any) -> Iterator[dict[str, Any]]:
     clear_cache()
 
 
-def run(servers: dict[str, Any], model_dir: Path, **options: Any) -> tuple[Any, Any]:
+def run(servers: dict[str, Any], model_dir: Path, sampling: dict[str, Any] | None = None,
+        **options: Any) -> tuple[Any, Any]:
     host, port = servers["policy"].url.removeprefix("http://").rsplit(":", 1)
     args = SimpleNamespace(agentgraph="agentflow", hf_checkpoint=str(model_dir), sglang_router_ip=host,
                            sglang_router_port=int(port), agentgraph_max_retries=0, reward_key=None,
@@ -73,7 +75,7 @@ def run(servers: dict[str, Any], model_dir: Path, **options: Any) -> tuple[Any, 
 
     async def go() -> tuple[Any, Any]:
         try:
-            out = await rl_bridge.generate(args, sample, dict(SLIME_SAMPLING))
+            out = await rl_bridge.generate(args, sample, {**SLIME_SAMPLING, **(sampling or {})})
             return out, await rl_bridge.reward_func(args, out)
         finally:
             await aclose_all()
@@ -142,3 +144,17 @@ def test_original_variant_reads_replies_without_the_end_token(servers: dict[str,
     assert scripts["policy"].calls and scripts["judge"].calls
     calls = [*scripts["policy"].calls, *scripts["generator"].calls, *scripts["judge"].calls]
     assert all(user_content_ends(qwen25, prompt) == 0 for prompt, _ in calls)
+
+
+def test_slime_skipping_special_tokens_is_refused_where_the_seed_variant_reads_reply_text(
+        servers: dict[str, Any], tiny_model_dir: Path) -> None:
+    """With slime's --rollout-skip-special-tokens the seed's replies (SGLang's text) lose their "<|im_end|>", which
+    our engines, returning ids with one text, cannot give: the seed variant refuses it before any request, naming the
+    flag; the original variant, whose prompts do not carry reply text as SGLang's, runs."""
+    with pytest.raises(ConfigError, match=r"sampling_params\['skip_special_tokens'\] = True.*drop "
+                                          r"--rollout-skip-special-tokens"):
+        run(servers, tiny_model_dir, sampling={"skip_special_tokens": True})
+    assert not any(servers["scripts"][name].calls for name in ("policy", "generator", "judge"))
+    out, _ = run(servers, tiny_model_dir, sampling={"skip_special_tokens": True}, variant="original",
+                 analyzer_engine="generator")
+    assert out.status == Sample.Status.COMPLETED, out.metadata.get("status_reason")
