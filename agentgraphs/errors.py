@@ -84,12 +84,14 @@ class TemplateError(AgentGraphsError):
 
 class RetrievalError(AgentGraphsError):
     """The retrieval service could not answer: unreachable, timed out, a 5xx that outlasted the retries,
-    a rejected request (4xx) or a body outside its contract. Tools turn it into an error observation."""
+    a rejected request (4xx) or a body outside its contract. Tools turn it into an error observation.
+    `field` is the request field a 400 named (e.g. "eid": the service cannot filter by example)."""
 
-    def __init__(self, url: str, attempts: int, reason: str) -> None:
+    def __init__(self, url: str, attempts: int, reason: str, field: str | None = None) -> None:
         self.url = url
         self.attempts = attempts
         self.reason = reason
+        self.field = field
         super().__init__(f"retrieval service at {url} failed after {attempts} attempt(s): {reason}. "
                          "Check that it is up (GET /health); start one with `agentgraphs retrieval serve DIR`.")
 

@@ -50,6 +50,9 @@ def serve_command(
                                      "keep it above the clients' keep-alive expiry (httpx: 5 s)"),
     bare_list: bool = typer.Option(False, "--bare-list", help="answer [[hits...], ...] without the {\"result\": ...} "
                                    "wrapper, as ToolOrchestra's own servers do (their clients read results[0])"),
+    example_ids: Path = typer.Option(None, "--example-ids", help="the seed's example_id_file, {eid: [document "
+                                     "ids]}: a request's eid keeps only its documents among the 1000 best hits "
+                                     "(an eid the file lacks keeps all); without it a non-empty eid is refused"),
 ) -> None:
     """Serve an index: POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}, GET /health."""
     from .service import serve
@@ -57,7 +60,7 @@ def serve_command(
     try:
         serve(index_dir, host=host, port=port, max_topk=max_topk, batch_window_s=batch_window_ms / 1000,
               max_batch_queries=max_batch_queries, max_query_chars=max_query_chars, workers=workers,
-              keep_alive_s=keep_alive_s, bare_list=bare_list)
+              keep_alive_s=keep_alive_s, bare_list=bare_list, example_ids=example_ids)
     except AgentGraphsError as exc:
         console.print("[red]error:[/red]", escape(str(exc)))
         raise typer.Exit(2) from None

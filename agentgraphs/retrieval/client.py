@@ -67,14 +67,17 @@ class RetrievalClient:
     async def aclose(self) -> None:
         await self._slots.aclose()
 
-    async def search(self, query: str, topk: int = 3) -> list[Hit]:
-        """The top-k hits for one query, best first."""
-        return (await self.retrieve([query], topk=topk))[0]
+    async def search(self, query: str, topk: int = 3, *, eid: str | None = None) -> list[Hit]:
+        """The top-k hits for one query, best first (of the example `eid`'s documents only, when given)."""
+        return (await self.retrieve([query], topk=topk, eid=eid))[0]
 
-    async def retrieve(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
-        """One ranked list of hits per query (one request)."""
+    async def retrieve(self, queries: Sequence[str], topk: int = 3, *, eid: str | None = None) -> list[list[Hit]]:
+        """One ranked list of hits per query (one request). A non-empty `eid` asks the service for the seed's
+        per-example filter; a service that cannot filter refuses it (RetrievalError with field "eid")."""
         url = f"{self.base_url}/retrieve"
-        body = {"queries": list(queries), "topk": topk, "return_scores": True}
+        body: dict[str, Any] = {"queries": list(queries), "topk": topk, "return_scores": True}
+        if eid:
+            body["eid"] = eid
         last = "no attempt made"
         for attempt in range(1, self.retries + 2):
             try:
@@ -89,7 +92,7 @@ class RetrievalClient:
                     return _parse(response, url, attempt, len(queries))
                 last = f"HTTP {response.status_code}: {_error_text(response)}"
                 if not retryable_status(response.status_code):
-                    raise RetrievalError(url, attempt, f"request rejected, {last}")
+                    raise RetrievalError(url, attempt, f"request rejected, {last}", field=_error_field(response))
             if attempt <= self.retries:
                 await asyncio.sleep(backoff_delay(attempt, self.backoff_s, self.backoff_cap_s, self._rng))
         raise RetrievalError(url, self.retries + 1, last)
@@ -100,6 +103,15 @@ def _error_text(response: httpx.Response) -> str:
         return str(response.json().get("error", response.text))[:300]
     except (ValueError, AttributeError):
         return response.text[:300]
+
+
+def _error_field(response: httpx.Response) -> str | None:
+    """The request field a 400 names ({"error", "field"}), if any."""
+    try:
+        field = response.json().get("field")
+    except (ValueError, AttributeError):
+        return None
+    return field if isinstance(field, str) else None
 
 
 def _parse(response: httpx.Response, url: str, attempt: int, n_queries: int) -> list[list[Hit]]:

@@ -42,15 +42,15 @@ def _write_corpus(path: Path, n_filler: int) -> dict[str, str]:
 
 
 class Service:
-    """`agentgraphs retrieval serve DIR` in a child process, waited for through GET /health."""
+    """`agentgraphs retrieval serve DIR [ARGS]` in a child process, waited for through GET /health."""
 
-    def __init__(self, index_dir: Path) -> None:
+    def __init__(self, index_dir: Path, *args: str) -> None:
         self.index_dir = index_dir
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         self.proc = subprocess.Popen([sys.executable, "-m", "agentgraphs.cli", "retrieval", "serve", str(index_dir),
-                                      "--port", str(self.port)], env=env, stdout=subprocess.PIPE,
+                                      "--port", str(self.port), *args], env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT)
         for _ in range(600):  # up to ~120 s on a loaded machine (loading the dense model)
             if self.proc.poll() is not None:
@@ -241,15 +241,17 @@ def test_bad_requests_are_400_naming_the_field_and_not_retried(bm25_service: tup
 def test_a_per_example_filter_or_an_unknown_field_is_refused_not_ignored(bm25_service: tuple[Service, dict[str, str]]
                                                                         ) -> None:
     """The seed's client sends "eid" so that its server (retrieval_general_thought.py) keeps only that example's
-    documents; this service has no such filter, so a request asking for one is a 400 naming the field and the
-    fix, never an unfiltered answer. An empty or null eid asks for no filter (the seed's too) and is served;
-    any other unknown field is refused the same way."""
+    documents; a service started without an example-id file cannot filter, so a request asking for it is a 400
+    naming the field and the fix (--example-ids: tests/retrieval/test_example_ids.py), never an unfiltered
+    answer. An empty or null eid asks for no filter (the seed's too) and is served; any other unknown field is
+    refused the same way."""
     service, fact = bm25_service
     query = fact["question"]
     r = httpx.post(f"{service.url}/retrieve", json={"queries": [query], "topk": 5, "return_scores": True,
                                                      "eid": "example-17"}, timeout=30)
     assert r.status_code == 400, r.text[:300]
-    assert "field 'eid'" in r.json()["error"] and "send no eid" in r.json()["error"]
+    assert "field 'eid'" in r.json()["error"] and "send no eid" in r.json()["error"] and r.json()["field"] == "eid"
+    assert "--example-ids FILE" in r.json()["error"]
     for empty in ("", None):
         r = httpx.post(f"{service.url}/retrieve", json={"queries": [query], "topk": 5, "return_scores": True,
                                                          "eid": empty}, timeout=30)
