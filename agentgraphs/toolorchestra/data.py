@@ -10,8 +10,9 @@ retrieval corpus (wiki-18: `{"id", "contents"}` per line) needs no conversion.
 The seed's own rows (Takenzz/AgentFlow@4b5aa84 agentic/ToolOrchestra, data/data_slime_full.jsonl) carry per-row
 fields in their metadata (rollout.py:40-41). `pref_vec` is honoured (the row's weights of the cost-aware reward);
 `tools`, `model_mapping`, `tool_pricing` and `trained_model_type` make the row run as the seed runs it
-(`seed_rows`: its own tool list, its experts' models, the seed's cost); a non-empty `eid` (the seed's per-example
-document filter) and a tau^2 row (`category: func_call`) are refused with an InputError naming the field and the fix.
+(`seed_rows`: its own tool list, its experts' models, the seed's cost); a non-empty `eid` goes with the row's
+searches, which see only that example's documents (`search`: the service's example-id file, as the seed's); a tau^2
+row (`category: func_call`) is refused with an InputError naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -28,25 +29,27 @@ from ..retrieval.synthetic import synthetic_corpus
 from .graph import ToolOrchestraOptions, feature_names, row_experts, unknown_features
 from .seed_rows import seed_row
 
-__all__ = ["SEED_ROW_FIELDS", "qa_row", "read_qa", "row_preference", "synthetic_set"]
+__all__ = ["qa_row", "read_qa", "row_eid", "row_preference", "synthetic_set"]
 
-# The seed's per-row fields this graph cannot honour (seed file:line at 4b5aa84, agentic/ToolOrchestra/): what the
-# row would have done, and the fix.
-SEED_ROW_FIELDS: dict[str, tuple[str, str]] = {
-    "eid": ("the seed's retrieval service keeps only the documents its example-id file lists for this eid "
-            "(orchestra_solver.py:90-91, tools/search_retrieval/tool.py:92-97, retrieval_general_thought.py:239-241)"
-            ", but this graph searches the whole index",
-            "drop 'eid' from the rows (or make it empty) to search the whole index, as the seed's service does for "
-            "an eid its file lacks, or index only that example's documents"),
-}
+def row_eid(metadata: Mapping[str, Any]) -> str | None:
+    """The row's example id (the seed's `metadata.eid`), None when it has none or an empty one (its searches
+    see the whole index, as the seed's). InputError when it is not a string (the seed's service refuses one).
+
+    >>> row_eid({"eid": "stem____17"}), row_eid({"eid": ""}), row_eid({})
+    ('stem____17', None, None)
+    """
+    eid = metadata.get("eid")
+    if eid is not None and not isinstance(eid, str):
+        raise InputError("metadata.eid", f"expected a string, got {eid!r:.80}",
+                         "give the example id as a string (the seed's example-id file's key), or drop it")
+    return eid or None
 
 
 def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -> dict[str, float] | None:
     """A row's own preference weights (the seed's `metadata.pref_vec`), or None when it has none (the
     `preference` option then weighs its rollouts). A seed-format row's fields are checked (`seed_rows.seed_row`)
     and its pref_vec may weigh the calls of an expert name it maps, as the seed's does (`answer-1`, read as the
-    feature `expert:answer-1`). A non-empty eid (SEED_ROW_FIELDS), a tau^2 row (`category: func_call`), a bad seed
-    field or a pref_vec that is not numbers for features of this graph raise InputError naming the field and the fix.
+    feature `expert:answer-1`). A tau^2 row (`category: func_call`), a bad seed field or a pref_vec that is not numbers for features of this graph raise InputError naming the field and the fix.
 
     >>> row_preference({"category": "qa", "eid": "", "pref_vec": {"accuracy": 1, "cost": -0.3}},
     ...                ToolOrchestraOptions())
@@ -61,22 +64,12 @@ def row_preference(metadata: Mapping[str, Any], options: ToolOrchestraOptions) -
     ...     print(exc.field, exc.fix)
     metadata.pref_vec give the row a pref_vec, or weigh accuracy, cost, latency, tool:search, tool:enhance_reasoning, \
 tool:answer, expert:answer-1 in `preference`
-    >>> try:
-    ...     row_preference({"eid": "stem____17"}, ToolOrchestraOptions())
-    ... except InputError as exc:
-    ...     print(exc.field)
-    metadata.eid
     """
     if metadata.get("category") == "func_call":  # any other category runs as QA (orchestra_solver.py:104-109)
         raise InputError("metadata.category", "'func_call' is a tau^2 task (the seed runs it in tau^2, "
                          "orchestra_solver.py:106-107), which this QA graph cannot run",
                          "run tau^2 tasks with the toolorchestra-tau2 spec (rows {\"input\": task id, \"metadata\": "
                          "{\"domain\": ...}}: examples/toolorchestra/evaluate_tau2.py --write-rows), or drop the row")
-    present = [k for k in SEED_ROW_FIELDS if k in metadata and metadata[k] is not None
-               and not (k == "eid" and metadata[k] == "")]
-    if present:
-        problem, fix = SEED_ROW_FIELDS[present[0]]
-        raise InputError(f"metadata.{present[0]}", problem, fix)
     row = seed_row(metadata)
     weights = metadata.get("pref_vec")
     if weights is None:

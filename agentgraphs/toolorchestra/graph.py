@@ -6,7 +6,8 @@ tool returned sits in the prompt: masked by construction. The trained ids are th
 and the ids it returned (call_llm records both), whatever Qwen3's template would do to a history.
 
 Tools run experts, other engines addressed by name in `AgentContext.engines` (never trained):
-    search            the expert writes a query; the retrieval service returns top-k passages
+    search            the expert writes a query; the retrieval service returns top-k passages (of the row's
+                      example only, for a row with a non-empty eid, as the seed's service filters: search.py)
     enhance_reasoning the expert writes Python; it runs (timeout) and the code + output become a note
     answer            the expert answers (\\boxed{}); the episode ends (a failed answer expert too, by default)
 A seed-format row (`seed_rows`) brings its own tool list (rendered as it is) and maps the expert name the
@@ -19,7 +20,6 @@ orchestrator turn ends the episode unanswered (`invalid_call: end`, the seed) or
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from functools import partial
@@ -31,7 +31,7 @@ from pydantic import Field, model_validator
 from typing_extensions import NotRequired, TypedDict
 
 from ..answers import last_boxed
-from ..context import AgentContext, LoopCache, context_of
+from ..context import AgentContext, context_of
 from ..errors import ConfigError, EngineError, RetrievalError
 from ..long_text import count_tokens, encode_text
 from ..node import TraceState, call_llm
@@ -42,6 +42,7 @@ from .coderun import extract_code, run_expert_code
 from .notes import Note, render_context
 from .parsing import parse_choice
 from .prompts import ANSWER_EXPERT, CODE_EXPERT, ORCHESTRATOR_USER, SEARCH_EXPERT, tool_schemas
+from .search import search_documents
 
 TOOLS = ("search", "enhance_reasoning", "answer")
 
@@ -207,6 +208,7 @@ class ToolOrchestraState(TraceState):
     problem: str
     preference: NotRequired[dict[str, float]]  # the row's own weights (a seed row's pref_vec), over the option's
     seed_row: NotRequired[dict[str, Any]]  # a seed-format row's tools, model_mapping, prices (seed_rows.SeedRow)
+    eid: NotRequired[str]  # the row's example id: its searches see only that example's documents (search.py)
     notes: NotRequired[list[Note]]
     steps: NotRequired[list[Step]]
     pending: NotRequired[str]  # the tool the last orchestrator turn chose, until it has run
@@ -364,7 +366,9 @@ async def search(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts
     if text is not None:
         query = text.strip().splitlines()[0].strip() if text.strip() else state["problem"]
         try:
-            hits = await retrieval_client(ctx, opts).search(query, topk=opts.retrieval_topk)
+            hits = await search_documents(ctx, query, topk=opts.retrieval_topk, eid=state.get("eid"),
+                                          url=opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
+                                          retries=opts.retrieval_retries)
         except RetrievalError as exc:
             error = f"search for {query[:200]!r} failed: {exc}"
         else:
@@ -445,23 +449,6 @@ async def route(state: ToolOrchestraState, runtime: Runtime[AgentContext], opts:
     cap = max_turns(opts, context_of(runtime).evaluation)
     turns_left = cap is None or len(state.get("steps") or []) < cap
     return "orchestrator" if turns_left else END
-
-
-# one client per event loop and settings (httpx clients are loop-bound); dropped with their loop
-_CLIENTS: LoopCache[tuple[str, float, int], Any] = LoopCache()
-
-
-def retrieval_client(ctx: AgentContext, opts: ToolOrchestraOptions) -> Any:
-    """`ctx.tools["retrieval"]` when given (anything with `async search(query, topk)`), else a
-    RetrievalClient for `opts.retrieval_url`, shared by the rollouts of this event loop."""
-    given = ctx.tools.get("retrieval")
-    if given is not None:
-        return given
-    from ..retrieval.client import RetrievalClient
-
-    key = (opts.retrieval_url, opts.retrieval_timeout_s, opts.retrieval_retries)
-    return _CLIENTS.get(key, lambda: RetrievalClient(opts.retrieval_url, timeout_s=opts.retrieval_timeout_s,
-                                                     retries=opts.retrieval_retries), asyncio.get_running_loop())
 
 
 def build_graph(options: ToolOrchestraOptions | None = None, *, checkpointer: Any = None) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import InputError
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
-from .data import row_preference
+from .data import row_eid, row_preference
 from .graph import TOOLS, ToolOrchestraOptions, build_graph, named_engines
 from .reward import metrics, reward, reward_shaping
 from .seed_rows import row_engines, seed_row
@@ -16,8 +16,8 @@ from .seed_rows import row_engines, seed_row
 
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
     """The graph's input; a seed row's pref_vec becomes the rollout's preference, its tools, model_mapping and
-    prices its `seed_row` (`seed_rows`), and a seed field the graph cannot honour refuses the row (InputError:
-    `data.row_preference`)."""
+    prices its `seed_row` (`seed_rows`), its non-empty eid the example its searches are filtered to (`search`),
+    and a seed field the graph cannot honour refuses the row (InputError: `data.row_preference`)."""
     metadata = row.get("metadata") or {}
     state: dict[str, Any] = {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
     preference = row_preference(metadata, options)
@@ -26,6 +26,9 @@ def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, An
     seed = seed_row(metadata)
     if seed is not None:
         state["seed_row"] = dict(seed)
+    eid = row_eid(metadata)
+    if eid is not None:
+        state["eid"] = eid
     return state
 
 

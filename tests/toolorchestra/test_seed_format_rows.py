@@ -85,9 +85,11 @@ def scorer(agentgraphs_cache: Path) -> HFEngine:
 class SeedRun:
     """slime's side: the orchestrator's server, one expert server per served model, the seed's launch args."""
 
-    def __init__(self, scorer: HFEngine, orchestrator: list[str], experts: dict[str, list[str]]) -> None:
+    def __init__(self, scorer: HFEngine, orchestrator: list[str], experts: dict[str, list[str]],
+                 options: dict[str, Any] | None = None) -> None:
         from agentgraphs.testing.server import SGLangTestServer
 
+        self.options = options or {}
         self.policy = ScriptedPolicy(scorer, orchestrator, name="orchestrator")
         self.experts = {model: ScriptedPolicy(scorer, replies, name=model) for model, replies in experts.items()}
         self.servers = [SGLangTestServer(self.policy, port=0),
@@ -107,7 +109,7 @@ class SeedRun:
             agentgraph_engines=engines,  # the experts served under their models' names only
             # `experts` names the served models, so the run checks them before any rollout
             agentgraph_options={"variant": "seed", "experts": {"search": [BIG], "answer": [MATH]},
-                                "retrieval_url": "http://127.0.0.1:9", "retrieval_retries": 0})
+                                "retrieval_url": "http://127.0.0.1:9", "retrieval_retries": 0, **self.options})
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -193,8 +195,7 @@ def test_a_seed_rows_empty_tool_list_offers_none_and_its_call_still_runs(scorer:
 
 
 REFUSED = {
-    # the row exactly as prepare_eval_data.py writes it: only its eid is refused, its other fields run
-    "the seed's whole row": (seed_row(eid="stem____wiki____0"), "metadata.eid", "whole index"),
+    "an eid that is not a string": (seed_row(eid=17), "metadata.eid", "as a string"),
     "a tool this graph cannot run": (seed_row(tools=[*SEED_TOOLS, seed_tool("call_expert", ["expert-1"])]),
                                      "metadata.tools[2]", "'call_expert'"),
     "a mapped model the run does not serve": (

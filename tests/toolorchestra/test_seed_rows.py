@@ -12,9 +12,10 @@ eid, pref_vec, tool_pricing. The rows below are built by hand from the seed's re
 - `tools`, `model_mapping`, `tool_pricing` and `trained_model_type`: the row runs as the seed runs it
   (tests/toolorchestra/test_seed_format_rows.py).
 - a non-empty `eid` (orchestra_solver.py:90-91 -> tools/search_retrieval/tool.py:92-97 ->
-  retrieval_general_thought.py:239-241) and `category: func_call` (orchestra_solver.py:106-107: tau^2): this graph
-  cannot do them, so a row that carries one is refused with an InputError naming the field and the fix, never
-  run with the whole index or as a QA task in their place.
+  retrieval_general_thought.py:239-241): the row's searches go with it to a service started with the seed's
+  example-id file (tests/toolorchestra/test_seed_eid.py); a non-string eid is refused.
+- `category: func_call` (orchestra_solver.py:106-107: tau^2): this graph cannot run it, so a row that carries one
+  is refused with an InputError naming the field and the fix, never run as a QA task in its place.
 
 Every test drives `rl_bridge.generate` and `rl_bridge.reward_func` against SGLang-contract HTTP servers on
 127.0.0.1 (a scripted orchestrator and a scripted expert over the tiny Qwen3-template model).
@@ -167,7 +168,7 @@ def test_a_rows_pref_vec_weighs_its_group_reward_as_the_seeds_convert_does(score
 
 
 REFUSED = {
-    "eid": (seed_metadata(tools=None, model_mapping=None, tool_pricing=None), "whole index"),
+    "eid": (seed_metadata(tools=None, model_mapping=None, tool_pricing=None, eid=["stem____17"]), "as a string"),
     "category": (seed_metadata(eid="", tools=None, model_mapping=None, tool_pricing=None, category="func_call"),
                  "toolorchestra-tau2"),
     "pref_vec": (seed_metadata(eid="", tools=None, model_mapping=None, tool_pricing=None,
@@ -187,7 +188,7 @@ def slime(scorer: HFEngine) -> Iterator[Slime]:
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_a_seed_field_this_graph_cannot_honour_refuses_the_row(slime: Slime, case: str) -> None:
     """The row FAILS before any generation, its reason the InputError naming `metadata.<field>` and the fix;
-    it scores 0 and trains no token (never a rollout searching the whole index, or a tau^2 task run as QA)."""
+    it scores 0 and trains no token (never a tau^2 task run as QA)."""
     metadata, fix = REFUSED[case]
     field = case.split(" ")[0]
     calls = len(slime.policy.calls)
