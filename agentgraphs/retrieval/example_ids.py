@@ -1,5 +1,5 @@
 """Per-example document filters: the seed's `example_id_file` (Takenzz/AgentFlow@4b5aa84,
-agentic/ToolOrchestra/retrieval_general_thought.py:185-200, 215-255, 305-355).
+agentic/ToolOrchestra/retrieval_general_thought.py:197-198, 213-255, 317-355).
 
 The file is one JSON object, {eid: [document id, ...]}. A /retrieve request carrying an eid that the file
 lists is answered from the `CANDIDATES` best hits of the whole index, keeping only the documents whose

@@ -28,6 +28,7 @@ DATA_DIR=${DATA_DIR:-/root/data/toolorchestra}                   # prepare_data.
 CORPUS=${CORPUS:-/root/data/wiki-18.jsonl}                       # {"id", "contents"} per line
 INDEX_DIR=${INDEX_DIR:-/root/data/wiki-18-index}
 DENSE=${DENSE:-0}                                                # 1: faiss + all-MiniLM-L6-v2 instead of BM25
+EXAMPLE_IDS=${EXAMPLE_IDS:-}  # the seed's example_id_file {eid: [doc ids]}: needed by rows with a non-empty eid
 CONFIG=${CONFIG:-${SCRIPT_DIR}/toolorchestra.yaml}
 TRAIN_GPUS=${TRAIN_GPUS:-4}
 # expert models, one GPU and one port each (names and ports as in toolorchestra.yaml)
@@ -60,7 +61,8 @@ if [ ! -f "${INDEX_DIR}/meta.json" ]; then
       agentgraphs retrieval index "${CORPUS}" --out "${INDEX_DIR}"
    fi
 fi
-agentgraphs retrieval serve "${INDEX_DIR}" --port 8000 > "${LOG_DIR}/retrieval.log" 2>&1 &
+agentgraphs retrieval serve "${INDEX_DIR}" --port 8000 ${EXAMPLE_IDS:+--example-ids "${EXAMPLE_IDS}"} \
+   > "${LOG_DIR}/retrieval.log" 2>&1 &
 PIDS+=($!)
 
 # ------------------------------------------------------------------------------------------ experts

@@ -1,5 +1,5 @@
 """The seed's per-example document filter (Takenzz/AgentFlow@4b5aa84, agentic/ToolOrchestra/
-retrieval_general_thought.py:185-200, 215-255, 305-355), served over HTTP by a real `agentgraphs retrieval serve
+retrieval_general_thought.py:197-198, 213-255, 317-355), served over HTTP by a real `agentgraphs retrieval serve
 --example-ids FILE` process: a request's eid keeps, among the 1000 best hits, only the documents the file lists
 for it (compared as integers), up to topk; an eid the file lacks keeps every hit; a service without the file
 refuses a non-empty eid; a file or corpus the seed's filter could not use is refused when the service starts."""

@@ -3,7 +3,7 @@
 The seed's search tool sends the row's eid with every query (Takenzz/AgentFlow@4b5aa84, agentic/ToolOrchestra/
 orchestra_solver.py:90-91, tools/search_retrieval/tool.py:92-97) and its service keeps, among its 1000 best hits,
 only the documents its example-id file lists for that eid; an eid the file lacks keeps every hit
-(retrieval_general_thought.py:215-255, 305-355). Here the row is exactly as prepare_eval_data.py writes it, eid
+(retrieval_general_thought.py:213-255, 317-355). Here the row is exactly as prepare_eval_data.py writes it, eid
 included, and the service is `agentgraphs retrieval serve IDX --example-ids FILE`: the documents the answer
 expert is shown are that example's only. A service that cannot filter fails the row, never searched unfiltered.
 """
