@@ -23,7 +23,7 @@ from agentgraphs.retrieval.example_ids import load_example_ids
 
 pytest.importorskip("bm25s")
 pytest.importorskip("uvicorn")
-from tests.retrieval.test_retrieval import Service  # noqa: E402
+from tests.retrieval.test_retrieval import Service, service_pair  # noqa: E402
 
 N = 1100  # past the seed's 1000 candidates
 EXAMPLE_IDS = {"ex-deep": [1050, 950, 3], "ex-empty": [], "ex-one": [7]}
@@ -47,15 +47,7 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def services(index_dir: Path) -> Iterator[tuple[Service, Service]]:
     """(served with the example-id file, served without one)."""
-    filtering = Service(index_dir, "--example-ids", str(index_dir.parent / "example_ids.json"), "--bare-list")
-    try:
-        plain = Service(index_dir)
-    except BaseException:
-        filtering.stop()
-        raise
-    yield filtering, plain
-    filtering.stop()
-    plain.stop()
+    yield from service_pair(index_dir, index_dir.parent / "example_ids.json", "--bare-list")
 
 
 def ask(url: str, eid: Any = None, topk: int = 5, **extra: Any) -> httpx.Response:

@@ -74,6 +74,19 @@ class Service:
                 self.proc.wait()
 
 
+def service_pair(index_dir: Path, example_ids: Path, *args: str) -> Iterator[tuple[Service, Service]]:
+    """(the index served with the example-id file, and without one), stopped afterwards (a fixture's body)."""
+    filtering = Service(index_dir, "--example-ids", str(example_ids), *args)
+    try:
+        plain = Service(index_dir)
+    except BaseException:
+        filtering.stop()
+        raise
+    yield filtering, plain
+    filtering.stop()
+    plain.stop()
+
+
 @pytest.fixture(scope="module")
 def bm25_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, str]]]:
     d = tmp_path_factory.mktemp("bm25")

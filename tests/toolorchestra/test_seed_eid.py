@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +22,7 @@ from tests.toolorchestra.test_seed_format_rows import BIG, MATH, SeedRun, call, 
 
 pytest.importorskip("bm25s")
 pytest.importorskip("uvicorn")
-from tests.retrieval.test_retrieval import Service  # noqa: E402
+from tests.retrieval.test_retrieval import Service, service_pair  # noqa: E402
 
 EID = "stem____wiki____0"
 EXAMPLE_IDS = {EID: [7, 23], "stem____wiki____1": [2]}
@@ -40,15 +39,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service
         for i in range(30)))
     (d / "example_ids.json").write_text(json.dumps(EXAMPLE_IDS))
     idx = build_index(d / "corpus.jsonl", d / "idx")
-    filtering = Service(idx, "--example-ids", str(d / "example_ids.json"))
-    try:
-        plain = Service(idx)
-    except BaseException:
-        filtering.stop()
-        raise
-    yield filtering, plain
-    filtering.stop()
-    plain.stop()
+    yield from service_pair(idx, d / "example_ids.json")
 
 
 def authors(prompt_text: str) -> set[str]:

@@ -30,6 +30,7 @@ from agentgraphs.engines.hf import HFEngine
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.slime_sample import Sample
 from agentgraphs.testing.tiny_model import ensure_tiny_model
+from tests.toolorchestra.test_seed_rows import call, scorer  # noqa: F401  (a fixture)
 
 BIG, MATH, UNSERVED = "Qwen/Qwen3-32B", "Qwen/Qwen2.5-Math-7B-Instruct", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
 MODEL_MAPPING = {"search-1": BIG, "answer-1": BIG, "answer-math-2": MATH}  # prepare_eval_data.py:30-40
@@ -70,16 +71,6 @@ def slime_sample(row: dict[str, Any], index: int) -> Sample:
     if "tools" in row:
         metadata["tools"] = json.loads(json.dumps(row["tools"]))
     return Sample(group_index=0, index=index, prompt=row["problem"], label=row["answer"], metadata=metadata)
-
-
-def call(name: str, model: str) -> str:
-    body = json.dumps({"name": name, "arguments": {"model": model}})
-    return f"<think>plan</think>\n<tool_call>\n{body}\n</tool_call>"
-
-
-@pytest.fixture(scope="module")
-def scorer(agentgraphs_cache: Path) -> HFEngine:
-    return HFEngine.from_dir(ensure_tiny_model(template="qwen3"), device="cpu", seed=0)
 
 
 class SeedRun:
