@@ -11,7 +11,8 @@ Tools come from a registry users extend (`register_tool`); python_coder runs its
 (5, 'divide', 3, 'broadcast', 'per_turn')
 """
 
-from .graph import NODES, AgentFlowOptions, AgentFlowState, build_graph, role_engine
+from .graph import NODES, build_graph
+from .options import AgentFlowOptions, AgentFlowState, role_engine
 from .parsing import (
     NO_MATCHED_TOOL, NextStep, ToolCall, extract_command, parse_answer_tags, parse_command, parse_next_step,
     parse_verifier_conclusion,

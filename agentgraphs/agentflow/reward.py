@@ -41,7 +41,7 @@ from ..math_equivalence import AnswerCheck, amath_verify_check, math_verify_chec
 from ..node import ask_judge
 from ..row_fields import answers_of, question_of
 from ..spec import RewardInput, judge_engine, reward_options
-from .graph import AgentFlowOptions
+from .options import AgentFlowOptions
 from .prompts import JUDGE_TEMPLATE, SEED_JUDGE_TEMPLATE
 
 __all__ = ["AnswerCheck", "JUDGE_SAMPLING", "SGLANG_DEFAULT_SAMPLING", "boxed_exact_check", "boxed_exact_reward",

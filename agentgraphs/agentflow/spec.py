@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
-from .graph import AgentFlowOptions, build_graph, named_engines
+from .graph import build_graph
+from .options import AgentFlowOptions, named_engines
 from .reward import metrics, reward
 
 
