@@ -17,23 +17,20 @@ run by this test (the seed's subprocess).
 from __future__ import annotations
 
 import ast
-import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-import rl_bridge
 from agentgraphs.agentflow import VARIANTS
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
-from rl_bridge.setup import aclose_all, clear_cache
-from tests.agentflow.test_engines import SLIME_SAMPLING
+from rl_bridge.setup import clear_cache
+from tests.agentflow.test_seed_prompts import seed_bridge_run
 from tests.agentflow.test_seed_prompts import (
     ANALYSIS,
     END,
@@ -160,25 +157,8 @@ def servers(tiny_engine: Any) -> Iterator[dict[str, Any]]:
 
 
 def run(servers: dict[str, Any], model_dir: Path, **options: Any) -> Any:
-    host, port = servers["policy"].url.removeprefix("http://").rsplit(":", 1)
-    args = SimpleNamespace(agentgraph="agentflow", hf_checkpoint=str(model_dir), sglang_router_ip=host,
-                           sglang_router_port=int(port), agentgraph_max_retries=0, reward_key=None,
-                           agentgraph_options={"judge": None, "executor_engine": "generator",
-                                               "verifier_engine": "generator", "final_engine": "generator",
-                                               "tool_engine": "generator", "tool_engines": {"python_coder": "coder"},
-                                               **options},
-                           agentgraph_engines={"generator": f"sglang:{servers['generator'].url}",
-                                               "coder": f"sglang:{servers['coder'].url}"})
-    clear_cache()
-    sample = Sample(group_index=0, index=0, prompt=QUESTION, label="42", metadata={})
-
-    async def go() -> Any:
-        try:
-            return await rl_bridge.generate(args, sample, dict(SLIME_SAMPLING))
-        finally:
-            await aclose_all()
-
-    return asyncio.run(go())
+    return seed_bridge_run(servers, model_dir, ("generator", "coder"),
+                           {"judge": None, "tool_engines": {"python_coder": "coder"}, **options}, reward=False)
 
 
 def memory(results: list[tuple[str, str]]) -> dict[str, dict[str, str]]:

@@ -14,22 +14,19 @@ The judge gets the whole final output (rollout.py:232, 242). A reply cut at max_
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-import rl_bridge
 from agentgraphs.errors import ConfigError
 from agentgraphs.testing.scripted import ScriptCall, ScriptedPolicy
 from agentgraphs.testing.server import SGLangTestServer
 from agentgraphs.testing.slime_sample import Sample
-from rl_bridge.setup import aclose_all, clear_cache
-from tests.agentflow.test_engines import SLIME_SAMPLING
+from rl_bridge.setup import clear_cache
 from tests.agentflow.test_seed_judge import seed_judge
+from tests.agentflow.test_seed_prompts import seed_bridge_run
 from tests.agentflow.test_seed_prompts import (
     ANALYSIS, END, FINAL, QUESTION, generator, planner, said, seed_final, seed_ids, seed_memory, seed_next_step,
     seed_verify,
@@ -62,25 +59,8 @@ def servers(tiny_engine: Any) -> Iterator[dict[str, Any]]:
 
 def run(servers: dict[str, Any], model_dir: Path, sampling: dict[str, Any] | None = None,
         **options: Any) -> tuple[Any, Any]:
-    host, port = servers["policy"].url.removeprefix("http://").rsplit(":", 1)
-    args = SimpleNamespace(agentgraph="agentflow", hf_checkpoint=str(model_dir), sglang_router_ip=host,
-                           sglang_router_port=int(port), agentgraph_max_retries=0, reward_key=None,
-                           agentgraph_options={"executor_engine": "generator", "verifier_engine": "generator",
-                                               "final_engine": "generator", "tool_engine": "generator",
-                                               "judge_max_new_tokens": 256, **options},
-                           agentgraph_engines={"generator": f"sglang:{servers['generator'].url}",
-                                               "judge": f"sglang:{servers['judge'].url}"})
-    clear_cache()
-    sample = Sample(group_index=0, index=0, prompt=QUESTION, label=LABEL, metadata={})
-
-    async def go() -> tuple[Any, Any]:
-        try:
-            out = await rl_bridge.generate(args, sample, {**SLIME_SAMPLING, **(sampling or {})})
-            return out, await rl_bridge.reward_func(args, out)
-        finally:
-            await aclose_all()
-
-    return asyncio.run(go())
+    return seed_bridge_run(servers, model_dir, ("generator", "judge"), {"judge_max_new_tokens": 256, **options},
+                           label=LABEL, sampling=sampling)
 
 
 def user_content_ends(tokenizer: Any, prompt: list[int]) -> int:

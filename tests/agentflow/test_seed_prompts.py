@@ -21,7 +21,7 @@ and so do the analysis and the results the later prompts show.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -237,25 +237,32 @@ def servers(tiny_engine: Any) -> Iterator[dict[str, SGLangTestServer]]:
     clear_cache()
 
 
-def run(servers: dict[str, SGLangTestServer], model_dir: Path, **options: Any) -> Any:
+def seed_bridge_run(servers: Mapping[str, Any], model_dir: Path, helpers: tuple[str, ...], options: Mapping[str, Any],
+                    *, label: str = "42", sampling: Mapping[str, Any] | None = None, reward: bool = True) -> Any:
+    """slime's side of one seed-variant row: the launch's args (the policy server at the router, each of `helpers`
+    served under its name, the seed's roles on "generator"), then rl_bridge.generate (and reward_func: (sample,
+    reward)) with slime's sampling params (`sampling` over them)."""
     host, port = servers["policy"].url.removeprefix("http://").rsplit(":", 1)
     args = SimpleNamespace(agentgraph="agentflow", hf_checkpoint=str(model_dir), sglang_router_ip=host,
                            sglang_router_port=int(port), agentgraph_max_retries=0, reward_key=None,
-                           agentgraph_options={"judge": None, "executor_engine": "generator",
-                                               "verifier_engine": "generator", "final_engine": "generator",
-                                               "tool_engine": "generator", **options},
-                           agentgraph_engines={"generator": f"sglang:{servers['generator'].url}"})
+                           agentgraph_options={"executor_engine": "generator", "verifier_engine": "generator",
+                                               "final_engine": "generator", "tool_engine": "generator", **options},
+                           agentgraph_engines={name: f"sglang:{servers[name].url}" for name in helpers})
     clear_cache()
-    sample = Sample(group_index=0, index=0, prompt=QUESTION, label="42", metadata={})
+    sample = Sample(group_index=0, index=0, prompt=QUESTION, label=label, metadata={})
 
     async def go() -> Any:
         try:
-            out = await rl_bridge.generate(args, sample, dict(SLIME_SAMPLING))
-            return out, await rl_bridge.reward_func(args, out)
+            out = await rl_bridge.generate(args, sample, {**SLIME_SAMPLING, **(sampling or {})})
+            return (out, await rl_bridge.reward_func(args, out)) if reward else out
         finally:
             await aclose_all()
 
     return asyncio.run(go())
+
+
+def run(servers: dict[str, SGLangTestServer], model_dir: Path, **options: Any) -> Any:
+    return seed_bridge_run(servers, model_dir, ("generator",), {"judge": None, **options})
 
 
 def seed_ids(tokenizer: Any, content: str) -> list[int]:
