@@ -15,7 +15,8 @@ tau^2-bench: the orchestrator is the agent, scored by tau^2's own evaluator.
 30
 """
 
-from .graph import TOOLS, ToolOrchestraOptions, ToolOrchestraState, build_graph
+from .graph import build_graph
+from .options import TOOLS, ToolOrchestraOptions, ToolOrchestraState
 from .parsing import Choice, parse_choice
 from .reward import features
 from .spec import SPEC, make_input

@@ -26,7 +26,7 @@ from typing import Any
 from ..dataset_io import load_located_rows
 from ..errors import InputError
 from ..retrieval.synthetic import synthetic_corpus
-from .graph import ToolOrchestraOptions, feature_names, row_experts, unknown_features
+from .options import ToolOrchestraOptions, feature_names, row_experts, unknown_features
 from .seed_rows import seed_row
 
 __all__ = ["qa_row", "read_qa", "row_eid", "row_preference", "synthetic_set"]

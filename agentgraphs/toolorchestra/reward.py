@@ -29,7 +29,7 @@ from ..node import ask_judge
 from ..row_fields import answers_of, question_of
 from ..spec import RewardInput, judge_engine, reward_options
 from ..toolcalls import split_reasoning
-from .graph import TOOLS, Price, ToolOrchestraOptions, expert_names
+from .options import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE
 from .seed_rows import seed_cost
 

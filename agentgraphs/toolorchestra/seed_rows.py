@@ -26,7 +26,7 @@ from typing import Any
 from typing_extensions import NotRequired, TypedDict
 
 from ..errors import InputError
-from .graph import TOOLS
+from .options import TOOLS
 
 __all__ = ["SEED_FIELDS", "SeedRow", "orchestrator_pricing", "row_engines", "seed_cost", "seed_row"]
 

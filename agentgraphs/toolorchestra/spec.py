@@ -9,7 +9,8 @@ from ..errors import InputError
 from ..row_fields import question_input
 from ..spec import AgentSpec, RolloutInput, register
 from .data import row_eid, row_preference
-from .graph import TOOLS, ToolOrchestraOptions, build_graph, named_engines
+from .graph import build_graph
+from .options import TOOLS, ToolOrchestraOptions, named_engines
 from .reward import metrics, reward, reward_shaping
 from .seed_rows import row_engines, seed_row
 
@@ -41,6 +42,13 @@ def engines_of_row(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str
     except InputError:
         return {}
     return row_engines(seed) if seed is not None else {}
+
+
+def reply_text_keys(options: ToolOrchestraOptions) -> dict[str, object]:
+    """`tool_protocol: seed` puts each orchestrator turn back into its conversation as SGLang's text with
+    slime's default skip_special_tokens=False (its `<|im_end|>` kept: orchestra_solver.py:130, 392 with
+    rollout.py:46-49's sampling params): another value is refused before the rollout."""
+    return {"skip_special_tokens": False} if options.tool_protocol == "seed" else {}
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,6 +100,7 @@ SPEC = AgentSpec(
     options=ToolOrchestraOptions,
     description="ToolOrchestra (QA): an orchestrator routes search / code / answer to expert models",
     named_engines=named_engines,  # every expert engine: refused before any rollout when the run lacks one
+    reply_text_keys=reply_text_keys,  # slime's --rollout-skip-special-tokens under tool_protocol seed: refused
     row_engines=engines_of_row,  # a seed row's mapped models: the row fails before it generates without one
 )
 register(SPEC)  # `load_spec("toolorchestra")`, langgraph.json

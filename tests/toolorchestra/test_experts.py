@@ -110,7 +110,7 @@ def test_a_text_expert_without_usage_is_counted_with_the_orchestrators_tokenizer
     assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
     step = rollout.final_state["steps"][-1]
     tok = scorer.tokenizer
-    sent = chat.requests[0]["messages"][0]["content"]
+    sent = chat.requests[0]["messages"][-1]["content"]  # the user message (the seed's _make_stats counts it)
     assert step["expert_input_tokens"] == len(tok.encode(sent, add_special_tokens=False)) > 0
     assert step["expert_output_tokens"] == len(tok.encode(reply, add_special_tokens=False)) > 0
 
@@ -137,7 +137,8 @@ def test_a_reasoning_expert_is_read_after_its_reasoning(scorer: HFEngine, endpoi
     chat.replies["searcher"] = [(query, usage)]
     chat.replies["answerer"] = [(reply, usage)]
     retrieval = Retrieval()
-    rollout = run(scorer, [call("search", "searcher"), call("answer", "answerer")], url, retrieval=retrieval)
+    rollout = run(scorer, [call("search", "searcher"), call("answer", "answerer")], url, retrieval=retrieval,
+                  tool_protocol="original")  # the seed reads the whole reply: test_seed_tools.py
     assert rollout.status == "completed", rollout.reason
     assert retrieval.queries == ["launch code Zorblax station"]
     assert rollout.answer == "4321" and rollout.reward == 1.0
@@ -152,7 +153,8 @@ def test_an_expert_cut_off_in_its_reasoning_is_a_failed_tool_not_a_query_or_an_a
                                 ("\\boxed{4321}", usage)]
     retrieval = Retrieval()
     rollout = run(scorer, [call("search", "searcher"), call("answer", "answerer"), call("answer", "answerer")],
-                  url, retrieval=retrieval, answer_failure="note")  # the failed answer is a note, the loop goes on
+                  url, retrieval=retrieval, answer_failure="note",  # the failed answer is a note, the loop goes on
+                  tool_protocol="original")  # the seed takes a cut reply as it is: test_seed_tools.py
     assert rollout.status == "completed", rollout.reason
     assert retrieval.queries == []  # no query was written: nothing is searched
     steps = rollout.final_state["steps"]

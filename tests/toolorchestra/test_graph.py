@@ -21,8 +21,8 @@ from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.tiny_model import ensure_tiny_model
 from agentgraphs.toolorchestra import SPEC, build_graph
-from agentgraphs.toolorchestra.graph import max_turns
-from agentgraphs.toolorchestra.prompts import tool_schemas
+from agentgraphs.toolorchestra.options import max_turns
+from agentgraphs.toolorchestra.prompts import SEED_UNAVAILABLE, tool_schemas
 from agentgraphs.trace import check_trace
 from tests.asgi_server import free_port, serving
 
@@ -80,7 +80,7 @@ def test_search_then_code_then_answer_trains_only_orchestrator_turns(scorer: HFE
         [call("search", "search-expert"), call("enhance_reasoning", "code-expert"), call("answer", "big-expert")],
         {"search-expert": ["launch code Zorblax station"], "code-expert": [f"```python\nprint({code} + 1)\n```"],
          "answer-expert": [], "big-expert": [f"It is \\boxed{{{code + 1}}}."]},
-        retrieval_url, label=str(code + 1))
+        retrieval_url, label=str(code + 1), tool_protocol="original")  # the seed's tools: test_seed_tools.py
     assert rollout.status == "completed", rollout.reason + str(rollout.error)
     assert rollout.answer == str(code + 1) and rollout.reward == 1.0
     nodes = [(t["node"], t["trainable"]) for t in rollout.turns]
@@ -160,7 +160,7 @@ def test_a_failing_expert_endpoint_and_a_dead_retrieval_service_are_reported_and
         {"search-expert": ["launch code"],  # the expert answers, but the retrieval service is down
          "code-expert": SGLangEngine(dead, max_retries=1, backoff_s=0.01, timeout=2.0),  # the expert is down
          "answer-expert": ["\\boxed{4321}"], "big-expert": []},
-        dead)
+        dead, tool_protocol="original")  # the seed's search falls back to the question: test_seed_tools.py
     assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
     steps = rollout.final_state["steps"]  # type: ignore[index]
     assert [s["ok"] for s in steps] == [False, False, True]
@@ -208,7 +208,9 @@ def test_the_seeds_circuit_breaker_stops_calling_experts_after_two_failed_code_e
         if variant == "seed":
             assert rollout.answer == "" and rollout.reward == 0.0 and rollout.summary["ended"] == "max_turns"
             assert engines["answer-expert"].calls == [] and "circuit breaker" in steps[2]["error"]
-            assert "unavailable" in rollout.final_state["notes"][-1]["text"]  # type: ignore[index]
+            # the seed's tool result (orchestra_solver.py:476-479), in the orchestrator's conversation
+            assert rollout.final_state["history"][-1] == {  # type: ignore[index]
+                "role": "tool", "name": "answer", "content": SEED_UNAVAILABLE}
         else:
             assert rollout.answer == "4321" and rollout.reward == 1.0
     # a search in between resets the count (the seed's search result never carries the expert's error)
@@ -242,7 +244,7 @@ def test_code_that_fails_in_the_sandbox_is_shown_to_the_orchestrator(scorer: HFE
         scorer, [call("enhance_reasoning", "code-expert"), call("answer", "answer-expert")],
         {"search-expert": [], "code-expert": ["```python\nimport socket\nsocket.create_connection(('1.1.1.1', 80), 2)"
                                               "\n```"],
-         "answer-expert": ["\\boxed{4321}"], "big-expert": []}, retrieval_url)
+         "answer-expert": ["\\boxed{4321}"], "big-expert": []}, retrieval_url, tool_protocol="original")
     assert rollout.status == "completed" and rollout.reward == 1.0
     shown = policy.calls[1].prompt_text
     assert "Python code and outputs:" in shown and "failed:" in shown and "Error" in shown  # no network inside
@@ -259,7 +261,7 @@ def test_a_sandbox_that_cannot_run_on_the_machine_fails_the_rollout(scorer: HFEn
     rollout, policy, _ = run(
         scorer, [call("enhance_reasoning", "code-expert"), call("answer", "answer-expert")],
         {"search-expert": [], "code-expert": ["```python\nprint(4320 + 1)\n```"],
-         "answer-expert": ["\\boxed{4321}"], "big-expert": []}, retrieval_url)
+         "answer-expert": ["\\boxed{4321}"], "big-expert": []}, retrieval_url, tool_protocol="original")
     assert rollout.status == "failed" and len(policy.calls) == 1, (rollout.status, rollout.reason)
     assert "ConfigError" in rollout.reason and "enhance_reasoning" in rollout.reason
     assert "python -m agentgraphs.sandbox" in rollout.reason and "experts" in rollout.reason
@@ -341,7 +343,8 @@ def test_a_group_of_real_rollouts_is_shaped_by_cost_in_the_converter(scorer: HFE
 
 
 def test_context_keeps_the_newest_notes_within_the_token_budget(scorer: HFEngine) -> None:
-    from agentgraphs.toolorchestra.graph import ToolOrchestraOptions, _context_text
+    from agentgraphs.toolorchestra.graph import _context_text
+    from agentgraphs.toolorchestra.options import ToolOrchestraOptions
     from agentgraphs.toolorchestra.notes import Note
 
     tok = scorer.tokenizer

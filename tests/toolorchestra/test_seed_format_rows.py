@@ -131,6 +131,11 @@ def reply_tokens(policy: ScriptedPolicy, reply: str) -> int:
     return len(policy.tokenizer.encode(reply, add_special_tokens=False)) + 1
 
 
+def text_tokens(policy: ScriptedPolicy, text: str) -> int:
+    """Tokens of a text under the orchestrator's tokenizer, as the seed counts an expert call's."""
+    return len(policy.tokenizer.encode(text, add_special_tokens=False))
+
+
 ORCHESTRATOR = [call("search", "search-1"), call("answer", "answer-math-2")]
 EXPERTS = {BIG: ["who wrote the letter"], MATH: ["It was \\boxed{Ilse Marrow}."]}
 
@@ -157,11 +162,19 @@ def test_a_seed_row_offers_its_tools_calls_its_mapped_models_and_costs_what_the_
     assert len(big.calls) == 1 and len(math_.calls) == 1
     assert "Who wrote the letter?" in big.calls[0].prompt_text and "Who wrote the letter?" in math_.calls[0].prompt_text
     # the seed's cost (reward.py:299-328), by hand: every orchestrator turn's prompt and output tokens at the
-    # orchestrator's price, each expert call's input and output tokens at its mapped model's, no / 1e6
+    # orchestrator's price, each expert call's input and output tokens at its mapped model's, no / 1e6. An
+    # expert's tokens are the seed's _make_stats (orchestra_solver.py:446-456, 605, 525): its user message and
+    # the tool's result under the orchestrator's tokenizer; the search found nothing (the service is down)
     orch_in = sum(len(c.prompt_ids) for c in policy.calls)
     orch_out = sum(reply_tokens(policy, r) for r in ORCHESTRATOR)
-    big_in, big_out = len(big.calls[0].prompt_ids), reply_tokens(big, EXPERTS[BIG][0])
-    math_in, math_out = len(math_.calls[0].prompt_ids), reply_tokens(math_, EXPERTS[MATH][0])
+    search_asked = ("Question: Who wrote the letter?\nInstead of directly answering the question, please write a "
+                    "search query that would help find the relevant information. Wrap the query within <query> "
+                    "and </query>.")
+    answer_asked = ("Who wrote the letter?\n\n[Search by search-1] No results found.\n\nBased on all the "
+                    "information above, provide your final answer. Wrap the final answer within <answer> and "
+                    "</answer>.")
+    big_in, big_out = text_tokens(policy, search_asked), text_tokens(policy, "No relevant documents found.")
+    math_in, math_out = text_tokens(policy, answer_asked), text_tokens(policy, EXPERTS[MATH][0])
     orch_price = {None: (2e-7, 2e-7), MATH: (2e-7, 2e-7), BIG: (6e-7, 1.2e-6)}[trained_model_type]
     expected = (orch_in * orch_price[0] + orch_out * orch_price[1]
                 + big_in * 6e-7 + big_out * 1.2e-6 + math_in * 2e-7 + math_out * 2e-7)

@@ -236,9 +236,21 @@ def _tokens(rollout: Any, node: str) -> tuple[int, int]:
     return sum(len(t["prompt_ids"]) for t in turns), sum(len(t["output_ids"]) for t in turns)
 
 
+# what the seed's experts are asked here (orchestra_solver.py:577-583, 508-513): the search found nothing
+SEARCH_ASKED = ("Question: Who wrote the letter?\nInstead of directly answering the question, please write a search "
+                "query that would help find the relevant information. Wrap the query within <query> and </query>.")
+ANSWER_ASKED = ("Who wrote the letter?\n\n[Search by search-expert] No results found.\n\nBased on all the "
+                "information above, provide your final answer. Wrap the final answer within <answer> and </answer>.")
+
+
+def _text_tokens(scorer: HFEngine, text: str) -> int:
+    return len(scorer.tokenizer.encode(text, add_special_tokens=False))
+
+
 def test_seed_cost_counts_the_orchestrators_tokens_and_calls_per_expert(scorer: HFEngine) -> None:
     """search (its retrieval service is down: a note), then answer with big-expert. Prices: search-expert
-    [0.5 in, 2.0 out], big-expert 3.0; the orchestrator's: the cheapest expert, answer-expert at 1.0."""
+    [0.5 in, 2.0 out], big-expert 3.0; the orchestrator's: the cheapest expert, answer-expert at 1.0. The seed
+    counts an expert's tokens as its _make_stats does; the original, as the expert's engine reports them."""
     script = [call("search", "search-expert"), call("answer", "big-expert")]
     experts = {"search-expert": ["who wrote the letter"], "answer-expert": [], "big-expert": ["\\boxed{Ilse Marrow}"]}
     prices = {"search-expert": [0.5, 2.0], "big-expert": 3.0}
@@ -246,6 +258,9 @@ def test_seed_cost_counts_the_orchestrators_tokens_and_calls_per_expert(scorer: 
         rollout, _, _ = rollout_of(scorer, script, experts, prices=prices, variant=variant)
         assert rollout.reward == 1.0 and rollout.summary["expert_calls"] == {"search-expert": 1, "big-expert": 1}
         orch, search, big = (_tokens(rollout, n) for n in ("orchestrator", "search_expert", "answer_expert"))
+        if variant == "seed":  # _make_stats (orchestra_solver.py:446-456): the user message and the tool's result
+            search = (_text_tokens(scorer, SEARCH_ASKED), _text_tokens(scorer, "No relevant documents found."))
+            big = (_text_tokens(scorer, ANSWER_ASKED), _text_tokens(scorer, "\\boxed{Ilse Marrow}"))
         assert rollout.summary["orchestrator_tokens"] == list(orch)
         experts_usd = search[0] * 0.5 + search[1] * 2.0 + (big[0] + big[1]) * 3.0
         by_hand = (experts_usd + orch[0] * 1.0 + orch[1] * 1.0) / 1e6 if variant == "seed" else experts_usd / 1e6

@@ -1,0 +1,164 @@
+"""The seed's QA tools as text (option `tool_protocol: seed`): what each expert is asked, how its reply is read,
+and what goes back to the orchestrator. Takenzz/AgentFlow@4b5aa84, agentic/ToolOrchestra/orchestra_solver.py.
+
+The episode accumulates "context parts" (orchestra_solver.py:88): a search adds `[Search by EXPERT]` and the
+documents it found, an enhance_reasoning `[Reasoning by EXPERT]` and the reasoner's whole reply. Every expert is
+asked with a system message of its own and one user message built from the problem and those parts, joined
+by blank lines (`expert_query`); the strings are prompts.SEED_*. The orchestrator reads each tool's result as a
+tool message of its one conversation (graph.py). The nodes that call the experts are in graph.py; this module
+is the text they build and read, so each rule can be checked alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .prompts import (SEED_ANSWER_SUFFIX, SEED_DOCUMENT, SEED_NO_DOCUMENTS, SEED_ORCHESTRATOR_SYSTEM,
+                      SEED_ORCHESTRATOR_USER, SEED_REASONING_SUFFIX, SEED_SEARCH_ASK)
+
+__all__ = ["QUERY_FALLBACK_CHARS", "answer_prompt", "extract_answer", "extract_query", "format_documents",
+           "orchestrator_messages", "reasoning_prompt", "search_prompt"]
+
+QUERY_FALLBACK_CHARS = 200  # orchestra_solver.py:594: the query when the expert wrote none
+_MIN_QUERY_CHARS = 3  # orchestra_solver.py:614: a shorter <query> is no query
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_QUERY_TAG = re.compile(r"<query>(.*?)</query>", re.DOTALL)
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_BOXED = "\\boxed{"
+# the seed's last two tries, in order (orchestra_solver.py:558-561): a **Final Answer** line, then "the answer is X"
+_FINAL_ANSWER_LINES = (re.compile(r"\*\*Final Answer\*\*[:\s]*(.+?)(?:\n|$)", re.IGNORECASE),
+                       re.compile(r"(?:final answer|the answer) (?:is|=)[:\s]*(.+?)(?:\.|,|\n|$)", re.IGNORECASE))
+
+
+def orchestrator_messages(problem: str, history: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """The orchestrator's conversation: the seed's system prompt, the problem, then every earlier turn and its
+    tool's result (orchestra_solver.py:116, 130, 165; prompt_builder.py:106-116, 138-165).
+
+    >>> [m["role"] for m in orchestrator_messages("2+2?", [{"role": "assistant", "content": "..."},
+    ...                                                    {"role": "tool", "content": "4"}])]
+    ['system', 'user', 'assistant', 'tool']
+    """
+    return [{"role": "system", "content": SEED_ORCHESTRATOR_SYSTEM},
+            {"role": "user", "content": SEED_ORCHESTRATOR_USER.format(problem=problem)},
+            *(dict(m) for m in history)]
+
+
+def _with_context(problem: str, parts: Sequence[str]) -> str:
+    # the problem, a blank line and the parts, stripped as a whole; the bare problem without parts
+    context = "\n\n".join(parts)
+    return f"{problem}\n\n{context}".strip() if context else problem
+
+
+def reasoning_prompt(problem: str, parts: Sequence[str]) -> str:
+    """enhance_reasoning's user message (orchestra_solver.py:624-626).
+
+    >>> reasoning_prompt("2+2?", ["[Reasoning by r-1]\\nfour"]).splitlines()[:3]
+    ['2+2?', '', '[Reasoning by r-1]']
+    """
+    return _with_context(problem, parts) + SEED_REASONING_SUFFIX
+
+
+def answer_prompt(problem: str, parts: Sequence[str]) -> str:
+    """answer's user message (orchestra_solver.py:508-513).
+
+    >>> answer_prompt("2+2?", []).endswith("Wrap the final answer within <answer> and </answer>.")
+    True
+    """
+    return _with_context(problem, parts) + SEED_ANSWER_SUFFIX
+
+
+def search_prompt(problem: str, parts: Sequence[str]) -> str:
+    """search's user message to the query writer: the parts first, then the question (orchestra_solver.py:576-583).
+
+    >>> search_prompt("2+2?", ["[Search by s-1] No results found."]).splitlines()[:3]
+    ['[Search by s-1] No results found.', '', 'Question: 2+2?']
+    """
+    context = "\n\n".join(parts)
+    return (f"{context}\n\n" if context else "") + SEED_SEARCH_ASK.format(problem=problem)
+
+
+def extract_query(reply: str, problem: str) -> str:
+    """The query the expert wrote inside its first <query></query> (stripped, at least 3 characters), else the
+    problem's first 200 characters (orchestra_solver.py:594, 607-616): a failed expert searches that too.
+
+    >>> extract_query("<think>hm</think><query> Zorblax launch code </query>", "What is it?")
+    'Zorblax launch code'
+    >>> extract_query("Zorblax launch code", "What is it?"), extract_query("<query>ab</query>", "What is it?")
+    ('What is it?', 'What is it?')
+    """
+    fallback = problem[:QUERY_FALLBACK_CHARS]
+    found = _QUERY_TAG.search(reply or "")
+    query = found.group(1).strip() if found else ""
+    return query if len(query) >= _MIN_QUERY_CHARS else fallback
+
+
+def format_documents(hits: Sequence[Mapping[str, Any]], max_chars: int) -> str:
+    """The documents as the seed's search tool writes them (tools/search_retrieval/tool.py:66-80): `[Doc N]
+    (score=S)` and the first `max_chars` characters of the stripped text, blank-line separated; a hit with no
+    text is left out but keeps its number; none at all: "No relevant documents found.".
+
+    >>> hits = [{"document": {"contents": " Paris is in France. "}, "score": 0.91234},
+    ...         {"document": {"contents": ""}, "score": 0.5}, {"document": {"contents": "Lyon"}, "score": 0.4}]
+    >>> print(format_documents(hits, 8))
+    [Doc 1] (score=0.9123)
+    Paris is
+    <BLANKLINE>
+    [Doc 3] (score=0.4000)
+    Lyon
+    >>> format_documents([], 500)
+    'No relevant documents found.'
+    """
+    docs = []
+    for rank, hit in enumerate(hits, 1):
+        text = str(hit["document"].get("contents", "")).strip()
+        if text:
+            docs.append(SEED_DOCUMENT.format(rank=rank, score=float(hit.get("score", 0.0)), text=text[:max_chars]))
+    return "\n\n".join(docs) if docs else SEED_NO_DOCUMENTS
+
+
+def _last_boxed(text: str) -> str:
+    # the text after the last "\boxed{" up to its matching brace, stripped; "" when the brace never closes
+    tail = text.split(_BOXED)[-1]
+    depth = 1
+    for i, ch in enumerate(tail):
+        depth += (ch == "{") - (ch == "}")
+        if depth == 0:
+            return tail[:i].strip()
+    return ""
+
+
+def extract_answer(reply: str) -> str:
+    """The answer in an answer expert's reply, the seed's way (orchestra_solver.py:524, 527-568): the first
+    <answer></answer> (even one inside its reasoning); else, with the <think> blocks removed, the last
+    \\\\boxed{} (nested braces kept); else a **Final Answer** line or "the answer is X"; else the whole reply.
+
+    >>> extract_answer("<think>maybe 3</think>\\n<answer> 4 </answer>")
+    '4'
+    >>> extract_answer("<think>\\\\boxed{1}</think> so \\\\boxed{\\\\frac{1}{2}} and \\\\boxed{x^{2}}")
+    'x^{2}'
+    >>> extract_answer("**Final Answer**: **Paris**\\nDone."), extract_answer("So the answer is 42, surely.")
+    ('Paris', '42')
+    >>> extract_answer("I do not know")
+    'I do not know'
+    """
+    return _tagged_answer(reply) or reply
+
+
+def _tagged_answer(reply: str) -> str:
+    found = _ANSWER_TAG.search(reply)
+    if found:
+        return found.group(1).strip()
+    cleaned = _THINK_BLOCK.sub("", reply)
+    if _BOXED in cleaned:
+        boxed = _last_boxed(cleaned)
+        if boxed:
+            return boxed
+    for pattern in _FINAL_ANSWER_LINES:
+        line = pattern.search(cleaned)
+        answer = line.group(1).strip().strip("*").strip() if line else ""
+        if answer:
+            return answer
+    return ""
