@@ -1,7 +1,8 @@
 """ToolOrchestra: a trained orchestrator routes work to tools and expert models, each turn.
 
-QA mode (this package's SPEC, `toolorchestra`). Tools: `search` (an expert writes a query for the retrieval service), `enhance_reasoning` (an expert
-writes Python that runs in the sandbox), `answer` (an expert answers; the episode ends). Rewards: correctness, shaped
+QA mode (this package's SPEC, `toolorchestra`). Tools: `search` (an expert writes a query for the retrieval
+service), `enhance_reasoning` (an expert reasons in text, as the seed; or writes Python that runs in the sandbox,
+as the original: option `tool_protocol`), `answer` (an expert answers; the episode ends). Rewards: correctness, shaped
 per group by cost, latency and tool use (agentgraphs.shaping "cost_aware") in the converter. The option
 `variant` (`seed`, the default, or `original`) presets what the seed reproduction and the paper do differently.
 tau^2 mode (`agentgraphs.toolorchestra.tau2`, spec `toolorchestra-tau2`; the `tau2` extra) drives the real

@@ -1,21 +1,27 @@
 """ToolOrchestra (QA mode) as a LangGraph graph: orchestrator -> tool -> orchestrator ... -> answer.
 
-Every orchestrator turn renders a FRESH prompt (problem + the context rebuilt from the episode's notes +
-the tools in the chat template), so each turn is its own training sequence (per_turn) and everything a
-tool returned sits in the prompt: masked by construction. The trained ids are the prompt the engine saw
-and the ids it returned (call_llm records both), whatever Qwen3's template would do to a history.
+Every orchestrator turn is rendered whole from state (the chat template over its messages and tools), so each
+turn is its own training sequence (per_turn) and everything a tool returned sits in the prompt: masked by
+construction. The trained ids are the prompt the engine saw and the ids it returned (call_llm records both).
+What the prompt holds is the option `tool_protocol`'s:
+    seed      the seed's one conversation: its system prompt, `Problem: ...`, then each earlier turn as
+              generated and its tool's result as a tool message (the tool nodes are seed_nodes.py's)
+    original  a FRESH user message: the problem + the context rebuilt from the episode's notes (this module's)
 
 Tools run experts, other engines addressed by name in `AgentContext.engines` (never trained):
     search            the expert writes a query; the retrieval service returns top-k passages (of the row's
                       example only, for a row with a non-empty eid, as the seed's service filters: search.py)
-    enhance_reasoning the expert writes Python; it runs (timeout) and the code + output become a note
-    answer            the expert answers (\\boxed{}); the episode ends (a failed answer expert too, by default)
+    enhance_reasoning original: the expert writes Python; it runs (timeout) and the code + output become a note;
+                      seed: the expert reasons in text
+    answer            the expert answers (original: \\boxed{}; seed: <answer>); the episode ends (a failed answer
+                      expert too, by default)
 A seed-format row (`seed_rows`) brings its own tool list (rendered as it is) and maps the expert name the
-orchestrator chooses to the model whose engine is called. A failing search or code expert, or retrieval service, becomes an "earlier attempt" note; the loop goes on
-(with the seed's circuit breaker: after 2 failed code experts in a row, every expert tool is skipped). A sandbox that
-cannot run on the machine fails the rollout (ConfigError): it is no result of the expert's. A format-invalid
-orchestrator turn ends the episode unanswered (`invalid_call: end`, the seed) or becomes a note too
-(`invalid_call: continue`, the original).
+orchestrator chooses to the model whose engine is called. A failing search or code expert, or retrieval
+service, becomes an "earlier attempt" note (seed: the seed's tool result); the loop goes on (with the seed's
+circuit breaker: after 2 failed enhance_reasoning experts in a row, every expert tool is skipped). A sandbox
+that cannot run on the machine fails the rollout (ConfigError): it is no result of the expert's. A
+format-invalid orchestrator turn ends the episode unanswered (`invalid_call: end`, the seed) or becomes a note
+too (`invalid_call: continue`, the original).
 """
 
 from __future__ import annotations

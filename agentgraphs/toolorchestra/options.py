@@ -51,6 +51,8 @@ class ToolOrchestraOptions(MethodOptions):
     (12, 30)
     >>> ToolOrchestraOptions(variant="original", invalid_call="end").invalid_call
     'end'
+    >>> ToolOrchestraOptions().tool_protocol, ToolOrchestraOptions(variant="original").tool_protocol
+    ('seed', 'original')
     """
 
     presets = VARIANTS
@@ -68,7 +70,8 @@ class ToolOrchestraOptions(MethodOptions):
     invalid_call: Literal["end", "continue"] = Field(
         "end", description="a format-invalid orchestrator turn ends the episode unanswered (seed) or becomes "
         "an earlier-attempt note and the loop goes on (original)")
-    context_max_tokens: int = Field(6000, ge=1, description="budget of the context rebuilt in each prompt")
+    context_max_tokens: int = Field(6000, ge=1, description="budget of the context rebuilt in each prompt "
+                                    "(tool_protocol original)")
     orchestrator_max_new_tokens: int = Field(2048, ge=1, description="cap of each orchestrator turn")
     tool_protocol: Literal["seed", "original"] = Field(
         "seed", description="how the QA tools run (seed_tools.py). seed: as orchestra_solver.py:502-640 -- the "
@@ -94,7 +97,8 @@ class ToolOrchestraOptions(MethodOptions):
                                     "in the context (seed 500, original 4000)")
     retrieval_timeout_s: float = Field(10.0, gt=0, description="per retrieval request")
     retrieval_retries: int = Field(2, ge=0, description="retries of a failed retrieval request")
-    code_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of enhance_reasoning's code")
+    code_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of enhance_reasoning's code "
+                                  "(tool_protocol original)")
     correctness: Literal["contains", "exact"] = Field(
         "contains", description="contains (seed): normalised equality, or the gold inside the answer unless "
         "the gold has <= 3 words and the answer over 10x as many; exact (original): SQuAD exact match")
