@@ -12,14 +12,15 @@ is the text they build and read, so each rule can be checked alone.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .prompts import (SEED_ANSWER_SUFFIX, SEED_DOCUMENT, SEED_NO_DOCUMENTS, SEED_ORCHESTRATOR_SYSTEM,
                       SEED_ORCHESTRATOR_USER, SEED_REASONING_SUFFIX, SEED_SEARCH_ASK)
 
-__all__ = ["QUERY_FALLBACK_CHARS", "answer_prompt", "extract_answer", "extract_query", "format_documents",
-           "orchestrator_messages", "reasoning_prompt", "search_prompt"]
+__all__ = ["QUERY_FALLBACK_CHARS", "SEED_CONTEXT_LENGTH", "answer_prompt", "drop_middle_messages", "extract_answer",
+           "extract_query", "format_documents", "message_budget", "orchestrator_messages", "reasoning_prompt",
+           "search_prompt"]
 
 QUERY_FALLBACK_CHARS = 200  # orchestra_solver.py:594: the query when the expert wrote none
 _MIN_QUERY_CHARS = 3  # orchestra_solver.py:614: a shorter <query> is no query
@@ -44,6 +45,46 @@ def orchestrator_messages(problem: str, history: Sequence[Mapping[str, str]]) ->
     return [{"role": "system", "content": SEED_ORCHESTRATOR_SYSTEM},
             {"role": "user", "content": SEED_ORCHESTRATOR_USER.format(problem=problem)},
             *(dict(m) for m in history)]
+
+
+SEED_CONTEXT_LENGTH = 131072  # orchestra_solver.py:363: slime's sampling params carry no context_length
+_MIN_MESSAGE_BUDGET, _PROMPT_MARGIN = 1024, 32  # orchestra_solver.py:367-368
+
+
+def message_budget(max_new_tokens: int, tools_tokens: int) -> int:
+    """The tokens the orchestrator's message contents may take (orchestra_solver.py:363-368): the seed's context
+    length less the turn's max_new_tokens, a margin of 32 and the tool list's tokens, never under 1024.
+
+    >>> message_budget(16384, 500), message_budget(131072, 0)
+    (114156, 1024)
+    """
+    return max(_MIN_MESSAGE_BUDGET, SEED_CONTEXT_LENGTH - max_new_tokens - _PROMPT_MARGIN - tools_tokens)
+
+
+def drop_middle_messages(messages: Sequence[Mapping[str, str]], count: Callable[[str], int], budget: int
+                         ) -> list[dict[str, str]]:
+    """The messages whose contents fit in `budget` tokens, as the seed cuts them (orchestra_solver.py:407-444):
+    all of them when they fit; else the first and the last, and the middle ones newest first while each fits
+    whole; the first that does not ends the walk, so the problem's message goes first of all.
+
+    >>> msgs = [{"role": r, "content": c} for r, c in [("system", "s"), ("user", "q q"), ("assistant", "a"),
+    ...                                                ("tool", "t t t"), ("assistant", "b")]]
+    >>> words = lambda text: len(text.split())
+    >>> [m["content"] for m in drop_middle_messages(msgs, words, 6)]
+    ['s', 'a', 't t t', 'b']
+    >>> len(drop_middle_messages(msgs, words, 8))
+    5
+    """
+    out = [dict(m) for m in messages]
+    sizes = [count(m.get("content") or "") for m in out]
+    if len(out) <= 2 or sum(sizes) <= budget:
+        return out
+    room = budget - sizes[0] - sizes[-1]
+    start = len(out) - 1
+    while start > 1 and sizes[start - 1] <= room:
+        start -= 1
+        room -= sizes[start]
+    return [out[0], *out[start:]]
 
 
 def _with_context(problem: str, parts: Sequence[str]) -> str:

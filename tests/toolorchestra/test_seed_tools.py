@@ -80,14 +80,14 @@ def endpoint() -> Iterator[tuple[ChatEndpoint, str]]:
 
 
 def run(scorer: HFEngine, script: list[str], url: str, retrieval: Retrieval | None = None, question: str = QUESTION,
-        label: str = "4322", **options: Any) -> tuple[Any, ScriptedPolicy]:
+        label: str = "4322", max_new_tokens: int = 16384, **options: Any) -> tuple[Any, ScriptedPolicy]:
     from agentgraphs.engines.openai import OpenAIChatEngine
 
     engines = {name: OpenAIChatEngine(url, model=name, max_retries=0) for name in ("searcher", "reasoner", "answerer")}
     policy = ScriptedPolicy(scorer, script, name="orchestrator")
     ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer, engines=engines,
                        tools={"retrieval": retrieval or Retrieval()},
-                       sampling=SamplingParams(temperature=1.0, max_new_tokens=16384))  # no cap under 8192
+                       sampling=SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens))  # the run's cap
     inp = rollout_input(question, label, {}, 0)
     rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"experts": EXPERTS, **options}))
     return rollout, policy
@@ -209,6 +209,35 @@ def test_a_failed_search_is_the_seeds_no_results(scorer: HFEngine, endpoint: tup
     assert rollout.final_state["history"][1]["content"] == "No relevant documents found."
     assert sent(chat, "answerer")[0][1]["content"] == f"{QUESTION}\n\n[Search by searcher] No results found.{WRAP}"
     assert "the retrieval service is down" in rollout.final_state["steps"][0]["error"]
+
+
+def test_a_conversation_past_the_seeds_budget_loses_its_oldest_middle_messages(
+        scorer: HFEngine, endpoint: tuple[ChatEndpoint, str]) -> None:
+    """The seed's budget is 131072 - max_new_tokens - 32 - the tool list's tokens, at least 1024
+    (orchestra_solver.py:363-368); past it the first and last messages stay and the middle ones are kept newest
+    first while each fits (:407-444): the problem's message is the first to go. Here max_new_tokens 131072 leaves
+    1024, and two long reasoner replies pass it at the third turn."""
+    chat, url = endpoint
+    long_reply = "step " * 700
+    chat.replies = {"reasoner": [(long_reply, USAGE), (long_reply, USAGE)],
+                    "answerer": [("<answer>4322</answer>", USAGE)]}
+    script = [call("enhance_reasoning", "reasoner"), call("enhance_reasoning", "reasoner"), call("answer", "answerer")]
+    rollout, policy = run(scorer, script, url, max_new_tokens=131072, orchestrator_max_new_tokens=131072)
+    assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
+    count = [tokens(scorer, t) for t in (SYSTEM, f"Problem: {QUESTION}\n\nChoose an appropriate tool.",
+                                         SCRIPT[0] + "<|im_end|>", long_reply)]
+    # system + last turn + its result fit; the first result does not fit beside them
+    assert count[0] + 2 * count[3] + count[2] > 1024 >= count[0] + count[2] + count[3]
+    kept = [{"role": "system", "content": SYSTEM},
+            {"role": "assistant", "content": script[1] + "<|im_end|>"}, {"role": "tool", "content": long_reply}]
+    reference = scorer.tokenizer.apply_chat_template(kept, tools=tool_schemas(EXPERTS), tokenize=False,
+                                                     add_generation_prompt=True)
+    assert policy.calls[2].prompt_text == reference
+    assert QUESTION not in policy.calls[2].prompt_text and QUESTION in policy.calls[1].prompt_text
+    # the experts still get every context part (the seed cuts only the orchestrator's conversation); the
+    # question and parts are stripped as a whole (orchestra_solver.py:509): the last reply's trailing space goes
+    assert sent(chat, "answerer")[0][1]["content"] == (
+        f"{QUESTION}\n\n[Reasoning by reasoner]\n{long_reply}\n\n[Reasoning by reasoner]\n{long_reply.rstrip()}{WRAP}")
 
 
 def test_variant_original_and_tool_protocol_original_ask_what_was_asked_before(
