@@ -1472,7 +1472,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
-                                 "run23", "run26", "run27", "run28", "run29", "run30", "run32"])
+                                 "run23", "run26", "run27", "run28", "run29", "run30", "run32", "run35"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1570,11 +1570,15 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
                                                      "device-seconds in all; the fifth start took 361 s. The three "
                                                      "calls then chained with no failure; 41 device-seconds were "
                                                      "left.")],
+    "run35": ["--changes-from", "32", "--failure", ("Three machine starts were refused first (21:33-21:46 UTC: 181, 90 "
+                                                     "and 15 device-seconds, 286 in all); the fourth brought an H200. "
+                                                     "The two calls then chained with no failure; 207 device-seconds "
+                                                     "were left and the machine was given back.")],
 }
 
 
 @pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26", "run27",
-                                 "run28", "run29", "run30", "run32"])
+                                 "run28", "run29", "run30", "run32", "run35"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1896,7 +1900,7 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29, 30, 32])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29, 30, 32, 35])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
     """Each row of the example README's results table (runs 5-29: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
@@ -2012,7 +2016,9 @@ def _check_run_section(section: str, published: dict[str, Any]) -> None:
     for name, shown in answers.items():
         row = f"| {name} | " + " | ".join(str(shown["training_lengths"][k]) for k in kinds) + " |"
         assert row in section, row
-    for k, (a, b) in enumerate(zip(_windows(rl_stage["curve"]), _windows(control_stage["curve"]), strict=True)):
+    n = min(len(rl_stage["curve"]), len(control_stage["curve"]))  # as `curves` pairs them: the shorter arm's steps
+    for k, (a, b) in enumerate(zip(_windows(rl_stage["curve"][:n]), _windows(control_stage["curve"][:n]),
+                                   strict=True)):
         start = 10 * k
 
         def mean(steps: list[dict[str, Any]], key: str, places: int) -> str:
@@ -4042,7 +4048,7 @@ def test_run_32s_section_shows_what_its_files_hold() -> None:
         start = _strict_score(every[n]["eval_warmstart"]["results"], train)
         assert f"{_printed(start)} %" in section
     assert _strict_score(warm, train) == 50
-    # the example README's paragraph: this run, and what the nineteen runs from run 5 on say
+    # the example README's paragraph on this run (what the runs from run 5 on say: run 35's test)
     example = " ".join((HERE / "README.md").read_text().split())
     won, lost, gain, z = _paired(warm, after, train)
     assert (f"+14.6 at 1K-4K (z {z:.2f}; won {won}, lost {lost}), one document short" in example
@@ -4051,17 +4057,8 @@ def test_run_32s_section_shows_what_its_files_hold() -> None:
     assert f"32K kept {_printed(_kept_at_32k(published, 'rl'), 2)}x ({far[2]}, z {far[3]:.2f})" in example
     held = _paired(warm, published["eval_rl_permuted"]["results"], train)
     assert f"the control held ({held[2]}, z {held[3]:.2f})" in example
-    files = _evaluated_runs(5, 32)
-    assert len(files) == 19 and "Over the nineteen runs from run 5 on" in example
-    ahead, _ = _rl_against_control(files)
-    assert all(w > lo for w, lo, _, _ in ahead.values())
-    gains = _rl_gains(files)
-    rose, sign_p = _sign_test(list(gains.values()))
-    assert rose == 16 and (f"gained over its start in sixteen ({_printed(sum(gains.values()) / len(gains), plus=True)} "
-                           f"points on average; sign test p {sign_p:.3f})") in example
-    count = {n: sum(t["passed"] for t in f["targets"].values()) for n, f in files.items()}
-    assert [n for n, c in count.items() if c == 4] == [8, 9, 11, 12, 14, 17, 29, 32] and max(count.values()) == 4
-    assert "four at once in runs 8, 9, 11, 12, 14, 17, 29 and 32, all five in no run" in example
+    assert sum(t["passed"] for t in published["targets"].values()) == 4 and "every rollout checked: four targets" \
+        in example
 
 
 def test_run_33s_calls_hold_what_bench_readme_says() -> None:
@@ -4107,7 +4104,7 @@ def test_run_33s_calls_hold_what_bench_readme_says() -> None:
 def test_run_34s_calls_hold_what_bench_readme_says() -> None:
     """Run 34 lost its control to the H100's memory and RL stepped alone: bench/README's "Run 34, control lost"
     against the last call's packed files, which hold all three calls' log."""
-    section = _bench_section("**Run 34, control lost**", "## Fixes these benchmarks led to")
+    section = _bench_section("**Run 34, control lost**", "**Run 35**")
     call = _packed(ROOT / "bench" / "results" / "memagent_small_scale_run34_control_lost" / "call3_results.tgz")
     log = call["calls.log"]
     # call 1: 4 workers ran out beside the untrained model's evaluation (32.2 GiB)
@@ -4164,3 +4161,222 @@ def test_run_34s_calls_hold_what_bench_readme_says() -> None:
     assert "RL answered 18 right that the warm start did not and missed 9 it had (9 right in both)" in section
     sign_p = 2 * sum(math.comb(won + lost, j) for j in range(min(won, lost) + 1)) / 2 ** (won + lost)
     assert f"+{100 * (won - lost) / 144:.1f} points, a two-sided sign test's p {sign_p:.2f}" in section
+
+
+def test_run_35s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 35" (run 32's plan in two calls, its start stopped above the band): its tables and
+    paired figures as for run 14, its calls against run 32's plan, each figure of its reading (the warm start's
+    probes, overshoots and stop, the calls, the arms' time and steps, the audits, the training rewards, the starts
+    over the band before it, the flipped digits, the controls at KL 0.01) from the published file; its figures in
+    the targets table, the example README, README and CHANGELOG; and what the runs from run 5 on say."""
+    section = _bench_section("**Run 35**", "## Fixes these benchmarks led to")
+    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run35.json").read_text())
+    _check_run_section(section, published)
+    train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
+    every, earlier = _published_runs(), _evaluated_runs(5, 32)
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {1e-4}
+    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {0.01}
+    assert published["when"] == "2026-12-05 21:51-22:10 UTC (device clock)" and "H200" in published["machine"]
+    assert "(2026-12-05 21:51-22:10 by the device's clock, one H200, two device calls" in section
+    assert published["device_seconds"] == 1301 and "1,301 device-seconds with the machine's start" in section
+    (failure,) = published["failures"]
+    assert "(21:33-21:46 UTC: 181, 90 and 15 device-seconds, 286 in all)" in failure and 181 + 90 + 15 == 286
+    assert "three machine starts were refused first (286 device-seconds)" in section
+    # the calls: run 32's plan's call 1 and its last call (run 31's section shows the plan), nothing changed
+    lost, *plan = _plan_commands("**Run 31, lost**", "**Run 32**")
+    shown = _plan_commands("**Run 35**", "- Warm start, round 1")
+    calls = [dict(re.findall(r"(\w+)=(\S+)", c.split(" bash ")[0])) for c in published["command"].split("; then ")]
+    assert shown == calls == [lost, plan[-1]] and plan[-1]["BUDGET"] == "585"
+    assert "The next run: run 32's plan again" in _bench_section("**Run 34, control lost**", "**Run 35**")
+    log = published["calls_log"]
+    budgets, left, spent, gaps = _rl_in_calls(log)
+    assert budgets == [555, 585] and f"RL began in call 1 with {left} s left" in section and left == 151
+    assert f"went on in the last call (sent {gaps[0]} s after call 1 returned)" in section
+    first = int(re.search(r"call ends after (\d+) s of RL", log).group(1))
+    more = int(re.search(r"last call: RL (\d+) s more", log).group(1))
+    assert spent == [("1.68", "4"), ("1.68", "4"), ("7.08", "21"), ("7.08", "22")]
+    assert f"({first} s of RL, 4 steps each)" in section
+    assert int(lost["RL_TOTAL_S"]) == 20 * 60
+    assert (f"for {more} s more: {first + more} s each, {(first + more) / 60:.1f} of the 20 minutes the plan gave "
+            "them") in section
+    # the warm start: one round, its probes, two overshoots, a stop over the band's top on the confirmation
+    assert "warmstart_earlier_rounds" not in published and log.count("warm start round") == 1
+    assert "No second round ran." in section
+    args = stage["args"]
+    assert (args["demo_workers"], args["demo_split"], args["init"]) == (5, "demo1", "/tmp/repro/model")
+    assert "5 demonstration workers" in log and f"`demo1`, {stage['demo_s']:.0f} s with 5 workers" in section
+    points = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    probes = {step: c["probe_strict"] for step, c in points.items()}
+    early = [v for step, v in probes.items() if step <= 650]
+    assert (f"probes {min(early):.1f}-{max(early):.1f} % from step 150 to 650 and {probes[700]:.1f} % at 700"
+            in section)
+    stop = stage["stop"]
+    shots = stop["overshoots"]
+    assert [(s["step"], s["back_to"], s["probe_every"]) for s in shots] == [(750, 700, 10), (730, 720, 2)]
+    assert len(shots) == args["refines"] and "no refinement left" in stop["reason"]
+    assert "confirm_strict" not in points[722] and points[724]["confirm_strict"] < args["stop_at"]
+    assert (f"the probe at 750 read {shots[0]['probe_strict']:.1f} %, over the band's top, and went back to 700 "
+            f"(probes every 10 steps): {probes[710]:.1f} % at 710, {probes[720]:.1f} % at 720, and the one at 730 "
+            f"read {shots[1]['probe_strict']:.1f} % and went back to 720 (every 2 steps): {probes[722]:.1f} % at 722, "
+            f"{probes[724]:.1f} % at 724 (its confirmation {points[724]['confirm_strict']:.1f} %, under the band), "
+            f"{probes[726]:.1f} % at 726, {probes[728]:.1f} % at 728; at 730 the probe read {probes[730]:.1f} % and "
+            f"its confirmation on {3 * args['confirm_per_length']} new documents {_confirmed(stop)} %, over the top "
+            "too") in section
+    assert probes[730] > args["stop_above"] < float(_confirmed(stop)) and probes[728] >= args["stop_at"]
+    assert (stop["step"], stop["attempt"], stop["rejected"], round(stop["seconds"])) == (730, 0, [], 360)
+    assert (f"it stopped there ({round(stop['seconds'])} s), above the band, in its first attempt, "
+            f"{stop['reversed']:.1f} % reversed and {stop['flips']:.1f} % of its copied digits flipped, both under "
+            "their limits") in section
+    assert stop["reversed"] < args["restart_reversed"] and stop["flips"] < args["restart_flips"] == 10
+    warm, after = published["eval_warmstart"]["results"], published["eval_rl"]["results"]
+    held_back = published["eval_rl_permuted"]["results"]
+    assert _warm_start_line(warm, "codes") in section
+    # the arms: their time and steps (not as many: the control's last step ended after RL's), audits, rewards
+    assert (len(rl["curve"]), len(control["curve"]), rl["steps"], control["steps"]) == (21, 22, 21, 22)
+    n = len(rl["curve"])
+    rollouts, updates = (sum(c[key] for c in rl["curve"]) / n for key in ("rollout_s", "train_s"))
+    assert (f"RL stepped {n} times in {rl['seconds']:.0f} s (rollouts {rollouts:.1f} s, update {updates:.1f} s a "
+            f"step), the control {len(control['curve'])} in {control['seconds']:.0f} s") in section
+    assert _audit_line(rl, control) in section
+    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
+    assert {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens")} == {
+        k: published["audit"][k] for k in ("rollouts", "sequences", "rescored_tokens")}
+    assert _training_rewards(published, "fell") in section
+    assert "(the control's 22nd step left out: it pairs steps)" in section
+    # the paired figures beyond what every run's section shows
+    assert f"over all 288 documents won 67 / lost 33 (+11.8, z {_paired(warm, after, train + longer)[3]:.2f})" \
+        in section and _paired(warm, after, train + longer)[:3] == (67, 33, "+11.8")
+    won, lost_, gain, z = _paired(warm, held_back, [32000])
+    assert f"at 32K won {won} / lost {lost_} ({gain}, z {z:.2f}). Answers at 1K-4K" in section
+    # the targets: three pass
+    targets = published["targets"]
+    assert [k for k, t in targets.items() if t["passed"]] == ["keeps_80pct_at_8x", "untrained_strict_near_0",
+                                                            "every_rollout_checked"]
+    assert "**Three targets pass** (32K kept 0.87x of RL's training-length score, untrained 0.00, every rollout" \
+        in section and _printed(_kept_at_32k(published, "rl"), 2) == "0.87"
+    rl_gain, held = _paired(warm, after, train), _paired(warm, held_back, train)
+    assert (f"RL's gain misses ({rl_gain[2]}, z {rl_gain[3]:.2f}) and the control fell beyond its noise "
+            f"({held[2]}, z {held[3]:.2f})") in section
+    assert (f"32K from {_printed(_kept_at_32k(published), 2)}x to {_printed(_kept_at_32k(published, 'rl'), 2)}x"
+            in section)
+    # the starts over the band's top from run 5 on, and what RL gained from them
+    start = {k: _strict_score(f["eval_warmstart"]["results"], train) for k, f in earlier.items()}
+    gains = _rl_gains(earlier)
+    over = [k for k in earlier if start[k] > 50]
+    assert over == [7, 8, 9, 11, 12, 14, 19] and start[32] == 50 and _strict_score(warm, train) > 50
+    assert (f"Of the seven earlier starts from run 5 on over the band's top (runs 7, 8, 9, 11, 12, 14 and 19, "
+            f"{_printed(min(start[k] for k in over))}-{_printed(max(start[k] for k in over))} %)") in section
+    big = [k for k in over if gains[k] >= 15]
+    rest = [gains[k] for k in over if k not in big]
+    assert big == [9, 14] and (f"RL gained 15 or more from two (run 9's {_printed(start[9])} %, "
+                               f"{_printed(gains[9], plus=True)}; run 14's {_printed(start[14])} %, "
+                               f"{_printed(gains[14], plus=True)}) and {_printed(min(rest), plus=True)} to "
+                               f"{_printed(max(rest), plus=True)} from the other five") in section
+    # half-copied codes, not reversed ones; the digits its memory flipped
+    kinds = {arm: P.answer_kinds(r, train) for arm, r in (("warm", warm), ("rl", after), ("control", held_back))}
+    k32 = P.answer_kinds(every[32]["eval_warmstart"]["results"], train)
+    assert (f"one digit in place {kinds['warm']['one_place']}, another code {kinds['warm']['other_code']}, reversed "
+            f"{kinds['warm']['reversed']} (run 32's start: {k32['one_place']}, {k32['other_code']} and "
+            f"{k32['reversed']})") in section
+    flips = _digit_flips(warm)
+    assert all(4 * f < r for r, f in flips.values() if r)  # no digit at 25 % or more: not a confusing start
+    confused = _bench_section("**Confused digits**", "**Run 30**")
+    assert "the six clean starts' memory updates flipped 0.4-4.5 %" in confused
+    assert "the six confusing ones 16.7-23.5 %" in confused
+
+    def flipped(results: list[dict[str, Any]]) -> tuple[int, int, Fraction]:
+        counts = _digit_flips([r for r in results if r["length"] in train])
+        copies, changed = sum(c for c, _ in counts.values()), sum(f for _, f in counts.values())
+        return changed, copies, Fraction(100 * changed, copies)
+
+    start_flips, rl_flips = flipped(warm), flipped(after)
+    assert Fraction(45, 10) < start_flips[2] < Fraction(167, 10)
+    assert (f"flipped {_printed(start_flips[2])} % of the digits they copied at 1K-4K ({start_flips[0]} of "
+            f"{start_flips[1]}), over the six clean starts' 0.4-4.5 % and under the confusing ones' 16.7-23.5 %; its "
+            f"stop read {stop['flips']:.1f} %, under `WS_RESTART_FLIPS=10`") in section
+    assert (f"RL's model flipped {_printed(rl_flips[2])} % ({rl_flips[0]} of {rl_flips[1]}), and the "
+            f"one-digit-in-place misses stayed ({kinds['warm']['one_place']} -> {kinds['rl']['one_place']})") in section
+    # RL's time against the plan's and run 32's; where its gain came
+    assert f"RL had {rl['seconds'] / 60:.1f} of its 20 planned minutes ({n} steps; run 32's " \
+           f"{len(every[32]['rl_stage']['curve'])})" in section
+    far, against = _paired(warm, after, longer), _paired(held_back, after, train)
+    assert (f"its gain came beyond them (8K-32K {far[2]}, z {far[3]:.2f}; 32K from 0.56x to 0.87x) and against its "
+            f"control ({against[2]}, z {against[3]:.2f})") in section
+    # the control: as at KL 0.01 in runs 14 and 21; its half-copied codes and codes stored wrong grew
+    at_kl = [k for k, f in earlier.items() if f["rl_permuted_stage"]["args"]["kl_coef"] == 0.01]
+    fell = [k for k in at_kl if _paired(earlier[k]["eval_warmstart"]["results"],
+                                        earlier[k]["eval_rl_permuted"]["results"], train)[3] <= -1.96]
+    assert len(at_kl) == 11 and fell == [14, 21]
+    assert "as at KL 0.01 in runs 14 and 21, two of the eleven runs at that coefficient before it" in section
+    held_far, held_32 = _paired(warm, held_back, longer), _paired(warm, held_back, [32000])
+    assert (f"The control fell ({held[2]} at 1K-4K, z {held[3]:.2f}; {held_32[2]} at 32K, z {held_32[3]:.2f}; at "
+            f"8K-32K it held, z {held_far[3]:.2f})") in section
+    w, c = kinds["warm"], kinds["control"]
+    assert (f"(one digit in place {w['one_place']} -> {c['one_place']}, another code {w['other_code']} -> "
+            f"{c['other_code']}), and so did the codes stored wrong ({w['stored_wrong']} -> {c['stored_wrong']})"
+            ) in section
+    assert "The next run: this plan with the full budget (run 32's three calls)." in section
+    # bench/README's targets table: run 35 in each of the four memagent rows
+    readme = (ROOT / "bench" / "README.md").read_text().splitlines()
+    at = next(k for k, line in enumerate(readme) if line.startswith("| `examples/memagent/small_scale`"))
+    gain_row, far_row, control_row, untrained_row = readme[at:at + 4]
+    assert "Runs 4-35 (2026-12-01/05" in gain_row
+    assert (f"Run 35 (run 32's plan in two calls, three machine starts refused first; a start above the band, "
+            f"{_printed(_strict_score(warm, train))} %, one round of {stop['step']} steps; "
+            f"{rl['seconds'] / 60:.1f} min, {n} steps): {_printed(_strict_score(after, train))} % ({rl_gain[2]}, z "
+            f"{rl_gain[3]:.2f}; won {rl_gain[0]}, lost {rl_gain[1]}), while 8K-32K gained {far[2]} (z {far[3]:.2f})"
+            ) in gain_row
+    assert "MISS in runs 4-8, 10-12, 17, 19, 21, 23, 26, 27, 28, 30, 32 and 35 (" in gain_row
+    at_32 = _paired(warm, after, [32000])
+    assert (f"Run 35: {float(_strict_score(after, [32000])):.1f} % vs {_printed(_strict_score(after, train))} % "
+            f"({_printed(_kept_at_32k(published, 'rl'), 2)}x; warm start {_printed(_kept_at_32k(published), 2)}x; "
+            f"32K {at_32[2]}, z {at_32[3]:.2f}; won {at_32[0]}, lost {at_32[1]})") in far_row
+    assert targets["keeps_80pct_at_8x"]["warm_start"] == 0.56
+    assert "PASS in runs 4, 6-9, 11, 12, 14, 17, 32 and 35, MISS" in far_row
+    assert (f"Run 35 (run 32's plan in two calls; {control['seconds'] / 60:.1f} min, {len(control['curve'])} steps, "
+            f"entropy {_rl_start_entropy(published):.2f}): {_printed(_strict_score(warm, train))} -> "
+            f"**{_printed(_strict_score(held_back, train))} %** ({held[2]}, z {held[3]:.2f}; won {held[0]}, lost "
+            f"{held[1]}), 8K-32K {held_far[2]} (z {held_far[3]:.2f}), 32K {held_32[2]} (z {held_32[3]:.2f})"
+            ) in control_row
+    assert "(MISS in runs 4, 6, 7, 9, 10, 14, 21 and 35)" in control_row
+    assert f"run 35 held there (z {held_far[3]:.2f})" in control_row and abs(held_far[3]) < 1.96
+    assert all(r["sub_em_strict"] == 0 for r in published["eval_untrained"]["results"])
+    assert "0.00 at every length in runs 4-23, 25-30, 32 and 35 (" in untrained_row
+    # the example README's paragraph, and what the runs from run 5 on say
+    example = " ".join((HERE / "README.md").read_text().split())
+    assert (f"Its warm start stopped in one round at step {stop['step']}, above the band "
+            f"({_printed(_strict_score(warm, train))} % at 1K-4K, {_printed(_kept_at_32k(published), 2)}x at 32K; its "
+            f"confirmation read {_confirmed(stop)} % with no refinement left), its misses half-copied codes (one "
+            f"digit in place {kinds['warm']['one_place']}), none reversed") in example
+    assert (f"RL had {rl['seconds'] / 60:.1f} minutes ({n} steps) of the 20 planned: {rl_gain[2]} at 1K-4K (z "
+            f"{rl_gain[3]:.2f}; won {rl_gain[0]}, lost {rl_gain[1]}), but {far[2]} at 8K-32K (z {far[3]:.2f}), and "
+            f"32K kept {_printed(_kept_at_32k(published, 'rl'), 2)}x ({at_32[2]}, z {at_32[3]:.2f}); the control fell "
+            f"({held[2]}, z {held[3]:.2f}); untrained 0.00, every rollout checked: three targets") in example
+    files = _evaluated_runs(5, 35)
+    assert len(files) == 20 and "Over the twenty runs from run 5 on" in example
+    ahead, _ = _rl_against_control(files)
+    assert all(w > lo for w, lo, _, _ in ahead.values())
+    all_gains = _rl_gains(files)
+    rose, sign_p = _sign_test(list(all_gains.values()))
+    assert rose == 17 and (f"gained over its start in seventeen "
+                           f"({_printed(sum(all_gains.values()) / len(all_gains), plus=True)} points on average; sign "
+                           f"test p {sign_p:.3f})") in example
+    count = {k: sum(t["passed"] for t in f["targets"].values()) for k, f in files.items()}
+    assert [k for k, c in count.items() if c == 4] == [8, 9, 11, 12, 14, 17, 29, 32] and max(count.values()) == 4
+    assert "four at once in runs 8, 9, 11, 12, 14, 17, 29 and 32, all five in no run" in example
+    assert 'bench/README, "Run 8" to "Run 35"' in example
+    # README's summary and the CHANGELOG's line
+    summary = " ".join((ROOT / "README.md").read_text().split())
+    assert "thirty-five runs' results (eight lost, three stopped)" in summary
+    assert (f"run 35, run 32's plan in two calls on an H200, stopped its start above the band "
+            f"({_printed(_strict_score(warm, train))} %), and RL, with {rl['seconds'] / 60:.1f} of its 20 minutes, "
+            f"gained {rl_gain[2]} (z {rl_gain[3]:.2f}) at 1K-4K but {far[2]} (z {far[3]:.2f}) at 8K-32K, 32K kept "
+            f"{_printed(_kept_at_32k(published, 'rl'), 2)}x, while its control fell ({held[2]}, z {held[3]:.2f}): "
+            "three targets") in summary
+    changelog = " ".join((ROOT / "CHANGELOG.md").read_text().split())
+    assert (f"Run 35 of the small-scale reproduction is in `bench/results/` (issue 22): run 32's plan in two calls "
+            f"on an H200; a start above the band ({_printed(_strict_score(warm, train))} %), RL {rl_gain[2]} points "
+            f"(z {rl_gain[3]:.2f}) at 1K-4K and {far[2]} (z {far[3]:.2f}) at 8K-32K, 32K kept "
+            f"{_printed(_kept_at_32k(published, 'rl'), 2)}x, the control {held[2]} (z {held[3]:.2f}): three targets."
+            ) in changelog
