@@ -139,7 +139,9 @@ def extract_query(reply: str, problem: str) -> str:
 def format_documents(hits: Sequence[Mapping[str, Any]], max_chars: int) -> str:
     """The documents as the seed's search tool writes them (tools/search_retrieval/tool.py:66-80): `[Doc N]
     (score=S)` and the first `max_chars` characters of the stripped text, blank-line separated; a hit with no
-    text is left out but keeps its number; none at all: "No relevant documents found.".
+    text is left out but keeps its number; none at all: "No relevant documents found.". The text is the seed's
+    `doc.get("content", doc.get("contents", ""))` (tool.py:72): its own service names it "content", ours
+    "contents", and a `ctx.tools["retrieval"]` stand-in may answer either way.
 
     >>> hits = [{"document": {"contents": " Paris is in France. "}, "score": 0.91234},
     ...         {"document": {"contents": ""}, "score": 0.5}, {"document": {"contents": "Lyon"}, "score": 0.4}]
@@ -149,12 +151,13 @@ def format_documents(hits: Sequence[Mapping[str, Any]], max_chars: int) -> str:
     <BLANKLINE>
     [Doc 3] (score=0.4000)
     Lyon
-    >>> format_documents([], 500)
-    'No relevant documents found.'
+    >>> format_documents([], 500), format_documents([{"document": {"content": "Nice"}, "score": 1}], 500)
+    ('No relevant documents found.', '[Doc 1] (score=1.0000)\\nNice')
     """
     docs = []
     for rank, hit in enumerate(hits, 1):
-        text = str(hit["document"].get("contents", "")).strip()
+        doc = hit["document"]
+        text = str(doc.get("content", doc.get("contents", ""))).strip()
         if text:
             docs.append(SEED_DOCUMENT.format(rank=rank, score=float(hit.get("score", 0.0)), text=text[:max_chars]))
     return "\n\n".join(docs) if docs else SEED_NO_DOCUMENTS

@@ -274,3 +274,26 @@ def test_the_seeds_conversation_needs_slimes_default_skip_special_tokens() -> No
         SPEC.check_reply_text_keys(seed, {"skip_special_tokens": True})
     SPEC.check_reply_text_keys(seed, {"skip_special_tokens": False})
     SPEC.check_reply_text_keys(original, {"skip_special_tokens": True})
+
+
+class ContentRetrieval(Retrieval):
+    """A stand-in that answers as the seed's own service does: the text under "content" (retrieval_general_thought.py),
+    one hit with both keys (the seed's tool reads "content" first)."""
+
+    async def search(self, query: str, topk: int = 3) -> list[dict[str, Any]]:
+        self.queries.append(query)
+        return [{"document": {"id": "1", "content": f"  {FACT}\n"}, "score": 12.5},
+                {"document": {"id": "2", "content": "z" * 600, "contents": "ignored by the seed"}, "score": 3.25}]
+
+
+def test_a_document_whose_text_is_under_content_is_read_as_the_seeds_search_tool_reads_it(
+        scorer: HFEngine, endpoint: tuple[ChatEndpoint, str]) -> None:
+    """The seed's search tool reads `doc.get("content", doc.get("contents", ""))` (tools/search_retrieval/tool.py:
+    72): a `ctx.tools["retrieval"]` that answers as the seed's service does shows its documents, never "No
+    relevant documents found."."""
+    chat, url = endpoint
+    chat.replies = {"searcher": [("<query>Zorblax</query>", USAGE)], "answerer": [("<answer>4322</answer>", USAGE)]}
+    rollout, _ = run(scorer, [call("search", "searcher"), call("answer", "answerer")], url, ContentRetrieval())
+    assert rollout.status == "completed", rollout.reason
+    assert rollout.final_state["history"][1]["content"] == DOCS
+    assert sent(chat, "answerer")[0][1]["content"] == f"{QUESTION}\n\n[Search by searcher]\n{DOCS}{WRAP}"
