@@ -252,7 +252,8 @@ class DebugSession:
         here = snap.config.get("configurable", {}).get("checkpoint_id")
         if not here:
             raise CheckpointError(f"thread {self.thread_id!r} has no checkpoint to edit")
-        cid = await edit_checkpoint(self.graph, self.thread_id, str(here), values, as_node=as_node)
+        cid = await edit_checkpoint(self.graph, self.thread_id, str(here), values, as_node=as_node,
+                                    context=self.context)
         self.config = thread_config(self.thread_id)
         return cid
 

@@ -31,6 +31,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, TypedDict
 
+from langgraph.runtime import Runtime
+
 from ..context import AgentContext
 from ..engines import Engine, SamplingParams
 from ..errors import CheckpointError, ConfigError
@@ -38,6 +40,10 @@ from ..records import Rollout
 from ..rollout import rollout_input, run_rollout
 from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
 from .savers import CompactAsyncSqliteSaver, compact_async_sqlite_saver
+
+# where LangGraph's own run puts the Runtime its nodes and edges read (Pregel.astream(context=...)); update_state
+# takes no context, so an edit puts it there (LangGraph keeps the key private: a rename fails the edit tests)
+_RUNTIME_KEY = "__pregel_runtime"
 
 __all__ = [
     "AS_NODE_KEY",
@@ -499,21 +505,29 @@ async def afork(path: str | Path, thread_id: str, checkpoint: str | int | None, 
     (default: the one that wrote the checkpoint, `checkpoint_writer`), which decides what runs next.
     """
     async with _open_thread(path, thread_id, checkpoint, agent, options) as (saver, spec, record, opts, graph, start):
-        forked = await edit_checkpoint(graph, thread_id, start, values, as_node=as_node)
-        return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, context,
+        ctx = context if context is not None else context_for(engine, record, tokenizer=tokenizer, engines=engines)
+        forked = await edit_checkpoint(graph, thread_id, start, values, as_node=as_node, context=ctx)
+        return await _resume(spec, saver, graph, record, opts, thread_id, start, engine, ctx,
                              compute_reward, forked=forked, tokenizer=tokenizer, engines=engines)
 
 
 async def edit_checkpoint(graph: Any, thread_id: str, checkpoint_id: str, values: Mapping[str, Any], *,
-                          as_node: str | None = None) -> str:
+                          as_node: str | None = None, context: AgentContext | None = None) -> str:
     """LangGraph's update_state at a checkpoint, counted as `as_node` (default: the node that wrote the
-    checkpoint); the node is kept in the new checkpoint's metadata. Returns the new checkpoint's id."""
+    checkpoint); the node is kept in the new checkpoint's metadata. Returns the new checkpoint's id.
+
+    update_state runs the node's conditional edge to tell what runs next; a route that reads the run's context
+    (`runtime: Runtime[AgentContext]`: ToolOrchestra's turn cap, AgentFlow's step limit, both by evaluation)
+    gets `context` as its runtime, as the run's own steps do (without it LangGraph raises "Missing required
+    config key")."""
     check_state_keys(graph, values)
     node = as_node if as_node is not None else await checkpoint_writer(graph, thread_id, checkpoint_id)
     if node not in graph.nodes:
         raise ConfigError(f"as_node {node!r} is no node of the graph; its nodes are {_node_names(graph)}")
     config = thread_config(thread_id, checkpoint_id)
     config["metadata"] = {AS_NODE_KEY: node}  # LangGraph's savers keep a config's metadata with the checkpoint
+    if context is not None:
+        config["configurable"][_RUNTIME_KEY] = Runtime(context=context)
     new_config = await graph.aupdate_state(config, dict(values), as_node=node)
     return _cid(new_config)
 
