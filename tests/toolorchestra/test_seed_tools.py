@@ -179,10 +179,12 @@ def test_the_answer_scored_is_the_seeds_extraction(scorer: HFEngine, endpoint: t
     assert rollout.reward == 1.0
 
 
-@pytest.mark.parametrize("reply", ["Zorblax station launch code", "<query>ab</query>", None])
+@pytest.mark.parametrize("reply", ["Zorblax station launch code", "<query>ab</query>",
+                                   "<query>ab</query> <query>Zorblax station launch code</query>", None])
 def test_a_search_without_a_query_searches_the_problems_first_200_characters(
         scorer: HFEngine, endpoint: tuple[ChatEndpoint, str], reply: str | None) -> None:
-    """No <query> tag, one under 3 characters, or a query writer that fails (its endpoint answers 500):
+    """No <query> tag, a first one under 3 characters (a later tag is never read: the seed's re.search), or a
+    query writer that fails (its endpoint answers 500):
     the seed searches `question[:200]` (orchestra_solver.py:594, 607-616)."""
     chat, url = endpoint
     question = "Which station? " + "filler " * 40 + "What is its launch code?"
