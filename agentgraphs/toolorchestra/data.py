@@ -10,9 +10,10 @@ retrieval corpus (wiki-18: `{"id", "contents"}` per line) needs no conversion.
 The seed's own rows (Takenzz/AgentFlow@4b5aa84 agentic/ToolOrchestra, data/data_slime_full.jsonl) carry per-row
 fields in their metadata (rollout.py:40-41). `pref_vec` is honoured (the row's weights of the cost-aware reward);
 `tools`, `model_mapping`, `tool_pricing` and `trained_model_type` make the row run as the seed runs it
-(`seed_rows`: its own tool list, its experts' models, the seed's cost); a non-empty `eid` goes with the row's
-searches, which see only that example's documents (`search`: the service's example-id file, as the seed's); a tau^2
-row (`category: func_call`) is refused with an InputError naming the field and the fix.
+(`seed_rows`: its own tool list, its experts' models, the seed's cost); a non-empty `eid` (a seed-format
+row without one: its `id`, as the seed's) goes with the row's searches, which see only that example's documents
+(`search`: the service's example-id file, as the seed's); a tau^2 row (`category: func_call`) is refused with an
+InputError naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -31,16 +32,23 @@ from .seed_rows import seed_row
 
 __all__ = ["qa_row", "read_qa", "row_eid", "row_preference", "synthetic_set"]
 
-def row_eid(metadata: Mapping[str, Any]) -> str | None:
+def row_eid(metadata: Mapping[str, Any], seed_format: bool = False) -> str | None:
     """The row's example id (the seed's `metadata.eid`), None when it has none or an empty one (its searches
-    see the whole index, as the seed's). InputError when it is not a string (the seed's service refuses one).
+    see the whole index, as the seed's). A seed-format row (`seed_rows.seed_row`) without one takes its
+    `metadata.id`, as the seed takes it for every row it runs (orchestra_solver.py:90); our own rows' `id` is
+    no example id and is never sent. InputError when the id is not a string (the seed's service refuses one).
 
     >>> row_eid({"eid": "stem____17"}), row_eid({"eid": ""}), row_eid({})
     ('stem____17', None, None)
+    >>> row_eid({"eid": "", "id": "stem____3"}, seed_format=True), row_eid({"eid": "", "id": "stem____3"})
+    ('stem____3', None)
     """
+    field = "eid"
     eid = metadata.get("eid")
+    if not eid and seed_format and metadata.get("id") not in (None, ""):
+        field, eid = "id", metadata.get("id")
     if eid is not None and not isinstance(eid, str):
-        raise InputError("metadata.eid", f"expected a string, got {eid!r:.80}",
+        raise InputError(f"metadata.{field}", f"expected a string, got {eid!r:.80}",
                          "give the example id as a string (the seed's example-id file's key), or drop it")
     return eid or None
 

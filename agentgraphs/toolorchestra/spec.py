@@ -17,8 +17,9 @@ from .seed_rows import row_engines, seed_row
 
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
     """The graph's input; a seed row's pref_vec becomes the rollout's preference, its tools, model_mapping and
-    prices its `seed_row` (`seed_rows`), its non-empty eid the example its searches are filtered to (`search`),
-    and a seed field the graph cannot honour refuses the row (InputError: `data.row_preference`)."""
+    prices its `seed_row` (`seed_rows`), its non-empty eid (a seed row without one: its id) the example its
+    searches are filtered to (`search`), and a seed field the graph cannot honour refuses the row (InputError:
+    `data.row_preference`)."""
     metadata = row.get("metadata") or {}
     state: dict[str, Any] = {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
     preference = row_preference(metadata, options)
@@ -27,7 +28,7 @@ def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, An
     seed = seed_row(metadata)
     if seed is not None:
         state["seed_row"] = dict(seed)
-    eid = row_eid(metadata)
+    eid = row_eid(metadata, seed_format=seed is not None)
     if eid is not None:
         state["eid"] = eid
     return state

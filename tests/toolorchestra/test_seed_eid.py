@@ -59,6 +59,36 @@ def test_a_seed_rows_searches_see_only_its_examples_documents(scorer: HFEngine, 
     assert authors(answer_prompt) == {"Author07", "Author23"} == authors(second_turn)
 
 
+def test_a_seed_row_without_an_eid_searches_with_its_id_as_the_seed_does(
+        scorer: HFEngine, services: tuple[Service, Service]) -> None:
+    """The seed sends `metadata.eid or metadata.id` (orchestra_solver.py:90): a seed-format row whose eid is empty
+    or absent but whose id is an example of the file sees that example's documents only."""
+    filtering, _ = services
+    for row in (seed_row(eid="", id=EID), seed_row(eid=None, id=EID)):
+        with SeedRun(scorer, ORCHESTRATOR, EXPERTS, {"retrieval_url": filtering.url}) as run:
+            sample = run.rollout(row)
+            answer_prompt = run.experts[MATH].calls[0].prompt_text
+        assert sample.status.value == "completed" and sample.reward == 1.0, sample.metadata.get("status_reason")
+        assert authors(answer_prompt) == {"Author07", "Author23"}
+
+
+def test_our_own_rows_id_is_never_sent_as_an_eid() -> None:
+    """A row of ours (`data.qa_row`: metadata.id is the dataset's id, no example of any file) sends no eid, so a
+    service without --example-ids serves it; only a seed-format row falls back to its id."""
+    from agentgraphs.rollout import rollout_input
+    from agentgraphs.toolorchestra import SPEC
+    from agentgraphs.toolorchestra.data import qa_row
+
+    options = SPEC.resolve_options({})
+    row = qa_row({"question": "Who wrote the letter?", "golden_answers": ["Ilse Marrow"], "id": "nq_17"}, "x:1", "nq")
+    assert row["metadata"].get("id") == "nq_17"
+    assert "eid" not in SPEC.make_input(rollout_input(row["input"], row["label"], row["metadata"]), options)
+    seed = seed_row(eid="", id="stem____wiki____1")
+    metadata = {**seed["metadata"], "tools": seed["tools"]}  # as slime's --tool-key tools copies them
+    state = SPEC.make_input(rollout_input(seed["problem"], seed["answer"], metadata), options)
+    assert state["eid"] == "stem____wiki____1"
+
+
 @pytest.mark.parametrize("eid", ["stem____wiki____99", ""])
 def test_an_eid_the_file_lacks_or_an_empty_one_searches_the_whole_index(
         scorer: HFEngine, services: tuple[Service, Service], eid: str) -> None:
