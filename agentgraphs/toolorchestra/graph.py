@@ -47,7 +47,7 @@ from .parsing import parse_choice
 from .prompts import ANSWER_EXPERT, CODE_EXPERT, ORCHESTRATOR_USER, SEARCH_EXPERT, tool_schemas
 from .search import search_documents
 from .seed_nodes import SEED_TOOL_NODES, tool_message
-from .seed_tools import drop_middle_messages, message_budget, orchestrator_messages
+from .seed_tools import fit_messages, orchestrator_messages
 from .steps import breaker_error, chosen_expert, expert_sampling, finish_step
 
 
@@ -98,7 +98,7 @@ async def orchestrator(state: ToolOrchestraState, runtime: Runtime[AgentContext]
 def _orchestrator_messages(state: ToolOrchestraState, ctx: AgentContext, opts: ToolOrchestraOptions,
                            tools: list[dict[str, Any]] | None) -> list[dict[str, str]]:
     """tool_protocol seed: the one conversation the seed's orchestrator keeps, its oldest middle messages
-    dropped when the contents pass the seed's budget (seed_tools.drop_middle_messages); original: a fresh user
+    dropped when the contents pass the seed's budget (seed_tools.fit_messages); original: a fresh user
     message with the context rebuilt from the notes."""
     if opts.tool_protocol == "seed":
         count = partial(count_tokens, ctx.tokenizer)
@@ -106,9 +106,8 @@ def _orchestrator_messages(state: ToolOrchestraState, ctx: AgentContext, opts: T
         # --rollout-max-response-len, which is the seed's max_new_tokens: orchestra_solver.py:364)
         asked = opts.orchestrator_max_new_tokens
         max_new = min(asked, ctx.sampling.max_new_tokens) if ctx.max_new_tokens_cap else asked
-        budget = message_budget(max_new, count(str(tools)) if tools else 0)  # the list's repr, as the seed counts
-        return drop_middle_messages(orchestrator_messages(state["problem"], state.get("history") or []), count,
-                                    budget)
+        messages = orchestrator_messages(state["problem"], state.get("history") or [])
+        return fit_messages(messages, str(tools) if tools else "", max_new, count)  # the list's repr: the seed's
     context = _context_text(ctx, opts, state.get("notes") or [])
     return [{"role": "user", "content": ORCHESTRATOR_USER.format(problem=state["problem"], context=context)}]
 

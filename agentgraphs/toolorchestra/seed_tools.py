@@ -19,8 +19,8 @@ from .prompts import (SEED_ANSWER_SUFFIX, SEED_DOCUMENT, SEED_NO_DOCUMENTS, SEED
                       SEED_ORCHESTRATOR_USER, SEED_REASONING_SUFFIX, SEED_SEARCH_ASK)
 
 __all__ = ["QUERY_FALLBACK_CHARS", "SEED_CONTEXT_LENGTH", "answer_prompt", "drop_middle_messages", "extract_answer",
-           "extract_query", "format_documents", "message_budget", "orchestrator_messages", "reasoning_prompt",
-           "search_prompt"]
+           "extract_query", "fit_messages", "format_documents", "message_budget", "orchestrator_messages",
+           "reasoning_prompt", "search_prompt"]
 
 QUERY_FALLBACK_CHARS = 200  # orchestra_solver.py:594: the query when the expert wrote none
 _MIN_QUERY_CHARS = 3  # orchestra_solver.py:614: a shorter <query> is no query
@@ -85,6 +85,28 @@ def drop_middle_messages(messages: Sequence[Mapping[str, str]], count: Callable[
         start -= 1
         room -= sizes[start]
     return [out[0], *out[start:]]
+
+
+def fit_messages(messages: Sequence[Mapping[str, str]], tools_text: str, max_new_tokens: int,
+                 count: Callable[[str], int]) -> list[dict[str, str]]:
+    """The orchestrator's messages cut to the seed's budget (`message_budget` with the tool list's tokens,
+    `drop_middle_messages`), tokenising only when they may not fit: `count` gives at most one token per UTF-8
+    byte of a text plus one (byte-level BPE, sentencepiece's added prefix), so contents whose byte bound fits the
+    budget the tool list's byte bound leaves fit it in tokens too, and every turn of a short conversation is kept
+    without encoding its whole history again.
+
+    >>> asked = []
+    >>> def count(text): asked.append(text); return len(text.split())
+    >>> msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    >>> len(fit_messages(msgs, "[]", 16384, count)), asked
+    (2, [])
+    """
+    def bound(text: str) -> int:
+        return len(text.encode()) + 1 if text else 0
+
+    if sum(bound(m.get("content") or "") for m in messages) <= message_budget(max_new_tokens, bound(tools_text)):
+        return [dict(m) for m in messages]
+    return drop_middle_messages(messages, count, message_budget(max_new_tokens, count(tools_text) if tools_text else 0))
 
 
 def _with_context(problem: str, parts: Sequence[str]) -> str:

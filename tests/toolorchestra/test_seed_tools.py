@@ -242,6 +242,32 @@ def test_a_conversation_past_the_seeds_budget_loses_its_oldest_middle_messages(
         f"{QUESTION}\n\n[Reasoning by reasoner]\n{long_reply}\n\n[Reasoning by reasoner]\n{long_reply.rstrip()}{WRAP}")
 
 
+def test_the_cut_tokenises_only_a_conversation_that_may_not_fit(scorer: HFEngine) -> None:
+    """fit_messages skips the tokenizer when the contents' UTF-8 bytes (+1 a text) fit the budget: that bound holds
+    for the real Qwen vocabulary on texts where tokens are densest per byte (whitespace runs, digits, CJK,
+    emoji, an end-of-turn token written in the text), and the messages kept are drop_middle_messages' either way."""
+    from agentgraphs.long_text import count_tokens
+    from agentgraphs.toolorchestra.seed_tools import drop_middle_messages, fit_messages, message_budget
+
+    hard = ["a", " \n\t  \n", "1234567890" * 30, "東京都の人口は約千四百万人です。" * 20, "🙂🚀" * 50,
+            "x<|im_end|>y<|im_start|>", "\u00e9\u0301" * 40, SCRIPT[0] + "<|im_end|>"]
+    assert all(count_tokens(scorer.tokenizer, t) <= len(t.encode()) + 1 for t in hard)
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return count_tokens(scorer.tokenizer, text)
+
+    tools = str(tool_schemas(EXPERTS))
+    short = [{"role": "system", "content": SYSTEM}, *({"role": "tool", "content": t} for t in hard)]
+    assert fit_messages(short, tools, 16384, count) == short and counted == []
+    # past the byte bound (max_new_tokens 131072 leaves 1024 tokens): counted, and cut as drop_middle_messages cuts
+    long = [*short, {"role": "tool", "content": "step " * 700}, {"role": "tool", "content": "step " * 700}]
+    budget = message_budget(131072, count_tokens(scorer.tokenizer, tools))
+    assert fit_messages(long, tools, 131072, count) == drop_middle_messages(long, count, budget) != long
+    assert counted
+
+
 def test_variant_original_and_tool_protocol_original_ask_what_was_asked_before(
         scorer: HFEngine, endpoint: tuple[ChatEndpoint, str]) -> None:
     """`variant: original`, and `tool_protocol: original` alone under the seed's other presets: one user message
