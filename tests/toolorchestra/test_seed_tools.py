@@ -23,6 +23,7 @@ from agentgraphs.testing.scripted import ScriptedPolicy
 from agentgraphs.testing.tiny_model import ensure_tiny_model
 from agentgraphs.toolorchestra import SPEC
 from agentgraphs.toolorchestra.prompts import tool_schemas
+from agentgraphs.trace import check_trace
 from tests.asgi_server import serving
 from tests.toolorchestra.test_experts import ChatEndpoint, call
 
@@ -146,6 +147,15 @@ def test_each_tool_asks_its_expert_what_the_seed_asks_and_the_orchestrator_reads
                                                          add_generation_prompt=True)
         assert c.prompt_text == reference, n
         assert c.prompt_ids == scorer.tokenizer(reference, add_special_tokens=False)["input_ids"], n
+    # invariants 1-3: each orchestrator turn is its own sequence, token for token the prompt the engine saw and
+    # the ids and log-probs it returned; no expert token is trained
+    sequences = check_trace(rollout.turns, "per_turn")
+    assert len(sequences) == len(policy.calls) == 3
+    for n, (seq, c) in enumerate(zip(sequences, policy.calls)):
+        response = seq["tokens"][len(c.prompt_ids):]
+        assert seq["tokens"][:len(c.prompt_ids)] == c.prompt_ids and seq["response_length"] == len(response), n
+        assert scorer.tokenizer.decode(response, skip_special_tokens=False) == SCRIPT[n] + "<|im_end|>", n
+        assert seq["loss_mask"] == [1] * len(response) and len(seq["rollout_log_probs"]) == len(response), n
     # the seed's _make_stats: the user message and the tool's result under the orchestrator's tokenizer
     steps = rollout.final_state["steps"]
     assert [(s["expert_input_tokens"], s["expert_output_tokens"]) for s in steps] == [
