@@ -26,6 +26,10 @@ _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_ca
                                      "content_filter": "stop", "function_call": "stop"}
 
 
+# SamplingParams fields outside OpenAI's own chat schema that SGLang's and vLLM's chat endpoints take
+_EXTRA_KEYS = ("top_k", "min_p", "stop_token_ids", "ignore_eos")
+
+
 class OpenAIChatEngine:
     """POST {base_url}/chat/completions; answers a Completion with `text` and no token ids (the endpoint's
     `usage`: `prompt_tokens`, and `meta["completion_tokens"]` when it reports one).
@@ -97,6 +101,13 @@ class OpenAIChatEngine:
             body["stop"] = list(params.stop)
         if params.sampling_seed is not None:
             body["seed"] = params.sampling_seed
+        # not in OpenAI's schema, but in SGLang's and vLLM's chat endpoints: sent when set, never dropped, so a
+        # server without them refuses the request (HTTP 400, EngineRequestError) instead of sampling otherwise
+        defaults = SamplingParams()
+        for key in _EXTRA_KEYS:
+            value = getattr(params, key)
+            if value != getattr(defaults, key):
+                body[key] = list(value) if isinstance(value, tuple) else value
         return body
 
     async def aclose(self) -> None:

@@ -243,8 +243,11 @@ class ChatRequest:
     params: SamplingParams
 
 
+# OpenAI's keys, plus the sampling extras SGLang's ChatCompletionRequest takes (top_k, min_p, stop_token_ids,
+# ignore_eos)
 _CHAT_KEYS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-                        "stop", "seed", "n", "stream", "user", "frequency_penalty", "presence_penalty"})
+                        "stop", "seed", "n", "stream", "user", "frequency_penalty", "presence_penalty",
+                        "top_k", "min_p", "stop_token_ids", "ignore_eos"})
 
 
 def parse_chat(body: object, tokenizer: Any) -> ChatRequest:
@@ -278,6 +281,10 @@ def parse_chat(body: object, tokenizer: Any) -> ChatRequest:
             top_p=float(body.get("top_p", 1.0)),
             stop=stop,
             sampling_seed=body.get("seed"),
+            top_k=body.get("top_k", -1),
+            min_p=body.get("min_p", 0.0),
+            stop_token_ids=tuple(body.get("stop_token_ids") or ()),
+            ignore_eos=body.get("ignore_eos", False),
         )
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"bad sampling value: {exc}") from None

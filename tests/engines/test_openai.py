@@ -153,3 +153,29 @@ def test_logprob_between_old_bounds_is_accepted_everywhere(tmp_path: Path) -> No
     bad["output_logprobs"] = [MAX_LOGPROB * 2] * 4
     with pytest.raises(Exception, match="log-prob"):
         check_trace([bad], "per_turn")
+
+
+def test_top_k_and_min_p_reach_the_helper_server(server: Any, tiny_engine: Any, qwen25: Any) -> None:
+    """top_k / min_p / stop_token_ids / ignore_eos are sent, not dropped: before, a helper asked for top_k=1
+    at temperature 1 sampled from the whole distribution (fails on the code before: the text differs)."""
+    messages = [{"role": "user", "content": "Name a colour."}]
+
+    async def go(params: SamplingParams) -> Any:
+        engine = make_engine(f"openai:{server.url}/v1#tiny")
+        try:
+            return await engine.chat(messages, params)
+        finally:
+            await engine.aclose()
+
+    ids = qwen25.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    ids = list(ids["input_ids"]) if isinstance(ids, dict) or hasattr(ids, "keys") else list(ids)
+    greedy = asyncio.run(tiny_engine.generate(ids, SamplingParams(temperature=0.0, max_new_tokens=12)))
+    want = qwen25.decode(greedy.token_ids, skip_special_tokens=True)
+    for seed in (1, 2, 3):  # three seeded draws at temperature 1: top_k=1 leaves one token each step
+        out = asyncio.run(go(SamplingParams(temperature=1.0, top_k=1, max_new_tokens=12, sampling_seed=seed)))
+        assert out.text == want
+    # min_p=1 keeps only the most likely token too
+    assert asyncio.run(go(SamplingParams(temperature=1.0, min_p=1.0, max_new_tokens=12, sampling_seed=4))).text == want
+    # ignore_eos + stop_token_ids arrive as well: the reply runs to max_new_tokens
+    out = asyncio.run(go(SamplingParams(temperature=0.0, max_new_tokens=5, ignore_eos=True, stop_token_ids=[1])))
+    assert out.finish_reason == "length" and out.meta["completion_tokens"] == 5
