@@ -22,8 +22,9 @@ from ..errors import ConfigError, EngineProtocolError, EngineRequestError, Engin
 from ..http_retry import DEFAULT_BACKOFF_CAP_S, ENGINE_TIMEOUT, backoff_delay, retryable_status
 from .base import Completion, FinishReason, SamplingParams
 
+# "abort": SGLang's chat endpoint (a weight update, a shutdown) answers the partial text so; it is no answer
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop",
-                                     "content_filter": "stop", "function_call": "stop"}
+                                     "content_filter": "stop", "function_call": "stop", "abort": "abort"}
 
 
 # SamplingParams fields outside OpenAI's own chat schema that SGLang's and vLLM's chat endpoints take
@@ -122,10 +123,14 @@ def _completion(resp: httpx.Response, *, latency_s: float, retries: int) -> Comp
         obj = resp.json()
         choice = obj["choices"][0]
         text = choice["message"].get("content") or ""
-        finish = _FINISH.get(str(choice.get("finish_reason") or "stop"), "stop")
+        reason = str(choice.get("finish_reason") or "stop")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise EngineProtocolError(f"chat completion body is not OpenAI-shaped ({type(exc).__name__}: {exc}): "
                                   f"{resp.text[:200]!r}") from None
+    if reason not in _FINISH:  # not read as a finished answer: an unknown reason may be a cut-off reply
+        raise EngineProtocolError(f"chat completion finish_reason {reason!r} is none this engine knows "
+                                  f"({', '.join(_FINISH)}); check that the endpoint speaks OpenAI's chat API")
+    finish = _FINISH[reason]
     if not isinstance(text, str):
         raise EngineProtocolError(f"chat completion content is {type(text).__name__}, not text")
     usage = obj.get("usage") or {}

@@ -179,3 +179,47 @@ def test_top_k_and_min_p_reach_the_helper_server(server: Any, tiny_engine: Any, 
     # ignore_eos + stop_token_ids arrive as well: the reply runs to max_new_tokens
     out = asyncio.run(go(SamplingParams(temperature=0.0, max_new_tokens=5, ignore_eos=True, stop_token_ids=[1])))
     assert out.finish_reason == "length" and out.meta["completion_tokens"] == 5
+
+
+def _chat_app(finish_reason: str) -> Any:
+    """An OpenAI-shaped chat endpoint whose every answer ends with `finish_reason`."""
+    import json
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        body = json.dumps({"id": "c1", "model": "m", "choices": [{"index": 0, "finish_reason": finish_reason,
+                           "message": {"role": "assistant", "content": "The answer is"}}]}).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+def test_an_aborted_or_unknown_finish_is_not_a_finished_answer(tiny_engine: Any) -> None:
+    """SGLang's chat endpoint answers finish_reason "abort" with the partial text; it was read as "stop", so a
+    judge's cut-off verdict counted as its answer (fails on the code before: no RolloutAborted, no error)."""
+    from agentgraphs.errors import EngineProtocolError
+    from agentgraphs.node import RolloutAborted
+
+    from tests.asgi_server import serving
+
+    async def ask(url: str) -> Any:
+        ctx = AgentContext(policy=tiny_engine, engines={"judge": f"openai:{url}/v1#m"})
+        try:
+            return await call_llm({}, ctx, node="judge", engine="judge", trainable=False,
+                                  messages=[{"role": "user", "content": "Is 2+2=4?"}])
+        finally:
+            await ctx.engines["judge"].aclose()
+
+    with serving(_chat_app("abort")) as url:
+        with pytest.raises(RolloutAborted):
+            asyncio.run(ask(url))
+    with serving(_chat_app("cancelled")) as url:
+        with pytest.raises(EngineProtocolError, match="finish_reason 'cancelled'"):
+            asyncio.run(ask(url))
+    with serving(_chat_app("length")) as url:
+        assert asyncio.run(ask(url)).completion.finish_reason == "length"
