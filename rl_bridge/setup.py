@@ -97,15 +97,20 @@ class BridgeSettings(BaseModel):
 
 
 def refuse_unknown_keys(args: Any, known: set[str]) -> None:
-    """ConfigError naming every `agentgraph_*` attribute of `args` that is not in `known`, with the closest
-    known name. Every `agentgraph_*` key read anywhere (rl_bridge.hooks, agentgraphs.train_data's
+    """ConfigError naming every `agentgraph_*` attribute of `args` that is not in `known`, and every
+    `agentgraphs` / `agentgraphs_*` one (the package's name for the setting's), with the closest known name.
+    Every `agentgraph_*` key read anywhere (rl_bridge.hooks, agentgraphs.train_data's
     TrainDataSettings.from_args) is a BridgeSettings field, so the fields are the whole list."""
-    unknown = sorted(name for name in dir(args) if name.startswith("agentgraph_") and name not in known)
-    if not unknown:
+    names = set(dir(args))
+    # the package's own name spelt in (agentgraphs_options, agentgraphs: memagent) is the same setting misspelt
+    plural = sorted(n for n in names if n == "agentgraphs" or n.startswith("agentgraphs_"))
+    unknown = sorted(n for n in names if n.startswith("agentgraph_") and n not in known)
+    if not unknown and not plural:
         return
     settings = sorted(k for k in known if k.startswith("agentgraph_"))
     prefix = len("agentgraph_")  # compared without the prefix every key shares, which would make any name "close"
-    hints, lost = [], False
+    hints = [f"args.{name} (did you mean {name.replace('agentgraphs', 'agentgraph', 1)}?)" for name in plural]
+    lost = False
     for name in unknown:
         close = difflib.get_close_matches(name[prefix:], [k[prefix:] for k in settings], n=1, cutoff=0.6)
         lost = lost or not close

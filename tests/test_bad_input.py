@@ -297,6 +297,10 @@ def test_bad_option_value_is_rejected_before_any_rollout(server: SGLangTestServe
     ("agentgraph_on_sampling_missmatch", "mask", "agentgraph_on_sampling_mismatch"),
     ("agentgraph_retrun_list", True, "agentgraph_return_list"),
     ("agentgraph_max_time", 900, "agentgraph_max_time_s"),
+    # the package's name spelt in: ignored without a word before
+    ("agentgraphs_options", {"chunk_tokens": 64}, "agentgraph_options"),
+    ("agentgraphs_return_list", True, "agentgraph_return_list"),
+    ("agentgraphs", "memagent", "agentgraph"),
 ])
 def test_a_misspelt_agentgraph_key_is_refused_naming_the_closest_setting(
         server: SGLangTestServer, tiny_model_dir: Path, typo: str, value: Any, meant: str) -> None:
