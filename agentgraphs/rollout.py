@@ -21,6 +21,7 @@ from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording
 from .context import AgentContext, Limits
 from .errors import ConfigError, EngineError, InputError, RewardError
 from .gc_tuning import rollouts_running
+from .loop_guard import Watch, guarded
 from .node import CAP_SOURCES, LLMCallLimitExceeded, RolloutAborted
 from .records import RESULT_METADATA_KEYS, Rollout, Status, reward_input, trace_summary
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
@@ -342,11 +343,22 @@ async def call_bounded(fn: Callable[..., Any], args: tuple[Any, ...], what: str,
 
     A sync `fn` runs in a thread of its own, so a blocking one (time.sleep, a stuck socket) leaves the event
     loop, and every other rollout on it, running. An async `fn` runs on the loop: one that blocks the loop
-    itself (a sync call inside `async def`) cannot be preempted by anything in-process.
+    itself (a sync call inside `async def`) is stopped by `loop_guard`'s watchdog past `timeout_s` (Python
+    code at once, a blocking C call when it returns), and fails with a RewardError saying so even when it
+    swallows that and returns a value.
     """
+    watches: list[Watch] = []
+
     async def call() -> Any:
-        value = fn(*args) if _is_async(fn) else await _in_thread(fn, args)
-        return await value if inspect.isawaitable(value) else value
+        if not _is_async(fn):
+            value = await _in_thread(fn, args)
+            return await value if inspect.isawaitable(value) else value
+        value = fn(*args)
+        if not inspect.isawaitable(value):
+            return value
+        with guarded(value, fn, what, timeout_s) as watch:
+            watches.append(watch)
+            return await value
 
     task = asyncio.ensure_future(call())
     try:
@@ -363,6 +375,9 @@ async def call_bounded(fn: Callable[..., Any], args: tuple[Any, ...], what: str,
         raise RewardError(f"{what} {name} did not return within {timeout_s} s (Limits.reward_timeout_s; slime: "
                           "agentgraph_reward_timeout_s): raise that setting if it is just slow, or make the function "
                           "time out on its own (agentgraphs.deadline runs a pure function in a killable worker)")
+    if watches and watches[0].blocked:  # it blocked the loop past its timeout: whatever it returned is refused
+        task.exception()  # retrieved: the LoopBlocked it raised, if it did, is this error
+        raise RewardError(watches[0].error())
     return task.result()
 
 

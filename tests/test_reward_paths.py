@@ -235,6 +235,42 @@ def test_a_blocking_sync_reward_neither_hangs_generate_nor_blocks_the_event_loop
     assert sum(1 for t in ticks if t > BLOCKED_AT[0]) >= 5  # the loop kept running while the reward blocked
 
 
+async def busy_async_reward(rin: RewardInput, ctx: Any) -> float:
+    BLOCKED_AT.append(time.monotonic())
+    until = time.monotonic() + 8  # Python code that never awaits: the event loop stands still for 8 s
+    while time.monotonic() < until:
+        pass
+    return 1.0
+
+
+async def sleeping_async_reward(rin: RewardInput, ctx: Any) -> float:
+    BLOCKED_AT.append(time.monotonic())
+    try:
+        time.sleep(2)  # a blocking C call inside `async def`; it swallows what stops it and answers anyway
+    except Exception:  # noqa: BLE001 - the user's bug under test
+        pass
+    return 1.0
+
+
+@pytest.mark.parametrize("reward, stuck_at", [(busy_async_reward, "while time.monotonic() < until"),
+                                              (sleeping_async_reward, "time.sleep(2)")])
+def test_an_async_reward_that_blocks_the_event_loop_is_stopped_and_fails_its_sample(
+        server: Any, tiny_model_dir: Path, monkeypatch: Any, caplog: Any, reward: Any, stuck_at: str) -> None:  # noqa: F811
+    """An `async def` reward that blocks the loop holds the timeout that bounds it (a callback on that loop):
+    before loop_guard, the busy one ran its 8 s and its 1.0 was trained on, the sleeping one's too."""
+    monkeypatch.setattr(DEFECTS, "reward", reward)
+    BLOCKED_AT.clear()
+    with caplog.at_level(logging.ERROR, logger="agentgraphs.loop_guard"):
+        s = bounded_generate(defects_args(server, tiny_model_dir), sample())
+    took = time.monotonic() - BLOCKED_AT[0]
+    assert took < (4 if reward is busy_async_reward else 3.5), took  # stopped at 0.5 s (+ grace), or at its return
+    name = f"tests.test_reward_paths:{reward.__name__}"
+    assert_failed(s, f"reward function {name} blocked the event loop past its 0.5 s (at ",
+                  "test_reward_paths.py:", "agentgraph_reward_timeout_s", "make it a plain `def`")
+    (record,) = [r for r in caplog.records if r.name == "agentgraphs.loop_guard"]  # logged once, with its stack
+    assert name in record.getMessage() and stuck_at in record.getMessage()
+
+
 def test_reward_func_bounds_a_hanging_reward_too(server: Any, tiny_model_dir: Path,  # noqa: F811
                                                  monkeypatch: Any) -> None:
     args = defects_args(server, tiny_model_dir)
