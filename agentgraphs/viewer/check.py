@@ -185,8 +185,10 @@ def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, devic
     >>> report.ok, report.rollouts, report.sequences, report.verdict()[:3]
     (True, 3, 60, 'OK:')
     """
-    if not threshold > 0:
-        raise ConfigError(f"--threshold {threshold}: must be > 0")
+    if not 0 < threshold < math.inf:
+        # an infinite threshold counts no token over it: any model, even another one, would pass
+        raise ConfigError(f"--threshold {threshold}: must be > 0 and finite (to report drift without failing, "
+                          "pass --allow-drift)")
     path = check_run_dir(run_dir)  # before loading a model
     if not any(_has_content(path / name) for name in ("samples.jsonl", "traces.jsonl")):
         raise ConfigError(f"RUN_DIR {path}: samples.jsonl and traces.jsonl hold no rollout: nothing to check "

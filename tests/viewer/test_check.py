@@ -251,6 +251,16 @@ def test_a_different_model_fails_by_default(sampled_run: Path, tiny_model_dir: P
     assert not report["ok"] and report["drift_over_threshold"] == report["rescored_tokens"] == 72
 
 
+@pytest.mark.parametrize("threshold", ["inf", "nan", "0", "-1"])
+def test_a_threshold_no_token_can_exceed_is_refused(threshold: str, sampled_run: Path) -> None:
+    """`--threshold inf` said OK to another model's log-probs (no delta is over infinity): refused instead."""
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+
+    result = _cli(sampled_run, "--model", ensure_tiny_model(template="qwen2.5", seed=1), "--threshold", threshold)
+    assert result.exit_code == 2, result.output
+    assert "--threshold" in result.output and "OK" not in result.output
+
+
 def test_log_probs_recorded_at_another_temperature_fail(sampled_run: Path, tmp_path: Path,
                                                         tiny_model_dir: Path) -> None:
     """The engine sampled (and took log-probs) at T=0.7, the trace says 1.0: a recorder that ignored a bind."""
