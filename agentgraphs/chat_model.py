@@ -52,7 +52,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import RunnableLambda, RunnableMap
+from langchain_core.runnables import RunnableBinding, RunnableLambda, RunnableMap
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field, ValidationError
 
@@ -73,8 +73,8 @@ from .toolcalls import (
 )
 from .trace import Turn
 
-__all__ = ["STRUCTURED_ERROR_KEY", "TURN_KEY", "StructuredParser", "TracedChatModel", "messages_graph_spec",
-           "to_template_messages", "turns_from_messages"]
+__all__ = ["STRUCTURED_ERROR_KEY", "TURN_KEY", "StructuredParser", "TracedBinding", "TracedChatModel",
+           "messages_graph_spec", "to_template_messages", "turns_from_messages"]
 
 TURN_KEY = "agentgraphs_turn"  # response_metadata key of the Turn
 INPUT_KEY = "agentgraphs_input_digest"  # digest of the template messages + tools the call saw
@@ -162,24 +162,16 @@ class TracedChatModel(BaseChatModel):
         ...
         agentgraphs.errors.ConfigError: with_structured_output(method='json_schema'): ...
         """
-        if kwargs:
-            raise ConfigError(f"with_structured_output: unsupported arguments {sorted(kwargs)}; pass schema, "
-                              "include_raw and method ('function_calling' or 'json_mode')")
-        if method == "json_schema" or strict:
-            what = "method='json_schema'" if method == "json_schema" else "strict=True"
-            raise ConfigError(
-                f"with_structured_output({what}): schema-valid output needs constrained decoding, which "
-                "changes the distribution the policy samples from, so the recorded log-probs would not be the "
-                "ones slime's trainer recomputes. Use method='function_calling' (the default: the schema is a "
-                "tool the policy calls) or 'json_mode', and treat parse failures (include_raw=True gives them "
-                "as parsing_error)")
-        if method not in ("function_calling", "json_mode"):
-            raise ConfigError(f"with_structured_output(method={method!r}): use 'function_calling' or 'json_mode'")
-        llm = self.bind(tools=[convert_to_openai_tool(schema)]) if method == "function_calling" else self
-        parse = StructuredParser(schema, method)
-        if include_raw:
-            return RunnableMap(raw=llm) | RunnableLambda(parse.with_raw)
-        return llm | RunnableLambda(parse.parsed)
+        return _structured_output(self, schema, include_raw=include_raw, method=method, strict=strict, **kwargs)
+
+    def bind(self, **kwargs: Any) -> Any:
+        """LangChain's `bind`, keeping what is bound through a later `bind_tools` / `with_structured_output`."""
+        return TracedBinding(bound=self, kwargs=kwargs, config={})
+
+    def with_config(self, config: Any = None, **kwargs: Any) -> Any:
+        """LangChain's `with_config`; a `configurable` sampling key is refused (ConfigError): it would be ignored."""
+        _check_configurable({**(config or {}), **kwargs})
+        return TracedBinding(bound=self, kwargs={}, config={**(config or {}), **kwargs})
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
@@ -228,6 +220,61 @@ class TracedChatModel(BaseChatModel):
         if self.context is not None:
             _check_own_context(await _acontext(self.context), ctx, self.engine)
         return ctx
+
+
+class TracedBinding(RunnableBinding):
+    """`TracedChatModel.bind(...)` / `.with_config(...)`. LangChain's own binding hands `bind_tools` and
+    `with_structured_output` to the bare model, so what was bound was dropped unnoticed
+    (`create_react_agent(model.bind(temperature=0.5), tools)` sampled at the run's temperature); here they
+    keep it, as `model.bind_tools(tools).bind(temperature=0.5)` does."""
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        return self.bind(**self.bound.bind_tools(tools, tool_choice=tool_choice, **kwargs).kwargs)
+
+    def with_structured_output(self, schema: Mapping[str, Any] | type, *, include_raw: bool = False,
+                               method: str = "function_calling", strict: bool | None = None, **kwargs: Any) -> Any:
+        return _structured_output(self, schema, include_raw=include_raw, method=method, strict=strict, **kwargs)
+
+    def with_config(self, config: Any = None, **kwargs: Any) -> Any:
+        _check_configurable({**(config or {}), **kwargs})
+        return super().with_config(config, **kwargs)
+
+
+def _check_configurable(config: Mapping[str, Any]) -> None:
+    """Refuse `with_config(configurable={"temperature": ...})`: TracedChatModel has no configurable fields, so
+    LangChain would ignore it and the call would sample at the run's setting, the user's intent lost."""
+    configurable = config.get("configurable") or {}
+    sampling_keys = {f.name for f in dataclass_fields(SamplingParams)} | set(_LANGCHAIN_SAMPLING)
+    named = sorted(k for k in configurable if k in sampling_keys)
+    if named:
+        key = named[0]
+        raise ConfigError(
+            f"TracedChatModel.with_config(configurable={{{key!r}: {configurable[key]!r}}}): TracedChatModel reads "
+            "no configurable fields, so this would be ignored and the call sampled with the run's setting. Use "
+            f".bind({_LANGCHAIN_SAMPLING.get(key, key)}={configurable[key]!r}) or TracedChatModel(sampling=...)")
+
+
+def _structured_output(llm: Any, schema: Mapping[str, Any] | type, *, include_raw: bool, method: str,
+                       strict: bool | None, **kwargs: Any) -> Any:
+    """`with_structured_output` on a TracedChatModel or a binding of one (`llm`): see the method."""
+    if kwargs:
+        raise ConfigError(f"with_structured_output: unsupported arguments {sorted(kwargs)}; pass schema, "
+                          "include_raw and method ('function_calling' or 'json_mode')")
+    if method == "json_schema" or strict:
+        what = "method='json_schema'" if method == "json_schema" else "strict=True"
+        raise ConfigError(
+            f"with_structured_output({what}): schema-valid output needs constrained decoding, which "
+            "changes the distribution the policy samples from, so the recorded log-probs would not be the "
+            "ones slime's trainer recomputes. Use method='function_calling' (the default: the schema is a "
+            "tool the policy calls) or 'json_mode', and treat parse failures (include_raw=True gives them "
+            "as parsing_error)")
+    if method not in ("function_calling", "json_mode"):
+        raise ConfigError(f"with_structured_output(method={method!r}): use 'function_calling' or 'json_mode'")
+    llm = llm.bind(tools=[convert_to_openai_tool(schema)]) if method == "function_calling" else llm
+    parse = StructuredParser(schema, method)
+    if include_raw:
+        return RunnableMap(raw=llm) | RunnableLambda(parse.with_raw)
+    return llm | RunnableLambda(parse.parsed)
 
 
 def _run_context() -> Any:

@@ -14,6 +14,8 @@ import pytest
 import torch
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import create_react_agent
+from pydantic import BaseModel
 from transformers import AutoModelForCausalLM
 
 import rl_bridge
@@ -209,3 +211,69 @@ def test_turns_from_a_messages_state_keep_their_sampling(tiny_engine: Any) -> No
     out = asyncio.run(_bind_graph().ainvoke({"messages": [{"role": "user", "content": QUESTION}]}, context=ctx))
     turns = turns_from_messages(out["messages"])
     assert [(t["temperature"], t["top_k"]) for t in turns] == [(1.0, 5), (0.5, 5)]
+
+
+# ----------------------------------------------------- what is bound survives bind_tools / with_structured_output
+def _add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+class _Verdict(BaseModel):
+    correct: bool
+
+
+def _one_node(call: Any) -> Any:
+    async def ask(state: MessagesState) -> dict[str, Any]:
+        out = await call(state["messages"])
+        return {"messages": [out["raw"] if isinstance(out, dict) else out]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    return g.compile(name="bound_then")
+
+
+def _bound() -> Any:
+    return TracedChatModel(sampling={"max_new_tokens": 6}).bind(temperature=0.5)
+
+
+# LangChain's binding forwards bind_tools / with_structured_output to the bare model: the bound temperature was
+# dropped, the call sampled and trained at 1.0 with no word (create_react_agent calls bind_tools on its model)
+BOUND_THEN = {
+    "create_react_agent": messages_graph_spec(create_react_agent(_bound(), [_add], name="bound_then"),
+                                              reward=lambda rin, ctx: 0.0, requires_label=False),
+    "bind_tools": messages_graph_spec(_one_node(lambda m: _bound().bind_tools([_add]).ainvoke(m)),
+                                      reward=lambda rin, ctx: 0.0, requires_label=False),
+    "with_structured_output": messages_graph_spec(
+        _one_node(lambda m: _bound().with_structured_output(_Verdict, include_raw=True).ainvoke(m)),
+        reward=lambda rin, ctx: 0.0, requires_label=False),
+}
+
+
+@pytest.mark.parametrize("how", sorted(BOUND_THEN))
+def test_a_bound_temperature_survives_bind_tools_and_structured_output(how: str, server: Any,
+                                                                      tiny_model_dir: Path) -> None:
+    args = make_args(server.url, tiny_model_dir, f"tests.test_sampling_record:BOUND_THEN_{how}",
+                     rollout_temperature=1.0, rollout_top_p=1.0, rollout_top_k=-1)
+    s = Sample(group_index=0, index=0, prompt=QUESTION, label=None, metadata={})
+    with pytest.raises(SamplingMismatchError, match="temperature=0.5"):
+        asyncio.run(rl_bridge.generate(args, s, dict(SLIME_SAMPLING)))
+    assert server.stats.bodies[-1]["sampling_params"]["temperature"] == 0.5  # what the server was asked for
+
+
+for _how, _spec in BOUND_THEN.items():
+    globals()[f"BOUND_THEN_{_how}"] = _spec
+
+
+@pytest.mark.parametrize("key", ["temperature", "top_k", "max_tokens"])
+def test_a_configurable_sampling_key_is_refused_not_ignored(key: str) -> None:
+    """`with_config(configurable={"temperature": 0.1})` was ignored: TracedChatModel has no configurable fields."""
+    with pytest.raises(ConfigError, match=rf"configurable=\{{'{key}'.*\.bind\("):
+        TracedChatModel().with_config(configurable={key: 0.1})
+    with pytest.raises(ConfigError, match="reads no configurable fields"):
+        TracedChatModel().bind_tools([_add]).with_config({"configurable": {key: 1}})
+    # other configurable keys (a thread id, the user's own) pass, and the bound sampling is kept
+    bound = TracedChatModel().bind(top_k=5).with_config(configurable={"thread_id": "t", "user": "u"}, run_name="x")
+    assert bound.kwargs == {"top_k": 5} and bound.config["configurable"] == {"thread_id": "t", "user": "u"}
