@@ -27,14 +27,15 @@ from ..node import LLMResult, RolloutAborted, call_llm
 from ..sandbox import SandboxLimits
 from ..trace import Turn
 from .parsing import extract_command, parse_answer_tags, parse_command, parse_next_step
-from .parsing import parse_next_step_seed, strip_seed_command
+from .parsing import parse_next_step_seed
+from .seed_command import seed_command, seed_command_kwargs
 from .parsing import parse_verifier_conclusion
 from .prompts import (
     ANALYZE_TEMPLATE, ANSWER_SUFFIX, COMMAND_TEMPLATE, FINAL_TEMPLATE, NEXT_STEP_TEMPLATE, NO_TOOL_COMMAND,
     NO_TOOL_RESULT, SEED_ANALYZE_TEMPLATE, SEED_COMMAND_TEMPLATE, SEED_FINAL_TEMPLATE, SEED_NEXT_STEP_TEMPLATE,
     VERIFY_TEMPLATE, format_memory, format_metadata, format_seed_metadata, format_tools,
 )
-from .tools import Tool, resolve_tools, seed_view
+from .tools import Tool, resolve_tools, seed_signature, seed_view
 from .options import AgentFlowOptions, AgentFlowState, role_engine
 
 NODES = ("analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
@@ -162,9 +163,7 @@ async def generate_command(state: AgentFlowState, runtime: Runtime[AgentContext]
         prompt = COMMAND_TEMPLATE.format(question=state["query"], sub_goal=step["sub_goal"], tool_name=tool.name,
                                          tool_metadata=format_metadata(tool.metadata()), context=step["context"])
     text, turn = await _helper(state, runtime, opts, opts.executor_engine, "generate_command", prompt)
-    command = extract_command(text)
-    if opts.prompts == "seed":
-        command = strip_seed_command(command)
+    command = seed_command(text) if opts.prompts == "seed" else extract_command(text)
     return {"command": command, "turns": [turn]}
 
 
@@ -189,20 +188,26 @@ async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: A
     """Run each `tool.execute(...)` of the command (parsed, never exec'd); errors and timeouts become results."""
     tool = _tools(runtime, opts)[state["next_step"]["tool_name"]]
     rt = _ToolRuntime(state, runtime, opts, _tool_engine(runtime, opts, tool))
-    calls = parse_command(state["command"])
     if opts.prompts == "seed":
         run = tool.seed_run or tool.run  # the seed's own behaviour of a built-in tool (python_coder's string)
-        # the seed calls tool.execute once, with the keyword arguments of the command's calls (a later call's
-        # overriding an earlier's), and keeps str() of that one result (core/executor.py:130-176, 236-242)
-        valid = [call for call in calls if not call["error"]]
-        if not valid:
-            result = f"Command parse error: {calls[0]['error']}"
+        # the seed calls tool.execute once, with the keyword arguments it reads from the command, and keeps str()
+        # of that one result, or its error texts with the tool's name as the planner wrote it (core/executor.py:
+        # 130-176, 225-245)
+        kwargs = seed_command_kwargs(state["command"])
+        written = state["next_step"].get("written", state["next_step"]["tool_name"])
+        error = partial(_seed_tool_error, written)
+        if isinstance(kwargs, str):
+            result = f"Command parse error: {kwargs}"
         else:
-            kwargs = {key: value for call in valid for key, value in call["kwargs"].items()}
-            result = str(await _run_tool(run, rt, kwargs, opts))
+            try:
+                seed_signature(tool)(**kwargs)  # the seed's TypeError for arguments its tool does not take
+            except TypeError as exc:
+                result = error(exc)
+            else:
+                result = str(await _run_tool(run, rt, kwargs, opts, error=error))
         return {"result": _cut(result, opts.result_max_chars), "turns": rt.turns}
     results: list[Any] = []
-    for call in calls:
+    for call in parse_command(state["command"]):
         if call["error"]:
             results.append(f"Error in the command: {call['error']}")
             continue
@@ -211,8 +216,9 @@ async def execute(state: AgentFlowState, runtime: Runtime[AgentContext], opts: A
 
 
 async def _run_tool(run: Callable[..., Awaitable[Any]], rt: _ToolRuntime, kwargs: dict[str, Any],
-                    opts: AgentFlowOptions) -> Any:
-    """One tool.execute (`run`): its result, or the error or timeout as the result the planner sees."""
+                    opts: AgentFlowOptions, error: Callable[[Exception], str] | None = None) -> Any:
+    """One tool.execute (`run`): its result, or the error (worded by `error`) or timeout as the result the
+    planner sees."""
     try:
         return await asyncio.wait_for(run(rt, **kwargs), opts.tool_timeout_s)
     except asyncio.TimeoutError:
@@ -220,7 +226,12 @@ async def _run_tool(run: Callable[..., Awaitable[Any]], rt: _ToolRuntime, kwargs
     except (AgentGraphsError, RolloutAborted):
         raise  # the engine or the configuration failed, not the tool: the rollout reports it
     except Exception as exc:  # a tool's own failure is a result the planner sees
-        return f"Error in execute_tool_command: {type(exc).__name__}: {exc}"
+        return error(exc) if error is not None else f"Error in execute_tool_command: {type(exc).__name__}: {exc}"
+
+
+def _seed_tool_error(written: str, exc: Exception) -> str:
+    """The seed's text for a tool that raised (core/executor.py:241-245), with the name the planner wrote."""
+    return f"Tool execution error ({written}): {exc}"
 
 
 def _cut(text: str, limit: int) -> str:

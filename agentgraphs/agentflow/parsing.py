@@ -26,7 +26,7 @@ whitespace or marker runs) costs linear time, and they agree with the original o
 - `extract_command` / `parse_command`: the command generator's ```python block, read with `ast` into
   `tool.execute(...)` keyword arguments. Unlike the original, the command is never executed.
   `strip_seed_command` (`prompts: seed`): the seed's cut of a trailing "<|im_end|>" off the command
-  (core/executor.py:42-43), the one place besides the tool name where the seed strips its replies' end token.
+  (core/executor.py:42-43); the seed's whole reading of the command is `agentflow.seed_command`.
 """
 
 from __future__ import annotations
@@ -374,8 +374,6 @@ def extract_command(text: str) -> str:
 
 
 _SEED_END = re.compile(r"<\|im_end\|>\s*$")
-
-
 def strip_seed_command(code: str) -> str:
     """`code` stripped, less one trailing "<|im_end|>" (and the spaces after it), stripped again: the seed's
     `normalize_code` (core/executor.py:42-43) on the command it extracted from a reply that keeps its end token.

@@ -8,7 +8,7 @@ run's options. Built in: `base_generator` (an LLM answers a sub-task) and `pytho
 Python, which runs in `agentgraphs.sandbox`; the code's own errors and limits are its result, a sandbox that
 cannot run on the machine is a ConfigError that fails the rollout). A tool may also carry `seed_run`, what it
 does under `prompts: seed`: python_coder's asks with the seed's own prompt and returns the seed's one string
-(`agentgraphs.agentflow.seed_coder`).
+(`agentgraphs.agentflow.seed_coder`); base_generator's asks any query as it is.
 
 >>> from agentgraphs.agentflow.tools import Tool, register_tool, registered_tools
 >>> async def shout(rt, text: str) -> str:
@@ -33,7 +33,7 @@ from .prompts import PYTHON_CODER_TEMPLATE, SEED_PYTHON_CODER_SYSTEM
 from .seed_coder import seed_code, seed_result, seed_sanitize
 
 __all__ = ["Tool", "ToolRuntime", "register_tool", "registered_tools", "resolve_tools", "BASE_GENERATOR",
-           "PYTHON_CODER", "extract_python_block", "seed_view"]
+           "PYTHON_CODER", "extract_python_block", "seed_signature", "seed_view"]
 
 
 class ToolRuntime(Protocol):
@@ -122,6 +122,12 @@ async def _base_generator(rt: ToolRuntime, query: Any) -> str:
     return await rt.llm(query, node="tool:base_generator")
 
 
+async def _seed_base_generator(rt: ToolRuntime, query: Any) -> str:
+    """The seed's base generator (tools/base_generator/tool.py:27-30): the query as the user message, whatever it
+    is (an empty one too; a non-string as the chat template prints it, str())."""
+    return await rt.llm(query if isinstance(query, str) else str(query), node="tool:base_generator")
+
+
 BASE_GENERATOR = Tool(
     name="Base_Generator_Tool",
     description=("A generalized tool that takes a query from the user and answers the question step by step to "
@@ -137,6 +143,7 @@ BASE_GENERATOR = Tool(
                  "answers with any other source."),
     best_practices=("Use it for general queries or tasks that need no specialized knowledge or tool; give a clear, "
                     "specific query with all the context it needs."),
+    seed_run=_seed_base_generator,
 )
 
 
@@ -229,6 +236,25 @@ _SEED_VIEWS = (
      "\nA tool that generates and executes Python code snippets for calculations and math-related problems.\n"
      "It returns the printed output from the executed code.\n"),
 )
+
+
+def seed_signature(tool: Tool) -> Callable[..., None]:
+    """A function that raises, for keyword arguments the seed's `tool.execute(self, query)` would refuse
+    (tools/*/tool.py), the seed's TypeError, naming its class (ours share the seed's class names); for any other
+    tool a function that accepts anything (its own `run` raises its own).
+
+    >>> seed_signature(BASE_GENERATOR)(context="x")
+    Traceback (most recent call last):
+    TypeError: Base_Generator_Tool.execute() got an unexpected keyword argument 'context'
+    """
+    if not any(tool is builtin for builtin, _, _ in _SEED_VIEWS):
+        return lambda **kwargs: None
+
+    def execute(query: Any) -> None:
+        return None
+
+    execute.__qualname__ = f"{tool.name}.execute"
+    return execute
 
 
 def seed_view(tool: Tool) -> tuple[str, str]:
