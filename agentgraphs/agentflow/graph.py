@@ -284,7 +284,7 @@ async def final_output(state: AgentFlowState, runtime: Runtime[AgentContext], op
 
 
 def _out_of_time(state: AgentFlowState, opts: AgentFlowOptions) -> bool:
-    return float(state.get("elapsed_s") or 0.0) >= opts.max_time_s
+    return opts.max_time_s is not None and float(state.get("elapsed_s") or 0.0) >= opts.max_time_s
 
 
 def _clocked(node: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[dict[str, Any]]]:

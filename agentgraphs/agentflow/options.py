@@ -43,7 +43,9 @@ class AgentFlowOptions(MethodOptions):
         "max_steps", description="planner turns in evaluation: a number, max_steps (the training cap, as the "
         "seed evaluates) or null (no cap: STOP, max_time_s or the token budget ends the loop); the original's "
         "inference: 10")
-    max_time_s: float = Field(300.0, ge=0, description="no new step after this many seconds (original 300)")
+    max_time_s: Optional[float] = Field(
+        None, ge=0, description="no new step after this many seconds of the run's own work (seed null: its loop "
+        "has no clock; original 300)")
     planner_token_budget: Optional[int] = Field(
         131072, ge=1, description="no new step once the planner's calls (prompt + output tokens) reach this "
         "(seed 131072; null: no budget)")

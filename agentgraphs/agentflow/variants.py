@@ -19,6 +19,7 @@ SEED_COMMIT = "Takenzz/AgentFlow@4b5aa84 agentic/agentflow"
 VARIANTS: dict[str, dict[str, Any]] = {
     "seed": {
         "max_steps": 5,
+        "max_time_s": None,
         "train_analysis": True,
         "analyzer_engine": "policy",
         "reward_split": "divide",
@@ -38,6 +39,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "original": {
         "max_steps": 3,
+        "max_time_s": 300.0,
         "train_analysis": False,
         "analyzer_engine": "helper",
         "reward_split": "broadcast",
@@ -60,6 +62,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 # option -> (seed file:line, what is there)
 SOURCES: dict[str, tuple[str, str]] = {
     "max_steps": ("core/solver.py:33, rollout.py:145", "Solver's default max_steps=5; rollout.py passes none"),
+    "max_time_s": ("core/solver.py:91-164", "no clock: only STOP, max_steps and the token budget end the loop"),
     "train_analysis": ("core/solver.py:78-85", "the planner's query analysis is training sequence #0, mask all 1"),
     "analyzer_engine": ("rollout.py:137-138, core/solver.py:47", "the analysis runs on the planner engine"),
     "reward_split": ("custom_convert.py:75-77", "group-normalised advantage / number of turns"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -204,3 +205,21 @@ def test_cli_run_sets_no_token_cap_unless_asked(monkeypatch: Any, tmp_path: Path
         result = CliRunner().invoke(app, base + extra)
         assert result.exit_code == 0, result.output
         assert seen[-1] == expected
+
+
+# -- 5. no clock in the seed's loop ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("variant", "steps", "reason"), [("seed", 3, "max_steps"), ("original", 1, "max_time")])
+def test_the_seeds_loop_has_no_clock(tiny_engine: Any, monkeypatch: Any, variant: str, steps: int,
+                                     reason: str) -> None:
+    """core/solver.py:91-164: only STOP, max_steps and the token budget end the seed's loop; the original stops
+    planning after 300 s. Each node here seems to take 200 s (the graph's clock only); fails on the code before
+    this test's commit, where the seed variant stopped on max_time_s=300 after its first step."""
+    now = iter(range(0, 10**6, 100))
+    monkeypatch.setattr("agentgraphs.agentflow.graph.time", SimpleNamespace(monotonic=lambda: float(next(now))))
+    plans = [plan(f"Compute 6 * 7, attempt {i}.", "Python_Coder_Tool") for i in range(3)]
+    rollout, _, _ = run_flow(tiny_engine, plans, helper_script(verdicts=["CONTINUE"]), variant=variant, max_steps=3)
+    assert rollout.status == "completed", rollout.reason
+    assert rollout.final_state["elapsed_s"] > 300
+    assert (rollout.final_state["step"], rollout.final_state["stop_reason"]) == (steps, reason)
