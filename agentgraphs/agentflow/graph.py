@@ -4,9 +4,10 @@ update_memory -> verify)* -> final_output.
 plan_next_step is trained (the policy engine), and so is analyze_query with `train_analysis` (the
 seed's planner makes it: turn 0); every other call goes to the engine of its role (options `*_engine`: a
 name in `AgentContext.engines`, "policy", or "helper", which means `engines["helper"]` when the context
-has one and the policy otherwise) and is recorded untrained. Edges: an unmatched tool name skips command
-and execution (the memory gets the original's placeholders); after verify, STOP, max_steps, max_time or
-the planner token budget lead to final_output, else the next plan. `variant` picks the seed's or the
+has one and the policy otherwise) and is recorded untrained. Edges: an unmatched tool name runs the base
+generator (`unknown_tool: base_generator`, the seed's) or skips command and execution (the memory gets the
+original's placeholders); after verify, STOP, max_steps, max_time or the planner token budget lead to
+final_output, else the next plan. `variant` picks the seed's or the
 original's settings (agentflow/variants.py).
 """
 
@@ -26,7 +27,7 @@ from ..errors import AgentGraphsError
 from ..node import LLMResult, RolloutAborted, call_llm
 from ..sandbox import SandboxLimits
 from ..trace import Turn
-from .parsing import extract_command, parse_answer_tags, parse_command, parse_next_step
+from .parsing import NO_MATCHED_TOOL, extract_command, parse_answer_tags, parse_command, parse_next_step
 from .parsing import parse_next_step_seed
 from .seed_command import seed_command, seed_command_kwargs
 from .parsing import parse_verifier_conclusion
@@ -146,7 +147,20 @@ async def plan_next_step(state: AgentFlowState, runtime: Runtime[AgentContext], 
         step = parse_next_step_seed(_reply(out, opts), _seed_names(runtime, opts))
     else:
         step = parse_next_step(out.text, list(tools))
+    fallback = _fallback_tool(runtime, opts)
+    if not step["matched"] and fallback is not None:  # the seed's executor runs its base generator instead
+        written = step.get("written", step["tool_name"][len(NO_MATCHED_TOOL):])
+        step = {**step, "tool_name": fallback, "matched": True, "written": written, "fallback": True}
     return {"step": state["step"] + 1, "next_step": step, "command": "", "result": "", **out.update}
+
+
+def _fallback_tool(runtime: Any, opts: AgentFlowOptions) -> str | None:
+    """The planner-facing name of the tool an unknown tool name runs (`unknown_tool: base_generator`): the
+    selected tool keyed base_generator; None when that option is off or no such tool is selected."""
+    if opts.unknown_tool != "base_generator" or "base_generator" not in opts.tools:
+        return None
+    tool = next(iter(resolve_tools(("base_generator",), context_of(runtime).tools).values()))
+    return seed_view(tool)[0] if opts.prompts == "seed" else tool.name
 
 
 async def generate_command(state: AgentFlowState, runtime: Runtime[AgentContext], opts: AgentFlowOptions,

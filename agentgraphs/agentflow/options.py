@@ -67,6 +67,11 @@ class AgentFlowOptions(MethodOptions):
         "listed by name and description, its memory of one result string per step, its parser; python_coder asks "
         "with the seed's prompt and returns the seed's string; the final output asks for \\boxed{}; every reply read "
         "as SGLang's text of it, a stop's end-of-turn token kept) or the original AgentFlow's")
+    unknown_tool: Literal["base_generator", "placeholders"] = Field(
+        "base_generator", description="a next step naming no available tool (or none: a reply without the block): "
+        "the base generator runs it, its command written for the name as given, and the memory keeps that name "
+        "(seed, core/executor.py:178-200; only when base_generator is among the tools) or it is skipped with the "
+        "original's 'tool was not found' placeholders")
     answer_suffix: bool = Field(False, description="append the <answer>-tags instruction to the query (the "
                                 "original's training; the seed's query is the row's prompt as given)")
     analyzer_engine: str = Field("policy", description="engine of analyze_query ('policy' with train_analysis)")

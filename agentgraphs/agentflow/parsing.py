@@ -76,6 +76,7 @@ class NextStep(TypedDict):
     tool_name: str
     matched: bool
     written: NotRequired[str]  # the tool name as the planner wrote it (parse_next_step_seed: the seed's memory)
+    fallback: NotRequired[bool]  # an unknown name, run by the base generator (the option unknown_tool)
 
 
 # -- the planner's next step --------------------------------------------------------------------

@@ -32,6 +32,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "sandbox_wall_s": 30.0,
         "action_step_start": 0,
         "prompts": "seed",
+        "unknown_tool": "base_generator",
         "answer_suffix": False,
         "judge_prompt": "seed",
         "judge_max_new_tokens": 2048,
@@ -52,6 +53,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "sandbox_wall_s": 10.0,
         "action_step_start": 1,
         "prompts": "original",
+        "unknown_tool": "placeholders",
         "answer_suffix": True,
         "judge_prompt": "original",
         "judge_max_new_tokens": 1024,
@@ -80,6 +82,8 @@ SOURCES: dict[str, tuple[str, str]] = {
                 "tools/python_coder/tool.py:60-170, core/llm_engine.py:67",
                 "the seed's planner, command and final-output prompts, tool list and reply parser; python_coder's "
                 "own prompt and one result string; every reply read as SGLang's text, its end-of-turn token kept"),
+    "unknown_tool": ("core/executor.py:178-200, core/solver.py:115-128",
+                     "a tool name it does not know (or none) runs Base_Generator_Tool; the memory keeps the name"),
     "answer_suffix": ("rollout.py:115", "the query is the row's prompt as given"),
     "judge_prompt": ("core/rewarder.py:9-48, rollout.py:225-244",
                      "the judge gets the question, the whole final output and the label; its first 'VERDICT: X' "

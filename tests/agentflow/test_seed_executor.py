@@ -125,3 +125,45 @@ def test_hostile_commands_read_in_linear_time() -> None:
     seed_command("Generated Command:" + "```python\n" * 20_000)
     seed_command_kwargs("tool.execute(query=" + '"' * 50_000 + " )")
     assert time.monotonic() - started < 2.0
+
+
+# -- a tool name the seed does not know ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reply", "written"), [
+    (plan("Look up the product.", "Google_Search_Tool"), "Google_Search_Tool"),
+    ("The product is forty-two, I believe.", ""),  # no Context/Sub-Goal/Tool Name block: an empty name
+], ids=["unknown", "unparsed"])
+def test_an_unknown_tool_runs_the_base_generator(tiny_engine: Any, reply: str, written: str) -> None:
+    """core/executor.py:178-200: a name the seed does not resolve falls back to Base_Generator_Tool; the command is
+    asked for the name as written (core/solver.py:115-122) and the memory keeps that name (:127-128). Fails on the
+    code before this test's commit, where the step was skipped with "tool was not found" placeholders."""
+    roles = helper_script(verdicts=["STOP"])
+    command_prompts: list[str] = []
+
+    def helper(call: ScriptCall) -> str:
+        if "Generate a precise command" in call.prompt_text:
+            command_prompts.append(call.prompt_text)
+            return _command('execution = tool.execute(query="What is 6 times 7?")')
+        if call.prompt_text.endswith("What is 6 times 7?<|im_end|>\n<|im_start|>assistant\n"):
+            return "Forty-two."
+        return roles(call)
+
+    rollout, _, _ = run_flow(tiny_engine, [reply], helper, max_steps=1)
+    assert rollout.status == "completed", rollout.reason
+    assert rollout.final_state["memory"] == [{
+        "tool_name": written, "sub_goal": "Look up the product." if written else "",
+        "command": 'execution = tool.execute(query="What is 6 times 7?")', "result": "Forty-two.<|im_end|>"}]
+    assert len(command_prompts) == 1 and f"- **Tool Name:** {written}\n" in command_prompts[0]
+    assert [t["node"] for t in rollout.turns] == ["analyze_query", "plan_next_step", "generate_command",
+                                                  "tool:base_generator", "verify", "final_output"]
+
+
+@pytest.mark.parametrize("options", [{"unknown_tool": "placeholders"}, {"tools": ["python_coder"]}])
+def test_the_placeholders_when_asked_or_without_a_base_generator(tiny_engine: Any, options: dict) -> None:
+    rollout, _, _ = run_flow(tiny_engine, [plan("Look it up.", "Google_Search_Tool")],
+                             helper_script(verdicts=["STOP"]), max_steps=1, **options)
+    assert rollout.status == "completed", rollout.reason
+    step = rollout.final_state["memory"][0]
+    assert step["tool_name"] == "No matched tool given: Google_Search_Tool"
+    assert step["command"] == "No command was generated because the tool was not found."
