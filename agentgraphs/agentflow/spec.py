@@ -18,7 +18,9 @@ from .reward import metrics, reward
 
 
 def make_input(row: RolloutInput, options: AgentFlowOptions) -> dict[str, Any]:
-    return {"question": question_input(row), "turns": []}
+    """The graph's input; under `prompts: seed` the question is the row's prompt as given, unstripped, as the
+    seed's prompts show it (rollout.py:115)."""
+    return {"question": question_input(row, strip=options.prompts != "seed"), "turns": []}
 
 
 

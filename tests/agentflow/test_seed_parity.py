@@ -6,6 +6,7 @@ Seed: Takenzz/AgentFlow@4b5aa84, agentic/agentflow (file:line in README's AgentF
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 
 from agentgraphs.agentflow import SPEC, VARIANTS, Tool
 from agentgraphs.agentflow.parsing import parse_verifier_conclusion
+from agentgraphs.context import AgentContext
+from agentgraphs.rollout import rollout_input, run_rollout
 from agentgraphs.batch import run_file
 from agentgraphs.cli import app
 from agentgraphs.engines import SamplingParams
@@ -223,3 +226,24 @@ def test_the_seeds_loop_has_no_clock(tiny_engine: Any, monkeypatch: Any, variant
     assert rollout.status == "completed", rollout.reason
     assert rollout.final_state["elapsed_s"] > 300
     assert (rollout.final_state["step"], rollout.final_state["stop_reason"]) == (steps, reason)
+
+
+# -- 6. the question as given ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("variant", "shown"), [("seed", "What is 6 times 7?\n\n"), ("original", "What is 6 times 7?")])
+def test_the_seeds_prompts_show_the_question_as_given(tiny_engine: Any, variant: str, shown: str) -> None:
+    """rollout.py:115: the seed's question is the row's prompt as it is, a trailing newline too, in every prompt
+    (the trained ones included); fails on the code before this test's commit, which stripped it."""
+    policy = ScriptedPolicy(tiny_engine, lambda call: plan("Compute 6 * 7.", "Python_Coder_Tool"), name="planner")
+    helper = ScriptedPolicy(tiny_engine, helper_script(verdicts=["STOP"]), name="helper")
+    ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper},
+                       sampling=SamplingParams(temperature=0.7, max_new_tokens=256))
+    inp = rollout_input("What is 6 times 7?\n\n", "42", {}, 0)
+    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"judge": None, "variant": variant, "max_steps": 1}))
+    assert rollout.status == "completed", rollout.reason
+    assert rollout.final_state["question"] == shown
+    if variant == "seed":  # the original's query carries its answer suffix after the stripped question
+        trained = [call.prompt_text for call in policy.calls]
+        assert "- Query: " + shown + "\n- Available tools:" in trained[0]
+        assert "- **Query:** " + shown + "\n- **Query Analysis:**" in trained[1]
