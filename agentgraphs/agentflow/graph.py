@@ -234,7 +234,7 @@ async def _run_tool(run: Callable[..., Awaitable[Any]], rt: _ToolRuntime, kwargs
     """One tool.execute (`run`): its result, or the error (worded by `error`) or timeout as the result the
     planner sees."""
     try:
-        return await asyncio.wait_for(run(rt, **kwargs), opts.tool_timeout_s)
+        return await asyncio.wait_for(run(rt, **kwargs), opts.tool_timeout_s)  # None: no limit
     except asyncio.TimeoutError:
         return f"Execution timed out after {opts.tool_timeout_s:g} seconds"
     except (AgentGraphsError, RolloutAborted):

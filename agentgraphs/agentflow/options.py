@@ -101,7 +101,9 @@ class AgentFlowOptions(MethodOptions):
     reward_split: RewardSplit = Field(
         "divide", description="every planner sequence gets the trajectory's advantage (original) or it divided "
         "by the number of trained sequences (seed)")
-    tool_timeout_s: float = Field(120.0, gt=0, description="per tool.execute call (original 120)")
+    tool_timeout_s: Optional[float] = Field(
+        None, gt=0, description="per tool.execute call (seed null: its executor waits for the tool, whose own limits "
+        "are python_coder's 120 s for its code and sandbox_wall_s for running it; original 120)")
     action_step_start: Literal[0, 1] = Field(
         0, description="number of the first 'Action Step' in the memory the prompts show (seed 0; original 1)")
     result_max_chars: int = Field(

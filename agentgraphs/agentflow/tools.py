@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -185,14 +186,22 @@ async def _python_coder(rt: ToolRuntime, query: Any) -> dict[str, str]:
     return {"error": _middle_cut(explain(result), _OUTPUT_CHARS), "execution_code": code}
 
 
+SEED_CODER_TIMEOUT_S = 120.0  # the seed's limit on its coder model's reply (tools/python_coder/tool.py:150-155)
+
+
 async def _seed_python_coder(rt: ToolRuntime, query: Any) -> str:
     """The seed's python_coder (tools/python_coder/tool.py:131-170): its system prompt with the query as the user
     message, its code extraction and exit-call rewrite, its one result string; the code runs in the sandbox. The
     reply keeps its end-of-turn token (`rt.llm` under `prompts: seed`), so an unfenced reply runs with it, as the
     seed's does."""
     wall_s = rt.sandbox_limits.wall_s
-    reply = await rt.llm(query if isinstance(query, str) else str(query), node="tool:python_coder",
-                         system=SEED_PYTHON_CODER_SYSTEM.format(exec_timeout=f"{wall_s:g}"))
+    try:
+        reply = await asyncio.wait_for(
+            rt.llm(query if isinstance(query, str) else str(query), node="tool:python_coder",
+                   system=SEED_PYTHON_CODER_SYSTEM.format(exec_timeout=f"{wall_s:g}")),
+            SEED_CODER_TIMEOUT_S)
+    except asyncio.TimeoutError:  # the seed's own limit on its coder model (tools/python_coder/tool.py:150-155)
+        return f"Code generation error: LLM timed out after {SEED_CODER_TIMEOUT_S:g}s"
     code = seed_sanitize(seed_code(reply))
     result = await run_tool_code(code, rt.sandbox_limits, tool="AgentFlow python_coder",
                                  drop="drop python_coder from the option tools")

@@ -30,6 +30,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "planner_token_budget": 131072,
         "verifier_rule": "seed",
         "sandbox_wall_s": 30.0,
+        "tool_timeout_s": None,
         "action_step_start": 0,
         "prompts": "seed",
         "unknown_tool": "base_generator",
@@ -51,6 +52,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "planner_token_budget": None,
         "verifier_rule": "original",
         "sandbox_wall_s": 10.0,
+        "tool_timeout_s": 120.0,
         "action_step_start": 1,
         "prompts": "original",
         "unknown_tool": "placeholders",
@@ -76,6 +78,8 @@ SOURCES: dict[str, tuple[str, str]] = {
     "verifier_rule": ("core/verifier.py:50-65",
                       "the last 'Conclusion: STOP|CONTINUE', else the word stop/continue in the last 3 lines"),
     "sandbox_wall_s": ("tools/python_coder/tool.py:12, 165", "python_coder runs the code with _EXEC_TIMEOUT = 30 s"),
+    "tool_timeout_s": ("core/executor.py:225-245, tools/python_coder/tool.py:150-155",
+                       "no limit on tool.execute; python_coder's own: 120 s for its code, then the 30 s run"),
     "action_step_start": ("core/solver.py:91, 128", ("memory.add_action(step_count, ...) for step_count in "
                                                      "range(max_steps): 'Action Step 0' first")),
     "prompts": ("core/planner.py:80-169, core/executor.py:84-124, core/formatters.py:4-44, "

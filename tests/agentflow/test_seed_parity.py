@@ -247,3 +247,39 @@ def test_the_seeds_prompts_show_the_question_as_given(tiny_engine: Any, variant:
         trained = [call.prompt_text for call in policy.calls]
         assert "- Query: " + shown + "\n- Available tools:" in trained[0]
         assert "- **Query:** " + shown + "\n- **Query Analysis:**" in trained[1]
+
+
+# -- 7. tool time limits ----------------------------------------------------------------------------------
+
+
+def test_the_seeds_tool_calls_have_no_overall_limit() -> None:
+    """core/executor.py:225-245 awaits tool.execute without a limit (the original: 120 s); fails on the code before
+    this test's commit, where the seed variant cut every tool call at 120 s ("Execution timed out ...")."""
+    assert SPEC.resolve_options({}).tool_timeout_s is None
+    assert SPEC.resolve_options({"variant": "original"}).tool_timeout_s == 120.0
+
+
+class SlowCoder:
+    """An engine wrapper whose python_coder calls take `delay` seconds."""
+
+    def __init__(self, inner: ScriptedPolicy, delay: float) -> None:
+        self.inner, self.name, self.tokenizer, self.delay = inner, inner.name, inner.tokenizer, delay
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+        if "You are a Python code generator" in self.tokenizer.decode(prompt_ids):
+            await asyncio.sleep(self.delay)
+        return await self.inner.generate(prompt_ids, params)
+
+
+def test_the_seeds_coder_reply_is_waited_for_its_own_limit(tiny_engine: Any, monkeypatch: Any) -> None:
+    """tools/python_coder/tool.py:150-155: the seed waits 120 s for its coder model, then returns "Code generation
+    error: LLM timed out after 120s" (here 0.2 s); fails on the code before this test's commit (no such limit)."""
+    monkeypatch.setattr("agentgraphs.agentflow.tools.SEED_CODER_TIMEOUT_S", 0.2)
+    policy = ScriptedPolicy(tiny_engine, lambda call: plan("Compute 6 * 7.", "Python_Coder_Tool"), name="planner")
+    helper = SlowCoder(ScriptedPolicy(tiny_engine, helper_script(verdicts=["STOP"]), name="helper"), delay=2.0)
+    ctx = AgentContext(policy=policy, tokenizer=tiny_engine.tokenizer, engines={"helper": helper},
+                       sampling=SamplingParams(temperature=0.7, max_new_tokens=256))
+    inp = rollout_input("What is 6 times 7?", "42", {}, 0)
+    rollout = asyncio.run(run_rollout(SPEC, inp, ctx, options={"judge": None, "max_steps": 1}))
+    assert rollout.status == "completed", rollout.reason
+    assert rollout.final_state["memory"][0]["result"] == "Code generation error: LLM timed out after 0.2s"
