@@ -88,6 +88,9 @@ class AgentFlowOptions(MethodOptions):
         "ends in 'VERDICT: True|False'; read by the first VERDICT, else <true_false>, else a last line that is only "
         "true/false) or the original AgentFlow's (a JSON object with true_false)")
     judge_max_new_tokens: int = Field(2048, ge=1, description="cap of each judge call (seed 2048; original 1024)")
+    judge_no_verdict: Literal["zero", "fail"] = Field(
+        "zero", description="a judge reply that states no verdict by its prompt's rule: zero (seed) scores it 0.0 as "
+        "the seed does, with a WARNING naming the judge and its reply; fail (original) fails the sample (RewardError)")
     judge_sampling: Literal["sglang_defaults", "greedy"] = Field(
         "sglang_defaults", description="how the judge samples: SGLang's /generate defaults (temperature 1.0, top-p "
         "1.0, no top-k or min-p: the seed sends no sampling parameters, so its judge samples and a verdict can "

@@ -11,7 +11,8 @@
 - Judge, `judge_prompt: seed` (the seed variant): the seed's prompt (core/rewarder.py:9-30) with the question,
   the whole final output and the ground truth, asking for a last line `VERDICT: True|False`; read by the seed's
   rule (`parse_seed_judge_verdict`: the first `VERDICT: X`, else `<true_false>: X`, else a last line that is
-  only true/false); a reply with none raises RewardError (the seed scores it 0.0). The seed's judge samples:
+  only true/false); a reply with none scores 0.0 as the seed's, with a WARNING (`judge_no_verdict: zero`), or
+  raises RewardError (`judge_no_verdict: fail`, the original variant's). The seed's judge samples:
   it sends no sampling parameters but max_new_tokens (rollout.py:217-222), so SGLang's /generate defaults
   apply (`judge_sampling: sglang_defaults`, SGLANG_DEFAULT_SAMPLING).
 - Judge, `judge_prompt: original`: the judge model reads the question, the model's final answer and the ground
@@ -202,13 +203,14 @@ def parse_seed_judge_verdict(text: str) -> bool | None:
 
 async def judge_reward(ctx: AgentContext, engine_name: str, question: str, response: str, gold: str,
                        max_new_tokens: int = 1024, prompt_style: str = "original", sampling: str = "greedy",
-                       ) -> float:
+                       no_verdict: str = "fail") -> float:
     """1.0 / 0.0 from the judge engine `engine_name` of the context (a token or a chat engine), asked through
     `agentgraphs.node.ask_judge` (the rollout's call budget and accounting; never trained) with the sampling
     JUDGE_SAMPLING names (`sampling`: "greedy", or "sglang_defaults" as the seed's judge samples).
     `prompt_style` "original": JUDGE_TEMPLATE read by `parse_judge_verdict`; "seed": SEED_JUDGE_TEMPLATE read
-    by `parse_seed_judge_verdict`. A reply that states no verdict (None) raises RewardError: the sample fails
-    instead of being scored by a guess (the seed scores it 0.0)."""
+    by `parse_seed_judge_verdict`. A reply that states no verdict (None) raises RewardError (`no_verdict`
+    "fail"): the sample fails instead of being scored by a guess; or (`no_verdict` "zero", the seed's
+    core/rewarder.py:48) scores 0.0, logged as a WARNING naming the judge, its reply and the cause."""
     if prompt_style == "seed":
         prompt = SEED_JUDGE_TEMPLATE.format(question=question, model_response=response, groundtruth=gold)
     else:
@@ -225,7 +227,12 @@ async def judge_reward(ctx: AgentContext, engine_name: str, question: str, respo
             cause = (f"it must answer {asked}: use a judge model that follows it, or set the option judge: null "
                      "to score by the rule alone")
         said = f"its reply ending {out.text.strip()[-200:]!r}" if out.text.strip() else "an empty reply"
-        raise RewardError(f"AgentFlow reward: judge {engine_name!r} gave no verdict ({said}); {cause}")
+        message = f"AgentFlow reward: judge {engine_name!r} gave no verdict ({said}); {cause}"
+        if no_verdict == "zero":
+            logger.warning("%s. Scored 0.0, as the seed does (judge_no_verdict: zero; 'fail' fails the sample)",
+                           message)
+            return 0.0
+        raise RewardError(message)
     return 1.0 if verdict else 0.0
 
 
@@ -242,7 +249,8 @@ async def _judged(rin: RewardInput, ctx: AgentContext | None, opts: AgentFlowOpt
     question = question_of(rin["prompt"])
     for gold in golds:
         if await judge_reward(ctx, judge, question, rin["answer"], gold, max_new_tokens=opts.judge_max_new_tokens,
-                              prompt_style=opts.judge_prompt, sampling=opts.judge_sampling) == 1.0:
+                              prompt_style=opts.judge_prompt, sampling=opts.judge_sampling,
+                              no_verdict=opts.judge_no_verdict) == 1.0:
             return 1.0
     return 0.0
 

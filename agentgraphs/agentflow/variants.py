@@ -37,6 +37,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "answer_suffix": False,
         "judge_prompt": "seed",
         "judge_max_new_tokens": 2048,
+        "judge_no_verdict": "zero",
         "judge_sampling": "sglang_defaults",
     },
     "original": {
@@ -59,6 +60,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "answer_suffix": True,
         "judge_prompt": "original",
         "judge_max_new_tokens": 1024,
+        "judge_no_verdict": "fail",
         "judge_sampling": "greedy",
     },
 }
@@ -93,6 +95,7 @@ SOURCES: dict[str, tuple[str, str]] = {
                      "the judge gets the question, the whole final output and the label; its first 'VERDICT: X' "
                      "decides, else '<true_false>: X', else a last line that is only true/false"),
     "judge_max_new_tokens": ("rollout.py:217-222", "the judge engine's max_new_tokens=2048"),
+    "judge_no_verdict": ("core/rewarder.py:36-48", "a reply with no verdict by its rule returns 0.0"),
     "judge_sampling": ("rollout.py:217-222",
                        "sampling_params={} plus max_new_tokens: SGLang's /generate defaults, temperature 1.0, top-p 1.0"),
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,10 +147,28 @@ def test_seed_judge_gets_the_seeds_prompt_and_is_read_by_the_seeds_rule(servers:
     for (text, want), (s, reward) in zip(REPLIES, scored):
         assert s.status == Sample.Status.COMPLETED, (text, s.metadata.get("status_reason"))
         assert score(reward) == want, text
-    # no verdict by the seed's rule: the seed scores 0.0; here the sample fails, saying why
+    # no verdict by the seed's rule: 0.0 and trained on, as the seed's (core/rewarder.py:48; the default
+    # judge_no_verdict: zero); test_a_seed_judge_reply_without_a_verdict_... checks its warning and `fail`
     s, reward = scored[-1]
+    assert score(reward) == 0.0 and s.status == Sample.Status.COMPLETED, s.metadata.get("status_reason")
+
+
+def test_a_seed_judge_reply_without_a_verdict_scores_0_with_a_warning_or_fails_the_sample(
+        servers: dict[str, Any], tiny_model_dir: Path, caplog: Any) -> None:
+    """The seed scores a judge reply without a verdict 0.0 (core/rewarder.py:48) and trains on it; so does the
+    seed variant, saying so in a WARNING that names the judge and its reply. `judge_no_verdict: fail` (the
+    original variant's) fails the sample instead, saying why. Before, the seed variant failed it: a sample the
+    seed trains on was dropped from its group."""
+    with caplog.at_level(logging.WARNING, logger="agentgraphs.agentflow.reward"):
+        _, ((s, reward),) = generate_then_judge(bridge_args(servers, tiny_model_dir), servers, ["I cannot decide."])
+    assert score(reward) == 0.0 and s.status == Sample.Status.COMPLETED, s.metadata.get("status_reason")
+    (warned,) = [r.getMessage() for r in caplog.records if r.name == "agentgraphs.agentflow.reward"]
+    assert "judge 'judge' gave no verdict (its reply ending 'I cannot decide.')" in warned
+    assert "Scored 0.0, as the seed does (judge_no_verdict: zero" in warned
+    args = bridge_args(servers, tiny_model_dir, judge_no_verdict="fail")
+    _, ((s, reward),) = generate_then_judge(args, servers, ["I cannot decide."])
     assert score(reward) == 0.0 and s.status == Sample.Status.FAILED
-    assert "VERDICT" in s.metadata["status_reason"], s.metadata["status_reason"]
+    assert "gave no verdict" in s.metadata["status_reason"] and "VERDICT" in s.metadata["status_reason"]
 
 
 def test_seed_judge_asks_for_the_seeds_max_new_tokens(servers: dict[str, Any], tiny_model_dir: Path) -> None:
