@@ -375,6 +375,8 @@ def extract_command(text: str) -> str:
 
 
 _SEED_END = re.compile(r"<\|im_end\|>\s*$")
+
+
 def strip_seed_command(code: str) -> str:
     """`code` stripped, less one trailing "<|im_end|>" (and the spaces after it), stripped again: the seed's
     `normalize_code` (core/executor.py:42-43) on the command it extracted from a reply that keeps its end token.
