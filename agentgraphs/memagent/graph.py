@@ -64,6 +64,10 @@ class MemAgentOptions(MethodOptions):
     strip_responses: bool = Field(
         True, description="the new memory and the answer lose stop-token text and surrounding whitespace, and "
         "an empty memory update keeps the previous memory (seed); false: the response as generated (original)")
+    memory_after_think: bool = Field(
+        False, description="the new memory is the update's text after its last </think> (original, as its "
+        "RULER-HQA script takes it; its training keeps the whole response); false: the whole update, thoughts "
+        "included (seed)")
     train_final_answer: bool = Field(True, description="train the final answer (both variants; false masks it)")
     reward_split: RewardSplit = Field(
         "divide", description="every sequence gets the trajectory's advantage (original) or it divided by the "
@@ -179,7 +183,7 @@ async def memory_update(state: MemAgentState, runtime: Runtime[AgentContext], op
         state, runtime, node="memory_update", messages=[{"role": "user", "content": user}],
         splice=splice, max_new_tokens=opts.memory_max_new_tokens,
     )
-    memory = memory_from_response(out.text)
+    memory = memory_from_response(out.text) if opts.memory_after_think else out.text
     if opts.strip_responses:
         memory = strip_response(memory, stop_texts(ctx)) or state["memory"]
     return {"memory": memory, "chunk_index": i + 1, **out.update}

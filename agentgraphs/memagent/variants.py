@@ -31,6 +31,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "question_max_tokens": None,
         "chunk_as": "text",
         "strip_responses": True,
+        "memory_after_think": False,
     },
     "original": {
         "reward_split": "broadcast",
@@ -41,6 +42,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "question_max_tokens": 1024,
         "chunk_as": "ids",
         "strip_responses": False,
+        "memory_after_think": True,
     },
 }
 
@@ -57,6 +59,8 @@ SOURCES: dict[str, tuple[str, str]] = {
                  "decode(chunk, skip_special_tokens=True) into the prompt text, re-tokenised whole"),
     "strip_responses": ("memagent/rollout.py:84-88, 130, 152",
                         "stop-token text removed, .strip(); an empty update keeps the memory"),
+    "memory_after_think": ("memagent/rollout.py:130",
+                           "the whole update is the next memory, a </think> and the thoughts before it included"),
 }
 
 # variant -> the chat-template kwargs its prompts are rendered with (MethodOptions.template_presets): the seed's

@@ -252,3 +252,34 @@ def test_each_methods_seed_variant_declares_the_template_kwargs_of_the_seeds_ren
         assert spec.resolve_options({"variant": "original"}).template_kwargs(qwen3.chat_template, {}) == {}, name
         assert spec.resolve_options({}).template_kwargs(qwen3.chat_template, {"enable_thinking": True}) == {
             "enable_thinking": True}, name
+
+
+@pytest.mark.parametrize("options, memory", [
+    ({}, "<think>The letter is signed.</think>\nAlice wrote it."),  # the seed: the whole response, stripped
+    ({"variant": "original"}, None),  # the original: the text after the last </think>
+])
+def test_a_memory_update_that_thinks_keeps_its_thoughts_in_the_seeds_memory(
+        tiny_model_dir: Path, tiny_engine: Any, options: dict[str, Any], memory: str | None) -> None:
+    """The seed's next memory is the update's whole text, stop-token text removed and stripped (rollout.py:84-88,
+    130): a `</think>` in it is kept. The original's evaluation takes the text after the last `</think>`
+    (MemAgent's taskutils/memory_eval/utils/recurrent.py:80, utils/__init__.py:31-37)."""
+
+    def answer(call: ScriptCall) -> str:
+        if "Your answer:" in call.prompt_text:
+            return "\\boxed{Alice}"
+        return "<think>The letter is signed.</think>\nAlice wrote it. "
+
+    tok = tiny_engine.tokenizer
+    recorder = RecordingEngine(ScriptedPolicy(tiny_engine, answer))
+    with SGLangTestServer(recorder, port=0) as srv:
+        s, _ = seed_row_sample(tok, "Who wrote the letter?", "Alice")
+        args = make_args(srv.url, tiny_model_dir, "memagent", agentgraph_options={"chunk_tokens": C, **options})
+        out = asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, "max_new_tokens": 2048}))
+    clear_cache()
+    assert out.status == Sample.Status.COMPLETED, out.metadata
+    final_ids = recorder.calls[-1][0]
+    if memory is None:  # the original keeps the response as generated after the thoughts
+        assert "<memory>\nAlice wrote it. " in tok.decode(final_ids) and "think>" not in tok.decode(final_ids)
+    else:
+        content = FINAL_TEMPLATE.format(prompt="Who wrote the letter?", memory=memory)
+        assert final_ids == seed_prompt_ids(tok, content)
