@@ -28,6 +28,12 @@ def make_input(row: RolloutInput, options: MemAgentOptions) -> dict[str, Any]:
     return {"question": question, "document": document, "turns": []}
 
 
+def reply_text_keys(options: MemAgentOptions) -> dict[str, object]:
+    """With `strip_responses` (the seed's) the next memory and the answer are SGLang's reply text under slime's
+    default skip_special_tokens=False (rollout.py:84-88, 130): another value is refused."""
+    return {"skip_special_tokens": False} if options.strip_responses else {}
+
+
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     """How much of the document was read: a chunk cap drops the tail (seed) or the middle (original) of a long one."""
     doc_tokens = len(state.get("doc_ids") or [])
@@ -50,6 +56,7 @@ SPEC = AgentSpec(
     layout="per_turn",
     reward_split="broadcast",
     options=MemAgentOptions,
+    reply_text_keys=reply_text_keys,  # slime's --rollout-skip-special-tokens under strip_responses: refused
     description="MemAgent: chunked recurrent memory over a long document, then a boxed answer",
     headline_metric="sub_em_strict",
     metric_notes={

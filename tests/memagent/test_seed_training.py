@@ -283,3 +283,33 @@ def test_a_memory_update_that_thinks_keeps_its_thoughts_in_the_seeds_memory(
     else:
         content = FINAL_TEMPLATE.format(prompt="Who wrote the letter?", memory=memory)
         assert final_ids == seed_prompt_ids(tok, content)
+
+
+def test_slime_skipping_special_tokens_is_refused_where_the_seed_variant_builds_memory_from_reply_text(
+        tiny_model_dir: Path, tiny_engine: Any) -> None:
+    """The seed's memory is SGLang's reply text (rollout.py:130): with slime's --rollout-skip-special-tokens a
+    special token written inside an update (here `<|im_start|>`) is gone from it, and from the next prompt, which
+    our engines, returning ids with one text, cannot give. The seed variant (`strip_responses: true`) refuses the
+    flag before any request; with `strip_responses: false` the memory is the reply as generated and it runs."""
+    from agentgraphs.errors import ConfigError
+
+    def answer(call: ScriptCall) -> str:
+        return "\\boxed{Alice}" if "Your answer:" in call.prompt_text else "Alice <|im_start|> wrote it."
+
+    recorder = RecordingEngine(ScriptedPolicy(tiny_engine, answer))
+    sampling = {**SLIME_SAMPLING, "max_new_tokens": 2048, "skip_special_tokens": True}
+    with SGLangTestServer(recorder, port=0) as srv:
+        s, _ = seed_row_sample(tiny_engine.tokenizer, "Who wrote the letter?", "Alice")
+        args = make_args(srv.url, tiny_model_dir, "memagent", agentgraph_options={"chunk_tokens": C})
+        try:
+            with pytest.raises(ConfigError, match=r"sampling_params\['skip_special_tokens'\] = True.*drop "
+                                                  r"--rollout-skip-special-tokens"):
+                asyncio.run(rl_bridge.generate(args, s, sampling))
+            assert not recorder.calls
+            clear_cache()
+            args = make_args(srv.url, tiny_model_dir, "memagent",
+                             agentgraph_options={"chunk_tokens": C, "strip_responses": False})
+            out = asyncio.run(rl_bridge.generate(args, s, sampling))
+        finally:
+            clear_cache()
+    assert out.status == Sample.Status.COMPLETED, out.metadata
