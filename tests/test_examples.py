@@ -220,7 +220,7 @@ def test_memagent_launch_script_trains_with_the_seeds_hyperparameters() -> None:
     agentic/memagent/run_memagent_7b.sh): --num-epoch 1 (:58), --rollout-batch-size 16 (:59),
     --n-samples-per-prompt 16 (:60), --rollout-temperature 1.0 (:62), --global-batch-size 256 (:64), grpo +
     low_var_kl at 0.001, eps-clip 0.2 / 0.3 (:88-95; entropy left at slime's 0), adam lr 1e-6 constant, weight
-    decay 0.1, betas 0.9 / 0.98 (:97-104). One deliberate difference, said in the script:
+    decay 0.1, betas 0.9 / 0.98 (:97-104), --balance-data (:65). One deliberate difference, said in the script:
     --rollout-max-response-len 1024, the largest cap the seed's calls get (MEM_MAX_MEMORY 1024, MEM_MAX_FINAL
     256, :146-147) where its flag says 8192 (:61). The script ran a fixed 200 rollouts; the seed ran an epoch
     (its results/checkpoint_sweep has checkpoints up to iter_0000499)."""
@@ -231,7 +231,7 @@ def test_memagent_launch_script_trains_with_the_seeds_hyperparameters() -> None:
             "--use-kl-loss": None, "--kl-loss-coef": "0.001", "--kl-loss-type": "low_var_kl", "--eps-clip": "0.2",
             "--eps-clip-high": "0.3", "--optimizer": "adam", "--lr": "1e-6", "--lr-decay-style": "constant",
             "--weight-decay": "0.1", "--adam-beta1": "0.9", "--adam-beta2": "0.98",
-            "--rollout-max-response-len": "1024"}
+            "--rollout-max-response-len": "1024", "--balance-data": None}
     assert_seed_flags(ROOT / "examples" / "memagent" / "run_memagent.sh", seed)
 
 

@@ -65,6 +65,7 @@ ROLLOUT_ARGS=(
    # k chunks gives 256 x (k + 1) rows; slime v0.2.x steps over rows, v0.3.x counts trajectories
    # (see rl_bridge/convert.py).
    --global-batch-size 256
+   --balance-data   # the seed's (run_memagent_7b.sh:65): rows spread over data-parallel ranks by length
 )
 
 EVAL_ARGS=(
