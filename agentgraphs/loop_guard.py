@@ -65,7 +65,7 @@ class LoopBlocked(RewardError):
         super().__init__(*(args or (self.message,)))
 
 
-@dataclass
+@dataclass(eq=False)  # each call its own watch: compared and hashed by identity
 class Watch:
     """One guarded call: what the watchdog reads, and whether it found the call blocking the loop."""
 
@@ -88,8 +88,6 @@ class Watch:
                 "(agentgraphs runs that in a thread of its own, bounded) or move the blocking part into "
                 "`await asyncio.to_thread(...)`")
 
-
-    __hash__ = object.__hash__  # each call its own watch (a dataclass with eq would be unhashable)
 
 
 _watches: set[Watch] = set()
@@ -128,7 +126,11 @@ def _run() -> None:
         with _lock:
             while not _watches:
                 _lock.wait()
-            due = [w for w in _watches if time.monotonic() > w.deadline + GRACE_S]
+            now = time.monotonic()
+            due = [w for w in _watches if now > w.deadline + GRACE_S]
+            if not due:  # asleep until the first call could be due (a new call wakes it: guarded's notify)
+                _lock.wait(min(w.deadline for w in _watches) + GRACE_S - now + _POLL_S)
+                continue
         for watch in due:
             with _lock:
                 if watch in _watches:  # not a call that ended since `due` was read
