@@ -70,13 +70,17 @@ def _text_field(obj: Mapping[str, Any], key: str, where: str, what: str) -> str:
 def _answers(value: Any, field: str, where: str) -> list[str]:
     fix = f"store {field!r} as a string or a non-empty list of strings"
     if isinstance(value, str):
-        return [value]
+        value = [value]
     if isinstance(value, (list, tuple)):
         if not value:
             raise InputError(field, f"{where}: the answer list is empty", fix)
         bad = [a for a in value if not isinstance(a, str)]
         if bad:
             raise InputError(field, f"{where}: answer {bad[0]!r} is a {type(bad[0]).__name__}, not a string", fix)
+        blank = [i for i, a in enumerate(value) if not a.strip()]
+        if blank:  # a blank gold matches a blank prediction; the rollout would refuse the row later anyway
+            raise InputError(field, f"{where}: answer #{blank[0] + 1} of {len(value)} is blank",
+                             f"give every gold answer a non-empty text under {field!r}, or drop the row")
         return list(value)
     if value is None:
         raise InputError(field, f"{where}: the answers are missing", fix)
@@ -93,9 +97,19 @@ def _row_id(obj: Mapping[str, Any], default: str) -> str:
     return default
 
 
-def _length(obj: Mapping[str, Any]) -> int | None:
+def _length(obj: Mapping[str, Any], where: str) -> int | None:
+    """The RULER length bucket, or None when the row states none; a whole-number float (a parquet or pandas
+    column reads 7000 as 7000.0) is its integer. Any other value is refused: dropping it to None would
+    silently move the row out of its length bucket (the dataset's name and the per-length report)."""
     value = obj.get("length")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InputError("length", f"{where}: the length {value!r:.40} is not a positive whole number of tokens",
+                         "store 'length' as an integer (e.g. 7000), or leave it out")
+    return value
 
 
 def _require_object(obj: Any, where: str) -> Mapping[str, Any]:
@@ -116,7 +130,7 @@ def row_from_ruler(obj: Any, where: str = "row") -> MemAgentRow:
     document = _text_field(obj, "context", where, "context document")
     answers = _answers(obj.get("answers"), "answers", where)
     return MemAgentRow(
-        question=question, document=document, answers=answers, length=_length(obj), id=_row_id(obj, where)
+        question=question, document=document, answers=answers, length=_length(obj, where), id=_row_id(obj, where)
     )
 
 
@@ -156,7 +170,7 @@ def row_from_hotpotqa(obj: Any, where: str = "row") -> MemAgentRow:
         )
     answers = _answers(reward_model.get("ground_truth"), "reward_model.ground_truth", where)
     return MemAgentRow(
-        question=question, document=document, answers=answers, length=_length(obj), id=_row_id(obj, where)
+        question=question, document=document, answers=answers, length=_length(obj, where), id=_row_id(obj, where)
     )
 
 

@@ -111,6 +111,14 @@ def test_rows_stream_before_a_later_bad_row(tmp_path: Path) -> None:
         ({"context": "D", "input": "Q", "answers": 42}, "answers"),
         ({"context": "D", "input": "Q", "answers": []}, "answers"),
         ({"context": "D", "input": "Q", "answers": ["A", 1]}, "answers"),
+        # a blank gold would match a blank prediction: refused when the data is prepared, not at rollout
+        ({"context": "D", "input": "Q", "answers": ""}, "answers"),
+        ({"context": "D", "input": "Q", "answers": ["A", " "]}, "answers"),
+        # a length bucket that is not a whole number of tokens was dropped to None without a word
+        ({"context": "D", "input": "Q", "answers": ["A"], "length": "7000"}, "length"),
+        ({"context": "D", "input": "Q", "answers": ["A"], "length": 7000.5}, "length"),
+        ({"context": "D", "input": "Q", "answers": ["A"], "length": float("nan")}, "length"),
+        ({"context": "D", "input": "Q", "answers": ["A"], "length": True}, "length"),
         (["not", "an", "object"], "row"),
     ],
 )
@@ -120,6 +128,14 @@ def test_bad_ruler_rows_name_their_field(tmp_path: Path, row: Any, field: str) -
         list(read_ruler_hqa(path))
     assert info.value.field == field
     assert "eval.jsonl:2" in str(info.value) and info.value.fix
+
+
+def test_a_whole_number_float_length_is_kept(tmp_path: Path) -> None:
+    # a parquet/pandas column of lengths reads 7000 as 7000.0: the bucket is kept, not silently lost
+    row = row_from_ruler({**RULER_ROW, "length": 7000.0}, "eval.parquet[0]")
+    assert row["length"] == 7000 and isinstance(row["length"], int)
+    assert to_slime_row(row)["metadata"]["length"] == 7000
+    assert row_from_ruler({**RULER_ROW, "length": None})["length"] is None  # absent stays absent
 
 
 @pytest.mark.parametrize(
@@ -133,6 +149,7 @@ def test_bad_ruler_rows_name_their_field(tmp_path: Path, row: Any, field: str) -
         ({"reward_model": None}, "reward_model.ground_truth"),
         ({"reward_model": {"style": "rule"}}, "reward_model.ground_truth"),
         ({"reward_model": {"ground_truth": {"a": 1}}}, "reward_model.ground_truth"),
+        ({"reward_model": {"ground_truth": ["Paris", ""]}}, "reward_model.ground_truth"),
     ],
 )
 def test_bad_hotpotqa_rows_name_their_field(change: dict[str, Any], field: str) -> None:
