@@ -1,8 +1,8 @@
 """A finished rollout (`Rollout`) as records: slime Sample fields, list-mode siblings, trace lines, the
 RewardInput.
 
-The one home of the Rollout record and of the shaping from a Rollout to what slime (through `rl_bridge`) and `agentgraphs run`
-write: both call `sample_fields`, so a sample looks the same wherever it was made. Plain Python.
+The one home of the Rollout record and of the shaping from a Rollout to what slime (through `rl_bridge`) and
+`agentgraphs run` write: both call `sample_fields`, so a sample looks the same wherever it was made. Plain Python.
 
 >>> trace_summary([])["trained_tokens"]
 0
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from .calls import DroppedCall
-from .errors import RewardError
+from .errors import InputError, RewardError
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue
 from .trace import TrainSequence, Turn, head_index
 
@@ -103,11 +103,20 @@ def row_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def reward_input_of_sample(sample: Any) -> RewardInput:
-    """Rebuild the RewardInput a rollout was scored with from the Sample rl_bridge.generate filled."""
+    """Rebuild the RewardInput a rollout was scored with from the Sample rl_bridge.generate filled.
+
+    A Sample without the extracted answer (metadata["answer"]) was not filled by rl_bridge.generate (slime's
+    own generate with our rm): InputError, since grading its raw response text would make up a reward."""
     meta = getattr(sample, "metadata", None) or {}
+    if not isinstance(meta, Mapping) or "answer" not in meta:
+        raise InputError("metadata.answer", "this Sample carries no extracted answer: rl_bridge.generate did not "
+                         "fill it, and grading its raw response text would make up a reward",
+                         "pass --custom-generate-function-path rl_bridge.generate with --custom-rm-path "
+                         "rl_bridge.reward_func (the rm re-scores only the Samples that generate filled)")
     status = getattr(getattr(sample, "status", None), "value", None) or "completed"
-    return reward_input(answer=str(meta.get("answer", getattr(sample, "response", "") or "")),
-                        prompt=getattr(sample, "prompt", None), label=getattr(sample, "label", None), row_metadata=row_metadata(meta),
+    return reward_input(answer=str(meta["answer"]),
+                        prompt=getattr(sample, "prompt", None), label=getattr(sample, "label", None),
+                        row_metadata=row_metadata(meta),
                         status=str(status), summary=meta.get("trace_summary") or {},
                         options=meta.get("options") or {})
 

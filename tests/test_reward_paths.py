@@ -387,3 +387,17 @@ def test_the_reward_timeout_must_be_positive(server: Any, tiny_model_dir: Path) 
     with pytest.raises(ConfigError, match="reward_timeout_s must be a number of seconds > 0"):
         Limits(reward_timeout_s=float("nan"))
     assert server.stats.generate_requests == 0
+
+
+def test_reward_func_fails_a_sample_generate_never_filled(tiny_model_dir: Path) -> None:
+    """slime's own generate with our rm (--custom-rm-path without --custom-generate-function-path): the
+    Sample has no extracted answer, and grading its raw response text would make up a reward."""
+    args = make_args("http://127.0.0.1:9", tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = Sample(group_index=0, index=0, prompt="What is 6 * 7?", label="42", metadata={"source": "t"},
+               response="Let me think... \\boxed{42}", tokens=[1, 2, 3], response_length=2, loss_mask=[1, 1],
+               rollout_log_probs=[-0.5, -0.25])
+    assert asyncio.run(rl_bridge.reward_func(args, s)) == 0.0  # before: 1.0, graded from the raw response
+    assert s.status == Sample.Status.FAILED and s.remove_sample and not any(s.loss_mask)
+    reason = s.metadata["status_reason"]
+    assert "'metadata.answer'" in reason and "--custom-generate-function-path rl_bridge.generate" in reason, reason
+    assert s.metadata["source"] == "t"  # the row's own metadata is kept
