@@ -324,6 +324,14 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
     opts = spec.resolve_options(options)
     if not data.is_file():
         raise ConfigError(f"--data {data}: no such file")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit {limit}: must be at least 1 (the number of rows to run); drop it to run them all")
+    with open(data, "rb") as fh:
+        total = sum(1 for line in fh if line.strip())
+    if total == 0:  # a run of nothing would exit 0 with a summary (mean_reward 0.0) that looks like a result
+        raise ConfigError(f"--data {data}: the file holds no row (it is empty or blank): give a JSONL file with "
+                          "one slime-style row per line")
+    total = min(total, limit) if limit is not None else total
     flags: dict[str, Any] = {"temperature": temperature, "top_p": top_p}
     if max_new_tokens is not None:
         flags["max_new_tokens"] = max_new_tokens
@@ -345,9 +353,6 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
     spec.check_engines(opts, helpers)  # before anything is written
     if spec.row_engines is not None:  # the file is at hand: every helper a row names, before any rollout
         check_rows_engines(spec, opts, read_rollout_inputs(data, RowKeys(*keys), limit=limit), helpers)
-    with open(data, "rb") as fh:
-        total = sum(1 for line in fh if line.strip())
-    total = min(total, limit) if limit is not None else total
 
     def make_context() -> AgentContext:
         return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation, engines=dict(helpers),

@@ -139,3 +139,26 @@ async def test_a_failing_sink_stops_the_run_and_leaves_no_rollout_running() -> N
         raise AssertionError("the sink's OSError was swallowed")
     assert asyncio.all_tasks() <= before
     assert rec.pulled < ROWS  # the pool stopped pulling rows
+
+
+def test_run_file_refuses_a_run_of_nothing(tiny_engine: Any, tmp_path: Any) -> None:
+    """`agentgraphs run` on an empty file, or with a --limit below 1, ran no rollout, exited 0 and wrote a
+    summary with mean_reward 0.0: a made-up number for a run that did nothing."""
+    import pytest
+
+    from agentgraphs.batch import run_file
+    from agentgraphs.errors import ConfigError
+
+    agent = "agentgraphs.testing.agents:TWO_TURN"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"--data .*empty\.jsonl.* no row"):
+        run_file(agent, empty, tiny_engine, tmp_path / "out_empty", max_new_tokens=4)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"input": "What is 6 * 7?", "label": "42"}\n', encoding="utf-8")
+    for limit in (0, -1):
+        with pytest.raises(ConfigError, match=rf"--limit {limit}: .*at least 1"):
+            run_file(agent, rows, tiny_engine, tmp_path / f"out_{limit}", max_new_tokens=4, limit=limit)
+    assert not any(tmp_path.glob("out_*/summary.json"))  # refused before anything is written
+    summary = run_file(agent, rows, tiny_engine, tmp_path / "out_ok", max_new_tokens=4, limit=1)
+    assert summary["results"] == 1
