@@ -35,7 +35,7 @@ from ..engines.sampling import GREEDY_BELOW  # below it log-probs are greedy, un
 from ..errors import ConfigError
 from ..trace import SequenceAudit, Turn
 from .audit import Breach, audit_record
-from .run_data import RunRecord, check_run_dir, read_run, read_summary
+from .run_data import RunRecord, check_run_has_rollouts, read_run, read_summary
 
 
 
@@ -189,10 +189,7 @@ def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, devic
         # an infinite threshold counts no token over it: any model, even another one, would pass
         raise ConfigError(f"--threshold {threshold}: must be > 0 and finite (to report drift without failing, "
                           "pass --allow-drift)")
-    path = check_run_dir(run_dir)  # before loading a model
-    if not any(_has_content(path / name) for name in ("samples.jsonl", "traces.jsonl")):
-        raise ConfigError(f"RUN_DIR {path}: samples.jsonl and traces.jsonl hold no rollout: nothing to check "
-                          "(the run wrote nothing; check its log, or pass the run's --out directory)")
+    path = check_run_has_rollouts(run_dir, "check")  # before loading a model
     if scorer is None and model_dir is not None:
         scorer = transformers_scorer(model_dir, device=device, dtype=dtype)
     report = CheckReport(run_dir=str(run_dir), model=str(model_dir) if model_dir else None, device=device,
@@ -221,11 +218,6 @@ def check_run(run_dir: str | Path, model_dir: str | Path | None = None, *, devic
     worst.sort(key=lambda w: -w["abs_delta"])
     report.worst = worst[:max_worst]
     return report
-
-
-def _has_content(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return any(line.strip() for line in fh)
 
 
 def turn_temperature(turn: Turn) -> float:

@@ -17,7 +17,7 @@ from ..trace import Turn, extended_turn
 from .audit import audit_record
 from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles, sequence_roles,
                     to_runs)
-from .run_data import RunRecord, check_run_dir, load_tokenizer, read_run, read_summary, tokenizer_dir
+from .run_data import RunRecord, check_run_has_rollouts, load_tokenizer, read_run, read_summary, tokenizer_dir
 
 _TEXT_CAP = 20_000  # characters of an input prompt / answer / error kept in the report
 _DIFF_CAP = 20_000  # positions listed per breached prompt (the rest are counted: "N more differ")
@@ -290,7 +290,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, tokenize
     >>> write_report(run, tokenizer=ensure_tiny_model()).name
     'report.html'
     """
-    check_run_dir(run_dir)
+    check_run_has_rollouts(run_dir, "show")
     summary = read_summary(run_dir)
     tok = load_tokenizer(tokenizer_dir(summary, tokenizer))
     target = Path(out) if out is not None else Path(run_dir) / "report.html"

@@ -62,6 +62,21 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return path
 
 
+def check_run_has_rollouts(run_dir: str | Path, doing: str) -> Path:
+    """`check_run_dir`, and ConfigError when neither file holds a rollout: a report or an audit of nothing
+    would look like one of a good run (`doing`: what the caller would do, e.g. "check", "show")."""
+    path = check_run_dir(run_dir)
+    if not any(_has_content(path / name) for name in (SAMPLES, TRACES)):
+        raise ConfigError(f"RUN_DIR {path}: {SAMPLES} and {TRACES} hold no rollout: nothing to {doing} "
+                          "(the run wrote nothing; check its log, or pass the run's --out directory)")
+    return path
+
+
+def _has_content(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return any(line.strip() for line in fh)
+
+
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     """summary.json, or {} when the run was interrupted before writing it."""
     path = Path(run_dir) / SUMMARY

@@ -422,3 +422,20 @@ def test_a_prompt_breach_shows_what_the_engine_saw_and_outlines_every_difference
         shown = browser.evaluate("[...document.querySelectorAll('#turn-0 .tok.mismatch')].map(t => t.title)")
         for k, title in zip((5, 9), shown):  # the turn shows what its engine saw, and what the trainer has
             assert title.startswith(f"id {engine_saw[k]} ") and f"sequence has id {engine_saw[k] + 1}" in title
+
+
+def test_view_refuses_an_empty_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A run that wrote no rollout (interrupted before its first result) got a report with nothing in it and
+    exit 0, as if all were well; `check` already refused such a run (exit 2)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "samples.jsonl").write_text("", encoding="utf-8")
+    (run / "traces.jsonl").write_text("", encoding="utf-8")
+    (run / "summary.json").write_text(json.dumps({"engine": f"hf:{tiny_model_dir}"}), encoding="utf-8")
+    from agentgraphs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="hold no rollout: nothing to show"):
+        write_report(run)
+    result = CliRunner().invoke(app, ["view", str(run)])
+    assert result.exit_code == 2 and "hold no rollout" in result.output, result.output
+    assert not (run / "report.html").exists()
