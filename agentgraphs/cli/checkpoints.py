@@ -163,8 +163,8 @@ def fork_cmd(
     try:
         if not set_:
             raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
-        result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_), as_node=as_node, agent=agent,
-                      engine=engine_arg(engine), tokenizer=tokenizer_arg(tokenizer),
+        result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_, "--set"), as_node=as_node,
+                      agent=agent, engine=engine_arg(engine), tokenizer=tokenizer_arg(tokenizer),
                       engines=parse_helpers(helper) or None)
         console.print_json(json.dumps(_write_replay(result, out, db)))
     except (AgentGraphsError, ValueError, OSError) as exc:

@@ -17,8 +17,11 @@ __all__ = ["console", "engine_arg", "fail", "parse_helpers", "parse_options", "p
 console = Console(stderr=True)
 
 
-def parse_options(pairs: list[str]) -> dict[str, Any]:
+def parse_options(pairs: list[str], flag: str = "--option") -> dict[str, Any]:
     """`key=value` pairs; values parsed as JSON when they parse (numbers, true/false, null), else strings.
+
+    A key given twice, and a value that starts as JSON does (`[`, `{`, `"`) but does not parse, raise
+    ConfigError naming `flag`: the first would drop a value, the second turn a list or object into its text.
 
     >>> parse_options(["max_chunks=4", "train_final_answer=false", "name=x"])
     {'max_chunks': 4, 'train_final_answer': False, 'name': 'x'}
@@ -27,10 +30,16 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--option {pair!r}: expected KEY=VALUE, e.g. --option max_chunks=8")
+            raise ConfigError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. --option max_chunks=8")
+        if key in out:
+            raise ConfigError(f"{flag} {key!r} is given twice ({out[key]!r} and {raw!r}): give each key once")
         try:
             out[key] = json.loads(raw)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as exc:
+            if raw.lstrip().startswith(("[", "{", '"')):
+                raise ConfigError(f"{flag} {key}={raw!r}: not valid JSON ({exc.msg} at column {exc.colno}); fix "
+                                  f"the JSON, or write a text that starts with [, {{ or \" as a JSON string "
+                                  f"({key}='\"...\"')") from None
             out[key] = raw
     return out
 
@@ -47,6 +56,9 @@ def parse_helpers(pairs: list[str]) -> dict[str, str]:
         if not sep or not name.strip() or not spec.strip() or name.strip() == "policy":
             raise ConfigError(f"--helper {pair!r}: expected NAME=SPEC with a name other than 'policy', e.g. "
                               "helper=sglang:http://127.0.0.1:30001")
+        if name.strip() in helpers:
+            raise ConfigError(f"--helper {name.strip()!r} is given twice ({helpers[name.strip()]!r} and "
+                              f"{spec.strip()!r}): give each helper once")
         helpers[name.strip()] = spec.strip()
     return helpers
 

@@ -88,6 +88,36 @@ def test_parse_options() -> None:
         parse_options(["novalue"])
 
 
+@pytest.mark.parametrize("pairs, words", [
+    # a key given twice: the first value was dropped without a word
+    (["max_chunks=4", "max_chunks=8"], "'max_chunks' is given twice"),
+    # a value that was meant as JSON but does not parse became a string of its text
+    (['judge_models=["a", "b"'], "not valid JSON"),
+    (['turns=[{"node": "solve"}'], "not valid JSON"),
+    (['extra={"a": 1'], "not valid JSON"),
+    (['answer="42'], "not valid JSON"),
+])
+def test_parse_options_refuses_what_it_would_drop_or_misread(pairs: list[str], words: str) -> None:
+    with pytest.raises(ConfigError, match=words) as info:
+        parse_options(pairs)
+    assert pairs[-1].partition("=")[0] in str(info.value)
+    assert parse_options(["question=What is [1]?", "name=x y", 'answer="42"']) == {
+        "question": "What is [1]?", "name": "x y", "answer": "42"}  # plain text is still text
+
+
+def test_parse_helpers_refuses_a_name_given_twice() -> None:
+    from agentgraphs.cli import parse_helpers
+
+    with pytest.raises(ConfigError, match="'judge' is given twice"):
+        parse_helpers(["judge=sglang:http://127.0.0.1:1", "judge=sglang:http://127.0.0.1:2"])
+
+
+def test_run_refuses_an_option_given_twice(rows_file: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["run", "memagent", "--data", str(rows_file), "--engine", "hf:/nonexistent/model",
+                            "--out", str(tmp_path / "out"), "-o", "max_chunks=4", "-o", "max_chunks=8"])
+    assert r.exit_code == 2 and "'max_chunks' is given twice" in _said(r), r.output
+
+
 def _said(result) -> str:
     return " ".join(result.output.split())  # rich wraps long lines at the terminal width
 
