@@ -84,6 +84,15 @@ class BridgeSettings(BaseModel):
         """The settings on slime's `args`; an `agentgraph_*` key that is not one of them is refused (a typo in
         the YAML would otherwise leave its setting at the default without a word)."""
         refuse_unknown_keys(args, set(cls.model_fields))
+        # a mapping setting present but null: in YAML, `agentgraph_options:` whose entries are not indented under
+        # it (they land on args as stray keys); leaving it at its default would drop them without a word
+        empty = sorted(name for name, info in cls.model_fields.items() if info.annotation is not None
+                       and getattr(info.annotation, "__origin__", None) is dict and hasattr(args, name)
+                       and getattr(args, name) is None)
+        if empty:
+            raise ConfigError(f"{', '.join(f'args.{name}' for name in empty)} is empty (null): in the "
+                              "--custom-config-path YAML, indent its entries under it (two spaces), give {} for "
+                              "none, or remove the key")
         values = {name: getattr(args, name) for name in cls.model_fields
                   if getattr(args, name, None) is not None}
         if not values.get("agentgraph"):

@@ -329,6 +329,25 @@ def test_every_agentgraph_key_the_code_reads_is_accepted() -> None:
         BridgeSettings.from_args(SimpleNamespace(agentgraph="memagent", agentgraph_zzz=1))
 
 
+@pytest.mark.parametrize("key", ["agentgraph_options", "agentgraph_engines", "agentgraph_template_kwargs"])
+def test_an_empty_mapping_setting_in_the_yaml_is_refused(key: str) -> None:
+    """slime's --custom-config-path setattr()s every YAML key onto args: entries not indented under their key
+    leave it null (and land on args as stray attributes), and the setting was its default without a word."""
+    import yaml
+
+    from rl_bridge.setup import BridgeSettings
+
+    args = SimpleNamespace()
+    for name, value in yaml.safe_load(f"agentgraph: memagent\n{key}:\nchunk_tokens: 64\n").items():
+        setattr(args, name, value)  # what slime does with the file
+    assert getattr(args, key) is None
+    with pytest.raises(ConfigError, match=rf"args\.{key} is empty \(null\).*indent") as err:
+        BridgeSettings.from_args(args)
+    assert "--custom-config-path" in str(err.value)
+    args = SimpleNamespace(agentgraph="memagent", **{key: {}})  # an explicit empty mapping is kept
+    assert getattr(BridgeSettings.from_args(args), key) == {}
+
+
 # -- gold answers: numbers as their text, blanks refused ------------------------------------------------------
 
 
