@@ -280,9 +280,13 @@ def _open_readonly(path: str | Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
 
 
-async def _spec_and_record(saver: CompactAsyncSqliteSaver, thread_id: str,
+async def _spec_and_record(saver: CompactAsyncSqliteSaver, path: str | Path, thread_id: str,
                            agent: str | AgentSpec | None) -> tuple[AgentSpec, ThreadRecord | None]:
     record = await load_thread(saver, thread_id)
+    if record is None and not await _has_checkpoints(saver, thread_id):
+        # a mistyped id: say so, rather than ask for an agent that would only lead to "no checkpoints"
+        raise CheckpointError(f"no thread {thread_id!r} in {path}: `agentgraphs history {path}` lists its threads "
+                              "(a run's ids are in samples.jsonl: metadata.checkpoint_thread)")
     if agent is None:
         if record is None:
             raise CheckpointError(f"thread {thread_id!r} has no agentgraphs record: name its agent "
@@ -296,12 +300,18 @@ async def _spec_and_record(saver: CompactAsyncSqliteSaver, thread_id: str,
     return spec, record
 
 
+async def _has_checkpoints(saver: CompactAsyncSqliteSaver, thread_id: str) -> bool:
+    async with saver.lock:
+        async with saver.conn.execute("SELECT 1 FROM checkpoints WHERE thread_id = ? LIMIT 1", (thread_id,)) as cur:
+            return await cur.fetchone() is not None
+
+
 async def ahistory(path: str | Path, thread_id: str, *, agent: str | AgentSpec | None = None,
                    options: Mapping[str, Any] | None = None) -> list[CheckpointInfo]:
     """The checkpoints of a thread, oldest first (every branch; `head` marks the latest one's ancestry)."""
     _require_db(path)
     async with open_checkpoints(path) as saver:
-        spec, record = await _spec_and_record(saver, thread_id, agent)
+        spec, record = await _spec_and_record(saver, path, thread_id, agent)
         graph = spec.graph(thread_options(spec, record, options), checkpointer=saver)
         return await graph_history(graph, thread_id, spec)
 
@@ -439,7 +449,7 @@ async def _open_thread(path: str | Path, thread_id: str, checkpoint: str | int |
     """The open database, the thread's spec, record and options, its graph, and the checkpoint id to start from."""
     _require_db(path)
     async with open_checkpoints(path) as saver:
-        spec, record = await _spec_and_record(saver, thread_id, agent)
+        spec, record = await _spec_and_record(saver, path, thread_id, agent)
         opts = thread_options(spec, record, options)
         graph = spec.graph(opts, checkpointer=saver)
         start = await resolve_checkpoint(graph, thread_id, checkpoint)

@@ -140,7 +140,7 @@ def test_fork_with_an_edited_state_on_another_engine(rows_file: Path, tmp_path: 
         fork(db, thread, 0, {"questoin": "x"}, engine=policy)
     with pytest.raises(CheckpointError, match="checkpoints 0.."):
         replay(db, thread, 99, engine=policy)
-    with pytest.raises(CheckpointError, match="no checkpoints for thread 'nope'"):
+    with pytest.raises(CheckpointError, match="no thread 'nope' in "):
         history(db, "nope", agent=AGENT)
 
 
@@ -224,3 +224,25 @@ def test_a_thread_record_brings_back_helper_engines_and_the_evaluation_flag(tiny
     assert not context_for(tiny_engine, record, engines={}, evaluation=False).engines
     with pytest.raises(ConfigError, match="engines\\['judge'\\] 'hf:/nonexistent'.*--helper"):
         context_for(tiny_engine, {**record, "engines": {"judge": "hf:/nonexistent"}})
+
+
+def test_a_thread_that_is_not_in_the_database_is_named_as_such(rows_file: Path, tmp_path: Path,
+                                                               tiny_engine: Any) -> None:
+    """replay / fork / history of a mistyped thread id said "has no agentgraphs record: name its agent
+    (--agent)", a fix that only led to a second error; it now says the thread is not there and how to list them."""
+    from agentgraphs.batch import run_file
+
+    db = tmp_path / "ck.sqlite"
+    run_file(AGENT, rows_file, tiny_engine, tmp_path / "out", max_new_tokens=4, checkpoints=db)
+    [real] = [t["thread_id"] for t in threads(db)]
+    typo = real[:-1] + "9"
+    for call in (lambda: replay(db, typo, 0, engine=tiny_engine), lambda: history(db, typo),
+                 lambda: fork(db, typo, 0, {"question": "x"}, engine=tiny_engine),
+                 lambda: history(db, typo, agent=AGENT)):
+        with pytest.raises(CheckpointError) as err:
+            call()
+        said = str(err.value)
+        assert f"no thread {typo!r} in {db}" in said and f"agentgraphs history {db}" in said, said
+        assert "--agent" not in said
+    result = runner.invoke(app, ["replay", str(db), typo])
+    assert result.exit_code == 2 and "no thread" in result.output, result.output
