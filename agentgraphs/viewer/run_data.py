@@ -28,6 +28,13 @@ TRACES = "traces.jsonl"
 SUMMARY = "summary.json"
 
 
+# what the report and the audit read from every turn (fields added later, e.g. top_p, are read with defaults)
+_TURN_FIELDS: dict[str, type] = {"node": str, "prompt_ids": list, "output_ids": list, "output_logprobs": list,
+                                 "trainable": bool}
+_OTHER_VERSION = " (a trace written by another agentgraphs version, or damaged)"
+_REWRITE = "re-run with this version (`agentgraphs run` / `replay --out`), or view it with the version that wrote it"
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One rollout of a run: its line number (1-based), its Sample fields and its trace line."""
@@ -38,7 +45,25 @@ class RunRecord:
 
     @property
     def turns(self) -> list[Turn]:
-        return list(self.trace.get("turns") or [])
+        """The trace line's turns; InputError naming the line and the field when a turn lacks what the viewer
+        and the audit read (a trace written by another agentgraphs version, or edited by hand)."""
+        if "turns" not in self.trace:
+            raise InputError(TRACES, f"line {self.line} has no 'turns'{_OTHER_VERSION}", _REWRITE)
+        turns = self.trace["turns"]
+        if not isinstance(turns, list):
+            raise InputError(TRACES, f"line {self.line}: 'turns' is a {type(turns).__name__}, not a list"
+                             f"{_OTHER_VERSION}", _REWRITE)
+        for i, turn in enumerate(turns):
+            if not isinstance(turn, dict):
+                raise InputError(TRACES, f"line {self.line}: turn {i} is a {type(turn).__name__}, not an object"
+                                 f"{_OTHER_VERSION}", _REWRITE)
+            for key, kind in _TURN_FIELDS.items():
+                if key not in turn:
+                    raise InputError(TRACES, f"line {self.line}: turn {i} has no {key!r}{_OTHER_VERSION}", _REWRITE)
+                if not isinstance(turn[key], kind):
+                    raise InputError(TRACES, f"line {self.line}: turn {i}'s {key!r} is a {type(turn[key]).__name__}"
+                                     f", not a {kind.__name__}{_OTHER_VERSION}", _REWRITE)
+        return list(turns)
 
     @property
     def sequences(self) -> list[dict[str, Any]]:

@@ -439,3 +439,28 @@ def test_view_refuses_an_empty_run(tmp_path: Path, tiny_model_dir: Path) -> None
     result = CliRunner().invoke(app, ["view", str(run)])
     assert result.exit_code == 2 and "hold no rollout" in result.output, result.output
     assert not (run / "report.html").exists()
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda t: t.pop("turns"), "line 1 has no 'turns'"),
+    (lambda t: t.update(turns={"node": "solve"}), "line 1: 'turns' is a dict, not a list"),
+    (lambda t: t["turns"][0].pop("output_logprobs"), "line 1: turn 0 has no 'output_logprobs'"),
+    (lambda t: t["turns"][0].update(output_ids="12 13"), "line 1: turn 0's 'output_ids' is a str, not a list"),
+])
+def test_a_trace_from_another_version_is_refused_naming_the_field(tmp_path: Path, damage: Any, words: str) -> None:
+    """A traces.jsonl line without its turns (another version's format) gave a report with no tokens and exit 0;
+    a turn without output_logprobs ended `view` and `check` in a KeyError traceback."""
+    from agentgraphs.errors import InputError
+    from agentgraphs.testing.runs import write_run_dir
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+    from agentgraphs.viewer.check import check_run
+
+    run = write_run_dir(synthetic_records(2, 60, [10, 20]), tmp_path / "run")
+    lines = [json.loads(line) for line in (run / "traces.jsonl").read_text().splitlines()]
+    damage(lines[0])
+    (run / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in lines))
+    for call in (lambda: write_report(run, tokenizer=ensure_tiny_model()), lambda: check_run(run)):
+        with pytest.raises(InputError, match=re.escape(words)) as err:
+            call()
+        assert "traces.jsonl" in str(err.value) and "another agentgraphs version" in str(err.value)
+    assert not (run / "report.html").exists()
