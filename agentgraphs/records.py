@@ -11,6 +11,7 @@ The one home of the Rollout record and of the shaping from a Rollout to what sli
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
@@ -124,14 +125,19 @@ def reward_input_of_sample(sample: Any) -> RewardInput:
 def scalar(value: RewardValue | None, key: str) -> float:
     """The scalar of a reward: a float, or a dict reward's `key` entry; None (not scored) counts as 0.
 
-    A dict without `key` raises RewardError: a made-up 0.0 would pass for a wrong answer.
+    A dict without `key` raises RewardError: a made-up 0.0 would pass for a wrong answer. So does a NaN or
+    infinite value: a mean over it (an eval accuracy, a run's mean reward) would be NaN.
 
     >>> scalar({"reward": 1, "acc": 0.5}, "reward"), scalar(None, "reward")
     (1.0, 0.0)
     """
     if value is None:
         return 0.0
-    return float(_entry(value, key) if isinstance(value, Mapping) else value)
+    number = float(_entry(value, key) if isinstance(value, Mapping) else value)
+    if not math.isfinite(number):
+        raise RewardError(f"reward {value!r} is not finite: it cannot be averaged or trained on; the reward "
+                          "function must return a finite number")
+    return number
 
 
 def scale_reward(value: RewardValue, factor: float, key: str) -> RewardValue:

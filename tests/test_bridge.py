@@ -289,6 +289,17 @@ def test_unscorable_sample_becomes_failed_instead_of_stopping_slime(server: Any,
     assert "ZeroDivisionError" in s.metadata["status_reason"] and not any(s.loss_mask)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"reward": float("nan")}])
+def test_eval_log_refuses_a_non_finite_reward(tmp_path: Path, bad: Any) -> None:
+    """A NaN reward (a custom rm, or an eval path that bypassed generate's check) made the dataset's accuracy
+    NaN, written to eval_N.json and handed to slime's logger as if it were a number."""
+    data = {"aime": {"rewards": [1.0, bad, 0.0], "samples": [Sample(index=i) for i in range(3)]}}
+    args = SimpleNamespace(agentgraph_eval_dir=str(tmp_path), reward_key=None)
+    with pytest.raises(ConfigError, match=r"eval dataset 'aime': .*not finite"):
+        rl_bridge.eval_log(0, args, data, {})
+    assert not (tmp_path / "eval_0.json").exists()
+
+
 def test_eval_metrics_average_over_every_sample(tmp_path: Path) -> None:
     ok = Sample(index=0, metadata={"metrics": {"sub_em": 1.0}}, status=Sample.Status.COMPLETED)
     failed = Sample(index=1, metadata={}, status=Sample.Status.FAILED)
