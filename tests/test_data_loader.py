@@ -191,3 +191,14 @@ def test_prepare_data_ruler_files_inside_one_source(tmp_path: Path) -> None:
     assert labels == [["Bob"], ["Carl"]]
     two = ["--ruler", str(repo), str(repo), "--data-files", "eval_50.json", "--out-dir", str(out_dir)]
     assert prepare_data.main(two) == 2  # --data-files belongs to one source
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_prepare_data_refuses_a_limit_below_one(tmp_path: Path, limit: str) -> None:
+    # before: an empty training file was written and the command exited 0
+    src = _jsonl(tmp_path / "hotpotqa.jsonl", HOTPOT)
+    out = tmp_path / "train.jsonl"
+    assert prepare_data.main(["--hotpotqa", str(src), "--limit", limit, "--out", str(out)]) == 2
+    assert not out.exists()
+    assert prepare_data.main(["--hotpotqa", str(src), "--limit", "1", "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 1

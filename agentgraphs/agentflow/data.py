@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..dataset_io import load_located_rows
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..row_fields import answers_of
 
 __all__ = ["ANSWER_KEYS", "QUESTION_KEYS", "slime_rows", "strip_dapo_wrapper", "to_row"]
@@ -131,6 +131,9 @@ def slime_rows(source: str, *, dedup: bool = False, limit: int | None = None,
     >>> [row["label"] for row in slime_rows(path)]
     ['42']
     """
+    if limit is not None and limit < 1:  # the count was checked after the first row: 0 wrote one row
+        raise ConfigError(f"--limit {limit}: must be at least 1 (the number of rows to write); drop it to write "
+                          "them all")
     seen: set[str] = set()
     count = 0
     for obj, where in load_located_rows(source, **selection):

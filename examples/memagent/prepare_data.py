@@ -96,6 +96,8 @@ class Selection(TypedDict, total=False):
 
 
 def _limited(rows: Iterable[MemAgentRow], limit: int | None) -> Iterator[MemAgentRow]:
+    if limit is not None and limit < 1:  # it wrote an empty file and exited 0
+        raise ConfigError(f"--limit {limit}: must be at least 1 (rows per input); drop it to convert them all")
     for i, row in enumerate(rows):
         if limit is not None and i >= limit:
             return

@@ -51,3 +51,15 @@ def test_the_first_present_field_still_decides(tmp_path: Path) -> None:
     path.write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 6*7?"}],
                                 "reward_model": {"ground_truth": "42"}, "solution": "6*7=42"}) + "\n")
     assert [r["label"] for r in slime_rows(str(path))] == ["42"]
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_a_limit_below_one_is_refused(tmp_path: Path, limit: int) -> None:
+    # before: the first row was still written (the count was checked only after it)
+    from agentgraphs.errors import ConfigError
+
+    path = tmp_path / "aime.jsonl"
+    path.write_text("".join(json.dumps({"problem": f"Q{i}?", "answer": i}) + "\n" for i in range(3)))
+    with pytest.raises(ConfigError, match=rf"--limit {limit}: must be at least 1"):
+        list(slime_rows(str(path), limit=limit))
+    assert len(list(slime_rows(str(path), limit=2))) == 2
