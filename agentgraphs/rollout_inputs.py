@@ -60,7 +60,8 @@ def parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
     try:
         text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")  # an editor's BOM is not data
     except UnicodeDecodeError as exc:
-        return ParsedRow(line_no, None, f"line {line_no}: not valid UTF-8 at byte {exc.start}; re-encode the file as UTF-8")
+        return ParsedRow(line_no, None,
+                         f"line {line_no}: not valid UTF-8 at byte {exc.start}; re-encode the file as UTF-8")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -73,9 +74,11 @@ def parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
     if keys.input not in obj:
         return ParsedRow(line_no, None, f"line {line_no}: missing field {keys.input!r} (the prompt); "
                                         f"add it or pass --input-key")
-    metadata = obj.get(keys.metadata) or {}
-    if not isinstance(metadata, dict):
-        return ParsedRow(line_no, None, f"line {line_no}: field {keys.metadata!r} must be an object")
+    metadata = obj.get(keys.metadata)
+    metadata = {} if metadata is None else metadata  # absent or null: no metadata
+    if not isinstance(metadata, dict):  # "", [], 0 and false too: they are not an empty object
+        return ParsedRow(line_no, None, f"line {line_no}: field {keys.metadata!r} must be an object, got "
+                                        f"{type(metadata).__name__} {metadata!r:.40}")
     return ParsedRow(line_no, rollout_input(obj[keys.input], obj.get(keys.label), metadata, None))
 
 

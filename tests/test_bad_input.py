@@ -403,3 +403,16 @@ def test_a_requeued_sample_is_generated_from_its_row_not_its_last_result(server:
     again = generate_all(make_args(server, tiny_model_dir), [first])[0]
     assert again.status == Sample.Status.COMPLETED, again.metadata["status_reason"]
     assert again.metadata["source"] == "r" and again.metadata["context"] == DOC
+
+
+@pytest.mark.parametrize("metadata", ["", [], 0, False])
+def test_an_empty_metadata_of_the_wrong_type_is_refused_like_any_other(tmp_path: Path, metadata: Any) -> None:
+    """`"metadata": ["context"]` was refused but `""`, `[]`, `0` and `false` became {} without a word."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"input": "Q?", "metadata": metadata}) + "\n" + json.dumps({"input": "Q2?"}) + "\n"
+                    + json.dumps({"input": "Q3?", "metadata": None}) + "\n")
+    bad, missing, null = read_rollout_inputs(path)
+    assert bad.inp is None and "line 1: field 'metadata' must be an object" in (bad.error or ""), bad
+    assert type(metadata).__name__ in (bad.error or "")
+    assert missing.inp is not None and missing.inp["metadata"] == {}  # no metadata at all: none
+    assert null.inp is not None and null.inp["metadata"] == {}
