@@ -21,7 +21,8 @@ Reward normalisation (only for the estimators slime normalises, and only with
     anything else (ppo, ...):      raw rewards
     std is the unbiased (n - 1) standard deviation, as `torch.Tensor.std`. A group of one gets 0.0
     where torch would give NaN. Groups follow `sample.group_index` (slime's prompt id); samples with
-    group_index None fall back to consecutive blocks of n_samples_per_prompt. (slime itself
+    group_index None fall back to consecutive blocks of n_samples_per_prompt, when every sample has none
+    and they make whole blocks (else ValueError: a partial or mixed group would be made up). (slime itself
     reshapes to (-1, n_samples_per_prompt) only when the batch is exactly n * rollout_batch_size
     samples, else normalises the whole batch as one group.) Computed in float64; slime uses float32.
 
@@ -374,12 +375,23 @@ def _normalised(raw, share, owner, groups, keep, normalise, use_std, group_by) -
 
 
 def _groups(settings: TrainDataSettings, samples) -> np.ndarray:
-    """Prompt group per sample: group_index, else consecutive blocks of n_samples_per_prompt."""
+    """Prompt group per sample: group_index, else consecutive blocks of n_samples_per_prompt (every sample
+    without one, and a whole number of blocks: a partial block or a mixed batch would be a group made up)."""
     n = settings.n_samples_per_prompt
+    indexed = [getattr(sample, "group_index", None) for sample in samples]
+    missing = sum(gi is None for gi in indexed)
+    if missing and missing < len(samples):
+        raise ValueError(f"group_index: {missing} of {len(samples)} samples carry none while the others do, so "
+                         "their prompt groups cannot be told: give every sample its group_index (slime's prompt "
+                         "id; rl_bridge.generate keeps the one slime set) or none")
+    if missing and len(samples) % n:
+        raise ValueError(f"group_index: no sample carries one, and {len(samples)} samples are not whole blocks of "
+                         f"n_samples_per_prompt={n} (the last group would have {len(samples) % n}): give the "
+                         "samples their group_index, or pass whole groups with --n-samples-per-prompt set to their "
+                         "size")
     keys: dict[tuple[str, int], int] = {}
     out = np.empty(len(samples), dtype=np.int64)
-    for pos, sample in enumerate(samples):
-        gi = getattr(sample, "group_index", None)
+    for pos, gi in enumerate(indexed):
         key = ("g", gi) if gi is not None else ("b", pos // n)
         out[pos] = keys.setdefault(key, len(keys))
     return out

@@ -148,15 +148,31 @@ def test_missing_optional_args_use_slime_defaults():
 
 
 def test_group_index_none_falls_back_to_blocks_of_n_samples_per_prompt():
+    samples = batch()[:4]
+    for s in samples:
+        s.group_index = None
+    # blocks of 2: {A, B}, {C, D}
+    data = convert(make_args(n_samples_per_prompt=2, grpo_std_normalization=False), samples)
+    assert data["rewards"] == pytest.approx(rows(0.5, -0.5, 0.5, -0.5, 0.0)[:8])
+    # blocks of 4: one group {A, B, C, D}, mean 0.5
+    data = convert(make_args(n_samples_per_prompt=4, grpo_std_normalization=False), samples)
+    assert data["rewards"] == pytest.approx(rows(0.5, -0.5, 0.5, -0.5, 0.0)[:8])
+
+
+def test_a_partial_block_or_a_mixed_batch_without_group_index_is_refused():
+    """Blocks of n_samples_per_prompt stand in for group_index only where they are whole and every sample lacks
+    one: a last block of 1 was silently its own group (advantage 0 with std, its raw reward centred to 0), and
+    a batch where some carry group_index mixed position blocks with prompt ids."""
     samples = batch()
     for s in samples:
         s.group_index = None
-    # blocks of 2: {A, B}, {C, D}, {E}
-    data = convert(make_args(n_samples_per_prompt=2, grpo_std_normalization=False), samples)
-    assert data["rewards"] == pytest.approx(rows(0.5, -0.5, 0.5, -0.5, 0.0))
-    # a group of one under std normalisation gives 0.0, not torch's NaN
-    data = convert(make_args(n_samples_per_prompt=2), samples)
-    assert data["rewards"][-4:] == [0.0] * 4
+    with pytest.raises(ValueError, match=r"group_index: no sample carries one, and 5 samples are not whole blocks "
+                                         r"of n_samples_per_prompt=2 \(the last group would have 1\)"):
+        convert(make_args(n_samples_per_prompt=2), samples)
+    mixed = batch()
+    mixed[4].group_index = None
+    with pytest.raises(ValueError, match="group_index: 1 of 5 samples carry none while the others do"):
+        convert(make_args(), mixed)
 
 
 def test_groups_need_not_be_contiguous():
