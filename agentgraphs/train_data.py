@@ -60,7 +60,7 @@ Failed trajectories
 Output keys
     v0.2.x: tokens, response_lengths, rewards (normalised), raw_reward (the trajectory's raw reward,
     unsplit), truncated, sample_indices (the trajectory's sample.index), loss_masks, and
-    rollout_log_probs when every sequence has them. One entry per sequence.
+    rollout_log_probs when every sequence has them (some without: ValueError). One entry per sequence.
     slime >= 0.3 (samples have `rollout_id` or `group_id`, or slime_version [agentgraph_slime_version] >= "0.3")
     ALSO: rollout_ids + rollout_mask_sums (v0.3.1+) and group_ids + group_mask_sums (v0.3.0's names
     for the same thing; each version copies only the keys it knows). Every sequence of a trajectory
@@ -273,7 +273,14 @@ def to_train_data(samples: Sequence[Any], settings: TrainDataSettings) -> dict[s
         data["agentgraph_offpolicy_masked_trajectories"] = masked_after
     if aborted:
         data["agentgraph_aborted_trajectories"] = aborted
-    if all(lp is not None for lp in log_probs):
+    missing = [row for row, lp in enumerate(log_probs) if lp is None]
+    if missing and len(missing) < len(log_probs):  # slime forwards them all or none (it reads the first sample)
+        pos = owner[missing[0]]
+        raise ValueError(f"sample {sample_name(pos, samples[pos])}: a sequence without rollout_log_probs in a batch "
+                         f"whose other sequences carry them ({len(missing)} of {len(log_probs)} lack them): training "
+                         "would either drop every sequence's or read None; make every sample with "
+                         "rl_bridge.generate (which records them all), or none with them")
+    if not missing:
         data["rollout_log_probs"] = log_probs
 
     if _is_v03(settings, samples):

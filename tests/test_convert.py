@@ -235,9 +235,18 @@ def test_plain_sample_is_one_sequence_and_mask_none_means_all_ones():
 
 
 def test_rollout_log_probs_only_when_every_sequence_has_them():
+    """All or none, as slime forwards them: none -> no key; some without -> refused (they were all dropped
+    without a word, so a run asking for rollout log-probs trained on recomputed ones)."""
+    samples = batch()
+    for sample in samples:
+        for seq_ in sample.train_metadata["turns"]:
+            seq_["rollout_log_probs"] = None
+    assert "rollout_log_probs" not in convert(make_args(), samples)
     samples = batch()
     samples[2].train_metadata["turns"][1]["rollout_log_probs"] = None
-    assert "rollout_log_probs" not in convert(make_args(), samples)
+    with pytest.raises(ValueError, match=r"a sequence without rollout_log_probs in a batch whose other sequences "
+                                         r"carry them \(1 of 12 lack them\)"):
+        convert(make_args(), samples)
 
 
 def test_trajectory_without_sequences_still_counts_in_its_group():
