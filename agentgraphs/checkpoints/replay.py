@@ -596,4 +596,15 @@ def fork(path: str | Path, thread_id: str, checkpoint: str | int | None, values:
 
 
 def _require_db(path: str | Path) -> None:
-    _open_readonly(path).close()
+    """`path` is a checkpoints database: a file holding LangGraph's checkpoints table. Checked read-only, so an
+    empty or foreign SQLite file is refused, never given checkpoint tables by the saver that opens it next."""
+    conn = _open_readonly(path)
+    try:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise CheckpointError(f"{path}: not a checkpoints database ({exc})") from None
+    finally:
+        conn.close()
+    if found is None:
+        raise CheckpointError(f"{path}: not a checkpoints database (no checkpoints table): pass the file given to "
+                              "--checkpoints / --db")

@@ -246,3 +246,27 @@ def test_a_thread_that_is_not_in_the_database_is_named_as_such(rows_file: Path, 
         assert "--agent" not in said
     result = runner.invoke(app, ["replay", str(db), typo])
     assert result.exit_code == 2 and "no thread" in result.output, result.output
+
+
+def test_an_empty_or_foreign_sqlite_file_is_refused_and_left_as_it_was(tmp_path: Path, tiny_engine: Any) -> None:
+    """replay / fork / history on an empty file or another program's SQLite database opened LangGraph's saver
+    on it, which created checkpoint tables in that file before failing to find the thread; now refused
+    read-only, naming the file, and the file is byte for byte as it was."""
+    import sqlite3
+
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    foreign = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users (name) VALUES ('ada')")
+    for db in (empty, foreign):
+        before = db.read_bytes()
+        for call in (lambda: replay(db, "t0", 0, engine=tiny_engine), lambda: history(db, "t0"),
+                     lambda: fork(db, "t0", 0, {"question": "x"}, engine=tiny_engine)):
+            with pytest.raises(CheckpointError, match="not a checkpoints database"):
+                call()
+        assert db.read_bytes() == before, db
+        result = runner.invoke(app, ["replay", str(db), "t0"])
+        said = " ".join(result.output.split())  # the console wraps at its width
+        assert result.exit_code == 2 and "not a checkpoints database" in said, result.output
