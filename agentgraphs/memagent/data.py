@@ -223,7 +223,20 @@ def read_memagent_rows(path: StrPath, fmt: Format = "auto") -> Iterator[MemAgent
         raise ValueError(f"fmt must be 'auto', 'ruler' or 'hotpotqa', not {fmt!r}")
     for obj, where in _iter_objects(path):
         is_hotpot = fmt == "hotpotqa" or (fmt == "auto" and isinstance(obj, Mapping) and "reward_model" in obj)
+        if fmt == "auto" and not is_hotpot:
+            _refuse_neither_format(obj, where)
         yield row_from_hotpotqa(obj, where) if is_hotpot else row_from_ruler(obj, where)
+
+
+def _refuse_neither_format(obj: Any, where: str) -> None:
+    """Under ``auto``, a row with neither RULER's question key (``input``) nor HotpotQA's ``reward_model`` (a
+    misspelled key, another dataset): say which keys each format wants, not only that ``input`` is missing."""
+    if isinstance(obj, Mapping) and "input" not in obj:
+        keys = ", ".join(sorted(map(str, obj))[:12]) or "none"
+        raise InputError("input / reward_model", f"{where}: the row is neither format: a RULER-HQA row has "
+                         f"'input', 'context' and 'answers', a HotpotQA row 'prompt', 'context' and 'reward_model'; "
+                         f"its keys: {keys}", "rename its keys to one of the two formats, or name the format "
+                         "(fmt='ruler' / 'hotpotqa') to see every field it lacks")
 
 
 def to_slime_row(row: MemAgentRow) -> SlimeRow:

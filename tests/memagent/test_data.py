@@ -77,6 +77,21 @@ def test_auto_format_per_row(tmp_path: Path) -> None:
         list(read_memagent_rows(tmp_path / "mixed.jsonl", fmt="parquet"))  # type: ignore[arg-type]
 
 
+def test_auto_format_names_both_formats_for_a_row_of_neither(tmp_path: Path) -> None:
+    """A HotpotQA row whose reward_model key is misspelled was read as RULER and refused as a missing 'input',
+    which sent the user to the wrong format; it now names both formats' keys and the row's own."""
+    misspelled = {k if k != "reward_model" else "reward_modle": v for k, v in HOTPOT_ROW.items()}
+    path = _jsonl(tmp_path / "mixed.jsonl", [RULER_ROW, misspelled])
+    with pytest.raises(InputError) as info:
+        list(read_memagent_rows(path))
+    said = str(info.value)
+    assert info.value.field == "input / reward_model" and "mixed.jsonl:2" in said, said
+    assert "a HotpotQA row 'prompt', 'context' and 'reward_model'" in said and "reward_modle" in said, said
+    with pytest.raises(InputError) as named:  # the format named: its own field-by-field refusal
+        list(read_memagent_rows(_jsonl(tmp_path / "hotpot.jsonl", [misspelled]), fmt="hotpotqa"))
+    assert named.value.field == "reward_model.ground_truth"
+
+
 def test_slime_row_and_write_jsonl_round_trip(tmp_path: Path) -> None:
     row = row_from_ruler(RULER_ROW)
     slime = to_slime_row(row)
