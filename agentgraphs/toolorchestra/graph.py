@@ -42,7 +42,8 @@ from ..node import call_llm
 from ..toolcalls import split_reasoning
 from .coderun import extract_code, run_expert_code
 from .notes import Note, render_context
-from .options import TOOLS, Step, ToolOrchestraOptions, ToolOrchestraState, max_turns, row_experts
+from .options import (TOOLS, Step, ToolOrchestraOptions, ToolOrchestraState, max_turns, orchestrator_turn_tokens,
+                      row_experts)
 from .parsing import parse_choice
 from .prompts import ANSWER_EXPERT, CODE_EXPERT, ORCHESTRATOR_USER, SEARCH_EXPERT, tool_schemas
 from .search import search_documents
@@ -71,7 +72,7 @@ async def orchestrator(state: ToolOrchestraState, runtime: Runtime[AgentContext]
     # a seed row's own tool list goes to the chat template as the seed gives it (none when it is empty)
     tools = (row["tools"] or None) if row is not None else tool_schemas(experts)
     out = await call_llm(state, runtime, node="orchestrator", messages=_orchestrator_messages(state, ctx, opts, tools),
-                         tools=tools, max_new_tokens=opts.orchestrator_max_new_tokens)
+                         tools=tools, max_new_tokens=opts.orchestrator_max_new_tokens or _turn_tokens(ctx, opts))
     choice = parse_choice(out.text, experts)
     step = Step(tool=choice.tool, model=choice.model, ok=choice.ok,
                 orchestrator_input_tokens=len(out.turn["prompt_ids"]),
@@ -102,15 +103,15 @@ def _orchestrator_messages(state: ToolOrchestraState, ctx: AgentContext, opts: T
     message with the context rebuilt from the notes."""
     if opts.tool_protocol == "seed":
         count = partial(count_tokens, ctx.tokenizer)
-        # the turn's max_new_tokens as call_llm will ask it: the option, under the cap the run set (slime's
-        # --rollout-max-response-len, which is the seed's max_new_tokens: orchestra_solver.py:364)
-        asked = opts.orchestrator_max_new_tokens
-        max_new = min(asked, ctx.sampling.max_new_tokens) if ctx.max_new_tokens_cap else asked
         messages = orchestrator_messages(state["problem"], state.get("history") or [])
-        return fit_messages(messages, str(tools) if tools else "", max_new, count)  # the list's repr: the seed's
+        # the budget is cut by the turn's max_new_tokens as call_llm asks it (orchestra_solver.py:364-367)
+        return fit_messages(messages, str(tools) if tools else "", _turn_tokens(ctx, opts), count)  # the list's repr
     context = _context_text(ctx, opts, state.get("notes") or [])
     return [{"role": "user", "content": ORCHESTRATOR_USER.format(problem=state["problem"], context=context)}]
 
+
+def _turn_tokens(ctx: AgentContext, opts: ToolOrchestraOptions) -> int:
+    return orchestrator_turn_tokens(opts, ctx.sampling.max_new_tokens, bool(ctx.max_new_tokens_cap))
 
 
 def _check_experts(ctx: AgentContext, experts: Mapping[str, list[str]]) -> None:

@@ -16,8 +16,9 @@ from ..spec import MethodOptions, judge_option
 from ..trace import RewardSplit
 from .notes import Note
 
-__all__ = ["TOOLS", "VARIANTS", "Experts", "Price", "Step", "ToolOrchestraOptions", "ToolOrchestraState",
-           "expert_names", "feature_names", "max_turns", "named_engines", "row_experts", "unknown_features"]
+__all__ = ["SEED_TURN_MAX_NEW_TOKENS", "TOOLS", "VARIANTS", "Experts", "Price", "Step", "ToolOrchestraOptions",
+           "ToolOrchestraState", "expert_names", "feature_names", "max_turns", "named_engines",
+           "orchestrator_turn_tokens", "row_experts", "unknown_features"]
 
 TOOLS = ("search", "enhance_reasoning", "answer")
 
@@ -34,12 +35,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
              "cost_counts_orchestrator": True, "train_unanswered": False, "group_std": "population",
              "drop_group_at_min_std": True, "retrieval_topk": 5, "document_max_chars": 500,
              "answer_failure": "error_text", "expert_circuit_breaker": 2, "tool_protocol": "seed",
-             "expert_max_new_tokens": 8192, "expert_temperature": 0.7},
+             "expert_max_new_tokens": 8192, "expert_temperature": 0.7, "orchestrator_max_new_tokens": None},
     "original": {"max_turns": 30, "eval_max_turns": 50, "invalid_call": "continue", "correctness": "exact",
                  "cost_counts_orchestrator": False, "train_unanswered": True, "group_std": "sample",
                  "drop_group_at_min_std": False, "retrieval_topk": 30, "document_max_chars": 4000,
                  "answer_failure": "empty", "expert_circuit_breaker": None, "tool_protocol": "original",
-                 "expert_max_new_tokens": 2048, "expert_temperature": None},
+                 "expert_max_new_tokens": 2048, "expert_temperature": None, "orchestrator_max_new_tokens": 2048},
 }
 
 
@@ -72,7 +73,10 @@ class ToolOrchestraOptions(MethodOptions):
         "an earlier-attempt note and the loop goes on (original)")
     context_max_tokens: int = Field(6000, ge=1, description="budget of the context rebuilt in each prompt "
                                     "(tool_protocol original)")
-    orchestrator_max_new_tokens: int = Field(2048, ge=1, description="cap of each orchestrator turn")
+    orchestrator_max_new_tokens: Optional[int] = Field(
+        None, ge=1, description="cap of each orchestrator turn, under the run's cap (original 2048); null (seed): "
+        "the run's cap itself, slime's --rollout-max-response-len, as the seed's turn (orchestra_solver.py:362-364), "
+        "else SEED_TURN_MAX_NEW_TOKENS (16384, train_orchestra.sh:72) when the run sets none")
     tool_protocol: Literal["seed", "original"] = Field(
         "seed", description="how the QA tools run (seed_tools.py). seed: as orchestra_solver.py:502-640 -- the "
         "orchestrator keeps one conversation (the seed's system prompt, the problem, then each turn and its tool's "
@@ -215,6 +219,26 @@ class ToolOrchestraState(TraceState):
 def max_turns(opts: ToolOrchestraOptions, evaluation: bool) -> int | None:
     """The turn cap of this run (None: no cap)."""
     return opts.eval_max_turns if evaluation else opts.max_turns
+
+
+SEED_TURN_MAX_NEW_TOKENS = 16384  # the seed's --rollout-max-response-len (train_orchestra.sh:72)
+
+
+def orchestrator_turn_tokens(opts: ToolOrchestraOptions, run_max_new_tokens: int, capped: bool) -> int:
+    """The max_new_tokens of each orchestrator turn. The option under the run's cap (`capped`: the run set
+    `run_max_new_tokens`, slime's --rollout-max-response-len); null (the seed): the run's cap itself, as the
+    seed sends slime's sampling params unchanged (orchestra_solver.py:362-364), else the seed's 16384.
+
+    >>> seed, original = ToolOrchestraOptions(), ToolOrchestraOptions(variant="original")
+    >>> [orchestrator_turn_tokens(seed, 4096, True), orchestrator_turn_tokens(seed, 1024, False)]
+    [4096, 16384]
+    >>> [orchestrator_turn_tokens(original, 16384, True), orchestrator_turn_tokens(original, 1024, True)]
+    [2048, 1024]
+    """
+    asked = opts.orchestrator_max_new_tokens
+    if asked is None:
+        return run_max_new_tokens if capped else SEED_TURN_MAX_NEW_TOKENS
+    return min(asked, run_max_new_tokens) if capped else asked
 
 
 def row_experts(row: Mapping[str, Any]) -> Experts:

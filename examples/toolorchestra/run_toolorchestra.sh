@@ -100,7 +100,7 @@ ROLLOUT_ARGS=(
    --num-epoch 2
    --rollout-batch-size 32
    --n-samples-per-prompt 8
-   --rollout-max-response-len 16384  # per orchestrator turn (Qwen3 thinks first); orchestrator_max_new_tokens too
+   --rollout-max-response-len 16384  # per orchestrator turn (Qwen3 thinks first); the seed variant uses all of it
    --rollout-temperature 0.7
    # rows, not trajectories: every orchestrator turn is its own training row (per_turn)
    --global-batch-size 128

@@ -84,6 +84,7 @@ def test_launch_script_trains_with_the_seeds_hyperparameters() -> None:
     eps-clip 0.2 / 0.3 (:110-116), adam lr 1e-6 constant, weight decay 0.1, betas 0.9 / 0.98 (:121-126).
     The script had temperature 1.0, global batch 256, eps-clip-high 0.28, weight decay 0.01, 2048-token turns
     and a fixed 200 rollouts."""
+    from agentgraphs.toolorchestra.options import orchestrator_turn_tokens
     from tests.launch_flags import assert_seed_flags
 
     seed = {"--num-epoch": "2", "--rollout-batch-size": "32", "--n-samples-per-prompt": "8",
@@ -95,7 +96,8 @@ def test_launch_script_trains_with_the_seeds_hyperparameters() -> None:
     assert_seed_flags(EXAMPLE / "run_toolorchestra.sh", seed)
     cfg = yaml.safe_load((EXAMPLE / "toolorchestra.yaml").read_text(encoding="utf-8"))
     opts = load_spec(cfg["agentgraph"]).resolve_options(cfg["agentgraph_options"])
-    assert opts.orchestrator_max_new_tokens == 16384  # the graph's own cap of a turn does not cut it lower
+    # the graph's own cap of a turn does not cut it lower than the run's 16384
+    assert orchestrator_turn_tokens(opts, 16384, capped=True) == 16384
 
 
 def test_agentgraphs_run_toolorchestra_with_helpers(tmp_path: Path, agentgraphs_cache: Path) -> None:
