@@ -35,12 +35,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
              "cost_counts_orchestrator": True, "train_unanswered": False, "group_std": "population",
              "drop_group_at_min_std": True, "retrieval_topk": 5, "document_max_chars": 500,
              "answer_failure": "error_text", "expert_circuit_breaker": 2, "tool_protocol": "seed",
-             "expert_max_new_tokens": 8192, "expert_temperature": 0.7, "orchestrator_max_new_tokens": None},
+             "expert_max_new_tokens": 8192, "expert_temperature": 0.7, "orchestrator_max_new_tokens": None,
+             "unanswered_reward": "transcript"},
     "original": {"max_turns": 30, "eval_max_turns": 50, "invalid_call": "continue", "correctness": "exact",
                  "cost_counts_orchestrator": False, "train_unanswered": True, "group_std": "sample",
                  "drop_group_at_min_std": False, "retrieval_topk": 30, "document_max_chars": 4000,
                  "answer_failure": "empty", "expert_circuit_breaker": None, "tool_protocol": "original",
-                 "expert_max_new_tokens": 2048, "expert_temperature": None, "orchestrator_max_new_tokens": 2048},
+                 "expert_max_new_tokens": 2048, "expert_temperature": None, "orchestrator_max_new_tokens": 2048,
+                 "unanswered_reward": "zero"},
 }
 
 
@@ -115,6 +117,12 @@ class ToolOrchestraOptions(MethodOptions):
     orchestrator_price: Optional[Price] = Field(
         None, description="USD per million orchestrator tokens (one price or [input, output]); null: the "
         "cheapest expert's price, as the seed does")
+    unanswered_reward: Literal["transcript", "zero"] = Field(
+        "transcript", description="the correctness of a rollout that ended with an empty answer (out of turns, a "
+        "format-invalid call, an empty expert answer): the seed scores its transcript instead (the turns without "
+        "their reasoning and the tools' results, seed_tools.seed_transcript) by the `correctness` rule, then the "
+        "judge (reward.py:386, orchestra_solver.py:729-758); zero (original): 0. It still never trains "
+        "(`train_unanswered`), but its score counts in its group's statistics")
     reward_shaping: Literal["cost_aware", "none"] = Field(
         "cost_aware", description="ToolOrchestra's group reward in the converter; none: plain GRPO")
     preference: dict[str, float] = Field(

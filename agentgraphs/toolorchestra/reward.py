@@ -33,7 +33,8 @@ from .options import TOOLS, Price, ToolOrchestraOptions, expert_names
 from .prompts import JUDGE
 from .seed_rows import seed_cost
 
-__all__ = ["contains_match", "correct", "features", "metrics", "reward", "reward_shaping", "seed_normalise"]
+__all__ = ["contains_match", "correct", "features", "metrics", "reward", "reward_shaping", "scored_text",
+           "seed_normalise"]
 
 _NOT_WORD = re.compile(r"[^\w\s]")
 _SPACES = re.compile(r"\s+")
@@ -84,17 +85,32 @@ def correct(answer: str, golds: list[str], rule: str) -> bool:
 async def reward(rin: RewardInput, ctx: AgentContext | None) -> float:
     """1.0 when the answer matches a gold by the `correctness` rule, else the judge's yes/no when the `judge`
     option names an engine (ConfigError when the context has none of that name), else 0.0. No answer (turns
-    used up, a format-invalid call) is 0.0."""
+    used up, a format-invalid call) is 0.0, unless `unanswered_reward: transcript` (the seed) scores the
+    rollout's transcript in its place (`scored_text`)."""
     golds = answers_of(rin["label"])
-    if not rin["answer"].strip():
-        return 0.0
     options = resolved_options(rin)
-    if correct(rin["answer"], golds, options.correctness):
+    said = scored_text(rin, options)
+    if not said.strip():
+        return 0.0
+    if correct(said, golds, options.correctness):
         return 1.0
     judge = judge_engine(ctx, options.judge)
     if ctx is None or judge is None:
         return 0.0
-    return 1.0 if await _judge(ctx, judge, rin, golds) else 0.0
+    return 1.0 if await _judge(ctx, judge, rin, golds, said) else 0.0
+
+
+def scored_text(rin: RewardInput, options: ToolOrchestraOptions) -> str:
+    """What the correctness rule reads: the answer; an empty one under `unanswered_reward: transcript` (the
+    seed, reward.py:386) is the rollout's transcript, which its summary carries as `seed_transcript`.
+
+    >>> rin = {"answer": "", "trace_summary": {"seed_transcript": "=== Turn 0 ..."}}
+    >>> scored_text(rin, ToolOrchestraOptions()), scored_text(rin, ToolOrchestraOptions(variant="original"))
+    ('=== Turn 0 ...', '')
+    """
+    if rin["answer"] == "" and options.unanswered_reward == "transcript":
+        return str((rin.get("trace_summary") or {}).get("seed_transcript") or "")
+    return rin["answer"]
 
 
 def resolved_options(rin: RewardInput) -> ToolOrchestraOptions:
@@ -107,9 +123,9 @@ def resolved_options(rin: RewardInput) -> ToolOrchestraOptions:
     return reward_options(rin, ToolOrchestraOptions, "toolorchestra")
 
 
-async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str]) -> bool:
+async def _judge(ctx: AgentContext, name: str, rin: RewardInput, golds: list[str], said: str) -> bool:
     problem = question_of(rin["prompt"])
-    prompt = JUDGE.format(problem=problem, reference=" / ".join(golds), answer=rin["answer"])
+    prompt = JUDGE.format(problem=problem, reference=" / ".join(golds), answer=said)
     out = await ask_judge(ctx, name, prompt, max_new_tokens=JUDGE_MAX_NEW_TOKENS)
     verdict = judge_verdict(out.text)
     if verdict is None:

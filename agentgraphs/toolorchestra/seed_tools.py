@@ -20,7 +20,7 @@ from .prompts import (SEED_ANSWER_SUFFIX, SEED_DOCUMENT, SEED_NO_DOCUMENTS, SEED
 
 __all__ = ["QUERY_FALLBACK_CHARS", "SEED_CONTEXT_LENGTH", "answer_prompt", "drop_middle_messages", "extract_answer",
            "extract_query", "fit_messages", "format_documents", "message_budget", "orchestrator_messages",
-           "reasoning_prompt", "search_prompt"]
+           "reasoning_prompt", "search_prompt", "seed_transcript"]
 
 QUERY_FALLBACK_CHARS = 200  # orchestra_solver.py:594: the query when the expert wrote none
 _MIN_QUERY_CHARS = 3  # orchestra_solver.py:614: a shorter <query> is no query
@@ -228,3 +228,49 @@ def _tagged_answer(reply: str) -> str:
         if answer:
             return answer
     return ""
+
+
+_THINK_AND_SPACE = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_SHOWN_WHEN_ONLY_THOUGHT = 300  # orchestra_solver.py:41: a turn with nothing but reasoning shows its start
+
+
+def _turn_display(text: str) -> str:
+    # every closed <think> block goes with the whitespace after it; a turn left blank shows its raw start
+    shown = _THINK_AND_SPACE.sub("", text).strip()
+    return shown or text[:_SHOWN_WHEN_ONLY_THOUGHT]
+
+
+def seed_transcript(history: Sequence[Mapping[str, str]], steps: Sequence[Mapping[str, Any]]) -> str:
+    """The text the seed keeps as an unanswered rollout's `response` and scores in place of its empty answer
+    (orchestra_solver.py:729-758 builds it, reward.py:386 reads it): per orchestrator turn a `=== Turn N
+    [Orchestrator] ===` header over the turn's text without its reasoning, then, when its tool returned text,
+    a `--- Tool/Env Result [tool(expert)] ---` header over that text; blocks joined by blank lines. `history` is
+    the orchestrator's conversation after its first two messages (assistant turns and tool results), `steps`
+    the turns' tool and expert.
+
+    >>> history = [{"role": "assistant", "content": "<think>look</think>\\n<tool_call>s</tool_call><|im_end|>"},
+    ...            {"role": "tool", "name": "search", "content": "[Doc 1] (score=1.0000)\\nParis"},
+    ...            {"role": "assistant", "content": "<think>only thinking"}]
+    >>> print(seed_transcript(history, [{"tool": "search", "model": "search-1"}, {"tool": "", "model": ""}]))
+    === Turn 0 [Orchestrator] ===
+    <tool_call>s</tool_call><|im_end|>
+    <BLANKLINE>
+    --- Tool/Env Result [search(search-1)] ---
+    [Doc 1] (score=1.0000)
+    Paris
+    <BLANKLINE>
+    === Turn 1 [Orchestrator] ===
+    <think>only thinking
+    """
+    blocks: list[str] = []
+    turn = -1
+    for message in history:
+        content = message.get("content") or ""
+        if message.get("role") == "assistant":
+            turn += 1
+            blocks.append(f"=== Turn {turn} [Orchestrator] ===\n{_turn_display(content)}")
+        elif content and 0 <= turn < len(steps):
+            step = steps[turn]
+            label = f"{step['tool']}({step['model']})" if step.get("model") else str(step.get("tool") or None)
+            blocks.append(f"--- Tool/Env Result [{label}] ---\n{content}")
+    return "\n\n".join(blocks)

@@ -13,6 +13,7 @@ from .graph import build_graph
 from .options import TOOLS, ToolOrchestraOptions, named_engines
 from .reward import metrics, reward, reward_shaping
 from .seed_rows import row_engines, seed_row
+from .seed_tools import seed_transcript
 
 
 def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, Any]:
@@ -72,6 +73,9 @@ def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     if seed is not None:  # what the seed's cost reads (reward.features)
         row["seed_pricing"] = {k: seed[k] for k in ("model_mapping", "tool_pricing", "trained_model_type")
                                if k in seed}
+    if state.get("answer", "") == "" and state.get("history") is not None:
+        # tool_protocol seed: the text the seed scores in place of an empty answer (reward.scored_text)
+        row["seed_transcript"] = seed_transcript(state["history"], steps)
     return {**row,
         "orchestrator_turns": len(steps),
         "format_invalid_turns": sum(1 for s in steps if not s["ok"] and not s.get("model")),

@@ -67,3 +67,72 @@ def test_the_original_and_an_explicit_option_keep_their_own_cap_under_the_runs(s
         asked, _ = orchestrator_asks(scorer, SamplingParams(temperature=1.0, max_new_tokens=1000),
                                      orchestrator_max_new_tokens=5000)
     assert asked == [1000]
+
+
+class Retrieval:
+    """`ctx.tools["retrieval"]`: one passage that names the gold."""
+
+    async def search(self, query: str, topk: int = 3, **_: Any) -> list[dict[str, Any]]:
+        return [{"document": {"id": "1", "contents": "It was set by Ilse Marrow of Vienna, Austria."}, "score": 2.0}]
+
+
+def unanswered(scorer: HFEngine, label: str, **options: Any) -> Any:
+    """A search, then a turn with no tool call: the episode ends unanswered (invalid_call end, the seed)."""
+    policy = ScriptedPolicy(scorer, [call("search", "answerer"), "<think>done</think>\nNo tool."], name="orchestrator")
+    expert = ScriptedPolicy(scorer, ["<query>who set the code</query>"], name="answerer")
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer, engines={"answerer": expert},
+                       tools={"retrieval": Retrieval()}, sampling=SamplingParams(temperature=1.0, max_new_tokens=4096))
+    rollout = asyncio.run(run_rollout(SPEC, rollout_input("Who set the code?", label, {}, 0), ctx,
+                                      options={"experts": EXPERTS, **options}))
+    assert rollout.status == "completed" and rollout.answer == "" and not rollout.summary["answered"], rollout.reason
+    return rollout
+
+
+# the seed's response text of that rollout (orchestra_solver.py:729-758), written out
+TRANSCRIPT = ('=== Turn 0 [Orchestrator] ===\n<tool_call>\n{"name": "search", "arguments": {"model": "answerer"}}\n'
+              '</tool_call><|im_end|>\n\n--- Tool/Env Result [search(answerer)] ---\n[Doc 1] (score=2.0000)\n'
+              'It was set by Ilse Marrow of Vienna, Austria.\n\n=== Turn 1 [Orchestrator] ===\nNo tool.<|im_end|>')
+
+
+def test_an_unanswered_seed_rollout_is_scored_on_its_transcript(scorer: HFEngine) -> None:
+    """The seed scores `metadata.final_output or sample.response` (reward.py:386): a rollout without an answer
+    is scored on the transcript its solver wrote as the response, tools' results included, so a gold of more
+    than 3 words that a retrieved document holds scores 1.0. It still never trains (custom_convert.py:234-238
+    masks it), but that score is in its group's mean and std, which every other rollout's value is cut from."""
+    rollout = unanswered(scorer, "Ilse Marrow of Vienna Austria")
+    assert rollout.summary["seed_transcript"] == TRANSCRIPT
+    assert rollout.reward == 1.0
+    # a gold of at most 3 words in a transcript over 10 times as long is wrong by the same rule
+    assert unanswered(scorer, "Ilse Marrow").reward == 0.0
+    # the original scores no answer 0
+    assert unanswered(scorer, "Ilse Marrow of Vienna Austria", variant="original", tool_protocol="seed",
+                      invalid_call="end").reward == 0.0
+    assert unanswered(scorer, "Ilse Marrow of Vienna Austria", unanswered_reward="zero").reward == 0.0
+
+
+def test_its_score_moves_its_groups_statistics_as_in_the_seed(scorer: HFEngine) -> None:
+    """A group of two: one rollout answers right at once, the other never answers but its transcript holds the
+    gold. The seed scores both 1 (accuracy weighted alone: min == max, no spread), so the group's std is 0 and
+    nothing trains (custom_convert.py:95-111, 141); scored 0, the answered rollout would train with +1."""
+    from types import SimpleNamespace
+
+    from agentgraphs.records import sample_fields
+    from agentgraphs.testing.slime_sample import Sample
+    from rl_bridge.convert import convert
+
+    gold = "Ilse Marrow of Vienna Austria"
+    policy = ScriptedPolicy(scorer, [call("answer", "answerer")], name="orchestrator")
+    expert = ScriptedPolicy(scorer, [f"<answer>{gold}</answer>"], name="answerer")
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer, engines={"answerer": expert},
+                       sampling=SamplingParams(temperature=1.0, max_new_tokens=4096))
+    answered = asyncio.run(run_rollout(SPEC, rollout_input("Who set the code?", gold, {}, 0), ctx,
+                                       options={"experts": EXPERTS}))
+    samples = []
+    for i, rollout in enumerate([answered, unanswered(scorer, gold)]):
+        fields = sample_fields(rollout, SPEC)
+        samples.append(Sample(group_index=0, index=i, reward=fields["reward"], status=Sample.Status.COMPLETED,
+                              train_metadata=fields["train_metadata"]))
+    assert [s.reward for s in samples] == [1.0, 1.0]
+    data = convert(SimpleNamespace(advantage_estimator="grpo", n_samples_per_prompt=2), samples)
+    assert data["sample_indices"] == [0, 1, 1]  # every orchestrator turn is a row
+    assert data["rewards"] == [0.0, 0.0, 0.0] and not any(any(m) for m in data["loss_masks"])
