@@ -22,7 +22,9 @@ def make_input(row: RolloutInput, options: ToolOrchestraOptions) -> dict[str, An
     searches are filtered to (`search`), and a seed field the graph cannot honour refuses the row (InputError:
     `data.row_preference`)."""
     metadata = row.get("metadata") or {}
-    state: dict[str, Any] = {"problem": question_input(row), "turns": [], "notes": [], "steps": []}
+    # the seed writes the problem into its prompts as the row gives it, surrounding whitespace and all (rollout.py:60)
+    problem = question_input(row, strip=options.tool_protocol != "seed")
+    state: dict[str, Any] = {"problem": problem, "turns": [], "notes": [], "steps": []}
     preference = row_preference(metadata, options)
     if preference is not None:
         state["preference"] = preference

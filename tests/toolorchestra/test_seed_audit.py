@@ -136,3 +136,27 @@ def test_its_score_moves_its_groups_statistics_as_in_the_seed(scorer: HFEngine) 
     data = convert(SimpleNamespace(advantage_estimator="grpo", n_samples_per_prompt=2), samples)
     assert data["sample_indices"] == [0, 1, 1]  # every orchestrator turn is a row
     assert data["rewards"] == [0.0, 0.0, 0.0] and not any(any(m) for m in data["loss_masks"])
+
+
+def test_a_problem_with_surrounding_whitespace_is_written_into_the_prompts_as_the_row_gives_it(
+        scorer: HFEngine) -> None:
+    """The seed formats `str(sample.prompt)` as it is (rollout.py:60, prompt_builder.py:106; 17 of the 200 QA rows
+    of its data/eval_combined.jsonl end in spaces or a newline): the orchestrator's user message and the
+    experts' prompts keep that whitespace, so the trained prompt ids are the seed's."""
+    from agentgraphs.toolorchestra.prompts import tool_schemas
+
+    problem = "  Who set the code?   \n"
+    policy = ScriptedPolicy(scorer, [call("answer", "answerer")], name="orchestrator")
+    expert = ScriptedPolicy(scorer, ["<answer>Ilse</answer>"], name="answerer")
+    ctx = AgentContext(policy=policy, tokenizer=scorer.tokenizer, engines={"answerer": expert},
+                       sampling=SamplingParams(temperature=1.0, max_new_tokens=4096))
+    rollout = asyncio.run(run_rollout(SPEC, rollout_input(problem, "Ilse", {}, 0), ctx, options={"experts": EXPERTS}))
+    assert rollout.status == "completed" and rollout.reward == 1.0, rollout.reason
+    messages = [{"role": "system", "content": "You are an orchestrator. You must ALWAYS call the appropriate tool to "
+                 "handle user requests. Never answer directly without using a tool."},
+                {"role": "user", "content": "Problem:   Who set the code?   \n\n\nChoose an appropriate tool."}]
+    assert policy.calls[0].prompt_text == scorer.tokenizer.apply_chat_template(
+        messages, tools=tool_schemas(EXPERTS), tokenize=False, add_generation_prompt=True)
+    # the answer expert gets the bare problem as given (no context parts yet) and the seed's ask after it
+    asked = "<|im_start|>user\n  Who set the code?   \n\n\nBased on all the information above"
+    assert asked in expert.calls[0].prompt_text
