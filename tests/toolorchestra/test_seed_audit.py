@@ -160,3 +160,16 @@ def test_a_problem_with_surrounding_whitespace_is_written_into_the_prompts_as_th
     # the answer expert gets the bare problem as given (no context parts yet) and the seed's ask after it
     asked = "<|im_start|>user\n  Who set the code?   \n\n\nBased on all the information above"
     assert asked in expert.calls[0].prompt_text
+
+
+def test_slimes_reward_hook_scores_the_transcript_too(scorer: HFEngine) -> None:
+    """rl_bridge.reward_func rescores from the Sample rl_bridge.generate filled: the transcript rides in its
+    metadata's trace_summary, so slime's path gives the score run_rollout gives."""
+    from agentgraphs.records import reward_input_of_sample, sample_fields
+    from agentgraphs.testing.slime_sample import Sample
+    from agentgraphs.toolorchestra.reward import reward
+
+    rollout = unanswered(scorer, "Ilse Marrow of Vienna Austria")
+    fields = sample_fields(rollout, SPEC)
+    sample = Sample(prompt="Who set the code?", label="Ilse Marrow of Vienna Austria", metadata=fields["metadata"])
+    assert asyncio.run(reward(reward_input_of_sample(sample), None)) == 1.0
