@@ -173,3 +173,14 @@ def test_slimes_reward_hook_scores_the_transcript_too(scorer: HFEngine) -> None:
     fields = sample_fields(rollout, SPEC)
     sample = Sample(prompt="Who set the code?", label="Ilse Marrow of Vienna Austria", metadata=fields["metadata"])
     assert asyncio.run(reward(reward_input_of_sample(sample), None)) == 1.0
+
+
+def test_the_example_config_fails_a_rollout_past_the_seeds_360_seconds() -> None:
+    """The seed waits 360 s for a rollout, then marks it FAILED (rollout.py:26, 77-80, 102-106), in evaluation
+    too (the same generate); the launch example for `variant: seed` sets the same deadline."""
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).parents[2] / "examples" / "toolorchestra" / "toolorchestra.yaml")
+                         .read_text(encoding="utf-8"))
+    assert cfg["agentgraph_options"].get("variant", "seed") == "seed"
+    assert (cfg["agentgraph_max_time_s"], cfg["agentgraph_eval_max_time_s"]) == (360, 360)
