@@ -2808,6 +2808,24 @@ def _run21s_plan(n: int, end: str, device_seconds: int, lr: float = 5e-5, rounds
     return section, published
 
 
+def _run32s_plan(n: int, end: str, *, when: str, card: str, calls: str, device_seconds: int
+                 ) -> tuple[str, dict[str, Any]]:
+    """Run n on run 32's plan (RL and its control at lr 1e-4 with the KL coefficient 0.01): its bench/README
+    section (up to `end`) checked as every run's is, its clock, card, calls and device time against its published
+    file. The section (whitespace folded) and the file."""
+    section = _bench_section(f"**Run {n}**", end)
+    published = json.loads((ROOT / "bench" / "results" / f"memagent_small_scale_run{n}.json").read_text())
+    _check_run_section(section, published)
+    rl, control = published["rl_stage"], published["rl_permuted_stage"]
+    assert {rl["args"]["lr"], control["args"]["lr"]} == {1e-4}
+    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {0.01}
+    assert published["when"] == f"{when} UTC (device clock)" and card in published["machine"]
+    assert f"({when} by the device's clock, one {card}, {calls} device calls" in section
+    assert published["device_seconds"] == device_seconds
+    assert f"{device_seconds:,} device-seconds with the machine's start" in section
+    return section, published
+
+
 def _published_runs() -> dict[int, dict[str, Any]]:
     """Every numbered run's results file in bench/results, by number, in order."""
     paths = {int(p.stem.removeprefix("memagent_small_scale_run")): p
@@ -4172,17 +4190,11 @@ def test_run_35s_section_shows_what_its_files_hold() -> None:
     probes, overshoots and stop, the calls, the arms' time and steps, the audits, the training rewards, the starts
     over the band before it, the flipped digits, the controls at KL 0.01) from the published file; its figures in
     the targets table, the example README, README and CHANGELOG; and what the runs from run 5 on say."""
-    section = _bench_section("**Run 35**", "**Run 36**")
-    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run35.json").read_text())
-    _check_run_section(section, published)
+    section, published = _run32s_plan(35, "**Run 36**", when="2026-12-05 21:51-22:10", card="H200", calls="two",
+                                      device_seconds=1301)
     train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
     every, earlier = _published_runs(), _evaluated_runs(5, 32)
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
-    assert {rl["args"]["lr"], control["args"]["lr"]} == {1e-4}
-    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {0.01}
-    assert published["when"] == "2026-12-05 21:51-22:10 UTC (device clock)" and "H200" in published["machine"]
-    assert "(2026-12-05 21:51-22:10 by the device's clock, one H200, two device calls" in section
-    assert published["device_seconds"] == 1301 and "1,301 device-seconds with the machine's start" in section
     (failure,) = published["failures"]
     assert "(21:33-21:46 UTC: 181, 90 and 15 device-seconds, 286 in all)" in failure and 181 + 90 + 15 == 286
     assert "three machine starts were refused first (286 device-seconds)" in section
@@ -4377,17 +4389,11 @@ def test_run_36s_section_shows_what_its_files_hold() -> None:
     rewards, the runs short of 15, the starts in the band, the flipped digits, the controls at KL 0.01) from the
     published file; its figures in the targets table, the example README, README and CHANGELOG; and what the runs
     from run 5 on say."""
-    section = _bench_section("**Run 36**", "**Run 37**")
-    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run36.json").read_text())
-    _check_run_section(section, published)
+    section, published = _run32s_plan(36, "**Run 37**", when="2026-12-06 00:31-00:59", card="H100", calls="three",
+                                      device_seconds=1677)
     train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
     every, earlier = _published_runs(), _evaluated_runs(5, 35)
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
-    assert {rl["args"]["lr"], control["args"]["lr"]} == {1e-4}
-    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {0.01}
-    assert published["when"] == "2026-12-06 00:31-00:59 UTC (device clock)" and "H100" in published["machine"]
-    assert "(2026-12-06 00:31-00:59 by the device's clock, one H100, three device calls" in section
-    assert published["device_seconds"] == 1677 and "1,677 device-seconds with the machine's start" in section
     assert published["failures"] == []
     changes = published["changes_from_run_35"]
     assert "The machine came at the first try, as an H100 (79.6 GiB), not an H200" in changes
@@ -4616,18 +4622,12 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
     training rewards, the runs whose RL met 15, the per-length gains, the start's flipped digits and length, the
     controls at KL 0.01 and 0.05) from the published file; its figures in the targets table, the example README,
     README and CHANGELOG; and what the runs from run 5 on say."""
-    section = _bench_section("**Run 37**", "## Fixes these benchmarks led to")
-    published = json.loads((ROOT / "bench" / "results" / "memagent_small_scale_run37.json").read_text())
-    _check_run_section(section, published)
+    section, published = _run32s_plan(37, "## Fixes these benchmarks led to", when="2026-12-06 03:46-04:14",
+                                      card="H200", calls="three", device_seconds=1784)
     train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
     everything = train + longer
     every, earlier = _published_runs(), _evaluated_runs(5, 36)
     rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
-    assert {rl["args"]["lr"], control["args"]["lr"]} == {1e-4}
-    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {0.01}
-    assert published["when"] == "2026-12-06 03:46-04:14 UTC (device clock)" and "H200" in published["machine"]
-    assert "(2026-12-06 03:46-04:14 by the device's clock, one H200, three device calls" in section
-    assert published["device_seconds"] == 1784 and "1,784 device-seconds with the machine's start" in section
     assert published["failures"] == []
     changes = published["changes_from_run_36"]
     assert "The machine came at the first try as an H200 (run 36's was an H100)" in changes
