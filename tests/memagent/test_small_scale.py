@@ -2262,6 +2262,14 @@ def _audit_line(*arms: dict[str, Any], scored: str = "re-scored before training"
             f"|delta| {max(a['max_abs_delta'] for a in audits):.1e}".replace("e-0", "e-"))
 
 
+def _check_audits(section: str, published: dict[str, Any], *arms: dict[str, Any]) -> None:
+    """The arms' audit line is in the section, and their per-step audits sum to the published totals."""
+    assert _audit_line(*arms) in section
+    audits = [c["audit"] for arm in arms for c in arm["curve"]]
+    assert {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens")} == {
+        k: published["audit"][k] for k in ("rollouts", "sequences", "rescored_tokens")}
+
+
 def _warm_start_line(warm: list[dict[str, Any]], codes: str) -> str:
     """A warm start's evaluation as a run's section prints it: 1K-4K and 32K strict sub_em, the kept ratio, the
     codes reversed (`codes`: "code" or "codes", as the count reads) and its two other kinds of miss."""
@@ -4253,10 +4261,7 @@ def test_run_35s_section_shows_what_its_files_hold() -> None:
     rollouts, updates = (sum(c[key] for c in rl["curve"]) / n for key in ("rollout_s", "train_s"))
     assert (f"RL stepped {n} times in {rl['seconds']:.0f} s (rollouts {rollouts:.1f} s, update {updates:.1f} s a "
             f"step), the control {len(control['curve'])} in {control['seconds']:.0f} s") in section
-    assert _audit_line(rl, control) in section
-    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
-    assert {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens")} == {
-        k: published["audit"][k] for k in ("rollouts", "sequences", "rescored_tokens")}
+    _check_audits(section, published, rl, control)
     assert _training_rewards(published, "fell") in section
     assert "(the control's 22nd step left out: it pairs steps)" in section
     # the paired figures beyond what every run's section shows
@@ -4431,10 +4436,7 @@ def test_run_36s_section_shows_what_its_files_hold() -> None:
             f"gave them; rollouts {rollouts:.1f} s, update {updates:.1f} s a step), the control "
             f"{len(control['curve'])} in {control['seconds']:,.0f} s") in section
     assert "RL and its control stepped 1,035 s (39 steps each) of the planned 1,200" in changes
-    assert _audit_line(rl, control) in section
-    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
-    assert {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens")} == {
-        k: published["audit"][k] for k in ("rollouts", "sequences", "rescored_tokens")}
+    _check_audits(section, published, rl, control)
     assert _training_rewards(published, "fell") in section
     # the warm start: one round, its probes, one overshoot, a stop in the band, the restart it had no time for
     assert "warmstart_earlier_rounds" not in published and log.count("warm start round") == 1
@@ -4675,10 +4677,7 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
     assert (f"RL stepped {n} times in {rl['seconds']:,.0f} s ({rl['seconds'] / 60:.1f} of the 20 minutes the plan "
             f"gave them; rollouts {rollouts:.1f} s, update {updates:.1f} s a step), the control "
             f"{len(control['curve'])} in {control['seconds']:,.0f} s") in section
-    assert _audit_line(rl, control) in section
-    audits = [c["audit"] for arm in (rl, control) for c in arm["curve"]]
-    assert {k: sum(a[k] for a in audits) for k in ("rollouts", "sequences", "rescored_tokens")} == {
-        k: published["audit"][k] for k in ("rollouts", "sequences", "rescored_tokens")}
+    _check_audits(section, published, rl, control)
     assert _training_rewards(published, "fell") in section
     # the warm start: one round, its probes, two overshoots, a stop in the band under both restart rules
     assert "warmstart_earlier_rounds" not in published and log.count("warm start round") == 1
