@@ -21,7 +21,7 @@ from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording
 from .context import AgentContext, Limits
 from .errors import ConfigError, EngineError, InputError, RewardError
 from .gc_tuning import rollouts_running
-from .loop_guard import Watch, guarded
+from .loop_guard import Watch, guarded, rollout_running
 from .node import CAP_SOURCES, LLMCallLimitExceeded, RolloutAborted
 from .records import RESULT_METADATA_KEYS, Rollout, Status, reward_input, trace_summary
 from .spec import AgentSpec, MethodOptions, RewardInput, RewardValue, RolloutInput
@@ -115,7 +115,8 @@ async def _run(
 
     # every call the graph's nodes make lands in the ledger (agentgraphs.calls); the rollout's end, however it
     # came, cancels its `def` nodes' calls still in flight (agentgraphs.sync_calls)
-    with recording_calls() as ledger, cancelling_sync_calls(_ROLLOUT_ENDED):
+    with recording_calls() as ledger, cancelling_sync_calls(_ROLLOUT_ENDED), \
+            rollout_running(ctx.limits.max_time_s):  # a node blocking the loop past it is stopped (loop_guard)
         try:
             if ctx.limits.max_time_s is not None:
                 await asyncio.wait_for(drive(), ctx.limits.max_time_s)
