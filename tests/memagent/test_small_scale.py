@@ -2270,6 +2270,37 @@ def _check_audits(section: str, published: dict[str, Any], *arms: dict[str, Any]
         k: published["audit"][k] for k in ("rollouts", "sequences", "rescored_tokens")}
 
 
+def _check_arms_and_one_round(section: str, published: dict[str, Any], log: str, *, workers: int, minutes: str
+                              ) -> dict[str, Any]:
+    """A run on run 32's plan whose warm start took one round: the arms' steps and seconds against the plan's 20
+    minutes, their audits and training rewards, and the round's workers and length as its section and log show
+    them. The round's args."""
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    n = len(rl["curve"])
+    rollouts, updates = (sum(c[key] for c in rl["curve"]) / n for key in ("rollout_s", "train_s"))
+    assert (f"RL stepped {n} times in {rl['seconds']:,.0f} s ({rl['seconds'] / 60:.1f} of the 20 minutes the plan "
+            f"gave them; rollouts {rollouts:.1f} s, update {updates:.1f} s a step), the control "
+            f"{len(control['curve'])} in {control['seconds']:,.0f} s") in section
+    _check_audits(section, published, rl, control)
+    assert _training_rewards(published, "fell") in section
+    assert "warmstart_earlier_rounds" not in published and log.count("warm start round") == 1
+    assert "No second round ran." in section
+    args = stage["args"]
+    assert (args["demo_workers"], args["demo_split"], args["init"]) == (workers, "demo1", "/tmp/repro/model")
+    assert f"warm start round 1 from /tmp/repro/model, {minutes} min, {workers} demonstration workers" in log
+    assert (f"`demo1`, {stage['demo_s']:.0f} s with {workers} workers; a round of {args['max_minutes']:.2f} minutes"
+            in section)
+    return args
+
+
+def _audit_row_entry(n: int, audit: dict[str, Any]) -> str:
+    """Run n's entry in the targets table's rollout-check row, from its published audit (which must be clean)."""
+    assert (audit["breaches"], audit["over_threshold"]) == (0, 0)
+    return (f"Run {n}: {audit['rollouts']:,} rollouts ({audit['sequences']:,} sequences, "
+            f"{audit['rescored_tokens'] / 1e6:.2f}M tokens), 0 breaches, max "
+            f"{audit['max_abs_delta']:.1e}".replace("e-0", "e-"))
+
+
 def _warm_start_line(warm: list[dict[str, Any]], codes: str) -> str:
     """A warm start's evaluation as a run's section prints it: 1K-4K and 32K strict sub_em, the kept ratio, the
     codes reversed (`codes`: "code" or "codes", as the count reads) and its two other kinds of miss."""
@@ -4430,22 +4461,10 @@ def test_run_36s_section_shows_what_its_files_hold() -> None:
             f"the last call (sent {gaps[1]} s after call 2 returned) for {more} s more") in section
     n = len(rl["curve"])
     assert (n, len(control["curve"]), rl["steps"], control["steps"]) == (39, 39, 39, 39)
-    rollouts, updates = (sum(c[key] for c in rl["curve"]) / n for key in ("rollout_s", "train_s"))
     assert int(lost["RL_TOTAL_S"]) == 20 * 60 and "after_17.2_min" in published["targets"]["rl_gain_points_ge_15"]
-    assert (f"RL stepped {n} times in {rl['seconds']:,.0f} s ({rl['seconds'] / 60:.1f} of the 20 minutes the plan "
-            f"gave them; rollouts {rollouts:.1f} s, update {updates:.1f} s a step), the control "
-            f"{len(control['curve'])} in {control['seconds']:,.0f} s") in section
     assert "RL and its control stepped 1,035 s (39 steps each) of the planned 1,200" in changes
-    _check_audits(section, published, rl, control)
-    assert _training_rewards(published, "fell") in section
     # the warm start: one round, its probes, one overshoot, a stop in the band, the restart it had no time for
-    assert "warmstart_earlier_rounds" not in published and log.count("warm start round") == 1
-    assert "No second round ran." in section
-    args = stage["args"]
-    assert (args["demo_workers"], args["demo_split"], args["init"]) == (2, "demo1", "/tmp/repro/model")
-    assert "warm start round 1 from /tmp/repro/model, 8.18 min, 2 demonstration workers" in log
-    assert (f"`demo1`, {stage['demo_s']:.0f} s with 2 workers; a round of {args['max_minutes']:.2f} minutes"
-            in section)
+    args = _check_arms_and_one_round(section, published, log, workers=2, minutes="8.18")
     points = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
     probes = {step: c["probe_strict"] for step, c in points.items()}
     early = [v for step, v in probes.items() if step <= 700]
@@ -4587,11 +4606,7 @@ def test_run_36s_section_shows_what_its_files_hold() -> None:
             and held_all[3] <= -1.96)
     assert all(r["sub_em_strict"] == 0 for r in published["eval_untrained"]["results"])
     assert targets["untrained_strict_near_0"]["strict"] == 0.0
-    audit = published["audit"]
-    assert (audit["breaches"], audit["over_threshold"]) == (0, 0)
-    assert (f"Run 36: {audit['rollouts']:,} rollouts ({audit['sequences']:,} sequences, "
-            f"{audit['rescored_tokens'] / 1e6:.2f}M tokens), 0 breaches, max "
-            f"{audit['max_abs_delta']:.1e}".replace("e-0", "e-") + ". Run 37:") in audit_row
+    assert _audit_row_entry(36, published["audit"]) + ". Run 37:" in audit_row
     # the example README's paragraph (what the runs from run 5 on say: run 37's test)
     example = " ".join((HERE / "README.md").read_text().split())
     assert (f"Its warm start stopped in one round at step {stop['step']}, in the band "
@@ -4672,21 +4687,9 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
     assert (n, len(control["curve"]), rl["steps"], control["steps"]) == (43, 44, 43, 44)
     assert [w["steps"] for w in published["curves"]["windows"]][-1] == [40, n - 1]
     assert f"`curves` (the arms paired over RL's {n} steps):" in section
-    rollouts, updates = (sum(c[key] for c in rl["curve"]) / n for key in ("rollout_s", "train_s"))
     assert int(lost["RL_TOTAL_S"]) == 20 * 60 and "after_18.5_min" in published["targets"]["rl_gain_points_ge_15"]
-    assert (f"RL stepped {n} times in {rl['seconds']:,.0f} s ({rl['seconds'] / 60:.1f} of the 20 minutes the plan "
-            f"gave them; rollouts {rollouts:.1f} s, update {updates:.1f} s a step), the control "
-            f"{len(control['curve'])} in {control['seconds']:,.0f} s") in section
-    _check_audits(section, published, rl, control)
-    assert _training_rewards(published, "fell") in section
     # the warm start: one round, its probes, two overshoots, a stop in the band under both restart rules
-    assert "warmstart_earlier_rounds" not in published and log.count("warm start round") == 1
-    assert "No second round ran." in section
-    args = stage["args"]
-    assert (args["demo_workers"], args["demo_split"], args["init"]) == (5, "demo1", "/tmp/repro/model")
-    assert "warm start round 1 from /tmp/repro/model, 7.98 min, 5 demonstration workers" in log
-    assert (f"`demo1`, {stage['demo_s']:.0f} s with 5 workers; a round of {args['max_minutes']:.2f} minutes"
-            in section)
+    args = _check_arms_and_one_round(section, published, log, workers=5, minutes="7.98")
     probes = {c["step"]: c["probe_strict"] for c in stage["curve"] if "probe_strict" in c}
     early = [v for step, v in probes.items() if step <= 400]
     assert sorted(probes) == [150, 200, 250, 300, 350, 400, 450, 452] and max(early) < args["stop_at"]
@@ -4852,11 +4855,7 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
     assert all(r["sub_em_strict"] == 0 for r in published["eval_untrained"]["results"])
     assert targets["untrained_strict_near_0"]["strict"] == 0.0
     assert "0.00 at every length in runs 4-23, 25-30, 32 and 35-37 (" in untrained_row
-    audit = published["audit"]
-    assert (audit["breaches"], audit["over_threshold"]) == (0, 0)
-    assert (f"Run 37: {audit['rollouts']:,} rollouts ({audit['sequences']:,} sequences, "
-            f"{audit['rescored_tokens'] / 1e6:.2f}M tokens), 0 breaches, max "
-            f"{audit['max_abs_delta']:.1e}".replace("e-0", "e-") + " | PASS |") in audit_row
+    assert _audit_row_entry(37, published["audit"]) + " | PASS |" in audit_row
     # the example README's paragraph, and what the runs from run 5 on say
     example = " ".join((HERE / "README.md").read_text().split())
     assert (f"Its warm start stopped in one round at step {stop['step']}, in the band "
