@@ -102,7 +102,7 @@ def _user_agent(settings: LearnCheckSettings) -> tuple[Any, Any, list[dict[str, 
     if not settings.data:
         raise ConfigError("learn-check with an agent needs --data rows.jsonl ({input, label, metadata} per line)")
     spec = load_spec(settings.agent or "")
-    engine = make_engine(settings.engine)
+    engine = make_engine(settings.engine, seed=settings.seed)  # its sampling reproducible under --seed too
     rows: list[dict[str, Any]] = []
     for parsed in read_rollout_inputs(settings.data, RowKeys(), limit=settings.prompts):
         if parsed.inp is None:

@@ -485,11 +485,19 @@ def test_learn_check_runs_a_users_agent(tmp_path: Any) -> None:
 
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n")
-    out = learn_check_run(LearnCheckSettings(agent="agentgraphs.testing.agents:TWO_TURN", engine="hf:tiny",
-                                             data=str(data), steps=2, prompts=1, n_samples=2, max_new_tokens=3,
-                                             device="cpu"))
+    settings = LearnCheckSettings(agent="agentgraphs.testing.agents:TWO_TURN", engine="hf:tiny", data=str(data),
+                                  steps=2, prompts=1, n_samples=2, max_new_tokens=3, device="cpu")
+    out = learn_check_run(settings)
     assert len(out["history"]) == 2 and out["history"][0]["sequences"] == 2  # concat: one sequence a rollout
     assert out["history"][0]["trained_tokens"] == 2 * 2 * 3
+    # --seed makes it reproducible: the engine's sampling is seeded too (it was drawn from OS entropy, so a run
+    # could sample a stop token another run did not)
+    again = learn_check_run(settings)
+    def figures(run: dict[str, Any]) -> list[str]:  # as JSON text: a NaN figure (kl without a reference) is equal
+        return [json.dumps({k: v for k, v in h.items() if k not in ("rollout_s", "train_s")}, sort_keys=True)
+                for h in run["history"]]
+
+    assert figures(again) == figures(out)
     assert out["line"].startswith(("PASS learn-check two_turn", "FAIL learn-check two_turn"))
 
 
