@@ -282,15 +282,27 @@ def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[st
     means of every numeric metric the agent recorded in sample.metadata["metrics"], over ALL samples
     (a sample without the metric, e.g. a failed rollout, counts as 0, as in accuracy).
 
-    A dict reward without `reward_key` (default "reward") raises ConfigError: its accuracy would be made up.
+    A dict reward without `reward_key` (default "reward") raises ConfigError: its accuracy would be made up; so
+    does a dataset whose rewards and samples differ in number. No dataset, or one with no sample, is logged as a
+    WARNING (its entry keeps count 0 and no accuracy).
     """
     out: dict[str, dict[str, float]] = {}
+    if not data:
+        logger.warning("agentgraphs eval: slime passed no eval dataset, so there is no metric to log (check "
+                       "--eval-prompt-data)")
     for name, entry in data.items():
         try:
             rewards = [scalar(r, reward_key or "reward") for r in entry.get("rewards", [])]
         except RewardError as exc:
             raise ConfigError(f"eval dataset {name!r}: {exc}") from None
         samples: Sequence[Any] = entry.get("samples") or []
+        if samples and len(samples) != len(rewards):
+            raise ConfigError(f"eval dataset {name!r}: {len(rewards)} rewards for {len(samples)} samples: its "
+                              "accuracy and its metrics would average over different samples; pass one reward "
+                              "per sample (slime's eval data: 'rewards' and 'samples' in the same order)")
+        if not rewards:
+            logger.warning("agentgraphs eval: dataset %r has no evaluated sample: its entry holds only count 0 "
+                           "(check that its prompts loaded and --n-samples-per-eval-prompt is at least 1)", name)
         m: dict[str, float] = {"count": float(len(rewards))}
         if rewards:
             m["accuracy"] = sum(rewards) / len(rewards)

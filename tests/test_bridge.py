@@ -374,3 +374,25 @@ def test_eval_log_reaches_slime_tracker_in_either_layout(tmp_path: Path, monkeyp
     args = SimpleNamespace(agentgraph_eval_dir=str(tmp_path), reward_key=None)
     assert rl_bridge.eval_log(2, args, data, None) is False  # slime's default eval passes no dict
     assert logged == [({"eval/ruler/count": 2.0, "eval/ruler/accuracy": 0.5, "eval/step": 20}, "eval/step")]
+
+
+def test_eval_log_refuses_rewards_and_samples_of_different_counts(tmp_path: Path) -> None:
+    """Accuracy averaged over the rewards and the metrics over the samples: with 3 rewards for 2 samples the two
+    figures of one dataset described different samples, and eval_N.json said nothing."""
+    data = {"aime": {"rewards": [1.0, 0.0, 1.0], "samples": [Sample(index=i) for i in range(2)]}}
+    args = SimpleNamespace(agentgraph_eval_dir=str(tmp_path), reward_key=None)
+    with pytest.raises(ConfigError, match=r"eval dataset 'aime': 3 rewards for 2 samples"):
+        rl_bridge.eval_log(0, args, data, {})
+    assert not (tmp_path / "eval_0.json").exists()
+
+
+@pytest.mark.parametrize(("data", "said"), [({}, "no eval dataset"), ({"aime": {"rewards": [], "samples": []}},
+                                                                     "dataset 'aime' has no evaluated sample")])
+def test_eval_log_warns_when_there_is_nothing_to_log(tmp_path: Path, caplog: Any, data: Any, said: str) -> None:
+    """An empty eval (no dataset, or a dataset with no sample) wrote a metrics file with no accuracy, silently."""
+    args = SimpleNamespace(agentgraph_eval_dir=str(tmp_path), reward_key=None)
+    with caplog.at_level("WARNING"):
+        assert rl_bridge.eval_log(0, args, data, {}) is False
+    assert any(said in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    assert json.loads((tmp_path / "eval_0.json").read_text())["metrics"] == {
+        name: {"count": 0.0} for name in data}
