@@ -16,7 +16,7 @@ import operator
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 # typing_extensions' TypedDict understands NotRequired on Python 3.10 too (subclasses use it)
 from typing_extensions import TypedDict
@@ -34,6 +34,7 @@ __all__ = [
     "LLMResult",
     "MaxNewTokensLowered",
     "RolloutAborted",
+    "SamplingBase",
     "TraceState",
     "ask_judge",
     "call_llm",
@@ -41,7 +42,12 @@ __all__ = [
     "check_call_budget",
     "next_prompt",
     "recorded_call",
+    "sent_fields",
 ]
+
+# what a call's sampling overrides are applied to: the run's sampling (`AgentContext.sampling`), or the
+# server's defaults (`call_params`); "server" is for untrained helper calls only
+SamplingBase = Literal["context", "server"]
 
 
 class TraceState(TypedDict):
@@ -115,6 +121,7 @@ async def call_llm(
     engine: str | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
     splice: Mapping[str, Sequence[int]] | None = None,
+    sampling_base: SamplingBase = "context",
     **sampling: Any,
 ) -> LLMResult:
     """Render or extend a prompt, call an engine, and return the text plus a Turn for state.
@@ -128,6 +135,9 @@ async def call_llm(
     with a warning naming both; otherwise it is used as asked.
     `stop=` is one string or a list, `stop_token_ids=` one id or a list; an unknown key or a value of the
     wrong type raises ConfigError naming it, before any engine call.
+    `sampling_base="server"` applies the overrides to the server's defaults instead of the run's sampling
+    (`call_params`): a helper asked as a method's own code asks it, e.g. ToolOrchestra's seed sends its experts
+    only temperature and max_tokens; refused on a trainable call (ConfigError).
     The Turn records the sampling used (temperature, top_p, top_k, min_p): a trainable call sampled
     differently from slime's rollout settings is refused by rl_bridge (README, "Training with slime").
     Turns from helper engines (`engine="judge"`) are recorded with trainable=False.
@@ -154,7 +164,7 @@ async def call_llm(
 
     completion, turn = await recorded_call(ctx, node=node, engine=engine, prompt=prompt, trainable=trainable,
                                            overrides=sampling, turns_seen=len(turns), source="call_llm",
-                                           chat_messages=chat_messages)
+                                           chat_messages=chat_messages, sampling_base=sampling_base)
     if not hasattr(ctx.engine(engine), "generate"):  # a text engine's answer: its text as given
         return LLMResult(text=completion.text, completion=completion, turn=turn)
     return LLMResult(text=_visible_text(completion, ctx.template(engine)), completion=completion, turn=turn)
@@ -186,6 +196,7 @@ async def recorded_call(
     source: Source = "call_llm",
     ledger: CallLedger | None = None,
     chat_messages: Callable[[Engine], Sequence[Message]] | None = None,
+    sampling_base: SamplingBase = "context",
 ) -> tuple[Completion, Turn]:
     """One recorded engine call, the way `call_llm` and `TracedChatModel` both make it.
 
@@ -195,6 +206,8 @@ async def recorded_call(
     asked for, made by the policy, with token ids, outside evaluation; its entry in the rollout's ledger
     (`agentgraphs.calls`, as `source`); RolloutAborted when the engine aborted the generation. A text engine
     (messages in, text out) is called with `chat_messages(engine)` when given, and refused otherwise.
+    `sampling_base`: what `overrides` apply to (`call_params`); a text request then carries only
+    `sent_fields`, and the Turn records None for the settings it left to the server.
 
     >>> import asyncio
     >>> from agentgraphs.testing.tiny_model import ensure_tiny_model
@@ -208,21 +221,27 @@ async def recorded_call(
     check_call_budget(ctx, turns_seen, ledger)
     eng = ctx.engine(engine)
     tokens = hasattr(eng, "generate")
+    if sampling_base == "server" and trainable and engine in (None, "policy"):
+        raise ConfigError(f"node {node!r}: sampling_base='server' on a trainable call: a trained token must be "
+                          "sampled with the run's sampling (slime's --rollout-temperature, --rollout-top-p, ...); "
+                          "pass trainable=False, or leave sampling_base at 'context'")
+    sent: frozenset[str] | None = None
     if tokens:
         prompt_ids, conversation = prompt(ctx.template(engine))
-        params = call_params(ctx, overrides or {}, node=node, prompt_ids=prompt_ids)
+        params = call_params(ctx, overrides or {}, node=node, prompt_ids=prompt_ids, base=sampling_base)
         completion = await eng.generate(list(prompt_ids), params)
     elif chat_messages is not None:
         messages = chat_messages(eng)
         prompt_ids, conversation = [], ""
-        params = call_params(ctx, overrides or {})
-        completion = await eng.chat(list(messages), params)
+        params = call_params(ctx, overrides or {}, node=node, base=sampling_base)
+        sent = sent_fields(ctx, overrides or {}, sampling_base)
+        completion = await eng.chat(list(messages), params, fields=sent)
     else:
         raise ConfigError(f"node {node!r}: engine {eng.name!r} is a text engine; this call needs a token engine "
                           "(hf: / sglang:)")
     turn = make_turn(completion, node=node, prompt_ids=prompt_ids, conversation=conversation, engine=eng.name,
                      trainable=trainable and tokens and engine in (None, "policy") and not ctx.evaluation,
-                     **sampling_record(params))
+                     **sampling_record(params, sent))
     record_call(turn, source, ledger)
     if completion.finish_reason == "abort":
         raise RolloutAborted(turn)
@@ -230,15 +249,51 @@ async def recorded_call(
 
 
 def call_params(ctx: AgentContext, overrides: Mapping[str, Any], *, node: str = "",
-                prompt_ids: Sequence[int] | None = None) -> SamplingParams:
-    """The sampling of one engine call: the context's, with the call's overrides; in a seeded context
-    (`AgentContext.seed`) a token-engine call without its own `sampling_seed` gets one (`call_seed`)."""
-    params = _params(ctx.sampling, overrides, node=node, cap=bool(ctx.max_new_tokens_cap))
+                prompt_ids: Sequence[int] | None = None, base: SamplingBase = "context") -> SamplingParams:
+    """The sampling of one engine call: the context's (`base="context"`) or the server's defaults
+    (`base="server"`), with the call's overrides; a `max_new_tokens` over the cap the run set is lowered to it
+    either way. In a seeded context (`AgentContext.seed`) a token-engine call without its own `sampling_seed`
+    gets one (`call_seed`), so "server" keeps a seeded run's token engines deterministic.
+
+    The server's defaults: an OpenAI-compatible text server fills every field the request leaves out
+    (`sent_fields`; SGLang's chat route from the model's generation_config.json), so these params hold the
+    overrides only where they are sent. A token engine's /generate fills nothing from generation_config:
+    SGLang's SamplingParams defaults apply (ours, `SamplingParams()`: temperature 1.0, top_p 1.0, top_k -1,
+    min_p 0, no stop), sent explicitly; max_new_tokens is the run's cap when it set one.
+
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(),
+    ...                    sampling={"top_p": 0.9, "top_k": 20, "max_new_tokens": 512})
+    >>> p = call_params(ctx, {"temperature": 0.7}, base="server")
+    >>> p.temperature, p.top_p, p.top_k, p.max_new_tokens
+    (0.7, 1.0, -1, 512)
+    """
+    if base not in ("context", "server"):
+        raise ConfigError(f"sampling_base={base!r}: choose 'context' (the run's sampling) or 'server' (the "
+                          "server's defaults)")
+    cap = bool(ctx.max_new_tokens_cap)
+    start = ctx.sampling
+    if base == "server":
+        start = SamplingParams(max_new_tokens=ctx.sampling.max_new_tokens) if cap else SamplingParams()
+    params = _params(start, overrides, node=node, cap=cap)
     if prompt_ids is not None and params.sampling_seed is None:
         seed = ctx.call_seed(node, prompt_ids)
         if seed is not None:
             params = params.replace(sampling_seed=seed)
     return params
+
+
+def sent_fields(ctx: AgentContext, overrides: Mapping[str, Any], base: SamplingBase) -> frozenset[str] | None:
+    """The SamplingParams fields a text request carries: under "context" all (None: the engine's whole
+    sampling); under "server" only the call's overrides, and max_new_tokens when the run set a cap (a
+    ceiling on every call), the rest left to the server's defaults. No seed unless overridden.
+
+    >>> ctx = AgentContext(policy="sglang:http://127.0.0.1:30000", tokenizer=object(), sampling={"top_p": 0.9})
+    >>> sorted(sent_fields(ctx, {"temperature": 0.7, "max_new_tokens": 64}, "server"))
+    ['max_new_tokens', 'temperature']
+    """
+    if base == "context":
+        return None
+    return frozenset(overrides) | ({"max_new_tokens"} if ctx.max_new_tokens_cap else set())
 
 
 def _params(base: SamplingParams, overrides: Mapping[str, Any], *, node: str = "", cap: bool = True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from typing import Any, Literal, Mapping, Sequence, TypedDict
+from typing import Any, Collection, Literal, Mapping, Sequence, TypedDict
 
 from .engines.base import MAX_LOGPROB, Completion, SamplingParams
 from .errors import TraceError
@@ -29,8 +29,9 @@ class Turn(TypedDict):
     `prompt_ids` is the full prompt the engine was given; `output_ids`/`output_logprobs` are what it
     returned, untouched. `conversation` names the append-only conversation the call extended
     ("" for a one-off prompt). `temperature`, `top_p`, `top_k` and `min_p` are the sampling the call was
-    made with (SGLang's names and conventions: top_k -1 and min_p 0.0 mean off); traces written before
-    top_p/top_k/min_p were recorded have `temperature` only (`turn_sampling` reads both).
+    made with (SGLang's names and conventions: top_k -1 and min_p 0.0 mean off); None where an untrained
+    call to a text server left the setting to the server's defaults (`call_llm(..., sampling_base="server")`);
+    traces written before top_p/top_k/min_p were recorded have `temperature` only (`turn_sampling` reads both).
     """
 
     node: str
@@ -40,10 +41,10 @@ class Turn(TypedDict):
     output_logprobs: list[float]
     trainable: bool
     finish_reason: str
-    temperature: float
-    top_p: float
-    top_k: int
-    min_p: float
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    min_p: float | None
     engine: str
     weight_version: str | None
     rid: str
@@ -63,14 +64,19 @@ class TrainSequence(TypedDict):
     sampling: dict[str, Any] | None
 
 
-def sampling_record(params: SamplingParams) -> dict[str, Any]:
-    """The SAMPLING_KEYS of `params`, as a Turn records them (pass as `make_turn(..., **record)`).
+def sampling_record(params: SamplingParams, sent: Collection[str] | None = None) -> dict[str, Any]:
+    """The SAMPLING_KEYS of `params`, as a Turn records them (pass as `make_turn(..., **record)`). `sent`: the
+    fields a text request carried (None: all); one left to the server's defaults is recorded as None, what
+    the server chose being unknown here (such a call is never trained).
 
     >>> sampling_record(SamplingParams(temperature=0.5))
     {'temperature': 0.5, 'top_p': 1.0, 'top_k': -1, 'min_p': 0.0}
+    >>> sampling_record(SamplingParams(temperature=0.5), sent={"temperature", "max_new_tokens"})
+    {'temperature': 0.5, 'top_p': None, 'top_k': None, 'min_p': None}
     """
-    return {"temperature": float(params.temperature), "top_p": float(params.top_p), "top_k": int(params.top_k),
-            "min_p": float(params.min_p)}
+    record = {"temperature": float(params.temperature), "top_p": float(params.top_p), "top_k": int(params.top_k),
+              "min_p": float(params.min_p)}
+    return record if sent is None else {k: (v if k in sent else None) for k, v in record.items()}
 
 
 def turn_sampling(turn: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,17 +125,22 @@ def make_turn(
     node: str,
     prompt_ids: Sequence[int],
     trainable: bool,
-    temperature: float,
+    temperature: float | None,
     engine: str,
     conversation: str = "",
-    top_p: float = 1.0,
-    top_k: int = -1,
-    min_p: float = 0.0,
+    top_p: float | None = 1.0,
+    top_k: int | None = -1,
+    min_p: float | None = 0.0,
 ) -> Turn:
     """Record a completion as a Turn (copies into plain lists; never re-tokenizes).
 
-    Engine calls pass their whole sampling: `make_turn(..., **sampling_record(params))`.
+    Engine calls pass their whole sampling: `make_turn(..., **sampling_record(params))`. A setting left to a
+    text server's defaults is None, and only an untrained turn may have one (TraceError otherwise).
     """
+    unknown = [k for k, v in zip(SAMPLING_KEYS, (temperature, top_p, top_k, min_p)) if v is None]
+    if trainable and unknown:
+        raise TraceError(f"turn {node!r}: a trainable turn must record its whole sampling; {unknown} are None "
+                         "(left to the server's defaults)")
     return Turn(
         node=node,
         conversation=conversation,
@@ -138,16 +149,20 @@ def make_turn(
         output_logprobs=[float(x) for x in completion.logprobs],
         trainable=trainable,
         finish_reason=completion.finish_reason,
-        temperature=float(temperature),
-        top_p=float(top_p),
-        top_k=int(top_k),
-        min_p=float(min_p),
+        temperature=_maybe(float, temperature),
+        top_p=_maybe(float, top_p),
+        top_k=_maybe(int, top_k),
+        min_p=_maybe(float, min_p),
         engine=engine,
         weight_version=completion.weight_version,
         rid=completion.rid,
         text=completion.text,
         retries=completion.retries,
     )
+
+
+def _maybe(kind: type, value: Any) -> Any:
+    return None if value is None else kind(value)
 
 
 # -- which turn extends which ----------------------------------------------------------------------------

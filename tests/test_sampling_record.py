@@ -277,3 +277,33 @@ def test_a_configurable_sampling_key_is_refused_not_ignored(key: str) -> None:
     # other configurable keys (a thread id, the user's own) pass, and the bound sampling is kept
     bound = TracedChatModel().bind(top_k=5).with_config(configurable={"thread_id": "t", "user": "u"}, run_name="x")
     assert bound.kwargs == {"top_k": 5} and bound.config["configurable"] == {"thread_id": "t", "user": "u"}
+
+
+async def test_a_helper_call_on_the_servers_defaults_sends_only_what_it_names(server: Any, tiny_engine: Any) -> None:
+    """`sampling_base="server"`: the call's overrides over the server's defaults, not the run's sampling. A
+    text request carries only the named fields (the server fills the rest); a token engine's /generate gets
+    SamplingParams' defaults plus the overrides, sent explicitly; a trainable call is refused."""
+    from agentgraphs.engines.openai import OpenAIChatEngine
+
+    helper = OpenAIChatEngine(f"{server.url}/v1", model="helper", max_retries=0)
+    run = {"top_p": 0.9, "top_k": 20, "min_p": 0.05, "stop": "</done>", "sampling_seed": 5}
+    ask = {"node": "ask", "messages": [{"role": "user", "content": QUESTION}], "trainable": False}
+    async with SGLangEngine(server.url) as engine:
+        ctx = AgentContext(policy=engine, tokenizer=tiny_engine.tokenizer, engines={"helper": helper}, sampling=run)
+        out = await call_llm({}, ctx, engine="helper", sampling_base="server", temperature=0.3, **ask)
+        assert set(server.stats.chat_bodies[-1]) == {"model", "messages", "temperature"}
+        recorded = [out.turn[k] for k in ("temperature", "top_p", "top_k", "min_p")]
+        assert recorded == [0.3, None, None, None]  # what the request left to the server is unknown here
+        await call_llm({}, ctx, engine="helper", **ask)  # the run's sampling, as before
+        assert {k: server.stats.chat_bodies[-1].get(k) for k in ("top_p", "top_k", "min_p", "stop", "seed")} == {
+            "top_p": 0.9, "top_k": 20, "min_p": 0.05, "stop": ["</done>"], "seed": 5}
+        out = await call_llm({}, ctx, sampling_base="server", temperature=0.3, max_new_tokens=3, **ask)
+        sent = server.stats.bodies[-1]["sampling_params"]
+        assert {k: sent.get(k) for k in ("temperature", "top_p", "top_k", "min_p", "stop", "max_new_tokens")} == {
+            "temperature": 0.3, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "stop": None, "max_new_tokens": 3}
+        assert (out.turn["top_p"], out.turn["top_k"]) == (1.0, -1)
+        with pytest.raises(ConfigError, match="sampling_base='server' on a trainable call.*trainable=False"):
+            await call_llm({}, ctx, sampling_base="server", **{**ask, "trainable": True})
+        with pytest.raises(ConfigError, match="sampling_base='nope'"):
+            await call_llm({}, ctx, engine="helper", sampling_base="nope", **ask)  # type: ignore[arg-type]
+    await helper.aclose()

@@ -14,7 +14,7 @@ import asyncio
 import os
 import random
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import httpx
 
@@ -29,6 +29,8 @@ _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_ca
 
 # SamplingParams fields outside OpenAI's own chat schema that SGLang's and vLLM's chat endpoints take
 _EXTRA_KEYS = ("top_k", "min_p", "stop_token_ids", "ignore_eos")
+# SamplingParams fields whose chat-completions key is another name
+_CHAT_NAMES = {"max_new_tokens": "max_tokens", "sampling_seed": "seed"}
 
 
 class OpenAIChatEngine:
@@ -69,8 +71,12 @@ class OpenAIChatEngine:
                               "'openai:http://127.0.0.1:8001/v1#Qwen2.5-7B-Instruct'")
         return cls(base, model=model, **kwargs)
 
-    async def chat(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams) -> Completion:
-        body = self._body(messages, params)
+    async def chat(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams, *,
+                   fields: Collection[str] | None = None) -> Completion:
+        """Ask the endpoint. `fields`: the SamplingParams fields the request carries, the rest left to the
+        server's own defaults (SGLang's chat route: the model's generation_config.json); None: the whole
+        sampling (`_body`)."""
+        body = self._body(messages, params, fields)
         url = f"{self.base_url}/chat/completions"
         last = ""
         for attempt in range(self.max_retries + 1):
@@ -90,25 +96,29 @@ class OpenAIChatEngine:
             return _completion(resp, latency_s=time.perf_counter() - started, retries=attempt)
         raise EngineUnavailableError(url, self.max_retries + 1, last)
 
-    def _body(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [dict(m) for m in messages],
-            "max_tokens": params.max_new_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-        }
-        if params.stop:
-            body["stop"] = list(params.stop)
-        if params.sampling_seed is not None:
-            body["seed"] = params.sampling_seed
-        # not in OpenAI's schema, but in SGLang's and vLLM's chat endpoints: sent when set, never dropped, so a
-        # server without them refuses the request (HTTP 400, EngineRequestError) instead of sampling otherwise
-        defaults = SamplingParams()
-        for key in _EXTRA_KEYS:
-            value = getattr(params, key)
-            if value != getattr(defaults, key):
-                body[key] = list(value) if isinstance(value, tuple) else value
+    def _body(self, messages: Sequence[Mapping[str, Any]], params: SamplingParams,
+              fields: Collection[str] | None = None) -> dict[str, Any]:
+        """The request body. With `fields`, exactly those sampling fields besides model and messages:
+
+        >>> engine = OpenAIChatEngine("http://127.0.0.1:8001/v1", model="m")
+        >>> sorted(engine._body([], SamplingParams(top_p=0.9, stop="x"), fields={"max_new_tokens", "temperature"}))
+        ['max_tokens', 'messages', 'model', 'temperature']
+        """
+        body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
+        if fields is None:  # the whole sampling: OpenAI's keys, and the rest where they are set
+            defaults = SamplingParams()
+            fields = ["max_new_tokens", "temperature", "top_p",
+                      # not in OpenAI's schema, but in SGLang's and vLLM's chat endpoints: sent when set, never
+                      # dropped, so a server without them refuses the request (HTTP 400, EngineRequestError)
+                      # instead of sampling otherwise
+                      *(key for key in _EXTRA_KEYS if getattr(params, key) != getattr(defaults, key))]
+            if params.stop:
+                fields.append("stop")
+            if params.sampling_seed is not None:
+                fields.append("sampling_seed")
+        for field in fields:
+            value = getattr(params, field)
+            body[_CHAT_NAMES.get(field, field)] = list(value) if isinstance(value, tuple) else value
         return body
 
     async def aclose(self) -> None:

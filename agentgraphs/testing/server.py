@@ -122,7 +122,8 @@ class ServerStats:
     disconnects: int = 0  # connections lost while a request was being served
     in_flight: int = 0
     max_in_flight: int = 0
-    bodies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=256))
+    bodies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=256))  # /generate's
+    chat_bodies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=256))  # /v1/chat/completions'
 
 
 @dataclass
@@ -474,6 +475,8 @@ class SGLangTestServer:
         renders the messages, the engine generates, the text comes back without the end-of-turn token."""
         self.stats.chat_requests += 1
         obj = loads_json(body)
+        if isinstance(obj, dict):
+            self.stats.chat_bodies.append(obj)
         _, early = self._draw_fault()  # the faults a response body can carry apply to /generate only
         if early is not None:
             return early

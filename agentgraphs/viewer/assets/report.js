@@ -345,7 +345,7 @@
     box.append(el("h3", null, "LLM turns"));
     r.turns.forEach((t, k) => {
       const label = "#" + k + " " + t.node + " \u00b7 conversation " + (t.conv || "(none)") + " \u00b7 finish " + t.finish +
-        " \u00b7 retries " + t.retries + " \u00b7 T " + t.T + " \u00b7 " + (t.trainable ? "trainable" : "not trainable") +
+        " \u00b7 retries " + t.retries + " \u00b7 T " + (t.T === null ? "the server's" : t.T) + " \u00b7 " + (t.trainable ? "trainable" : "not trainable") +
         " \u00b7 prompt " + t.pl + " + output " + t.o.length + " tokens \u00b7 " + t.engine;
       const d = lazyDetails("turn", label, (b) => {
         if (!t.o.length && t.text) { b.append(el("div", "part-title", "text (a text engine: no token ids)"), el("pre", "tokens", t.text)); return; }
