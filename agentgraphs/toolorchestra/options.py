@@ -35,14 +35,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
              "cost_counts_orchestrator": True, "train_unanswered": False, "group_std": "population",
              "drop_group_at_min_std": True, "retrieval_topk": 5, "document_max_chars": 500,
              "answer_failure": "error_text", "expert_circuit_breaker": 2, "tool_protocol": "seed",
-             "expert_max_new_tokens": 8192, "expert_temperature": 0.7, "orchestrator_max_new_tokens": None,
-             "unanswered_reward": "transcript"},
+             "expert_max_new_tokens": 8192, "expert_temperature": 0.7, "expert_sampling_base": "server",
+             "orchestrator_max_new_tokens": None, "unanswered_reward": "transcript"},
     "original": {"max_turns": 30, "eval_max_turns": 50, "invalid_call": "continue", "correctness": "exact",
                  "cost_counts_orchestrator": False, "train_unanswered": True, "group_std": "sample",
                  "drop_group_at_min_std": False, "retrieval_topk": 30, "document_max_chars": 4000,
                  "answer_failure": "empty", "expert_circuit_breaker": None, "tool_protocol": "original",
-                 "expert_max_new_tokens": 2048, "expert_temperature": None, "orchestrator_max_new_tokens": 2048,
-                 "unanswered_reward": "zero"},
+                 "expert_max_new_tokens": 2048, "expert_temperature": None, "expert_sampling_base": "context",
+                 "orchestrator_max_new_tokens": 2048, "unanswered_reward": "zero"},
 }
 
 
@@ -91,6 +91,11 @@ class ToolOrchestraOptions(MethodOptions):
     expert_temperature: Optional[float] = Field(
         0.7, ge=0, description="sampling temperature of each expert call (seed 0.7, tools/expert_caller/tool.py:89; "
         "original: null, the run's sampling)")
+    expert_sampling_base: Literal["server", "context"] = Field(
+        "server", description="what an expert call's temperature and token cap are applied to: server: the expert "
+        "server's own defaults, the request carries only max_tokens and temperature (seed, "
+        "tools/expert_caller/tool.py:337-342; an SGLang chat server fills the rest from the model's "
+        "generation_config.json); context: the run's sampling (original)")
     answer_failure: Literal["error_text", "empty", "note"] = Field(
         "error_text", description="a failed answer expert ends the episode with its error as the answer (seed) "
         "or with an empty answer (original); note: an earlier-attempt note and the loop goes on")

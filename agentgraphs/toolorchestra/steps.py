@@ -19,12 +19,16 @@ def chosen_expert(state: ToolOrchestraState) -> tuple[str, str]:
 
 
 def expert_sampling(opts: ToolOrchestraOptions) -> dict[str, Any]:
-    """call_llm's sampling overrides of an expert call: its token cap and, when set, its temperature.
+    """call_llm's sampling keywords of an expert call: its token cap, its temperature when set, and what they
+    apply to (`expert_sampling_base`: the server's defaults in the seed, the run's sampling in the original).
 
-    >>> expert_sampling(ToolOrchestraOptions()), expert_sampling(ToolOrchestraOptions(variant="original"))
-    ({'max_new_tokens': 8192, 'temperature': 0.7}, {'max_new_tokens': 2048})
+    >>> expert_sampling(ToolOrchestraOptions())
+    {'sampling_base': 'server', 'max_new_tokens': 8192, 'temperature': 0.7}
+    >>> expert_sampling(ToolOrchestraOptions(variant="original"))
+    {'sampling_base': 'context', 'max_new_tokens': 2048}
     """
-    sampling: dict[str, Any] = {"max_new_tokens": opts.expert_max_new_tokens}
+    sampling: dict[str, Any] = {"sampling_base": opts.expert_sampling_base,
+                                "max_new_tokens": opts.expert_max_new_tokens}
     if opts.expert_temperature is not None:
         sampling["temperature"] = opts.expert_temperature
     return sampling

@@ -285,7 +285,8 @@ def test_variant_original_and_tool_protocol_original_ask_what_was_asked_before(
     searched, the orchestrator's fresh prompt with the rebuilt context, the last \\boxed{} answered."""
     chat, url = endpoint
     for options in ({"variant": "original"},
-                    {"tool_protocol": "original", "expert_max_new_tokens": 2048, "expert_temperature": None}):
+                    {"tool_protocol": "original", "expert_max_new_tokens": 2048, "expert_temperature": None,
+                     "expert_sampling_base": "context"}):
         chat.requests.clear()
         chat.replies = {"searcher": [("<think>\nhm\n</think>\n\nZorblax launch code\nmore", USAGE)],
                         "answerer": [("<answer>1</answer> It is \\boxed{4322}.", USAGE)]}
