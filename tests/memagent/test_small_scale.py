@@ -1473,7 +1473,7 @@ def test_curves_put_rl_beside_its_control_step_by_step(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("run", ["run8", "run9", "run10", "run11", "run12", "run14", "run17", "run19", "run21",
                                  "run23", "run26", "run27", "run28", "run29", "run30", "run32", "run35", "run36",
-                                 "run37"])
+                                 "run37", "run38"])
 def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     """bench/results/memagent_small_scale_<run>.json: every score, paired count and verdict it publishes is
     re-derived here from its per-document results by plain arithmetic (no pipeline helper)."""
@@ -1507,7 +1507,8 @@ def test_a_published_runs_figures_follow_from_its_documents(run: str) -> None:
     # 0 keeps nothing (run 30: 8.3 % at 32K of 7.6 % at 1K-4K)
     floor = published["warmstart_stage"]["args"]["stop_at"]
     assert targets["keeps_80pct_at_8x"]["passed"] == (rl["kept_at_8x"] >= 0.8 and score(evals["rl"], train) >= floor)
-    assert ("under_floor" in targets["keeps_80pct_at_8x"]) == (score(evals["rl"], train) < floor) == (run == "run30")
+    assert ("under_floor" in targets["keeps_80pct_at_8x"]) == (score(evals["rl"], train) < floor) == (
+        run in ("run30", "run38"))
     assert targets["control_within_noise"]["passed"] == (abs(control["training_lengths"]["mcnemar_z"]) < 1.96)
     assert targets["untrained_strict_near_0"]["passed"] == (score(evals["untrained"], train) == 0.0)
     audits = [p["audit"] for arm in ("rl_stage", "rl_permuted_stage") for p in published[arm]["curve"]]
@@ -1577,11 +1578,12 @@ PUBLISHED_META = {  # what publish.py is told (the rest it reads from the packed
                                                      "were left and the machine was given back.")],
     "run36": ["--changes-from", "35"],  # the machine came at the first try: no failure
     "run37": ["--changes-from", "36"],  # the machine came at the first try: no failure
+    "run38": ["--changes-from", "37"],  # the machine came at the first try (an H100 for an H200): no failure
 }
 
 
 @pytest.mark.parametrize("run", ["run11", "run12", "run14", "run17", "run19", "run21", "run23", "run26", "run27",
-                                 "run28", "run29", "run30", "run32", "run35", "run36", "run37"])
+                                 "run28", "run29", "run30", "run32", "run35", "run36", "run37", "run38"])
 def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path: Path) -> None:
     """publish.py on the files a run's last call packed gives back the published results file. Its audit
     totals, training rewards and target verdicts were worked out by separate scripts for these runs; its paired
@@ -1591,8 +1593,10 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     results = tmp_path / "results"  # what `tar xzf results.tgz` gives: the packed files, by their names
     results.mkdir()
     earlier = published.get("warmstart_earlier_rounds", [])  # a warm start in rounds: round k in warmstart<k>
-    for k, stage in enumerate(earlier, 1):
-        (results / f"warmstart{k}_stage.json").write_text(json.dumps(stage))
+    later = published.get("warmstart_later_rounds", [])  # the rounds after the one RL started from (run 38)
+    for k, stage in enumerate([*earlier, None, *later], 1):
+        if stage is not None:
+            (results / f"warmstart{k}_stage.json").write_text(json.dumps(stage))
     files = {f"warmstart{len(earlier) + 1}_stage.json": "warmstart_stage", "rl_stage.json": "rl_stage",
              "rl_permuted_stage.json": "rl_permuted_stage", "compare.json": "compare_strict", "curves.json": "curves",
              **{f"eval_{k}.json": f"eval_{k}" for k in ("untrained", "warmstart", "rl", "rl_permuted")}}
@@ -1643,21 +1647,22 @@ def test_publish_packs_a_runs_files_into_the_file_bench_keeps(run: str, tmp_path
     import publish as B
 
     (results / "compare.json").write_text(json.dumps(published["compare_strict"]))
-    k = len(earlier) + 2
+    k = len(earlier) + len(later) + 2
     start = published["warmstart_stage"]
     last = {**start, "args": {**start["args"], "demo_split": f"demo{k}", "out": f"/tmp/repro/warm{k}"}}
     (results / f"warmstart{k}_stage.json").write_text(json.dumps(last))
     meta = {"when": "w", "command": "c", "device_seconds": 1, "changes_from": 1, "changes": "x", "failures": []}
     kept = B.published(results, **meta)  # RL began from the round before the last: the evaluation's
-    assert kept["warmstart_stage"] == start and kept["warmstart_later_rounds"] == [last]
+    assert kept["warmstart_stage"] == start and kept["warmstart_later_rounds"] == [*later, last]
     assert kept.get("warmstart_earlier_rounds", []) == earlier
     assert kept["targets"] == published["targets"] and kept["audit"] == published["audit"]
     evaluated_last = {**published["eval_warmstart"], "ckpt": last["args"]["out"]}
     (results / "eval_warmstart.json").write_text(json.dumps(evaluated_last))
     more = B.published(results, **meta)
     assert more["warmstart_stage"] == last and "warmstart_later_rounds" not in more
-    assert more["warmstart_earlier_rounds"] == [*earlier, start]
+    assert more["warmstart_earlier_rounds"] == [*earlier, start, *later]
     assert len(earlier) == (run in ("run21", "run28", "run30"))  # runs 21, 28 and 30 warmed up in two rounds
+    assert len(later) == (run == "run38")  # run 38's RL began from round 1 of 2
     for ckpt, matched in (("/tmp/elsewhere/warm1", 0), (start["args"]["out"], 2)):
         (results / "eval_warmstart.json").write_text(json.dumps({**published["eval_warmstart"], "ckpt": ckpt}))
         if matched == 2:
@@ -1903,7 +1908,8 @@ def _shown(x: Fraction | float, places: int = 1, plus: bool = False) -> set[str]
     return {_printed(x, places, plus), f"{float(x):+.{places}f}" if plus else f"{float(x):.{places}f}"}
 
 
-@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29, 30, 32, 35, 36, 37])
+@pytest.mark.parametrize("run", [5, 6, 7, 8, 9, 10, 11, 12, 14, 17, 19, 21, 23, 26, 27, 28, 29, 30, 32, 35, 36, 37,
+                                 38])
 def test_the_results_table_shows_what_each_runs_file_holds(run: int) -> None:
     """Each row of the example README's results table (runs 5-29: every one whose file holds the final
     evaluations the row shows) against the per-document results in bench/results: every score, gain and paired
@@ -2296,8 +2302,10 @@ def _check_arms_and_one_round(section: str, published: dict[str, Any], log: str,
 def _audit_row_entry(n: int, audit: dict[str, Any]) -> str:
     """Run n's entry in the targets table's rollout-check row, from its published audit (which must be clean)."""
     assert (audit["breaches"], audit["over_threshold"]) == (0, 0)
+    tokens = audit["rescored_tokens"]  # as the row counts tokens: 522K, 1.22M
+    shown = f"{tokens / 1e6:.2f}M" if round(tokens / 1000) >= 1000 else f"{round(tokens / 1000)}K"
     return (f"Run {n}: {audit['rollouts']:,} rollouts ({audit['sequences']:,} sequences, "
-            f"{audit['rescored_tokens'] / 1e6:.2f}M tokens), 0 breaches, max "
+            f"{shown} tokens), 0 breaches, max "
             f"{audit['max_abs_delta']:.1e}".replace("e-0", "e-"))
 
 
@@ -2847,9 +2855,9 @@ def _run21s_plan(n: int, end: str, device_seconds: int, lr: float = 5e-5, rounds
     return section, published
 
 
-def _run32s_plan(n: int, end: str, *, when: str, card: str, calls: str, device_seconds: int
+def _run32s_plan(n: int, end: str, *, when: str, card: str, calls: str, device_seconds: int, kl: float = 0.01
                  ) -> tuple[str, dict[str, Any]]:
-    """Run n on run 32's plan (RL and its control at lr 1e-4 with the KL coefficient 0.01): its bench/README
+    """Run n on run 32's plan (RL and its control at lr 1e-4 with the KL coefficient `kl`): its bench/README
     section (up to `end`) checked as every run's is, its clock, card, calls and device time against its published
     file. The section (whitespace folded) and the file."""
     section = _bench_section(f"**Run {n}**", end)
@@ -2857,7 +2865,7 @@ def _run32s_plan(n: int, end: str, *, when: str, card: str, calls: str, device_s
     _check_run_section(section, published)
     rl, control = published["rl_stage"], published["rl_permuted_stage"]
     assert {rl["args"]["lr"], control["args"]["lr"]} == {1e-4}
-    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {0.01}
+    assert {rl["args"]["kl_coef"], control["args"]["kl_coef"]} == {kl}
     assert published["when"] == f"{when} UTC (device clock)" and card in published["machine"]
     assert f"({when} by the device's clock, one {card}, {calls} device calls" in section
     assert published["device_seconds"] == device_seconds
@@ -4377,7 +4385,7 @@ def test_run_35s_section_shows_what_its_files_hold() -> None:
             f"{rl['seconds'] / 60:.1f} min, {n} steps): {_printed(_strict_score(after, train))} % ({rl_gain[2]}, z "
             f"{rl_gain[3]:.2f}; won {rl_gain[0]}, lost {rl_gain[1]}), while 8K-32K gained {far[2]} (z {far[3]:.2f})"
             ) in gain_row
-    assert "MISS in runs 4-8, 10-12, 17, 19, 21, 23, 26, 27, 28, 30, 32, 35 and 36 (" in gain_row
+    assert "MISS in runs 4-8, 10-12, 17, 19, 21, 23, 26, 27, 28, 30, 32, 35, 36 and 38 (" in gain_row
     at_32 = _paired(warm, after, [32000])
     assert (f"Run 35: {float(_strict_score(after, [32000])):.1f} % vs {_printed(_strict_score(after, train))} % "
             f"({_printed(_kept_at_32k(published, 'rl'), 2)}x; warm start {_printed(_kept_at_32k(published), 2)}x; "
@@ -4392,7 +4400,7 @@ def test_run_35s_section_shows_what_its_files_hold() -> None:
     assert "(MISS in runs 4, 6, 7, 9, 10, 14, 21, 35, 36 and 37)" in control_row
     assert f"run 35 held there (z {held_far[3]:.2f})" in control_row and abs(held_far[3]) < 1.96
     assert all(r["sub_em_strict"] == 0 for r in published["eval_untrained"]["results"])
-    assert "0.00 at every length in runs 4-23, 25-30, 32 and 35-37 (" in untrained_row
+    assert "0.00 at every length in runs 4-23, 25-30, 32 and 35-38 (" in untrained_row
     # the example README's paragraph (what the runs from run 5 on say: run 36's test)
     example = " ".join((HERE / "README.md").read_text().split())
     assert (f"Its warm start stopped in one round at step {stop['step']}, above the band "
@@ -4595,7 +4603,7 @@ def test_run_36s_section_shows_what_its_files_hold() -> None:
     assert (f"Run 36: {float(_strict_score(after, [32000])):.1f} % vs {_printed(_strict_score(after, train))} % "
             f"({_printed(_kept_at_32k(published, 'rl'), 2)}x; warm start {_printed(_kept_at_32k(published), 2)}x; "
             f"32K {at_32[2]}, z {at_32[3]:.2f}; won {at_32[0]}, lost {at_32[1]})") in far_row
-    assert "MISS in runs 5, 10, 19, 21, 23, 26, 27, 28, 29, 30 and 36 (" in far_row
+    assert "MISS in runs 5, 10, 19, 21, 23, 26, 27, 28, 29, 30, 36 and 38 (" in far_row
     assert f"run 27's 0.32x, run 36's {_printed(_kept_at_32k(published), 2)}x;" in far_row
     assert (f"Run 36 (run 35's plan in three calls; {control['seconds'] / 60:.1f} min, {len(control['curve'])} steps, "
             f"entropy {_rl_start_entropy(published):.2f}): {_printed(_strict_score(warm, train))} -> "
@@ -4639,7 +4647,7 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
     training rewards, the runs whose RL met 15, the per-length gains, the start's flipped digits and length, the
     controls at KL 0.01 and 0.05) from the published file; its figures in the targets table, the example README,
     README and CHANGELOG; and what the runs from run 5 on say."""
-    section, published = _run32s_plan(37, "## Fixes these benchmarks led to", when="2026-12-06 03:46-04:14",
+    section, published = _run32s_plan(37, "**Run 38**", when="2026-12-06 03:46-04:14",
                                       card="H200", calls="three", device_seconds=1784)
     train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
     everything = train + longer
@@ -4833,7 +4841,6 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
     readme = (ROOT / "bench" / "README.md").read_text().splitlines()
     at = next(k for k, line in enumerate(readme) if line.startswith("| `examples/memagent/small_scale`"))
     gain_row, far_row, control_row, untrained_row, audit_row = readme[at:at + 5]
-    assert "Runs 4-37 (2026-12-01/06" in gain_row
     far, at_32 = _paired(warm, after, longer), _paired(warm, after, [32000])
     assert (f"Run 37 (run 36's plan in three calls, on an H200; a start in the band, "
             f"{_printed(_strict_score(warm, train))} %, one round of {stop['step']} steps, its flipped digits and "
@@ -4851,12 +4858,12 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
             f"{held[1]}), 8K-32K {held_far[2]} (z {held_far[3]:.2f}), all 288 documents {held_all[2]} (z "
             f"{held_all[3]:.2f})") in control_row
     assert "(MISS in runs 4, 6, 7, 9, 10, 14, 21, 35, 36 and 37)" in control_row
-    assert f"run 37 lost there too (z {held_far[3]:.2f}) |" in control_row
+    assert f"run 37 lost there too (z {held_far[3]:.2f}), run 38" in control_row
     assert all(r["sub_em_strict"] == 0 for r in published["eval_untrained"]["results"])
     assert targets["untrained_strict_near_0"]["strict"] == 0.0
-    assert "0.00 at every length in runs 4-23, 25-30, 32 and 35-37 (" in untrained_row
-    assert _audit_row_entry(37, published["audit"]) + " | PASS |" in audit_row
-    # the example README's paragraph, and what the runs from run 5 on say
+    assert "0.00 at every length in runs 4-23, 25-30, 32 and 35-38 (" in untrained_row
+    assert _audit_row_entry(37, published["audit"]) + ". Run 38:" in audit_row
+    # the example README's paragraph (what the runs from run 5 on say: run 38's test)
     example = " ".join((HERE / "README.md").read_text().split())
     assert (f"Its warm start stopped in one round at step {stop['step']}, in the band "
             f"({_printed(_strict_score(warm, train))} % at 1K-4K, {_printed(_kept_at_32k(published), 2)}x at 32K; its "
@@ -4867,19 +4874,9 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
             f"{rl_gain[3]:.2f}; won {rl_gain[0]}, lost {rl_gain[1]}), {far[2]} at 8K-32K (z {far[3]:.2f}), and 32K "
             f"kept {_printed(_kept_at_32k(published, 'rl'), 2)}x ({at_32[2]}, z {at_32[3]:.2f}); the control fell "
             f"({held[2]}, z {held[3]:.2f}); untrained 0.00, every rollout checked: four targets") in example
-    assert len(files) == 22 and "Over the twenty-two runs from run 5 on" in example
-    ahead, _ = _rl_against_control(files)
-    assert all(w_ > lo for w_, lo, _, _ in ahead.values())
-    all_gains = _rl_gains(files)
-    rose, sign_p = _sign_test(list(all_gains.values()))
-    assert rose == 19 and (f"gained over its start in nineteen "
-                           f"({_printed(sum(all_gains.values()) / len(all_gains), plus=True)} points on average; sign "
-                           f"test p {sign_p:.3f})") in example
-    assert "four at once in runs 8, 9, 11, 12, 14, 17, 29, 32 and 37, all five in no run" in example
-    assert 'bench/README, "Run 8" to "Run 37"' in example
+    assert len(files) == 22
     # README's summary and the CHANGELOG's line
     summary = " ".join((ROOT / "README.md").read_text().split())
-    assert "thirty-seven runs' results (eight lost, three stopped)" in summary
     assert (f"run 37, the same plan in three calls on an H200, stopped its start in the band "
             f"({_printed(_strict_score(warm, train))} %), and RL, with {rl['seconds'] / 60:.1f} of its 20 minutes, "
             f"gained {rl_gain[2]} (z {rl_gain[3]:.2f}), 32K kept {_printed(_kept_at_32k(published, 'rl'), 2)}x, while "
@@ -4889,3 +4886,230 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
             f"on an H200; a start in the band ({_printed(_strict_score(warm, train))} %), RL {rl_gain[2]} points (z "
             f"{rl_gain[3]:.2f}) at 1K-4K, 32K kept {_printed(_kept_at_32k(published, 'rl'), 2)}x, the control "
             f"{held[2]} (z {held[3]:.2f}): four targets.") in changelog
+
+
+def test_run_38s_section_shows_what_its_files_hold() -> None:
+    """bench/README's "Run 38" (run 37's plan with the KL coefficient 0.02 in both arms, on an H100; neither warm-start
+    round reached the band): its tables and paired figures as for run 14, its calls against run 37's, each figure of
+    its reading (both rounds' probes and time, the round RL started from, the calls, the arms' time and steps, the
+    audits, the training rewards, the start under the band and its flipped digits, the 8x target under its floor,
+    the arms that moved nowhere, run 36's start on an H100, the controls at KL 0.01) from the published file; its
+    figures in the targets table, the example README, README and CHANGELOG; and what the runs from run 5 on say."""
+    section, published = _run32s_plan(38, "## Fixes these benchmarks led to", when="2026-12-06 06:53-07:21",
+                                      card="H100", calls="three", device_seconds=1722, kl=0.02)
+    train, longer = [1000, 2000, 4000], [8000, 16000, 32000]
+    everything = train + longer
+    every, files = _published_runs(), _evaluated_runs(5, 38)
+    rl, control, stage = published["rl_stage"], published["rl_permuted_stage"], published["warmstart_stage"]
+    assert published["failures"] == []
+    changes = published["changes_from_run_37"]
+    assert "Run 37's plan with the KL coefficient doubled in both arms (RL_KL=0.02, was 0.01)" in changes
+    assert "The machine came as an H100 (run 37's was an H200)" in changes
+    assert "2 demonstration workers in round 1 and 4 in round 2" in changes
+    assert ("Run 37's plan with the KL coefficient doubled in both arms, `RL_KL=0.02` (was 0.01). Run 37's section "
+            "had named that plan again, unchanged; this run tests its hypothesis instead, after five falls of the "
+            "control at 0.01 (runs 14, 21, 35, 36 and 37), at the coefficient runs 15 and 16 set and never evaluated"
+            ) in section
+    run37 = _bench_section("**Run 37**", "**Run 38**")
+    assert "The next run: this plan again, unchanged" in run37
+    assert "0.02, was set for runs 15 and 16, which reached no evaluation" in run37
+    assert 15 not in files and 16 not in files and "H200" in every[37]["machine"]
+    assert ("the machine came as an H100 (run 37's was an H200), so `run_in_calls.sh` sized round 1 of the warm start "
+            "at 2 demonstration workers and round 2 at 4") in section
+    # the calls: run 37's with RL_KL=0.02, the last call's budget 585 s
+    shown37 = _plan_commands("**Run 37**", "- Warm start, round 1")
+    shown = _plan_commands("**Run 38**", "- Warm start, round 1")
+    calls = [dict(re.findall(r"(\w+)=(\S+)", c.split(" bash ")[0])) for c in published["command"].split("; then ")]
+    assert shown == [calls[0], calls[2]] == [{**shown37[0], "RL_KL": "0.02"},
+                                             {**shown37[1], "RL_KL": "0.02", "BUDGET": "585"}]
+    assert calls[1] == {**calls[0], "RESUME": "1", "BUDGET": "560"}
+    assert "# at once, call 2 (the same with RESUME=1 BUDGET=560); at once, the last call:" in section
+    log = published["calls_log"]
+    starts = re.findall(r"\[([\d:]+)\] call starts, budget (\d+)s", log)
+    ended = re.findall(r"\[([\d:]+)\] call ends", log)
+    gaps = [_clock(s) - _clock(e) for (s, _), e in zip(starts[1:], ended, strict=True)]
+    assert [int(b) for _, b in starts] == [555, 560, 585] and gaps == [6, 8]
+    # round 1: two workers, no stop, its probes under the band
+    args = stage["args"]
+    assert (args["demo_workers"], args["demo_split"], args["init"], args["max_minutes"]) == (2, "demo1",
+                                                                                           "/tmp/repro/model", 8.0)
+    assert "warm start round 1 from /tmp/repro/model, 8.00 min, 2 demonstration workers" in log
+    assert f"`demo1`, {stage['demo_s']:.0f} s with 2 workers; a round of {args['max_minutes']:.2f} minutes" in section
+    stop = stage["stop"]
+    assert (stop["reason"], stop["overshoots"], stop["attempt"], stop["rejected"]) == (
+        "time budget of 8.0 min spent", [], 0, [])
+    probes = {c["step"]: c for c in stage["curve"] if "probe_strict" in c}
+    early = [c["probe_strict"] for s, c in probes.items() if s <= 600]
+    late = [c["probe_strict"] for s, c in probes.items() if s >= 650]
+    assert sorted(probes) == list(range(150, 1051, 50)) and max(early + late) < args["stop_at"] == 30
+    last = probes[1050]
+    assert (f"{stop['step']:,} steps and no stop: probes {min(early):.1f}-{max(early):.1f} % from step 150 to 600, "
+            f"then {min(late):.1f}-{max(late):.1f} % from 650 to 1,050, never the band's 30 % floor; its time budget "
+            f"of 8.0 minutes ended it ({round(stop['seconds'])} s), its last probe {last['probe_strict']:.1f} % at "
+            f"step 1,050 with {100 * last['probe_flips'][1] / last['probe_flips'][0]:.1f} % of its copied digits "
+            "flipped") in section
+    assert "step 1050: loss 0.159, probe strict sub_em 22.9%" in log and "digits flipped 25.0% of 184" in log
+    # round 2: from the untrained model, four workers, no stop
+    (second,) = published["warmstart_later_rounds"]
+    args2, stop2 = second["args"], second["stop"]
+    assert (args2["demo_workers"], args2["demo_split"], args2["init"]) == (4, "demo2", "/tmp/repro/model")
+    assert "warm start round 2 from /tmp/repro/model, 8.58 min, 4 demonstration workers" in log
+    assert (stop2["reason"], stop2["overshoots"]) == ("time budget of 8.58 min spent", [])
+    probes2 = {c["step"]: c["probe_strict"] for c in second["curve"] if "probe_strict" in c}
+    assert max(probes2) == 1400 and max(probes2.values()) == probes2[1400]
+    assert (f"Round 2 (call 2, sent {gaps[0]} s after call 1 returned; `demo2`, {second['demo_s']:.0f} s with 4 "
+            f"workers; a round of {args2['max_minutes']:.2f} minutes, from the untrained model): {stop2['step']:,} "
+            f"steps and no stop: probes {min(probes2.values()):.1f}-{max(probes2.values()):.1f} %, its last "
+            f"{probes2[1400]:.1f} % at step 1,400; its time budget ended it ({round(stop2['seconds'])} s)") in section
+    # the last call: the warm start's evaluation first, RL from round 1 as it stood
+    assert "the GPU (79.6 GiB) holds it or 2 RL arms, not both" in log
+    assert "round 1's last probe read highest, 22.9 %; round 2's 8.3 %" in log
+    assert "RL starts from a warm start its probe never stopped (time budget of 8.0 min spent" in log
+    assert rl["args"]["init"] == control["args"]["init"] == args["out"] == published["eval_warmstart"]["ckpt"]
+    more = int(re.search(r"last call: RL (\d+) s more", log).group(1))
+    assert (f"The last call (sent {gaps[1]} s after call 2 returned) evaluated the warm start first (\"the GPU (79.6 "
+            "GiB) holds it or 2 RL arms, not both\"), then started RL and the control from round 1, the round whose "
+            "last probe read highest, as it stood (\"RL starts from a warm start its probe never stopped\"), for "
+            f"{more} s of RL") in section
+    n = len(rl["curve"])
+    assert (n, len(control["curve"]), rl["steps"], control["steps"]) == (14, 14, 14, 14)
+    rollouts, updates = (sum(c[key] for c in rl["curve"]) / n for key in ("rollout_s", "train_s"))
+    assert (f"RL stepped {n} times in {rl['seconds']:,.0f} s ({rl['seconds'] / 60:.1f} of the 20 minutes the plan "
+            f"gave them; rollouts {rollouts:.1f} s, update {updates:.1f} s a step), the control "
+            f"{len(control['curve'])} in {control['seconds']:,.0f} s") in section
+    _check_audits(section, published, rl, control)
+    rewards = published["training_reward_at_t1"]
+    assert all(abs(rewards[arm]["last_10"] - rewards[arm]["steps_0_4"]) < 0.03 for arm in ("rl", "control"))
+    assert _training_rewards(published, "fell") + ", each by less than three hundredths" in section
+    warm, after = published["eval_warmstart"]["results"], published["eval_rl"]["results"]
+    held_back = published["eval_rl_permuted"]["results"]
+    # the paired figures beyond what every run's section shows, against publish.py's `paired_more`
+    more_pairs = published["paired_more"]
+    rl_all, held_all = _paired(warm, after, everything), _paired(warm, held_back, everything)
+    held_32, held_far = _paired(warm, held_back, [32000]), _paired(warm, held_back, longer)
+    assert (more_pairs["all"]["RL"]["won"], more_pairs["all"]["RL"]["lost"]) == rl_all[:2]
+    assert (more_pairs["all"]["control"]["won"], more_pairs["all"]["control"]["lost"]) == held_all[:2]
+    assert (f"over all 288 documents won {rl_all[0]} / lost {rl_all[1]} ({rl_all[2]}, z {rl_all[3]:.2f}); RL vs its "
+            "own control") in section
+    assert (f"at 32K won {held_32[0]} / lost {held_32[1]} ({held_32[2]}, z {held_32[3]:.2f}); over all 288 "
+            "documents") in section
+    assert (f"over all 288 documents won {held_all[0]} / lost {held_all[1]} ({held_all[2]}, z {held_all[3]:.2f}). "
+            "Answers at 1K-4K") in section
+    # the targets: three pass; RL's gain misses, and 32K under the band's floor
+    targets = published["targets"]
+    assert [k for k, t in targets.items() if t["passed"]] == ["control_within_noise", "untrained_strict_near_0",
+                                                            "every_rollout_checked"]
+    rl_gain, held = _paired(warm, after, train), _paired(warm, held_back, train)
+    kept = targets["keeps_80pct_at_8x"]
+    assert kept["after_6.0_min"] == 1.0 and kept["under_floor"] == {"training_lengths_strict": 16.67, "floor": 30.0}
+    assert _kept_at_32k(published, "rl") == 1 and _strict_score(after, train) < 30
+    assert (f"**Three targets pass** (the control within its noise, untrained 0.00, every rollout checked); RL's gain "
+            f"misses ({rl_gain[2]}, z {rl_gain[3]:.2f}), and so does 32K: RL read "
+            f"{_printed(_strict_score(after, [32000]))} % there and {_printed(_strict_score(after, train))} % at "
+            f"1K-4K, {_printed(_kept_at_32k(published, 'rl'), 2)}x, but its training-length score is under the band's "
+            "30 % floor, so the ratio does not count (`under_floor`, the rule since \"Run 30\")") in section
+    assert "All five have still passed in no run (issue 22 stays open)." in section
+    # the start: under the band, no copy formed; no arm moved past its noise
+    kinds = P.answer_kinds(warm, train)
+    assert _strict_score(warm, train) < args["stop_at"]
+    assert ("The warm start failed: neither round's probe reached the band, and RL began from a start under it, "
+            + _warm_start_line(warm, "codes")) in section
+    counts = _digit_flips([r for r in warm if r["length"] in train])
+    copies, changed = sum(c for c, _ in counts.values()), sum(f for _, f in counts.values())
+    assert (f"{kinds['stored_wrong']} of its 144 codes at 1K-4K were stored wrong, and its memory updates flipped "
+            f"{changed} of the {copies} digits they copied there ({_printed(Fraction(100 * changed, copies))} %)"
+            ) in section
+    for arm in (after, held_back):
+        for lengths in (train, longer, [32000], everything, *([k] for k in everything)):
+            assert abs(_paired(warm, arm, lengths)[3]) < 1.96, lengths
+    assert "RL had nothing to sharpen in 14 steps: no arm moved past its noise at any span or length." in section
+    assert ("The control's PASS tests nothing about KL 0.02: neither arm moved from a start under the band in 14 "
+            "steps") in section and "This run leaves the hypothesis untested." in section
+    # run 36 on an H100 with two workers reached the band in its first round
+    run36 = every[36]
+    assert "H100" in run36["machine"] and run36["warmstart_stage"]["args"]["demo_workers"] == 2
+    assert "warmstart_earlier_rounds" not in run36 and run36["warmstart_stage"]["stop"]["step"] == 830
+    run36_start = _strict_score(run36["eval_warmstart"]["results"], train)
+    assert "in the band 30.0-50.0% at step 830" in run36["warmstart_stage"]["stop"]["reason"]
+    assert _plan_commands("**Run 36**", "- Warm start, round 1") == [{**c, "RL_KL": "0.01"} for c in shown[:1]] + [
+        {**shown[1], "RL_KL": "0.01"}]
+    assert ("run 36, on an H100 with the same 2 workers and the same warm-start settings, reached the band in its "
+            f"first round (stopped at step 830, {_printed(run36_start)} % at 1K-4K)") in section
+    best = max(c["probe_strict"] for c in probes.values())
+    assert _first_probe(stage["curve"], best) == 900 and probes[1050]["probe_strict"] == best
+    assert f"Round 1 here probed {best:.1f} % at step 900 and no higher by 1,050." in section
+    assert "The next run: run 37's plan with `RL_KL=0.02` again, the test this run did not make." in section
+    # the controls at KL 0.01 that fell, and this one, the first evaluated at 0.02
+    at_kl = [k for k, f in files.items() if f["rl_permuted_stage"]["args"]["kl_coef"] == 0.01]
+    fell = [k for k in at_kl if _paired(files[k]["eval_warmstart"]["results"],
+                                        files[k]["eval_rl_permuted"]["results"], train)[3] <= -1.96]
+    assert fell == [14, 21, 35, 36, 37]
+    assert [k for k, f in files.items() if f["rl_permuted_stage"]["args"]["kl_coef"] == 0.02] == [38]
+    # bench/README's targets table: run 38 in each of the five memagent rows
+    readme = (ROOT / "bench" / "README.md").read_text().splitlines()
+    at = next(k for k, line in enumerate(readme) if line.startswith("| `examples/memagent/small_scale`"))
+    gain_row, far_row, control_row, untrained_row, audit_row = readme[at:at + 5]
+    assert "Runs 4-38 (2026-12-01/06" in gain_row
+    assert (f"Run 38 (run 37's plan with `RL_KL=0.02` in both arms, on an H100; neither warm-start round reached the "
+            f"band, RL from round 1 as it stood, {_printed(_strict_score(warm, train))} %; "
+            f"{rl['seconds'] / 60:.1f} min, {n} steps): {_printed(_strict_score(after, train))} % ({rl_gain[2]}, z "
+            f"{rl_gain[3]:.2f}; won {rl_gain[0]}, lost {rl_gain[1]})") in gain_row
+    assert "MISS in runs 4-8, 10-12, 17, 19, 21, 23, 26, 27, 28, 30, 32, 35, 36 and 38 (" in gain_row
+    assert (f"Run 38: {_printed(_strict_score(after, [32000]))} % vs {_printed(_strict_score(after, train))} % "
+            f"({_printed(_kept_at_32k(published, 'rl'), 2)}x of a score under the band's 30 % floor; warm start "
+            f"{_printed(_kept_at_32k(published), 2)}x)") in far_row
+    assert kept["warm_start"] == 1.15
+    assert ("PASS in runs 4, 6-9, 11, 12, 14, 17, 32, 35 and 37, MISS in runs 5, 10, 19, 21, 23, 26, 27, 28, 29, 30, "
+            "36 and 38 (") in far_row
+    assert (f"Run 38 (run 37's plan with KL 0.02 in both arms; {control['seconds'] / 60:.1f} min, "
+            f"{len(control['curve'])} steps, entropy {_rl_start_entropy(published):.2f}): "
+            f"{_printed(_strict_score(warm, train))} -> {_printed(_strict_score(held_back, train))} % ({held[2]}, z "
+            f"{held[3]:.2f}; won {held[0]}, lost {held[1]}), 8K-32K {held_far[2]} (z {held_far[3]:.2f}), from a start "
+            "under the band") in control_row
+    assert ("PASS at the training lengths in runs 5, 8, 11, 12, 17, 19, 23, 26, 27, 28, 29, 30, 32 and 38 ("
+            in control_row)
+    assert control_row.endswith(f", run 38 held there (z {held_far[3]:.2f}), neither arm moved from its start |")
+    assert all(r["sub_em_strict"] == 0 for r in published["eval_untrained"]["results"])
+    assert targets["untrained_strict_near_0"]["strict"] == 0.0
+    assert "0.00 at every length in runs 4-23, 25-30, 32 and 35-38 (" in untrained_row
+    assert _audit_row_entry(38, published["audit"]) + " | PASS |" in audit_row
+    # the example README's paragraph, and what the runs from run 5 on say
+    example = " ".join((HERE / "README.md").read_text().split())
+    far_kept = _kept_at_32k(published)
+    assert ("Run 38 was run 37's plan with the KL coefficient doubled in both arms (`RL_KL=0.02`), on an H100 (2 "
+            "demonstration workers in round 1, 4 in round 2). Neither warm-start round reached the band (round 1's "
+            f"last probe {last['probe_strict']:.1f} % at step 1,050, round 2's {probes2[1400]:.1f} %); RL started from "
+            f"round 1 as it stood ({_printed(_strict_score(warm, train))} % at 1K-4K, {_printed(far_kept, 2)}x at "
+            f"32K) and had {rl['seconds'] / 60:.1f} minutes ({n} steps) of the 20 planned: {rl_gain[2]} at 1K-4K (z "
+            f"{rl_gain[3]:.2f}; won {rl_gain[0]}, lost {rl_gain[1]}), and 32K's "
+            f"{_printed(_kept_at_32k(published, 'rl'), 2)}x does not count, RL's training-length score under the 30 % "
+            f"floor; the control held ({held[2]}, z {held[3]:.2f}), which says nothing about KL 0.02 from a start "
+            "neither arm moved; untrained 0.00, every rollout checked: three targets (bench/README, \"Run 38\")"
+            ) in example
+    assert len(files) == 23 and "Over the twenty-three runs from run 5 on" in example
+    ahead, _ = _rl_against_control(files)
+    assert all(w_ > lo for w_, lo, _, _ in ahead.values())
+    all_gains = _rl_gains(files)
+    rose, sign_p = _sign_test(list(all_gains.values()))
+    assert rose == 19 and (f"gained over its start in nineteen "
+                           f"({_printed(sum(all_gains.values()) / len(all_gains), plus=True)} points on average; sign "
+                           f"test p {sign_p:.3f})") in example
+    count = {k: sum(t["passed"] for t in f["targets"].values()) for k, f in files.items()}
+    assert [k for k, c in count.items() if c == 4] == [8, 9, 11, 12, 14, 17, 29, 32, 37] and max(count.values()) == 4
+    assert count[38] == 3
+    assert "four at once in runs 8, 9, 11, 12, 14, 17, 29, 32 and 37, all five in no run" in example
+    assert 'bench/README, "Run 8" to "Run 38"' in example
+    # README's summary and the CHANGELOG's line
+    summary = " ".join((ROOT / "README.md").read_text().split())
+    assert "thirty-eight runs' results (eight lost, three stopped)" in summary
+    assert ("run 38, run 37's plan with the KL coefficient 0.02 in both arms, on an H100, reached no start in the "
+            f"band in two warm-start rounds ({_printed(_strict_score(warm, train))} %), and RL, with "
+            f"{rl['seconds'] / 60:.1f} of its 20 minutes, moved {rl_gain[2]} (z {rl_gain[3]:.2f}), 32K under its "
+            f"floor, while its control held ({held[2]}, z {held[3]:.2f}) from a start neither arm moved: three "
+            "targets, the KL test not made)") in summary
+    changelog = " ".join((ROOT / "CHANGELOG.md").read_text().split())
+    assert (f"Run 38 of the small-scale reproduction is in `bench/results/` (issue 22): run 37's plan with "
+            f"`RL_KL=0.02` in both arms, in three calls on an H100; neither warm-start round reached the band, a start "
+            f"of {_printed(_strict_score(warm, train))} %, RL {rl_gain[2]} points (z {rl_gain[3]:.2f}) at 1K-4K in "
+            f"{n} steps, 32K under its floor, the control {held[2]} (z {held[3]:.2f}): three targets, and the KL "
+            "coefficient left untested.") in changelog
