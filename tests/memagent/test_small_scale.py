@@ -4907,11 +4907,11 @@ def test_run_38s_section_shows_what_its_files_hold() -> None:
     assert "The machine came as an H100 (run 37's was an H200)" in changes
     assert "2 demonstration workers in round 1 and 4 in round 2" in changes
     assert ("Run 37's plan with the KL coefficient doubled in both arms, `RL_KL=0.02` (was 0.01). Run 37's section "
-            "had named that plan again, unchanged; this run tests its hypothesis instead, after five falls of the "
-            "control at 0.01 (runs 14, 21, 35, 36 and 37), at the coefficient runs 15 and 16 set and never evaluated"
-            ) in section
+            "had named its own plan, unchanged, for the next run; this run changed it to test that section's "
+            "hypothesis (the control's fall follows the anchor) after five falls of the control at 0.01 (runs 14, 21, "
+            "35, 36 and 37), at the coefficient runs 15 and 16 had set and never evaluated") in section
     run37 = _bench_section("**Run 37**", "**Run 38**")
-    assert "The next run: this plan again, unchanged" in run37
+    assert "The next run: this plan again, unchanged" in run37 and "the control's fall follows the anchor" in run37
     assert "0.02, was set for runs 15 and 16, which reached no evaluation" in run37
     assert 15 not in files and 16 not in files and "H200" in every[37]["machine"]
     assert ("the machine came as an H100 (run 37's was an H200), so `run_in_calls.sh` sized round 1 of the warm start "
