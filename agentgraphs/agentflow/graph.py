@@ -8,12 +8,14 @@ has one and the policy otherwise) and is recorded untrained. Edges: an unmatched
 generator (`unknown_tool: base_generator`, the seed's) or skips command and execution (the memory gets the
 original's placeholders); after verify, STOP, max_steps, max_time or the planner token budget lead to
 final_output, else the next plan. `variant` picks the seed's or the
-original's settings (agentflow/variants.py).
+original's settings (agentflow/variants.py). Under `helper_failure: seed` a failing command, verifier or final-output
+helper call is gone past as the seed's solver goes past it (`_helper_failed`), recorded in `helper_failures`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -23,8 +25,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from ..context import AgentContext, context_of
-from ..errors import AgentGraphsError
-from ..node import LLMResult, RolloutAborted, call_llm
+from ..errors import AgentGraphsError, EngineError
+from ..node import LLMCallLimitExceeded, LLMResult, RolloutAborted, call_llm
 from ..sandbox import SandboxLimits
 from ..trace import Turn
 from .parsing import NO_MATCHED_TOOL, extract_command, parse_answer_tags, parse_command, parse_next_step
@@ -38,6 +40,8 @@ from .prompts import (
 )
 from .tools import Tool, resolve_tools, seed_signature, seed_view
 from .options import AgentFlowOptions, AgentFlowState, role_engine
+
+logger = logging.getLogger(__name__)
 
 NODES = ("analyze_query", "plan_next_step", "generate_command", "execute", "update_memory", "verify",
          "final_output")
@@ -65,6 +69,35 @@ async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, r
     out = await call_llm(state, runtime, node=node, messages=[*messages, {"role": "user", "content": prompt}],
                          engine=role_engine(ctx, role), trainable=False, **sampling)
     return _reply(out, opts), out.turn
+
+
+def _helper_failed(exc: Exception, opts: AgentFlowOptions) -> bool:
+    """Does `helper_failure: seed` go on past `exc`, raised by a helper call? The seed catches every Exception
+    there (core/solver.py:118-125, 137-143, 169-181); ours, an engine's failure (EngineError: unavailable,
+    rejected, a broken reply) or an error that is not agentgraphs' own (a client library's). Never the run's own
+    signals: an aborted generation (slime re-queues the sample), the call budget, the configuration, a blocked
+    loop or a cancelled call (agentgraphs' other errors); the rollout's deadline cancels (not an Exception).
+
+    >>> from agentgraphs.errors import ConfigError, EngineUnavailableError
+    >>> seed = AgentFlowOptions()
+    >>> _helper_failed(EngineUnavailableError("http://h", 1, "refused"), seed), _helper_failed(ConfigError("x"), seed)
+    (True, False)
+    >>> _helper_failed(EngineUnavailableError("http://h", 1, "refused"), AgentFlowOptions(variant="original"))
+    False
+    """
+    if opts.helper_failure != "seed" or isinstance(exc, (RolloutAborted, LLMCallLimitExceeded)):
+        return False
+    return isinstance(exc, EngineError) or not isinstance(exc, AgentGraphsError)
+
+
+def _record_failure(state: Mapping[str, Any], node: str, exc: Exception, then: str) -> dict[str, Any]:
+    """The state update that records a helper failure gone past (`helper_failures`: node, step, error), logged
+    as a WARNING naming the node, the step and what the run does instead (`then`)."""
+    step = int(state.get("step") or 0)
+    error = f"{type(exc).__name__}: {exc}"
+    logger.warning("agentflow: helper call %s failed at step %d (helper_failure: seed, as the seed's solver): %s; "
+                   "%s", node, step, error, then)
+    return {"helper_failures": [*(state.get("helper_failures") or []), {"node": node, "step": step, "error": error}]}
 
 
 def _tools(runtime: Any, opts: AgentFlowOptions) -> dict[str, Tool]:
@@ -176,7 +209,13 @@ async def generate_command(state: AgentFlowState, runtime: Runtime[AgentContext]
     else:
         prompt = COMMAND_TEMPLATE.format(question=state["query"], sub_goal=step["sub_goal"], tool_name=tool.name,
                                          tool_metadata=format_metadata(tool.metadata()), context=step["context"])
-    text, turn = await _helper(state, runtime, opts, opts.executor_engine, "generate_command", prompt)
+    try:
+        text, turn = await _helper(state, runtime, opts, opts.executor_engine, "generate_command", prompt)
+    except Exception as exc:
+        if not _helper_failed(exc, opts):
+            raise
+        command = f"Error generating command: {exc}"  # the seed's (core/solver.py:123-125): the tool runs it
+        return {"command": command, **_record_failure(state, "generate_command", exc, "the command is its error")}
     command = seed_command(text) if opts.prompts == "seed" else extract_command(text)
     return {"command": command, "turns": [turn]}
 
@@ -281,7 +320,13 @@ async def verify(state: AgentFlowState, runtime: Runtime[AgentContext], opts: Ag
     prompt = VERIFY_TEMPLATE.format(question=state["query"], tools=format_tools(list(tools)),
                                     metadata=_metadata(tools, opts), analysis=state["analysis"],
                                     memory=format_memory(state["memory"], opts.action_step_start))
-    text, turn = await _helper(state, runtime, opts, opts.verifier_engine, "verify", prompt)
+    try:
+        text, turn = await _helper(state, runtime, opts, opts.verifier_engine, "verify", prompt)
+    except Exception as exc:
+        if not _helper_failed(exc, opts):
+            raise
+        return {"conclusion": "STOP",  # the seed's (core/solver.py:141-143)
+                **_record_failure(state, "verify", exc, "the conclusion is STOP")}
     return {"conclusion": parse_verifier_conclusion(text, opts.verifier_rule), "turns": [turn]}
 
 
@@ -291,7 +336,13 @@ async def final_output(state: AgentFlowState, runtime: Runtime[AgentContext], op
     template = SEED_FINAL_TEMPLATE if opts.prompts == "seed" else FINAL_TEMPLATE
     prompt = template.format(question=state["query"], analysis=state["analysis"],
                              memory=format_memory(state["memory"], opts.action_step_start))
-    text, turn = await _helper(state, runtime, opts, opts.final_engine, "final_output", prompt)
+    try:
+        text, turn = await _helper(state, runtime, opts, opts.final_engine, "final_output", prompt)
+    except Exception as exc:
+        if not _helper_failed(exc, opts):
+            raise
+        return {"final_output": "", "answer": "",  # the seed's (core/solver.py:179-181): its reward scores ""
+                **_record_failure(state, "final_output", exc, "the final output is empty")}
     # the seed's reward reads the whole final output (its last \boxed{}, rollout.py:232-236); the original's tags
     answer = text if opts.prompts == "seed" else parse_answer_tags(text)
     return {"final_output": text, "answer": answer, "turns": [turn]}

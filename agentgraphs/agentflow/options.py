@@ -99,6 +99,12 @@ class AgentFlowOptions(MethodOptions):
         "boxed_exact", description="boxed_exact (seed): the answer's last \\boxed{} (else a line rule), "
         "normalised, equal to a gold scores 1 before any judge; math_verify (original): the judge alone, "
         "math-verify without one")
+    helper_failure: Literal["seed", "fail"] = Field(
+        "seed", description="an engine error in a helper call of the executor's command, the verifier or the final "
+        "output: seed goes on as the seed does (the command is 'Error generating command: <error>', the verifier's "
+        "conclusion STOP, the final output ''), with a WARNING and an entry in the sample's "
+        "trace_summary.helper_failures; fail (original) fails the rollout. The planner's own calls and aborted "
+        "generations always end the rollout")
     reward_timeout_s: float = Field(10.0, gt=0, description="math-verify's deadline per answer (a worker process, "
                                     "killed past it: reward 0 with the reason)")
     reward_split: RewardSplit = Field(
@@ -153,6 +159,7 @@ class AgentFlowState(TraceState):
     stop_reason: NotRequired[str]
     final_output: NotRequired[str]
     answer: NotRequired[str]
+    helper_failures: NotRequired[list[dict[str, Any]]]  # helper_failure: seed's failures gone past: node, step, error
 
 
 ROLE_OPTIONS = ("analyzer_engine", "executor_engine", "verifier_engine", "final_engine", "tool_engine")

@@ -32,10 +32,19 @@ def reply_text_keys(options: AgentFlowOptions) -> dict[str, object]:
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
-    """Steps taken, why the loop stopped, and the tools used (per step)."""
+    """Steps taken, why the loop stopped, the tools used (per step), and the helper calls that failed and were
+    gone past (`helper_failure: seed`): `helper_failures` ({node, step, error} each) and their count.
+
+    >>> summarize({"step": 2, "helper_failures": [{"node": "verify", "step": 2, "error": "EngineUnavailableError"}]})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'steps': 2, 'stop_reason': '', 'tools_used': [], 'helper_failure_count': 1,
+     'helper_failures': [{'node': 'verify', 'step': 2, 'error': 'EngineUnavailableError'}]}
+    """
     memory = state.get("memory") or []
+    failures = [dict(f) for f in state.get("helper_failures") or []]
     return {"steps": int(state.get("step", 0)), "stop_reason": state.get("stop_reason", ""),
-            "tools_used": [m.get("tool_name", "") for m in memory]}
+            "tools_used": [m.get("tool_name", "") for m in memory], "helper_failure_count": len(failures),
+            "helper_failures": failures}
 
 
 SPEC = AgentSpec(

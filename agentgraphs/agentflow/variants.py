@@ -39,6 +39,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "judge_max_new_tokens": 2048,
         "judge_no_verdict": "zero",
         "judge_sampling": "sglang_defaults",
+        "helper_failure": "seed",
     },
     "original": {
         "max_steps": 3,
@@ -62,6 +63,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "judge_max_new_tokens": 1024,
         "judge_no_verdict": "fail",
         "judge_sampling": "greedy",
+        "helper_failure": "fail",
     },
 }
 
@@ -98,6 +100,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "judge_no_verdict": ("core/rewarder.py:36-48", "a reply with no verdict by its rule returns 0.0"),
     "judge_sampling": ("rollout.py:217-222",
                        "sampling_params={} plus max_new_tokens: SGLang's /generate defaults, temperature 1.0, top-p 1.0"),
+    "helper_failure": ("core/solver.py:118-125, 137-143, 169-181",
+                       "a failing command call makes the command 'Error generating command: <e>', a failing verifier "
+                       "concludes STOP, a failing final output is ''; each logged, the rollout goes on"),
 }
 
 # variant -> the chat-template kwargs its prompts are rendered with (MethodOptions.template_presets). The seed's
