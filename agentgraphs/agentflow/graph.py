@@ -73,21 +73,24 @@ async def _helper(state: AgentFlowState, runtime: Any, opts: AgentFlowOptions, r
 
 def _helper_failed(exc: Exception, opts: AgentFlowOptions) -> bool:
     """Does `helper_failure: seed` go on past `exc`, raised by a helper call? The seed catches every Exception
-    there (core/solver.py:118-125, 137-143, 169-181); ours, an engine's failure (EngineError: unavailable,
-    rejected, a broken reply) or an error that is not agentgraphs' own (a client library's). Never the run's own
-    signals: an aborted generation (slime re-queues the sample), the call budget, the configuration, a blocked
-    loop or a cancelled call (agentgraphs' other errors); the rollout's deadline cancels (not an Exception).
+    there (core/solver.py:118-125, 137-143, 169-181); ours, an engine's failure only (EngineError: unavailable,
+    rejected, a broken reply; our engines wrap their client library's errors so), so that a bug in our own code is
+    never gone past. Never the run's own signals: an aborted generation (slime re-queues the sample), the call
+    budget, the configuration, a blocked loop or a cancelled call; the rollout's deadline cancels (not an
+    Exception).
 
     >>> from agentgraphs.errors import ConfigError, EngineUnavailableError
     >>> seed = AgentFlowOptions()
     >>> _helper_failed(EngineUnavailableError("http://h", 1, "refused"), seed), _helper_failed(ConfigError("x"), seed)
     (True, False)
+    >>> _helper_failed(KeyError("a bug of ours"), seed)
+    False
     >>> _helper_failed(EngineUnavailableError("http://h", 1, "refused"), AgentFlowOptions(variant="original"))
     False
     """
     if opts.helper_failure != "seed" or isinstance(exc, (RolloutAborted, LLMCallLimitExceeded)):
         return False
-    return isinstance(exc, EngineError) or not isinstance(exc, AgentGraphsError)
+    return isinstance(exc, EngineError)
 
 
 def _record_failure(state: Mapping[str, Any], node: str, exc: Exception, then: str) -> dict[str, Any]:
