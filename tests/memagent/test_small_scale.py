@@ -2855,6 +2855,28 @@ def _run21s_plan(n: int, end: str, device_seconds: int, lr: float = 5e-5, rounds
     return section, published
 
 
+def _check_more_pairs(section: str, published: dict[str, Any]) -> tuple[tuple[Any, ...], ...]:
+    """The paired figures a run's section shows beyond every run's (RL and its control over all 288 documents, the
+    control at 32K), from the evaluations and against publish.py's `paired_more`; returns (RL over all lengths, the
+    control over all lengths, the control at 32K, the control at 8K-32K), each `_paired`'s (won, lost, gain, z)."""
+    warm, after = published["eval_warmstart"]["results"], published["eval_rl"]["results"]
+    held_back = published["eval_rl_permuted"]["results"]
+    longer = [8000, 16000, 32000]
+    everything = [1000, 2000, 4000, *longer]
+    more_pairs = published["paired_more"]["all"]
+    rl_all, held_all = _paired(warm, after, everything), _paired(warm, held_back, everything)
+    held_32, held_far = _paired(warm, held_back, [32000]), _paired(warm, held_back, longer)
+    assert (more_pairs["RL"]["won"], more_pairs["RL"]["lost"]) == rl_all[:2]
+    assert (more_pairs["control"]["won"], more_pairs["control"]["lost"]) == held_all[:2]
+    assert (f"over all 288 documents won {rl_all[0]} / lost {rl_all[1]} ({rl_all[2]}, z {rl_all[3]:.2f}); RL vs its "
+            "own control") in section
+    assert (f"at 32K won {held_32[0]} / lost {held_32[1]} ({held_32[2]}, z {held_32[3]:.2f}); over all 288 "
+            "documents") in section
+    assert (f"over all 288 documents won {held_all[0]} / lost {held_all[1]} ({held_all[2]}, z {held_all[3]:.2f}). "
+            "Answers at 1K-4K") in section
+    return rl_all, held_all, held_32, held_far
+
+
 def _run32s_plan(n: int, end: str, *, when: str, card: str, calls: str, device_seconds: int, kl: float = 0.01
                  ) -> tuple[str, dict[str, Any]]:
     """Run n on run 32's plan (RL and its control at lr 1e-4 with the KL coefficient `kl`): its bench/README
@@ -4722,18 +4744,7 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
     warm, after = published["eval_warmstart"]["results"], published["eval_rl"]["results"]
     held_back = published["eval_rl_permuted"]["results"]
     assert _warm_start_line(warm, "codes") in section
-    # the paired figures beyond what every run's section shows, against publish.py's `paired_more`
-    more_pairs = published["paired_more"]
-    rl_all, held_all = _paired(warm, after, everything), _paired(warm, held_back, everything)
-    held_32, held_far = _paired(warm, held_back, [32000]), _paired(warm, held_back, longer)
-    assert (more_pairs["all"]["RL"]["won"], more_pairs["all"]["RL"]["lost"]) == rl_all[:2]
-    assert (more_pairs["all"]["control"]["won"], more_pairs["all"]["control"]["lost"]) == held_all[:2]
-    assert (f"over all 288 documents won {rl_all[0]} / lost {rl_all[1]} ({rl_all[2]}, z {rl_all[3]:.2f}); RL vs its "
-            "own control") in section
-    assert (f"at 32K won {held_32[0]} / lost {held_32[1]} ({held_32[2]}, z {held_32[3]:.2f}); over all 288 "
-            "documents") in section
-    assert (f"over all 288 documents won {held_all[0]} / lost {held_all[1]} ({held_all[2]}, z {held_all[3]:.2f}). "
-            "Answers at 1K-4K") in section
+    rl_all, held_all, held_32, held_far = _check_more_pairs(section, published)
     # the targets: four pass, the control misses
     targets = published["targets"]
     assert [k for k, t in targets.items() if not t["passed"]] == ["control_within_noise"]
@@ -4983,18 +4994,7 @@ def test_run_38s_section_shows_what_its_files_hold() -> None:
     assert _training_rewards(published, "fell") + ", each by less than three hundredths" in section
     warm, after = published["eval_warmstart"]["results"], published["eval_rl"]["results"]
     held_back = published["eval_rl_permuted"]["results"]
-    # the paired figures beyond what every run's section shows, against publish.py's `paired_more`
-    more_pairs = published["paired_more"]
-    rl_all, held_all = _paired(warm, after, everything), _paired(warm, held_back, everything)
-    held_32, held_far = _paired(warm, held_back, [32000]), _paired(warm, held_back, longer)
-    assert (more_pairs["all"]["RL"]["won"], more_pairs["all"]["RL"]["lost"]) == rl_all[:2]
-    assert (more_pairs["all"]["control"]["won"], more_pairs["all"]["control"]["lost"]) == held_all[:2]
-    assert (f"over all 288 documents won {rl_all[0]} / lost {rl_all[1]} ({rl_all[2]}, z {rl_all[3]:.2f}); RL vs its "
-            "own control") in section
-    assert (f"at 32K won {held_32[0]} / lost {held_32[1]} ({held_32[2]}, z {held_32[3]:.2f}); over all 288 "
-            "documents") in section
-    assert (f"over all 288 documents won {held_all[0]} / lost {held_all[1]} ({held_all[2]}, z {held_all[3]:.2f}). "
-            "Answers at 1K-4K") in section
+    rl_all, held_all, held_32, held_far = _check_more_pairs(section, published)
     # the targets: three pass; RL's gain misses, and 32K under the band's floor
     targets = published["targets"]
     assert [k for k, t in targets.items() if t["passed"]] == ["control_within_noise", "untrained_strict_near_0",
