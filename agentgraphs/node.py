@@ -273,7 +273,7 @@ def call_params(ctx: AgentContext, overrides: Mapping[str, Any], *, node: str = 
     cap = bool(ctx.max_new_tokens_cap)
     start = ctx.sampling
     if base == "server":
-        start = SamplingParams(max_new_tokens=ctx.sampling.max_new_tokens) if cap else SamplingParams()
+        start = SamplingParams(**{f: getattr(ctx.sampling, f) for f in _run_fields_under_server(ctx)})
     params = _params(start, overrides, node=node, cap=cap)
     if prompt_ids is not None and params.sampling_seed is None:
         seed = ctx.call_seed(node, prompt_ids)
@@ -293,7 +293,13 @@ def sent_fields(ctx: AgentContext, overrides: Mapping[str, Any], base: SamplingB
     """
     if base == "context":
         return None
-    return frozenset(overrides) | ({"max_new_tokens"} if ctx.max_new_tokens_cap else set())
+    return frozenset(overrides) | _run_fields_under_server(ctx)
+
+
+def _run_fields_under_server(ctx: AgentContext) -> frozenset[str]:
+    # the one rule of what a "server"-based call keeps of the run's sampling: a max_new_tokens cap the run set
+    # (slime's --rollout-max-response-len) is a ceiling on every call, so it is carried and sent; nothing else
+    return frozenset({"max_new_tokens"}) if ctx.max_new_tokens_cap else frozenset()
 
 
 def _params(base: SamplingParams, overrides: Mapping[str, Any], *, node: str = "", cap: bool = True,
