@@ -293,11 +293,26 @@ async def score(spec: AgentSpec, rin: RewardInput, ctx: AgentContext | None) -> 
 
 
 def checked_reward(value: Any, spec: AgentSpec) -> RewardValue:
-    """`value` as a trainable reward of `spec` (a float, or a dict with a finite float under `reward_key`)."""
+    """`value` as a trainable reward of `spec`: a float, or, for a spec declaring `dict_reward`, a dict with a
+    finite float under `reward_key`. The shape is the declared one: slime reads a dict reward through
+    --reward-key and a float one without it (`rl_bridge.setup.check_reward_key` holds the flag to the spec), so
+    the other shape would pass here and stop slime later, far from the reward that made it."""
     name = function_name(spec.reward)
     if value is None:
         raise RewardError(f"reward function {name} returned None: return a float (or a dict with the key "
                           f"{spec.reward_key!r}); a missing `return` statement is the usual cause")
+    if isinstance(value, Mapping) and not spec.dict_reward:
+        raise RewardError(
+            f"reward function {name} returned a dict (keys: {sorted(map(str, value))}), but agent {spec.name!r} "
+            "declares a float reward (AgentSpec(dict_reward=False)), which slime reads without --reward-key, so it "
+            "would take the whole dict as the reward: return the float, or declare the dict: AgentSpec("
+            f"dict_reward=True, reward_key=<the key of its scalar>) and pass slime --reward-key <that key>")
+    if spec.dict_reward and not isinstance(value, Mapping):
+        raise RewardError(
+            f"reward function {name} returned {type(value).__name__} {value!r:.80}, but agent {spec.name!r} "
+            f"declares a dict reward (AgentSpec(dict_reward=True)) with its scalar under {spec.reward_key!r}, "
+            f"which slime reads as sample.reward[{spec.reward_key!r}]: return {{{spec.reward_key!r}: value, ...}}, "
+            "or set AgentSpec(dict_reward=False) for a float reward")
     if isinstance(value, Mapping):
         if spec.reward_key not in value:
             raise RewardError(

@@ -343,6 +343,28 @@ def test_a_dict_reward_without_the_reward_key_fails_its_sample(server: Any, tiny
     assert ok.status != Sample.Status.FAILED and ok.reward == {"reward": 1.0, "score": 1.0}
 
 
+@pytest.mark.parametrize(("dict_reward", "value", "flags", "words"), [
+    (False, {"reward": 1.0, "format": 0.5}, {"reward_key": None},
+     "returned a dict (keys: ['format', 'reward']), but agent 'reward_defects' declares a float reward"),
+    (True, 1.0, {"reward_key": "reward"}, "returned float 1.0, but agent 'reward_defects' declares a dict reward"),
+])
+def test_a_reward_of_the_other_shape_than_the_spec_declares_fails_its_sample(
+        server: Any, tiny_model_dir: Path, monkeypatch: Any, dict_reward: bool, value: Any,  # noqa: F811
+        flags: dict[str, Any], words: str) -> None:
+    """The launch flags are checked against `dict_reward` before any rollout, so a reward of the other shape
+    passed to slime would stop it later (a dict without --reward-key in torch.tensor, or the converter asking
+    for --reward-key, which the preflight then refuses; a float under --reward-key in slime's indexing)."""
+    monkeypatch.setattr(DEFECTS, "dict_reward", dict_reward)
+    monkeypatch.setattr(DEFECTS, "reward", lambda rin, ctx: value)
+    args = defects_args(server, tiny_model_dir, **flags)
+    s = bounded_generate(args, sample())
+    assert_failed(s, words, reward={"reward": 0.0} if dict_reward else 0.0)
+    assert "dict_reward=" in s.metadata["status_reason"]
+    s.reward = None  # the rm hook holds the same rule
+    assert asyncio.run(rl_bridge.reward_func(args, s)) == ({"reward": 0.0} if dict_reward else 0.0)
+    assert words in s.metadata["status_reason"]
+
+
 @pytest.mark.parametrize(("dict_reward", "flags", "words"), [
     (True, {"reward_key": None}, "dict reward whose scalar is under 'reward', but --reward-key is None: slime would "
                                  "read the whole dict as the reward. Pass --reward-key reward"),
