@@ -8,6 +8,11 @@ LangGraph hands on to every node, sync or async) and both recorded call paths, `
 spec collects from the final state: `llm_calls` is every call answered, and `dropped_calls` names the
 trainable calls that will not be trained. Plain Python: no LangGraph.
 
+A node may also bypass both paths and call an engine itself (`runtime.context.policy.generate(...)`): no Turn
+is made, so nothing of it could ever be trained. The engines that sample token ids (SGLangEngine, HFEngine) say
+each answered call here (`note_engine_call`); one made outside a recorded call is entered as `unrecorded`, and
+`unrecorded_calls` names the policy's among the calls that will not be trained.
+
 The rollout's sync calls still in flight at its end are cancelled by another owner, `agentgraphs.sync_calls`,
 which the debugger's steps share.
 
@@ -21,10 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Mapping, Sequence, TypedDict
 
 Source = Literal["call_llm", "chat_model"]
+UNRECORDED_REASON = ("the node called the engine itself (engine.generate), outside call_llm / TracedChatModel, so no "
+                     "Turn recorded its tokens: make the call through call_llm(state, runtime, ...) or TracedChatModel "
+                     "to train it, or through call_llm(..., trainable=False) if it is not meant to be trained")
 
 _REASONS: dict[str, str] = {
     "call_llm": "its Turn is not in the final state: the node did not return it (return `**out.update`), "
@@ -50,6 +59,7 @@ class CallLedger:
     turns: list[Mapping[str, Any]] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     started: int = 0  # calls let through the call limit (answered or still in flight)
+    unrecorded: list[tuple[str, str, int]] = field(default_factory=list)  # (engine, node, output tokens): no Turn
 
     def record(self, turn: Mapping[str, Any], source: Source) -> None:
         self.turns.append(turn)
@@ -78,6 +88,47 @@ def current_ledger() -> CallLedger | None:
     return _LEDGER.get()
 
 
+_IN_RECORDED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar("agentgraphs_in_recorded_call",
+                                                                         default=False)
+
+
+@contextlib.contextmanager
+def making_recorded_call() -> Iterator[None]:
+    """Mark the engine call made inside as one that records its Turn (`agentgraphs.node.recorded_call`)."""
+    token = _IN_RECORDED_CALL.set(True)
+    try:
+        yield
+    finally:
+        _IN_RECORDED_CALL.reset(token)
+
+
+def note_engine_call(engine: str, output_tokens: int) -> None:
+    """An engine answered a call (SGLangEngine, HFEngine call this): inside a rollout and outside a recorded call,
+    it is entered in the ledger as unrecorded, with the graph node it was made in where LangGraph says so."""
+    ledger = _LEDGER.get()
+    if ledger is None or _IN_RECORDED_CALL.get():
+        return
+    ledger.unrecorded.append((engine, _running_node(), output_tokens))
+
+
+def _running_node() -> str:
+    """The graph node running here, read from LangChain's runnable config when LangGraph is loaded (never
+    imported here: this module stays plain Python)."""
+    config_module = sys.modules.get("langchain_core.runnables.config")
+    config = getattr(getattr(config_module, "var_child_runnable_config", None), "get", lambda: None)()
+    metadata = (config or {}).get("metadata") if isinstance(config, Mapping) else None
+    return str((metadata or {}).get("langgraph_node") or "?")
+
+
+def unrecorded_calls(ledger: CallLedger | None, policy: str) -> list[DroppedCall]:
+    """The calls to the engine named `policy` that a node made itself (`note_engine_call`): never trained."""
+    if ledger is None:
+        return []
+    return sorted((DroppedCall(node=node, output_tokens=n, reason=UNRECORDED_REASON)
+                   for engine, node, n in ledger.unrecorded if engine == policy and n),
+                  key=lambda c: (c["node"], c["output_tokens"]))
+
+
 def record_call(turn: Mapping[str, Any], source: Source, ledger: CallLedger | None = None) -> None:
     """Enter one answered call in `ledger` (default: the running rollout's); a no-op outside a rollout."""
     target = ledger if ledger is not None else _LEDGER.get()
@@ -91,7 +142,7 @@ def calls_made(ledger: CallLedger | None, turns: Sequence[Mapping[str, Any]]) ->
     if ledger is None:
         return len(turns)
     answered = {_key(t) for t in ledger.turns}
-    return len(ledger) + sum(1 for t in turns if _key(t) not in answered)
+    return len(ledger) + len(ledger.unrecorded) + sum(1 for t in turns if _key(t) not in answered)
 
 
 def dropped_calls(ledger: CallLedger | None, turns: Sequence[Mapping[str, Any]]) -> list[DroppedCall]:
@@ -121,5 +172,5 @@ def _key(turn: Mapping[str, Any]) -> tuple[Any, ...]:
             tuple(turn.get("output_ids") or ()))
 
 
-__all__ = ["CallLedger", "DroppedCall", "calls_made", "current_ledger", "dropped_calls", "record_call",
-           "recording_calls"]
+__all__ = ["UNRECORDED_REASON", "CallLedger", "DroppedCall", "calls_made", "current_ledger", "dropped_calls",
+           "making_recorded_call", "note_engine_call", "record_call", "recording_calls", "unrecorded_calls"]

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 # typing_extensions' TypedDict understands NotRequired on Python 3.10 too (subclasses use it)
 from typing_extensions import TypedDict
 
-from .calls import CallLedger, Source, current_ledger, record_call
+from .calls import CallLedger, Source, current_ledger, making_recorded_call, record_call
 from .chat import ChatTemplate, Conversation, Message
 from .context import AgentContext, context_of
 from .engines import Completion, Engine, SamplingParams
@@ -229,7 +229,8 @@ async def recorded_call(
     if tokens:
         prompt_ids, conversation = prompt(ctx.template(engine))
         params = call_params(ctx, overrides or {}, node=node, prompt_ids=prompt_ids, base=sampling_base)
-        completion = await eng.generate(list(prompt_ids), params)
+        with making_recorded_call():
+            completion = await eng.generate(list(prompt_ids), params)
     elif chat_messages is not None:
         messages = chat_messages(eng)
         prompt_ids, conversation = [], ""

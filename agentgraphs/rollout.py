@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping
 
-from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording_calls
+from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording_calls, unrecorded_calls
 from .context import AgentContext, Limits
 from .errors import ConfigError, EngineError, InputError, RewardError
 from .gc_tuning import rollouts_running
@@ -174,7 +174,7 @@ async def _finish(
 ) -> Rollout:
     turns: list[Turn] = spec.collect_turns(final)
     llm_calls = calls_made(ledger, turns)
-    untrained = dropped_calls(ledger, turns)
+    untrained = dropped_calls(ledger, turns) + ([] if ctx.evaluation else unrecorded_calls(ledger, ctx.policy.name))
     if untrained:
         warn_untrained(spec.name, inp.get("index"), untrained)
     try:

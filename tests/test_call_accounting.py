@@ -227,3 +227,44 @@ def test_the_warning_is_said_once_and_every_sample_names_the_calls(tiny_engine: 
     assert all(len(r.untrained_calls) == 3 and r.llm_calls == 4 for r in rollouts)
     said = [r for r in caplog.records if "map_reduce_thrice" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+
+
+async def _own_call(state: ForgetState, runtime: Any) -> dict[str, Any]:
+    """A node that asks the policy itself, bypassing call_llm, beside one recorded call."""
+    from agentgraphs.engines import SamplingParams
+
+    ctx = runtime.context
+    prompt = ctx.template(None).render([{"role": "user", "content": "Draft"}])
+    draft = await ctx.policy.generate(list(prompt), SamplingParams(max_new_tokens=4, ignore_eos=True))
+    out = await call_llm(state, runtime, node="own_call", messages=[{"role": "user", "content": draft.text}],
+                         max_new_tokens=4)
+    return {"answer": out.text, **out.update}
+
+
+def _own_call_graph() -> Any:
+    g = StateGraph(ForgetState, context_schema=AgentContext)
+    g.add_node("own_call", _own_call)
+    g.add_edge(START, "own_call")
+    g.add_edge("own_call", END)
+    return g.compile()
+
+
+OWN_CALL = AgentSpec(name="own_call", build_graph=lambda o: _own_call_graph(), make_input=lambda r, o: {"turns": []},
+                     reward=lambda rin, ctx: 0.0, requires_label=False)
+
+
+def test_a_node_calling_the_policy_engine_itself_is_counted_and_named(server: Any, tiny_model_dir: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """engine.generate called in a node makes no Turn: its tokens can never train. The sample says so, as for a
+    dropped Turn, instead of counting one call of the two the server answered and naming none."""
+    args = make_args(server.url, tiny_model_dir, "tests.test_call_accounting:OWN_CALL")
+    s = Sample(group_index=0, index=3, prompt="Hello there.", label=None, metadata={})
+    with caplog.at_level(logging.WARNING, logger="agentgraphs.rollout"):
+        out = asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, "max_new_tokens": 16}))
+    assert out.status != Sample.Status.FAILED, out.metadata["status_reason"]
+    assert server.stats.generate_requests == out.metadata["llm_calls"] == 2
+    (own,) = out.metadata["untrained_calls"]
+    assert own["node"] == "own_call" and own["output_tokens"] == 4
+    assert "called the engine itself (engine.generate), outside call_llm / TracedChatModel" in own["reason"]
+    assert out.metadata["trace_summary"]["turns_by_node"] == {"own_call": 1}  # the recorded call still trains
+    assert "sample 3" in caplog.text and "'own_call' x1" in caplog.text

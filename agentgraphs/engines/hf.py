@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .base import Completion, FinishReason, SamplingParams
+from ..calls import note_engine_call
 from .sampling import DEFAULT_SAMPLER, GREEDY_BELOW, GenerationRequest, check_sampler, sample_token
 from ..errors import InputError
 
@@ -155,6 +156,7 @@ class HFEngine:
             # One token per hop: awaiting between tokens lets other requests (and cancellation) in.
             await asyncio.to_thread(self._locked, self._step, request)
         meta: dict[str, object] = {"matched": request.matched} if request.matched is not None else {}
+        note_engine_call(self.name, len(request.output_ids))  # a node's own call is named untrained
         return Completion(
             token_ids=request.output_ids,
             logprobs=request.logprobs,

@@ -23,6 +23,7 @@ import httpx
 import orjson
 
 from .base import MAX_LOGPROB, Completion, FinishReason, SamplingParams
+from ..calls import note_engine_call
 from ..errors import ConfigError, EngineProtocolError, EngineRequestError, EngineUnavailableError
 from ..http_retry import DEFAULT_BACKOFF_CAP_S, ENGINE_TIMEOUT, backoff_delay, retryable_status
 from ..http_slots import KEEPALIVE_EXPIRY_S
@@ -183,10 +184,12 @@ class SGLangEngine:
             rid = uuid.uuid4().hex
             try:
                 payload = await self._post_generate(rid, prompt_ids, params)
-                return _parse_completion(
+                completion = _parse_completion(
                     payload, rid=rid, prompt_len=len(prompt_ids),
                     latency_s=time.perf_counter() - started, retries=attempt,
                 )
+                note_engine_call(self.name, len(completion.token_ids))  # a node's own call is named untrained
+                return completion
             except _Retryable as err:
                 last = err
                 log.debug("generate attempt %d/%d failed: %s", attempt + 1, self.max_retries + 1, err)
