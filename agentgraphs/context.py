@@ -15,12 +15,12 @@ import hashlib
 import os
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
 
 from .chat import ChatTemplate
 from .engines import Engine, SamplingParams, make_engine
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
 
 @dataclass
 class Limits:
@@ -37,7 +37,33 @@ class Limits:
     # rollout: a judge or verifier that stops answering must not freeze slime (agentgraphs.rollout.score)
     reward_timeout_s: float = 300.0
 
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "limits") -> Limits:
+        """Limits from plain data (a JSON context, `langgraph dev`): a key that is not a field is a ConfigError
+        naming it, not a TypeError (nor a limit left at its default).
+
+        >>> Limits.from_mapping({"max_llm_calls": 8}).max_llm_calls
+        8
+        >>> Limits.from_mapping({"max_llm_call": 8}, where="AgentContext.limits")
+        Traceback (most recent call last):
+        ...
+        agentgraphs.errors.ConfigError: AgentContext.limits: unknown key 'max_llm_call' (did you mean 'max_llm_calls'?)...
+        """
+        known = [f.name for f in fields(cls)]
+        for key in values:
+            if key not in known:
+                raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(str(key), known)}; accepted keys: "
+                                  f"{', '.join(known)}")
+        return cls(**dict(values))
+
     def __post_init__(self) -> None:
+        for name in ("max_llm_calls", "recursion_limit"):  # a JSON "5" would fail every rollout mid-way instead
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"Limits.{name} must be a whole number >= 1, got {value!r}")
+        cap = self.max_time_s
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+            raise ConfigError(f"Limits.max_time_s must be a number of seconds > 0, or None for no deadline, got {cap!r}")
         timeout = self.reward_timeout_s
         # `not timeout > 0` also refuses NaN; None is refused too: every reward call has a deadline
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -99,7 +125,7 @@ class AgentContext:
                 isinstance(self.sampling, Mapping) and "max_new_tokens" in self.sampling)
         self.sampling = _sampling_of(SamplingParams() if self.sampling is None else self.sampling)
         if isinstance(self.limits, Mapping):
-            self.limits = Limits(**dict(self.limits))
+            self.limits = Limits.from_mapping(self.limits, where="AgentContext.limits")
         if isinstance(self.tokenizer, (str, os.PathLike)):
             self.tokenizer = shared_tokenizer(str(self.tokenizer))
         if self.tokenizer is None:

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import difflib
+from typing import Any, Callable, Iterable, Mapping
+
+
+def did_you_mean(key: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """" (did you mean 'x'?)" for a misspelt `key`: its alias, else the closest of `known`; "" when none is close.
+
+    >>> did_you_mean("max_llm_call", ["max_llm_calls", "max_time_s"]), did_you_mean("zzz", ["max_time_s"])
+    (" (did you mean 'max_llm_calls'?)", '')
+    """
+    match = (aliases or {}).get(key) or next(iter(difflib.get_close_matches(key.replace("-", "_"), list(known), n=1)),
+                                             None)
+    return f" (did you mean {match!r}?)" if match else ""
 
 
 class AgentGraphsError(Exception):

@@ -183,6 +183,23 @@ def test_a_misspelt_plain_data_sampling_key_is_refused(tiny_engine: Any) -> None
         AgentContext(policy=tiny_engine, sampling=[("temperature", 0.2)])  # type: ignore[arg-type]
 
 
+def test_misspelt_or_mistyped_plain_data_limits_are_refused_naming_the_key(tiny_engine: Any) -> None:
+    """`limits` may be a dict (a JSON context) as `sampling` may: a misspelt key was a bare TypeError from the
+    dataclass, and a value of the wrong type ("5" from JSON) failed every rollout later, at the limit's check."""
+    for make in (lambda bad: AgentContext(policy=tiny_engine, limits=bad),
+                 lambda bad: context_of({"policy": tiny_engine, "limits": bad})):
+        with pytest.raises(ConfigError) as err:
+            make({"max_llm_call": 5})
+        assert str(err.value).startswith("AgentContext.limits: unknown key 'max_llm_call' (did you mean "
+                                         "'max_llm_calls'?); accepted keys: max_llm_calls, max_time_s")
+        with pytest.raises(ConfigError, match=r"Limits.max_llm_calls must be a whole number >= 1, got '5'"):
+            make({"max_llm_calls": "5"})
+        with pytest.raises(ConfigError, match=r"Limits.max_time_s must be a number of seconds > 0.*got '60'"):
+            make({"max_time_s": "60"})
+    ok = AgentContext(policy=tiny_engine, limits={"max_llm_calls": 5, "max_time_s": 60, "recursion_limit": 50})
+    assert (ok.limits.max_llm_calls, ok.limits.max_time_s, ok.limits.recursion_limit) == (5, 60, 50)
+
+
 # ------------------------------------------------------------------------------ slime's sampling_params
 
 

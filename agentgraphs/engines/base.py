@@ -6,14 +6,13 @@ of each, as sampled. Nothing here knows about chat templates or LangGraph.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 from typing import Literal, Protocol, runtime_checkable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, did_you_mean
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -211,8 +210,7 @@ def _neutral(value: object, neutral: object) -> bool:
 
 
 def _suggestion(key: str, known: list[str]) -> str:
-    match = _ALIASES.get(key) or next(iter(difflib.get_close_matches(key.replace("-", "_"), known, n=1)), None)
-    return f" (did you mean {match!r}?)" if match else ""
+    return did_you_mean(key, known, _ALIASES)
 
 
 def _stop_strings(stop: object) -> tuple[str, ...]:
