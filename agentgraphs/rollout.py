@@ -196,6 +196,9 @@ async def _finish(
                  and (t["engine"] == ctx.policy.name or t.get("trainable"))]
     status: Status = "truncated" if truncated else "completed"
     reason = truncation_reason(turns, truncated, ctx) if truncated else "ok"
+    if not ctx.evaluation and not any(t["trainable"] and t["output_ids"] for t in turns):
+        reason += f"; {_NOTHING_TRAINABLE}"
+        warn_nothing_trainable(spec.name, inp.get("index"), llm_calls, untrained)
     rollout = Rollout(status=status, reason=reason, answer=answer, turns=turns, sequences=sequences,
                       final_state=final, summary=summary, llm_calls=llm_calls, untrained_calls=untrained)
     rin = reward_input(answer=answer, prompt=inp["prompt"], label=inp["label"], row_metadata=inp["metadata"],
@@ -247,6 +250,20 @@ def untrain_turns(rollout: Rollout, layout: Layout, reasons: Mapping[int, str]) 
 
 
 _WARNED_UNTRAINED: set[tuple[str, frozenset[str]]] = set()
+_WARNED_NOTHING_TRAINABLE: set[str] = set()
+_NOTHING_TRAINABLE = "no trainable policy turn: nothing of this rollout trains"
+
+
+def warn_nothing_trainable(agent: str, index: Any, llm_calls: int | None, untrained: list[DroppedCall]) -> None:
+    """Say that a training rollout ended without a single trainable policy turn (its sample trains nothing, yet
+    its reward counts in its GRPO group): a WARNING the first time per agent and process, DEBUG after that."""
+    level = logging.DEBUG if agent in _WARNED_NOTHING_TRAINABLE else logging.WARNING
+    _WARNED_NOTHING_TRAINABLE.add(agent)
+    logger.log(level, "agentgraph %s: sample %s ended with %s (%s engine call(s) counted, %d trainable one(s) not "
+               "trained: metadata['untrained_calls']). If the graph asks the policy, it must do so through call_llm "
+               "or TracedChatModel: a chat model of its own (e.g. ChatOpenAI at the SGLang router) is invisible to "
+               "training; a path that rightly asks no policy call trains nothing by design", agent, index,
+               _NOTHING_TRAINABLE, llm_calls, len(untrained))
 
 
 def warn_untrained(agent: str, index: Any, untrained: list[DroppedCall]) -> None:

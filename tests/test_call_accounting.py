@@ -268,3 +268,38 @@ def test_a_node_calling_the_policy_engine_itself_is_counted_and_named(server: An
     assert "called the engine itself (engine.generate), outside call_llm / TracedChatModel" in own["reason"]
     assert out.metadata["trace_summary"]["turns_by_node"] == {"own_call": 1}  # the recorded call still trains
     assert "sample 3" in caplog.text and "'own_call' x1" in caplog.text
+
+
+def _own_model_graph() -> Any:
+    """A graph written with a LangChain chat model of its own (here a fake; in real life ChatOpenAI pointed at
+    the SGLang router) instead of TracedChatModel: the engine answers, but no Turn is ever made."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    model = FakeListChatModel(responses=["\\boxed{42}"] * 8)
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_edge(START, "agent")
+    g.add_edge("agent", END)
+    return g.compile(name="own_model")
+
+
+OWN_MODEL = messages_graph_spec(_own_model_graph(), reward=lambda rin, ctx: 1.0, name="own_model")
+
+
+def test_a_training_rollout_with_no_trainable_turn_says_nothing_of_it_trains(
+        server: Any, tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A sample that trains nothing while its reward counts in its group was reported as completed, 'ok'."""
+    args = make_args(server.url, tiny_model_dir, "tests.test_call_accounting:OWN_MODEL")
+    s = Sample(group_index=0, index=4, prompt="What is 6 * 7?", label="42", metadata={})
+    with caplog.at_level(logging.WARNING, logger="agentgraphs.rollout"):
+        out = asyncio.run(rl_bridge.generate(args, s, {**SLIME_SAMPLING, "max_new_tokens": 16}))
+    assert out.status == Sample.Status.COMPLETED and out.reward == 1.0 and not any(out.loss_mask)
+    assert out.metadata["llm_calls"] == 0
+    assert out.metadata["status_reason"] == "ok; no trainable policy turn: nothing of this rollout trains"
+    said = caplog.text
+    assert "own_model: sample 4 ended with no trainable policy turn" in said and "through call_llm or " \
+        "TracedChatModel" in said
