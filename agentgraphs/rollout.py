@@ -17,6 +17,8 @@ import time
 import traceback
 from typing import Any, Callable, Mapping
 
+from langgraph.errors import GraphRecursionError
+
 from .calls import CallLedger, DroppedCall, calls_made, dropped_calls, recording_calls, unrecorded_calls
 from .context import AgentContext, Limits
 from .errors import ConfigError, EngineError, InputError, RewardError
@@ -136,6 +138,8 @@ async def _run(
             failed = _failed(started, f"{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
         except asyncio.CancelledError:
             raise
+        except GraphRecursionError as exc:  # LangGraph's advice names its config key; say which loop and our knob
+            failed = _failed(started, recursion_reason(run_config["recursion_limit"]), exc, spec.collect_turns(last))
         except Exception as exc:  # a bug in a user's node must not escape into slime
             failed = _failed(started, f"{_GRAPH_RAISED}{type(exc).__name__}: {exc}", exc, spec.collect_turns(last))
         else:
@@ -145,6 +149,18 @@ async def _run(
     failed.path, failed.path_rids = path, path_rids
     failed.llm_calls = calls_made(ledger, failed.turns)
     return failed
+
+
+def recursion_reason(limit: Any) -> str:
+    """Why a rollout whose graph hit LangGraph's recursion limit failed, with what to do in agentgraphs' terms.
+
+    >>> recursion_reason(25)[:80]
+    'graph raised GraphRecursionError: the graph ran 25 steps (Limits.recursion_limit'
+    """
+    return (f"{_GRAPH_RAISED}GraphRecursionError: the graph ran {limit} steps (Limits.recursion_limit) without "
+            "reaching END: a loop whose exit condition never holds is the usual cause (check the conditional edge "
+            "that should route to END, e.g. on a step count kept in state); a graph that needs more steps: raise "
+            "it (AgentContext(limits={'recursion_limit': N}), or run_rollout(..., config={'recursion_limit': N}))")
 
 
 class _GraphTimeout(Exception):

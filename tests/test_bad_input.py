@@ -416,3 +416,37 @@ def test_an_empty_metadata_of_the_wrong_type_is_refused_like_any_other(tmp_path:
     assert type(metadata).__name__ in (bad.error or "")
     assert missing.inp is not None and missing.inp["metadata"] == {}  # no metadata at all: none
     assert null.inp is not None and null.inp["metadata"] == {}
+
+
+def _looping_spec() -> Any:
+    """A graph whose exit condition never holds: `retry` routes back to itself forever, making no LLM call
+    (so Limits.max_llm_calls never stops it; LangGraph's recursion limit does)."""
+    from langgraph.graph import END, START, StateGraph
+
+    from agentgraphs.node import TraceState
+    from agentgraphs.spec import AgentSpec
+
+    class LoopState(TraceState):
+        tries: int
+
+    def build(options: Any) -> Any:
+        g = StateGraph(LoopState, context_schema=AgentContext)
+        g.add_node("retry", lambda state: {"tries": state["tries"] + 1})
+        g.add_edge(START, "retry")
+        g.add_conditional_edges("retry", lambda state: END if state["tries"] < 0 else "retry")  # never < 0
+        return g.compile()
+
+    return AgentSpec(name="loops", build_graph=build, make_input=lambda row, o: {"tries": 0, "turns": []},
+                     reward=lambda rin, ctx: 0.0)
+
+
+async def test_a_graph_that_never_reaches_end_fails_naming_the_limit_and_the_loop(tiny_engine: Any) -> None:
+    """LangGraph's own advice names its config key; the reason says which limit of ours it was and what to check."""
+    ctx = AgentContext(policy=tiny_engine, limits={"recursion_limit": 12})
+    rollout = await run_rollout(_looping_spec(), rollout_input("go", "x"), ctx)
+    assert rollout.status == "failed"
+    assert rollout.reason.startswith("graph raised GraphRecursionError: the graph ran 12 steps "
+                                     "(Limits.recursion_limit) without reaching END")
+    assert "conditional edge that should route to END" in rollout.reason
+    assert "AgentContext(limits={'recursion_limit': N})" in rollout.reason
+    assert "GraphRecursionError" in (rollout.error or "")  # the traceback is kept
