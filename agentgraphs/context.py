@@ -47,7 +47,7 @@ class Limits:
         >>> Limits.from_mapping({"max_llm_call": 8}, where="AgentContext.limits")
         Traceback (most recent call last):
         ...
-        agentgraphs.errors.ConfigError: AgentContext.limits: unknown key 'max_llm_call' (did you mean 'max_llm_calls'?)...
+        agentgraphs.errors.ConfigError: AgentContext.limits: unknown key 'max_llm_call' (did you mean 'max_llm_calls...
         """
         known = [f.name for f in fields(cls)]
         for key in values:
@@ -63,7 +63,8 @@ class Limits:
                 raise ConfigError(f"Limits.{name} must be a whole number >= 1, got {value!r}")
         cap = self.max_time_s
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
-            raise ConfigError(f"Limits.max_time_s must be a number of seconds > 0, or None for no deadline, got {cap!r}")
+            raise ConfigError(f"Limits.max_time_s must be a number of seconds > 0, or None for no deadline, "
+                              f"got {cap!r}")
         timeout = self.reward_timeout_s
         # `not timeout > 0` also refuses NaN; None is refused too: every reward call has a deadline
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
