@@ -6,6 +6,7 @@ AgentSpec (see examples/new_agent.py); slime finds it through `agentgraph: pkg.m
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -174,10 +175,29 @@ def options_model(name: str, defaults: Mapping[str, Any]) -> type[MethodOptions]
     return model
 
 
-def options_error(agent: str, exc: ValidationError) -> ConfigError:
-    """One line per bad option: its name, what is wrong, the value given, and what the option is."""
+def options_error(agent: str, exc: ValidationError, options_type: type[BaseModel]) -> ConfigError:
+    """One line per bad option: its name, what is wrong, the value given, and what the option is; an unknown
+    option names the closest known one and lists them all (the fix for a misspelt name).
+
+    >>> class Opts(MethodOptions):
+    ...     max_chunks: int = 8
+    ...     chunk_tokens: int = 512
+    >>> try:
+    ...     Opts.model_validate({"max_chunk": 4})
+    ... except ValidationError as exc:
+    ...     print(options_error("demo", exc, Opts))
+    agent 'demo' (Opts): unknown option 'max_chunk' (did you mean 'max_chunks'?); its options: chunk_tokens, max_chunks
+    """
+    known = sorted(options_type.model_fields)
+
+    def unknown(key: str) -> str:
+        close = difflib.get_close_matches(key, known, n=1)
+        return f"unknown option {key or 'options'!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+    listed = (f"; its options: {', '.join(known)}" if any(e["type"] == "extra_forbidden" for e in exc.errors())
+              else "")
     return ConfigError(f"agent {agent!r} ({exc.title}): " + validation_message(
-        exc, label=lambda key: f"option {key or 'options'}", unknown=lambda key: f"unknown option {key or 'options'!r}"))
+        exc, label=lambda key: f"option {key or 'options'}", unknown=unknown) + listed)
 
 
 OptionsT = TypeVar("OptionsT", bound="MethodOptions")
@@ -196,7 +216,7 @@ def reward_options(rin: "RewardInput", options_type: type[OptionsT], agent: str)
     try:
         return options_type.model_validate(dict(rin.get("options") or {}))
     except ValidationError as exc:
-        raise options_error(agent, exc) from None
+        raise options_error(agent, exc, options_type) from None
 
 
 def state_answer(state: Mapping[str, Any]) -> str:
@@ -304,7 +324,7 @@ class AgentSpec:
             # strict: "8" is not 8 (a field that should take a YAML list as a tuple says so in a validator)
             return self.options.model_validate(dict(overrides or {}))
         except ValidationError as exc:
-            raise options_error(self.name, exc) from None
+            raise options_error(self.name, exc, self.options) from None
 
     def default_options(self) -> MethodOptions:
         return self.resolve_options(None)

@@ -180,3 +180,16 @@ def test_run_takes_hf_tiny_like_every_other_entry_point(rows_file: Path, tmp_pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["engine"].startswith("hf:") and summary["results"] == 1
+
+
+def test_a_misspelt_option_is_refused_naming_the_closest_and_every_option() -> None:
+    # before: "unknown option 'max_chunk'" and nothing else: neither the fix nor the options there are
+    r = runner.invoke(app, ["draw", "memagent", "-o", "max_chunk=3", "-o", "zzz=1"])
+    assert r.exit_code == 2, r.output
+    said = _said(r)
+    assert "unknown option 'max_chunk' (did you mean 'max_chunks'?)" in said
+    assert "unknown option 'zzz';" in said  # nothing close: no guess, still the list
+    assert said.count("its options:") == 1 and "chunk_tokens, eval_max_chunks" in said
+    r = runner.invoke(app, ["draw", "memagent", "-o", "max_chunks=x"])  # a bad value: no list of names
+    assert r.exit_code == 2 and "option max_chunks: input should be a valid integer" in _said(r)
+    assert "its options" not in _said(r)
