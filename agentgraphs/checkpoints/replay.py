@@ -538,7 +538,12 @@ async def edit_checkpoint(graph: Any, thread_id: str, checkpoint_id: str, values
     config["metadata"] = {AS_NODE_KEY: node}  # LangGraph's savers keep a config's metadata with the checkpoint
     if context is not None:
         config["configurable"][_RUNTIME_KEY] = Runtime(context=context)
-    new_config = await graph.aupdate_state(config, dict(values), as_node=node)
+    try:
+        new_config = await graph.aupdate_state(config, dict(values), as_node=node)
+    except (TypeError, ValueError) as exc:  # a state reducer refused a value of the user's edit (turns=5)
+        raise ConfigError(f"the edit of {sorted(values)} does not fit the state: {exc}. Fix: give each key a value "
+                          "of its type; a key with a reducer takes what a node's update would (turns: a list of "
+                          "Turns, appended)") from exc
     return _cid(new_config)
 
 

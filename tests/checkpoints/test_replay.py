@@ -270,3 +270,17 @@ def test_an_empty_or_foreign_sqlite_file_is_refused_and_left_as_it_was(tmp_path:
         result = runner.invoke(app, ["replay", str(db), "t0"])
         said = " ".join(result.output.split())  # the console wraps at its width
         assert result.exit_code == 2 and "not a checkpoints database" in said, result.output
+
+
+def test_a_fork_whose_value_a_reducer_refuses_is_an_error_naming_the_key(rows_file: Path, tmp_path: Path,
+                                                                         tiny_model_dir: Path) -> None:
+    # before: `--set turns=5` (turns appends: it takes a list) ended in a raw TypeError traceback, exit 1
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    assert runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                               "--out", str(out), "--temperature", "0", "--max-new-tokens", "6",
+                               "--checkpoints", str(db)]).exit_code == 0
+    thread = _samples(out)[0]["metadata"]["checkpoint_thread"]
+    r = runner.invoke(app, ["fork", str(db), thread, "--checkpoint", "1", "--set", "turns=5"])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert "error: the edit of ['turns'] does not fit the state" in said and "Fix:" in said
