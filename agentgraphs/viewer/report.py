@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence, TypedDict
 
+from ..errors import ConfigError
 from ..trace import Turn, extended_turn
 from .audit import audit_record
 from .roles import (PROMPT, ROLE_NAMES, UNTRAINED, GlueScaffold, appended_roles, sequence_roles,
@@ -302,15 +303,31 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, tokenize
 
 def write_report_records(records: Any, tokenizer: Any, target: Path, *, summary: Mapping[str, Any],
                          title: str, on_rollout: Callable[[int], None] | None = None) -> Path:
-    """The report of any iterable of RunRecords (streamed: one rollout in memory at a time)."""
+    """The report of any iterable of RunRecords (streamed: one rollout in memory at a time), written to
+    TARGET.part and renamed into place: a report that fails half-way leaves neither a partial file nor a
+    changed target. A target that is a directory is a ConfigError naming the fix."""
+    if target.is_dir():
+        raise ConfigError(f"--out {target}: is a directory; the report is one HTML file: give its path, e.g. "
+                          f"--out {target / 'report.html'}")
     decode = _Decoder(tokenizer)
     scaffold = GlueScaffold.for_tokenizer(tokenizer)
     page = _asset("report.html")
     head, sep, tail = page.partition("<!--AG_DATA-->")
     if not sep:
         raise RuntimeError("viewer asset report.html lost its <!--AG_DATA--> marker")
-    rows: list[dict[str, Any]] = []
     tmp = target.with_name(target.name + ".part")
+    try:
+        _write_page(tmp, records, head, tail, title, summary, decode, scaffold, on_rollout)
+        tmp.replace(target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a damaged run, an interrupt, a full disk: no half report left behind
+        raise
+    return target
+
+
+def _write_page(tmp: Path, records: Any, head: str, tail: str, title: str, summary: Mapping[str, Any],
+                decode: "_Decoder", scaffold: GlueScaffold, on_rollout: Callable[[int], None] | None) -> None:
+    rows: list[dict[str, Any]] = []
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(head.replace("AG_TITLE", _html_escape(title)).replace("/*AG_CSS*/", _asset("report.css")))
         fh.write('<script type="application/x-ndjson" id="ag-rollouts">')
@@ -327,8 +344,6 @@ def write_report_records(records: Any, tokenizer: Any, target: Path, *, summary:
         _script(fh, "ag-vocab", {str(k): v for k, v in decode.strings.items()})
         fh.write("<script>\n" + _asset("report.js") + "\n</script>\n")
         fh.write(tail)
-    tmp.replace(target)
-    return target
 
 
 def _script(fh: IO[str], element_id: str, obj: Any) -> None:

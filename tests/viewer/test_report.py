@@ -464,3 +464,28 @@ def test_a_trace_from_another_version_is_refused_naming_the_field(tmp_path: Path
             call()
         assert "traces.jsonl" in str(err.value) and "another agentgraphs version" in str(err.value)
     assert not (run / "report.html").exists()
+
+
+def test_a_view_that_fails_leaves_no_half_report_and_a_directory_out_is_named(tmp_path: Path) -> None:
+    """Before: a run damaged after its first rollout, or --out naming a directory, failed but left REPORT.part
+    behind (the rollouts read so far); the directory's error was `[Errno 21] Is a directory: 'DIR.part' -> 'DIR'`."""
+    from agentgraphs.testing.runs import write_run_dir
+    from agentgraphs.testing.tiny_model import ensure_tiny_model
+
+    run = write_run_dir(synthetic_records(3, 60, [10, 20]), tmp_path / "run")
+    lines = (run / "samples.jsonl").read_text().splitlines()
+    (run / "samples.jsonl").write_text("\n".join([lines[0], "garbage", lines[2]]) + "\n")
+    target = tmp_path / "r.html"
+    target.write_text("the last good report")
+    tok = str(ensure_tiny_model())
+    r = CliRunner().invoke(app, ["view", str(run), "--out", str(target), "--tokenizer", tok])
+    assert r.exit_code == 2 and "line 2 is not valid JSON" in " ".join(r.output.split()), r.output
+    assert target.read_text() == "the last good report" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "r.html", "run"]  # no r.html.part
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    r = CliRunner().invoke(app, ["view", str(write_run_dir(synthetic_records(1, 60, [10]), tmp_path / "ok")),
+                                 "--out", str(folder), "--tokenizer", tok])
+    said = "".join(r.output.split())  # rich wraps long paths mid-word
+    assert r.exit_code == 2 and f"--out{folder}:isadirectory" in said and "reports/report.html" in said, r.output
+    assert not (tmp_path / "reports.part").exists() and not any(folder.iterdir())
