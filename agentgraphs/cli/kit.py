@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from ..errors import AgentGraphsError
 from .common import console, fail, parse_options
@@ -36,9 +35,8 @@ def tiny_model(
         path = build_tiny_model(out_dir, seed=seed, template=template,  # type: ignore[arg-type]
                                 hidden_size=hidden_size, num_layers=layers, num_heads=heads,
                                 num_kv_heads=kv_heads, intermediate_size=intermediate_size, init_std=init_scale)
-    except ValueError as exc:
-        console.print(f"error: {escape(str(exc))}")
-        raise typer.Exit(2) from None
+    except (ValueError, OSError) as exc:  # a bad size, a file or another model at OUT_DIR, no permission
+        raise fail(exc) from None
     console.print(f"tiny model written to {path}")
 
 

@@ -382,6 +382,7 @@ def build_tiny_model(
     kv_heads = kv_heads_for(num_heads) if num_kv_heads is None else num_kv_heads
     check_size(hidden_size, num_layers, num_heads, kv_heads, intermediate_size, init_std)
     out = Path(out_dir)
+    _check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     config = _model_config(hidden_size, num_layers, num_heads, kv_heads, intermediate_size, float(init_std))
     _dump(out / "config.json", config)
@@ -390,6 +391,27 @@ def build_tiny_model(
     (out / "tokenizer.json").write_text(tokenizer_json(template), encoding="utf-8")
     _dump(out / "tokenizer_config.json", _tokenizer_config(template))
     return out
+
+
+# files of a model a tiny model never writes: a directory holding one holds another model, whose config.json and
+# tokenizer a build would overwrite, leaving its weights beside a config that no longer fits them
+_FOREIGN_MODEL_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".index.json")
+_FOREIGN_MODEL_NAMES = frozenset({"vocab.json", "merges.txt", "tokenizer.model"})
+
+
+def _check_out_dir(out: Path) -> None:
+    """ValueError when `out` is not a directory a tiny model may be written into: a file, or a directory that
+    holds another model. A new, empty or tiny model's own directory (rebuilt in place) is fine."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {out}: is a file, not a directory; give a new or empty directory")
+    if not out.is_dir():
+        return
+    foreign = sorted(p.name for p in out.iterdir() if p.name in _FOREIGN_MODEL_NAMES
+                     or (p.name.endswith(_FOREIGN_MODEL_SUFFIXES) and p.name != "model.safetensors"))
+    if foreign:
+        raise ValueError(f"out_dir {out}: holds another model ({', '.join(foreign[:4])}"
+                         f"{', ...' if len(foreign) > 4 else ''}), whose config.json and tokenizer a tiny model "
+                         "would overwrite; give a new or empty directory")
 
 
 def ensure_tiny_model(

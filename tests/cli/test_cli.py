@@ -193,3 +193,23 @@ def test_a_misspelt_option_is_refused_naming_the_closest_and_every_option() -> N
     r = runner.invoke(app, ["draw", "memagent", "-o", "max_chunks=x"])  # a bad value: no list of names
     assert r.exit_code == 2 and "option max_chunks: input should be a valid integer" in _said(r)
     assert "its options" not in _said(r)
+
+
+def test_tiny_model_refuses_a_file_or_another_model_at_out_dir(tmp_path: Path) -> None:
+    # before: a file was a FileExistsError traceback, and another model's directory was overwritten in part
+    # (its config.json and tokenizer replaced, its weight shards left beside them), exit 0
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    r = runner.invoke(app, ["tiny-model", str(a_file)])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert "is a file, not a directory" in _said(r) and a_file.read_text() == "mine"
+    real = tmp_path / "Qwen2.5-7B"
+    real.mkdir()
+    for name in ("config.json", "model-00001-of-00004.safetensors", "vocab.json"):
+        (real / name).write_text("{}")
+    r = runner.invoke(app, ["tiny-model", str(real)])
+    assert r.exit_code == 2 and "holds another model (model-00001-of-00004.safetensors, vocab.json)" in _said(r)
+    assert (real / "config.json").read_text() == "{}" and sorted(p.name for p in real.iterdir()) == [
+        "config.json", "model-00001-of-00004.safetensors", "vocab.json"]
+    assert runner.invoke(app, ["tiny-model", str(tmp_path / "m")]).exit_code == 0
+    assert runner.invoke(app, ["tiny-model", str(tmp_path / "m"), "--seed", "1"]).exit_code == 0  # rebuilt in place
