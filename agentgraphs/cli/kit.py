@@ -68,7 +68,7 @@ def learn_check(
     from ..testing.learning_check import LearnCheckSettings, learn_check_run
 
     try:
-        settings = LearnCheckSettings(
+        settings = LearnCheckSettings.from_flags(
             agent=agent, engine=engine, data=str(data) if data else None, task=task, options=parse_options(option),
             steps=steps, prompts=prompts, n_samples=n_samples, lr=lr, temperature=temperature,
             max_new_tokens=max_new_tokens,

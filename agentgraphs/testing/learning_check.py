@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, validation_message
 from .grpo import FAULTS, GRPOConfig, GRPOTrainer, StepStats, verdict
 
 
@@ -43,6 +43,56 @@ class LearnCheckSettings(BaseModel):
     device: Optional[str] = None
     seed: int = 0
 
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: Optional[str]) -> Optional[str]:
+        import torch
+
+        try:
+            torch.device(value) if value is not None else None
+        except RuntimeError:  # torch's own message lists two dozen device types
+            raise ValueError("use cpu or cuda (or cuda:0, cuda:1, ... for one card)") from None
+        return value
+
+    @classmethod
+    def from_flags(cls, **flags: Any) -> "LearnCheckSettings":
+        """The settings of `agentgraphs learn-check`'s flags: a bad value is a ConfigError naming its flag."""
+        try:
+            return cls(**flags)
+        except ValidationError as exc:
+            raise ConfigError("learn-check: " + validation_message(exc, label=_flag)) from None
+
+    def check_mode(self) -> None:
+        """ConfigError for a flag the chosen mode would ignore: --engine / --data without an agent (the built-in
+        task trains a fresh tiny model on its own rows), or the built-in task's flags with one."""
+        if self.agent is None:
+            given = [_flag(k) for k in _AGENT_ONLY if getattr(self, k) is not None]
+            if given:
+                one = len(given) == 1
+                raise ConfigError(f"learn-check: {' and '.join(given)} {'is' if one else 'are'} for your agent and "
+                                  f"the built-in task would ignore {'it' if one else 'them'} (it trains a fresh tiny "
+                                  "Qwen2 on its own rows). Fix: name the "
+                                  "agent (learn-check package.module:attr --engine hf:MODEL_DIR --data rows.jsonl), "
+                                  f"or drop {' and '.join(given)}")
+            return
+        given = [_flag(k) for k in _BUILTIN_ONLY if getattr(self, k) != type(self).model_fields[k].default]
+        if given:
+            one = len(given) == 1
+            raise ConfigError(f"learn-check {self.agent}: {', '.join(given)} {'shapes' if one else 'shape'} the "
+                              f"built-in task only and your agent's run would ignore {'it' if one else 'them'} (it "
+                              "trains --engine on --data). Fix: drop "
+                              f"{', '.join(given)}")
+
+
+_AGENT_ONLY = ("engine", "data")  # what only a user's agent reads
+_BUILTIN_ONLY = ("task", "hidden_size", "layers", "init_scale")  # what only the built-in task reads
+_FLAGS = {"n_samples": "--n-samples-per-prompt"}
+
+
+def _flag(field: str) -> str:
+    """A settings field as the learn-check flag that sets it."""
+    return _FLAGS.get(field) or "--" + field.replace("_", "-")
+
 
 def learn_check_run(settings: LearnCheckSettings, on_step: Callable[[StepStats], None] | None = None) -> dict[str, Any]:
     """Run the check; returns {history, verdict, ok, line} (`line` is the verdict line the CLI prints)."""
@@ -50,6 +100,7 @@ def learn_check_run(settings: LearnCheckSettings, on_step: Callable[[StepStats],
 
     if settings.fault is not None and settings.fault not in FAULTS:
         raise ConfigError(f"--fault {settings.fault!r}: use one of {sorted(FAULTS)}")
+    settings.check_mode()
     torch.manual_seed(settings.seed)
     if settings.agent is None:
         spec, engine, rows, options = _builtin(settings)

@@ -565,3 +565,28 @@ def test_flat_batches_move_adamw_unless_skipped(skip: bool) -> None:
     moved = max(float((p.detach() - b).abs().max()) for p, b in zip(engine.model.parameters(), before))
     assert stats["skipped"] == (1.0 if skip else 0.0)
     assert (moved == 0.0) == skip, moved
+
+
+@pytest.mark.parametrize("flags, words", [
+    # before: --data and --engine without an agent were dropped without a word: the built-in task ran, exit 0/1
+    (["--data", "rows.jsonl"], "learn-check: --data is for your agent and the built-in task would ignore it"),
+    (["--engine", "hf:tiny", "--data", "rows.jsonl"], "--engine and --data are for your agent"),
+    # before: the built-in task's flags with an agent were dropped too
+    (["agentgraphs.testing.agents:TWO_TURN", "--engine", "hf:tiny", "--data", "rows.jsonl", "--task", "first_token",
+      "--hidden-size", "32"], "--task, --hidden-size shape the built-in task only"),
+    # before: pydantic's five-line dump naming the field `lr`, with a URL
+    (["--lr", "-1", "--min-gain", "0"], "learn-check: --lr: input should be greater than 0 (got -1.0); --min-gain:"),
+    # before: torch's RuntimeError traceback (exit 1) listing two dozen device types
+    (["--device", "gpu"], "--device: value error, use cpu or cuda"),
+])
+def test_learn_check_refuses_what_it_would_ignore_or_misread(tmp_path: Any, flags: list[str], words: str) -> None:
+    from typer.testing import CliRunner
+
+    from agentgraphs.cli import app
+
+    (tmp_path / "rows.jsonl").write_text('{"input": "What is 2+2?", "label": "4"}\n')
+    flags = [str(tmp_path / f) if f == "rows.jsonl" else f for f in flags]
+    result = CliRunner().invoke(app, ["learn-check", "--steps", "2", *flags])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    said = " ".join(result.output.split())
+    assert words in said and "step 1" not in said, result.output  # refused before any step
