@@ -100,6 +100,10 @@ def read_input_row(value: str, line: int = 1, keys: tuple[str, str, str] = ("inp
     {'prompt': 'What is 2+2?', 'label': None, 'metadata': {}, 'index': 0}
     >>> read_input_row('{"input": "2+2?", "label": "4"}')["label"]
     '4'
+    >>> read_input_row("/nonexistent/rows.jsonl")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: --input /nonexistent/rows.jsonl: no such file ...
     """
     path = Path(value)
     if _is_file(path):
@@ -111,6 +115,10 @@ def read_input_row(value: str, line: int = 1, keys: tuple[str, str, str] = ("inp
         else:
             raw = path.read_bytes()
     else:
+        if path.suffix.lower() in (".json", ".jsonl") and not any(c.isspace() for c in value):
+            # a file name that is no file (misspelt, another directory): never the prompt "rows.jsonl"
+            raise ConfigError(f"--input {value}: no such file (a .json / .jsonl name is read as a file). Fix: the "
+                              "file's path, or the row as inline JSON or a prompt text")
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError:

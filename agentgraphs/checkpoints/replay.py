@@ -169,7 +169,16 @@ async def open_checkpoints(path: str | Path) -> AsyncIterator[CompactAsyncSqlite
     ...         return await load_thread(saver, "nope")
     >>> asyncio.run(demo()) is None
     True
+
+    A path that is a directory, or a non-empty file that is not a checkpoints database (another SQLite
+    database, a JSONL file), is a CheckpointError, and the file is left as it was.
     """
+    where = Path(path)
+    if where.is_dir():
+        raise CheckpointError(f"{where}: is a directory; a checkpoints database is one SQLite file: give its path, "
+                              f"e.g. {where / 'checkpoints.sqlite'}")
+    if where.is_file() and where.stat().st_size > 0:
+        _require_db(where)  # never add checkpoint tables to someone else's file
     async with compact_async_sqlite_saver(str(path)) as saver:
         await saver.setup()
         async with saver.lock:

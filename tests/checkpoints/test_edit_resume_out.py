@@ -225,3 +225,35 @@ def test_a_resumed_debug_thread_keeps_its_options(tmp_path: Path, tiny_model_dir
     other = runner.invoke(app, [*args, "-o", "chunk_tokens=60"], input="quit\n")
     said = " ".join(other.output.split())  # the console wraps the message at its width
     assert other.exit_code == 2 and "a resumed thread keeps its options" in said, other.output
+
+
+def test_debug_refuses_a_missing_input_file_and_a_db_that_is_not_one(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Before: `--input rows.jsonl` naming no file debugged the prompt "rows.jsonl"; `--db` naming a directory or
+    a file that is no checkpoints database ended in sqlite3's OperationalError / DatabaseError traceback (exit 1),
+    and `run --checkpoints` on another application's SQLite file added LangGraph's tables to it."""
+    def debug(*flags: str) -> Any:
+        return runner.invoke(app, ["debug", "agentgraphs.testing.agents:TWO_TURN", "--engine",
+                                   f"hf:{tiny_model_dir}", *flags], input="")
+
+    r = debug("--input", str(tmp_path / "rows.jsonl"), "--db", str(tmp_path / "d.sqlite"))
+    said = "".join(r.output.split())  # rich wraps long paths mid-word
+    assert r.exit_code == 2 and f"--input{tmp_path / 'rows.jsonl'}:nosuchfile" in said, r.output
+    assert not (tmp_path / "d.sqlite").exists()
+    app_db, rows = tmp_path / "app.db", tmp_path / "rows.jsonl"
+    conn = sqlite3.connect(app_db)
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.commit()
+    conn.close()
+    rows.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n")
+    for db, words in ((tmp_path, "isadirectory;acheckpointsdatabaseisoneSQLitefile"),
+                      (rows, "notacheckpointsdatabase"), (app_db, "notacheckpointsdatabase(nocheckpointstable)")):
+        r = debug("--input", str(rows), "--db", str(db))
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+        assert words in "".join(r.output.split()), r.output
+    r = runner.invoke(app, ["run", "agentgraphs.testing.agents:TWO_TURN", "--data", str(rows), "--engine",
+                            f"hf:{tiny_model_dir}", "--out", str(tmp_path / "out"), "--checkpoints", str(app_db)])
+    assert r.exit_code == 2 and "notacheckpointsdatabase" in "".join(r.output.split()), r.output
+    conn = sqlite3.connect(app_db)
+    assert [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["users"]
+    conn.close()
+    assert rows.read_text() == json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n"
