@@ -215,10 +215,26 @@ def _trace_line(rollout: Rollout, row: ParsedRow) -> dict[str, Any]:
     return rec
 
 
+def check_out_dir(out: str | Path) -> None:
+    """ConfigError when `out` cannot be a run directory (an existing path that is not a directory): checked before
+    the work that would be written there, by `run` and by `replay` / `fork --out`, and by JsonlWriter itself.
+
+    >>> import tempfile
+    >>> check_out_dir(tempfile.mkstemp()[1])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: --out ...: is a file; ...
+    """
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError(f"--out {out}: is a file; a run's output is a directory (samples.jsonl, traces.jsonl, "
+                          "summary.json): give a new or existing directory")
+
+
 class JsonlWriter:
     """samples.jsonl + traces.jsonl side by side, flushed per line so a crash loses nothing written."""
 
     def __init__(self, out_dir: str | Path) -> None:
+        check_out_dir(out_dir)
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._samples = open(self.out_dir / "samples.jsonl", "w", encoding="utf-8")
@@ -326,6 +342,7 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
         raise ConfigError(f"--data {data}: no such file")
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit {limit}: must be at least 1 (the number of rows to run); drop it to run them all")
+    check_out_dir(out)  # before an engine is loaded and a row is run
     with open(data, "rb") as fh:
         total = sum(1 for line in fh if line.strip())
     if total == 0:  # a run of nothing would exit 0 with a summary (mean_reward 0.0) that looks like a result

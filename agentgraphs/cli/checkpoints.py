@@ -134,9 +134,12 @@ def replay_cmd(
     out: OutOpt = None,
 ) -> None:
     """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
+    from ..batch import check_out_dir
     from ..checkpoints.replay import replay
 
     try:
+        if out is not None:
+            check_out_dir(out)  # before the replay, not after its work
         result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=engine_arg(engine),
                         tokenizer=tokenizer_arg(tokenizer), engines=parse_helpers(helper) or None)
         console.print_json(json.dumps(_write_replay(result, out, db)))
@@ -158,11 +161,14 @@ def fork_cmd(
     out: OutOpt = None,
 ) -> None:
     """Edit the state at a checkpoint and run the new branch to its end."""
+    from ..batch import check_out_dir
     from ..checkpoints.replay import fork
 
     try:
         if not set_:
             raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
+        if out is not None:
+            check_out_dir(out)  # before the fork, not after its work
         result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_, "--set"), as_node=as_node,
                       agent=agent, engine=engine_arg(engine), tokenizer=tokenizer_arg(tokenizer),
                       engines=parse_helpers(helper) or None)

@@ -284,3 +284,27 @@ def test_a_fork_whose_value_a_reducer_refuses_is_an_error_naming_the_key(rows_fi
     said = " ".join(r.output.split())
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     assert "error: the edit of ['turns'] does not fit the state" in said and "Fix:" in said
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_work(rows_file: Path, tmp_path: Path,
+                                                          tiny_model_dir: Path) -> None:
+    # before: `run` loaded its engine and `replay` / `fork` ran the whole branch (kept in the database), then
+    # each failed on `[Errno 17] File exists: 'FILE'`, naming neither --out nor the fix
+    db, out, a_file = tmp_path / "ck.sqlite", tmp_path / "out", tmp_path / "notes.txt"
+    a_file.write_text("mine")
+
+    def said(result: Any) -> str:
+        return " ".join(result.output.split())
+
+    r = runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                            "--out", str(a_file)])
+    assert r.exit_code == 2 and f"--out {a_file}: is a file" in said(r) and "directory" in said(r), r.output
+    assert runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                               "--out", str(out), "--max-new-tokens", "6", "--checkpoints", str(db)]).exit_code == 0
+    thread = _samples(out)[0]["metadata"]["checkpoint_thread"]
+    before = len(history(db, thread))
+    for cmd in (["replay", str(db), thread, "--checkpoint", "1"],
+                ["fork", str(db), thread, "--checkpoint", "1", "--set", 'question="3+3?"']):
+        r = runner.invoke(app, [*cmd, "--out", str(a_file)])
+        assert r.exit_code == 2 and f"--out {a_file}: is a file" in said(r), r.output
+    assert len(history(db, thread)) == before and a_file.read_text() == "mine"  # no branch was run
