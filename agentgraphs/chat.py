@@ -23,7 +23,7 @@ import functools
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
-from .errors import ConfigError, TemplateError
+from .errors import ConfigError, TemplateError, did_you_mean
 from .long_text import Tokenizer, encode_text
 
 Message = Mapping[str, Any]
@@ -344,15 +344,11 @@ def check_template_kwargs(source: Any, kwargs: Mapping[str, Any]) -> None:
     read = template_variables(source) if isinstance(source, str) else None
     if read is None:
         return  # no template text (or several named ones, or one jinja cannot parse): nothing to check against
-    from difflib import get_close_matches
-
     names = sorted(read | {"add_generation_prompt", "messages", "tools"})
     for key in kwargs:
         if key not in read:
-            close = get_close_matches(key, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"template kwarg {key!r} is not read by this chat template, so it would change "
-                              f"nothing{hint}; the template reads: {', '.join(names)}")
+                              f"nothing{did_you_mean(key, names)}; the template reads: {', '.join(names)}")
 
 
 @functools.lru_cache(maxsize=32)

@@ -6,7 +6,6 @@ AgentSpec (see examples/new_agent.py); slime finds it through `agentgraph: pkg.m
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import inspect
@@ -20,7 +19,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Iterable, Mapping, TypedD
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from .context import AgentContext
-from .errors import ConfigError, InputError, validation_message
+from .errors import ConfigError, InputError, did_you_mean, validation_message
 from .trace import Layout, RewardSplit, Turn
 
 logger = logging.getLogger(__name__)
@@ -191,8 +190,7 @@ def options_error(agent: str, exc: ValidationError, options_type: type[BaseModel
     known = sorted(options_type.model_fields)
 
     def unknown(key: str) -> str:
-        close = difflib.get_close_matches(key, known, n=1)
-        return f"unknown option {key or 'options'!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        return f"unknown option {key or 'options'!r}" + did_you_mean(key, known)
 
     listed = (f"; its options: {', '.join(known)}" if any(e["type"] == "extra_forbidden" for e in exc.errors())
               else "")
