@@ -160,7 +160,9 @@ def recursion_reason(limit: Any) -> str:
     return (f"{_GRAPH_RAISED}GraphRecursionError: the graph ran {limit} steps (Limits.recursion_limit) without "
             "reaching END: a loop whose exit condition never holds is the usual cause (check the conditional edge "
             "that should route to END, e.g. on a step count kept in state); a graph that needs more steps: raise "
-            "it (AgentContext(limits={'recursion_limit': N}), or run_rollout(..., config={'recursion_limit': N}))")
+            "it (AgentContext(limits={'recursion_limit': N}), or run_rollout(..., config={'recursion_limit': N})). "
+            "Under slime, set agentgraph_recursion_limit (agentgraph_eval_recursion_limit for evaluation) in the "
+            "--custom-config-path YAML")
 
 
 class _GraphTimeout(Exception):

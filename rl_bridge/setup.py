@@ -10,7 +10,9 @@ Everything comes from slime's `args` (extra keys arrive through `--custom-config
     agentgraph_template_kwargs: {enable_thinking: false}
     agentgraph_max_time_s: 900            # per rollout (default: none)
     agentgraph_max_llm_calls: 2000        # per rollout: guards against graphs that never stop
-    agentgraph_eval_max_time_s / agentgraph_eval_max_llm_calls   # the same for evaluation
+    agentgraph_recursion_limit: 5000      # per rollout: LangGraph steps (a graph looping without LLM calls)
+    agentgraph_eval_max_time_s / agentgraph_eval_max_llm_calls / agentgraph_eval_recursion_limit
+                                          # the same for evaluation (unset: training's)
     agentgraph_reward_timeout_s: 300      # per reward / eval_metrics call: past it the sample is FAILED
     agentgraph_request_timeout_s: 600     # per HTTP request of the policy and of every helper engine
     agentgraph_max_retries: 3             # the same
@@ -67,6 +69,9 @@ class BridgeSettings(BaseModel):
     agentgraph_max_llm_calls: int = Field(Limits.max_llm_calls, ge=1, description="per training rollout")
     agentgraph_eval_max_time_s: Optional[float] = Field(None, gt=0, description="per evaluation rollout")
     agentgraph_eval_max_llm_calls: Optional[int] = Field(None, ge=1, description="per evaluation rollout")
+    agentgraph_recursion_limit: int = Field(
+        Limits.recursion_limit, ge=1, description="per training rollout: LangGraph steps (Limits.recursion_limit)")
+    agentgraph_eval_recursion_limit: Optional[int] = Field(None, ge=1, description="per evaluation rollout")
     agentgraph_reward_timeout_s: float = Field(
         Limits.reward_timeout_s, gt=0, description="per reward / eval_metrics call: past it the sample is FAILED")
     agentgraph_request_timeout_s: float = Field(600.0, gt=0, description="per request, policy and helper engines")
@@ -351,14 +356,6 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
     tokenizers = {k: load_tokenizer(v) for k, v in settings.agentgraph_tokenizers.items()}
     # a template kwarg the policy's chat template never reads (a typo) is refused here, before any rollout
     check_template_kwargs(getattr(tokenizer, "chat_template", None), settings.agentgraph_template_kwargs)
-    limits = Limits(max_llm_calls=settings.agentgraph_max_llm_calls, max_time_s=settings.agentgraph_max_time_s,
-                    reward_timeout_s=settings.agentgraph_reward_timeout_s)
-    # evaluation reads whole documents (MemAgent: no chunk cap), so it gets its own limits
-    eval_limits = Limits(
-        max_llm_calls=settings.agentgraph_eval_max_llm_calls or limits.max_llm_calls,
-        max_time_s=settings.agentgraph_eval_max_time_s or limits.max_time_s,
-        reward_timeout_s=limits.reward_timeout_s,
-    )
     return BridgeSetup(
         spec=spec,
         options=options,
@@ -368,11 +365,33 @@ def _build_setup(args: Any, settings: BridgeSettings, name: str, url: str, hf_ch
         tokenizers=tokenizers,
         template_kwargs=options.template_kwargs(getattr(tokenizer, "chat_template", None),
                                                 settings.agentgraph_template_kwargs),
-        limits=limits,
-        eval_limits=eval_limits,
+        limits=bridge_limits(settings),
+        eval_limits=bridge_limits(settings, evaluation=True),
         return_list=settings.agentgraph_return_list,
         on_sampling_mismatch=settings.agentgraph_on_sampling_mismatch,
     )
+
+
+# the Limits fields slime sets as agentgraph_<name>, and those evaluation may set apart as agentgraph_eval_<name>
+LIMIT_SETTINGS = ("max_llm_calls", "max_time_s", "recursion_limit", "reward_timeout_s")
+EVAL_LIMIT_SETTINGS = ("max_llm_calls", "max_time_s", "recursion_limit")
+
+
+def bridge_limits(settings: BridgeSettings, *, evaluation: bool = False) -> Limits:
+    """The Limits of the contexts rl_bridge builds. Evaluation reads whole documents (MemAgent: no chunk cap), so
+    it gets its own: each `agentgraph_eval_<name>` that is set replaces `agentgraph_<name>`; unset, training's holds.
+
+    >>> s = BridgeSettings(agentgraph_recursion_limit=40, agentgraph_eval_recursion_limit=400)
+    >>> bridge_limits(s).recursion_limit, bridge_limits(s, evaluation=True).recursion_limit
+    (40, 400)
+    >>> bridge_limits(BridgeSettings(agentgraph_max_llm_calls=9), evaluation=True).max_llm_calls
+    9
+    """
+    values = {name: getattr(settings, f"agentgraph_{name}") for name in LIMIT_SETTINGS}
+    if evaluation:
+        values.update({name: value for name in EVAL_LIMIT_SETTINGS
+                       if (value := getattr(settings, f"agentgraph_eval_{name}")) is not None})
+    return Limits(**values)
 
 
 def clear_cache() -> None:

@@ -245,6 +245,31 @@ def test_evaluation_has_its_own_limits(server: Any, tiny_model_dir: Path) -> Non
     assert evaluated.status != Sample.Status.FAILED and evaluated.metadata["llm_calls"] == 2
 
 
+
+def test_recursion_limit_is_a_slime_setting(server: Any, tiny_model_dir: Path) -> None:
+    """TWO_TURN runs two LangGraph steps (solve, check): agentgraph_recursion_limit 1 stops it, naming the limit
+    and the setting; agentgraph_eval_recursion_limit gives evaluation its own."""
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN",
+                     agentgraph_recursion_limit=1, agentgraph_eval_recursion_limit=25)
+    train = generate(args, sample())
+    reason = train.metadata["status_reason"]
+    assert train.status == Sample.Status.FAILED and sum(train.loss_mask) == 0
+    assert reason.startswith("graph raised GraphRecursionError: the graph ran 1 steps (Limits.recursion_limit)")
+    assert "agentgraph_recursion_limit" in reason
+    evaluated = asyncio.run(rl_bridge.generate(args, sample(1), SLIME_SAMPLING, evaluation=True))
+    assert evaluated.status != Sample.Status.FAILED and evaluated.metadata["llm_calls"] == 2
+
+
+def test_every_limit_is_a_slime_setting() -> None:
+    """A Limits field rl_bridge does not read from args could not be set under slime at all."""
+    from dataclasses import fields
+
+    from agentgraphs.context import Limits
+    from rl_bridge.setup import LIMIT_SETTINGS, BridgeSettings
+
+    assert set(LIMIT_SETTINGS) == {f.name for f in fields(Limits)}
+    assert {f"agentgraph_{name}" for name in LIMIT_SETTINGS} <= set(BridgeSettings.model_fields)
+
 def test_failed_placeholder_keeps_a_prompt_token(server: Any, tiny_model_dir: Path) -> None:
     args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
     s = generate(args, Sample(index=0, prompt=["not", "a string"], label="1"))
