@@ -5150,8 +5150,8 @@ def test_run_39s_section_shows_what_its_files_hold() -> None:
     second = int(re.findall(r"call ends after (\d+) s of RL: call again", log)[1])
     more = int(re.search(r"last call: RL (\d+) s more", log).group(1))
     assert spent == [("2.1", "5"), ("2.1", "5"), ("8.5", "24"), ("8.5", "24"), ("7.08", "41"), ("7.08", "41")]
-    assert (f"RL began in call 1 with {left} s left, right after the warm start's evaluation, which ran first (\"the "
-            "GPU (79.6 GiB) holds it or 2 RL arms, not both\", as on run 36's and run 38's H100), for "
+    assert (f"The warm start was done with {left} s of call 1 left; its evaluation ran first (\"the GPU (79.6 GiB) "
+            "holds it or 2 RL arms, not both\", as on run 36's and run 38's H100), then RL began, for "
             f"{first} s of RL, {spent[0][1]} steps each; it went on in call 2 (sent {gaps[0]} s after call 1 "
             f"returned; to {second} s, {spent[2][1]} steps) and in the last call (sent {gaps[1]} s after call 2 "
             f"returned) for {more} s more") in section
@@ -5271,7 +5271,7 @@ def test_run_39s_section_shows_what_its_files_hold() -> None:
     assert (f"KL 0.02 did not stop the control's fall: {held[2]} at 1K-4K here, against run 37's {run37[2]} (z "
             f"{run37[3]:.2f}) at 0.01 from a start of {_printed(start37)} %, and the same {run36[2]} as run 36's at "
             f"0.01 (z {run36[3]:.2f}), one side of the 1.96 line rather than the other. A smaller fall than run 37's, "
-            "one run at each coefficient: not a tested difference.") in section
+            "from one run at 0.02 against one at 0.01: not a tested difference.") in section
     reward37 = files[37]["training_reward_at_t1"]["control"]
     entropy = {arm: [w_["entropy"][arm] for w_ in windows] for arm in ("rl", "control")}
     assert all(a < b for a, b in zip(entropy["rl"], entropy["control"], strict=True))
