@@ -14,7 +14,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence, get_args
 
 from .calls import DroppedCall
 from .errors import InputError, RewardError
@@ -33,6 +33,7 @@ RESULT_METADATA_KEYS = frozenset({
 SEQUENCE_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")
 
 Status = Literal["completed", "truncated", "aborted", "failed"]
+STATUSES: tuple[str, ...] = get_args(Status)  # every status a sample can have (`agentgraphs check` refuses others)
 
 
 @dataclass
@@ -322,6 +323,7 @@ __all__ = [
     "FAILED_FIELDS",
     "RESULT_METADATA_KEYS",
     "Rollout",
+    "STATUSES",
     "Status",
     "TrainSequence",
     "fail_fields",

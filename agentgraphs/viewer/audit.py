@@ -33,9 +33,10 @@ from ..trace import (
     head_index,
     output_in_place,
 )
+from ..records import STATUSES
 from .run_data import RunRecord
 
-BreachKind = Union[SequenceBreachKind, Literal["sequence_count", "top_level", "trace_turns"]]
+BreachKind = Union[SequenceBreachKind, Literal["sequence_count", "top_level", "trace_turns", "status"]]
 TOP_LEVEL_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")  # what slime trains by default
 
 
@@ -81,6 +82,10 @@ def audit_record(rec: RunRecord) -> RecordAudit:
                                node=turns[turn]["node"] if turn is not None else None, turn=turn,
                                position=position, kind=kind, detail=detail))
 
+    if status not in STATUSES:  # slime and the summary would count it as none of them
+        breach(-1, "status", f"samples.jsonl line {rec.line}: status {status!r} is no known status "
+                             f"({', '.join(STATUSES)}): write the run with `agentgraphs run` or rl_bridge, or "
+                             "mend the line")
     _audit_trace_turns(rec.trace, turns, breach)
     try:
         expected = build_sequences(turns, layout) if turns else []

@@ -124,10 +124,11 @@ def read_run(run_dir: str | Path) -> Iterator[RunRecord]:
             if not s_raw and not t_raw:
                 return
             line += 1
-            if not s_raw or not t_raw:
-                short = SAMPLES if not s_raw else TRACES
-                raise InputError(short, f"ends at line {line - 1} but the other file goes on",
-                                 "use a run directory whose samples.jsonl and traces.jsonl were written together")
+            if not s_raw or not t_raw:  # named by the file with the extra line, where the reader should look
+                longer, short = (TRACES, SAMPLES) if not s_raw else (SAMPLES, TRACES)
+                raise InputError(longer, f"has a line {line} but {short} ends at line {line - 1}",
+                                 f"use a run directory whose {SAMPLES} and {TRACES} were written together, or "
+                                 f"remove the extra line from {longer}")
             sample = _parse(s_raw, SAMPLES, line)
             trace = _parse(t_raw, TRACES, line)
             si, ti = sample.get("index"), trace.get("index")

@@ -542,3 +542,30 @@ def test_a_turn_removed_from_an_eval_trace_is_a_breach(which: int, eval_run: Pat
     assert f"{node!r} 1 recorded, 0 in turns" in report.breaches[0]["detail"]
     assert "path_turns names turn(s) [1] but the trace has 1 turns" in report.breaches[1]["detail"]
     assert _last_line(_cli(out, "--model", tiny_model_dir).output).startswith("FAIL: 2 invariant breach(es)")
+
+
+def test_an_unknown_sample_status_is_a_breach(sampled_run: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Before: a samples.jsonl line with status "complete" (not "completed") passed `check` as OK."""
+    out = tmp_path / "run"
+    shutil.copytree(sampled_run, out)
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    sample = json.loads(lines[1])
+    sample["status"] = "complete"
+    lines[1] = json.dumps(sample)
+    (out / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    r = runner.invoke(app, ["check", str(out), "--model", str(tiny_model_dir)])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 1 and "[status]" in said, r.output
+    assert "line 2: status 'complete' is no known status (completed, truncated, aborted, failed)" in said, r.output
+
+
+def test_an_extra_line_is_named_in_the_file_that_has_it(sampled_run: Path, tmp_path: Path,
+                                                        tiny_model_dir: Path) -> None:
+    """Before: a garbage line added at the end of samples.jsonl was reported as "traces.jsonl ... ends at line 3"."""
+    out = tmp_path / "run"
+    shutil.copytree(sampled_run, out)
+    with open(out / "samples.jsonl", "a", encoding="utf-8") as fh:
+        fh.write("garbage\n")
+    r = runner.invoke(app, ["check", str(out), "--model", str(tiny_model_dir)])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "'samples.jsonl': has a line 4 but traces.jsonl ends at line 3" in said, r.output
