@@ -230,6 +230,37 @@ def check_out_dir(out: str | Path) -> None:
                           "summary.json): give a new or existing directory")
 
 
+# what `run` / `demo` write into a run directory, and the report `agentgraphs view` writes beside them by default:
+# an earlier run's set, which a new run into the same directory would leave half-replaced
+RUN_FILES = ("samples.jsonl", "traces.jsonl", "summary.json", "report.html")
+
+
+def check_new_run_dir(out: str | Path, *, overwrite: bool = False) -> None:
+    """`check_out_dir`, and ConfigError when `out` holds an earlier run's files (RUN_FILES) unless `overwrite`
+    (then `clear_run_files` removes them once the run is ready to write): never a run half-replaced by another.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "samples.jsonl").write_text("")
+    >>> check_new_run_dir(d)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    agentgraphs.errors.ConfigError: --out ...: holds an earlier run (samples.jsonl); ...
+    >>> check_new_run_dir(d, overwrite=True)
+    """
+    check_out_dir(out)
+    held = [name for name in RUN_FILES if (Path(out) / name).exists()]
+    if held and not overwrite:
+        raise ConfigError(f"--out {out}: holds an earlier run ({', '.join(held)}); a new run would overwrite it: "
+                          "give a new directory, or pass --overwrite to remove those files before this run writes")
+
+
+def clear_run_files(out: str | Path) -> None:
+    """Remove an earlier run's files (RUN_FILES) from `out`; other files (the data, a checkpoints database) stay."""
+    for name in RUN_FILES:
+        (Path(out) / name).unlink(missing_ok=True)
+
+
 class JsonlWriter:
     """samples.jsonl + traces.jsonl side by side, flushed per line so a crash loses nothing written."""
 
@@ -319,7 +350,7 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
              keys: tuple[str, str, str] = ("input", "label", "metadata"),
              engines: Mapping[str, "str | Engine"] | None = None, checkpoints: Path | None = None,
              seed: int | None = None, on_start: Callable[[str, int], None] | None = None,
-             on_result: ResultSink | None = None) -> dict[str, Any]:
+             on_result: ResultSink | None = None, overwrite: bool = False) -> dict[str, Any]:
     """What `agentgraphs run` does: run `agent` over the JSONL file `data`, write OUT/samples.jsonl,
     OUT/traces.jsonl and OUT/summary.json, and return the summary.
 
@@ -333,6 +364,8 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
     `checkpoints`, samples name their checkpoint thread, new per run). Once everything is checked and loaded,
     `on_start(agent name, number of samples to come)` is called; `on_result(sample, trace)` sees each result
     in input order, after it is written. A bad agent, file, engine or flag value raises ConfigError naming it.
+    `out` holding an earlier run's files (RUN_FILES) is refused unless `overwrite`: then they are removed (the
+    earlier report.html too) once everything is checked, before the first line is written.
     """
     from .engines import make_engine
 
@@ -342,7 +375,11 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
         raise ConfigError(f"--data {data}: no such file")
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit {limit}: must be at least 1 (the number of rows to run); drop it to run them all")
-    check_out_dir(out)  # before an engine is loaded and a row is run
+    check_new_run_dir(out, overwrite=overwrite)  # before an engine is loaded and a row is run
+    if checkpoints is not None:  # before a file is created in `out`
+        from .checkpoints.replay import check_checkpoints_path
+
+        check_checkpoints_path(checkpoints)
     with open(data, "rb") as fh:
         total = sum(1 for line in fh if line.strip())
     if total == 0:  # a run of nothing would exit 0 with a summary (mean_reward 0.0) that looks like a result
@@ -375,6 +412,8 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
         return AgentContext(policy=eng, tokenizer=tok, sampling=sampling, evaluation=evaluation, engines=dict(helpers),
                             max_new_tokens_cap=max_new_tokens is not None)
 
+    if overwrite:
+        clear_run_files(out)
     with JsonlWriter(out) as writer:
         if on_start is not None:
             on_start(spec.name, total * n_samples)

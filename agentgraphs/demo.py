@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .batch import JsonlWriter, lead_with_headline, run_rows
+from .batch import JsonlWriter, check_out_dir, clear_run_files, lead_with_headline, run_rows
 from .context import AgentContext
 from .engines import SamplingParams
 from .rollout_inputs import RowKeys, read_rollout_inputs
@@ -40,7 +40,8 @@ def run_demo(out_dir: str | Path, *, model_dir: str | Path | None = None, seed: 
     """Run the demo and return its summary (also written to OUT/summary.json).
 
     `seed` seeds the data and every engine call (`run_rows(seed=...)`): the same seed writes the same
-    samples.jsonl. The summary leads with MemAgent's headline metric, `sub_em_strict`: a random model
+    samples.jsonl. A rerun into the same `out_dir` replaces the earlier demo's files (`batch.RUN_FILES`: its
+    report.html too, which would no longer match). The summary leads with MemAgent's headline metric, `sub_em_strict`: a random model
     scores ~0 on it, while the seed's `sub_em` (kept, with its note) gives it 1.0 for never answering.
 
     >>> summary = run_demo("/tmp/agentgraphs-demo")  # doctest: +SKIP
@@ -51,8 +52,10 @@ def run_demo(out_dir: str | Path, *, model_dir: str | Path | None = None, seed: 
     from .testing.tiny_model import ensure_tiny_model
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out)
     engine = HFEngine.from_dir(model_dir or ensure_tiny_model(), seed=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    clear_run_files(out)  # a rerun (README: `agentgraphs demo --out out/demo`) replaces the demo's run, report too
     data = out / "data.jsonl"
     write_demo_data(data, engine.tokenizer, seed=seed)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=64)

@@ -57,6 +57,7 @@ __all__ = [
     "ahistory",
     "areplay",
     "branch_path",
+    "check_checkpoints_path",
     "check_state_keys",
     "checkpoint_writer",
     "context_for",
@@ -173,18 +174,25 @@ async def open_checkpoints(path: str | Path) -> AsyncIterator[CompactAsyncSqlite
     A path that is a directory, or a non-empty file that is not a checkpoints database (another SQLite
     database, a JSONL file), is a CheckpointError, and the file is left as it was.
     """
-    where = Path(path)
-    if where.is_dir():
-        raise CheckpointError(f"{where}: is a directory; a checkpoints database is one SQLite file: give its path, "
-                              f"e.g. {where / 'checkpoints.sqlite'}")
-    if where.is_file() and where.stat().st_size > 0:
-        _require_db(where)  # never add checkpoint tables to someone else's file
+    check_checkpoints_path(path)
     async with compact_async_sqlite_saver(str(path)) as saver:
         await saver.setup()
         async with saver.lock:
             await saver.conn.execute(_CREATE)
             await saver.conn.commit()
         yield saver
+
+
+def check_checkpoints_path(path: str | Path) -> None:
+    """CheckpointError when `path` cannot be a checkpoints database: a directory, or a non-empty file that is not
+    one (another SQLite database, a JSONL file). A missing or empty file passes (it is created). `open_checkpoints`
+    holds to it; `agentgraphs run --checkpoints` calls it before it writes anything."""
+    where = Path(path)
+    if where.is_dir():
+        raise CheckpointError(f"{where}: is a directory; a checkpoints database is one SQLite file: give its path, "
+                              f"e.g. {where / 'checkpoints.sqlite'}")
+    if where.is_file() and where.stat().st_size > 0:
+        _require_db(where)  # never add checkpoint tables to someone else's file
 
 
 async def save_thread(saver: CompactAsyncSqliteSaver, record: ThreadRecord) -> None:

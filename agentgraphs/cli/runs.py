@@ -21,7 +21,10 @@ def run(
     agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
     data: Path = typer.Option(..., "--data", help="JSONL with slime-style rows (input, label, metadata)"),
     engine: str = typer.Option(..., "--engine", help="hf:MODEL_DIR or sglang:http://HOST:PORT"),
-    out: Path = typer.Option(..., "--out", help="output dir: samples.jsonl, traces.jsonl, summary.json"),
+    out: Path = typer.Option(..., "--out", help="output dir: samples.jsonl, traces.jsonl, summary.json (a new "
+                             "directory, or one without an earlier run's files: see --overwrite)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="--out holds an earlier run: remove its samples.jsonl, "
+                                   "traces.jsonl, summary.json and report.html before this run writes"),
     tokenizer: Optional[str] = typer.Option(None, help="tokenizer dir (required for sglang:)"),
     option: list[str] = typer.Option([], "--option", "-o", help="agent option KEY=VALUE (repeatable)"),
     concurrency: int = typer.Option(8, min=1, help="rollouts in flight"),
@@ -55,7 +58,7 @@ def run(
                                concurrency=concurrency, n_samples=n_samples, temperature=temperature,
                                top_p=top_p, max_new_tokens=max_new_tokens, evaluation=evaluation, limit=limit,
                                keys=(input_key, label_key, metadata_key), checkpoints=checkpoints, seed=seed,
-                               on_start=bar.start, on_result=bar.advance)
+                               on_start=bar.start, on_result=bar.advance, overwrite=overwrite)
     except (AgentGraphsError, ValueError, OSError) as exc:  # a bad flag, file or directory: no traceback
         raise fail(exc) from None
     console.print_json(json.dumps(summary))
@@ -119,7 +122,8 @@ def _first_reason(out: Path) -> str:
 
 @app.command()
 def demo(
-    out: Path = typer.Option(Path("out/demo"), "--out", help="output directory"),
+    out: Path = typer.Option(Path("out/demo"), "--out", help="output directory (a rerun replaces the demo's "
+                             "earlier samples.jsonl, traces.jsonl, summary.json and report.html there)"),
     seed: int = typer.Option(0, min=0, help="data and sampling seed: the same seed writes the same samples.jsonl"),
 ) -> None:
     """The main job on the embedded default: MemAgent on the tiny model, no server needed."""

@@ -213,3 +213,36 @@ def test_tiny_model_refuses_a_file_or_another_model_at_out_dir(tmp_path: Path) -
         "config.json", "model-00001-of-00004.safetensors", "vocab.json"]
     assert runner.invoke(app, ["tiny-model", str(tmp_path / "m")]).exit_code == 0
     assert runner.invoke(app, ["tiny-model", str(tmp_path / "m"), "--seed", "1"]).exit_code == 0  # rebuilt in place
+
+
+def test_run_into_an_earlier_run_is_refused_unless_overwrite(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Before: a second `run --out DIR` overwrote samples.jsonl, traces.jsonl and summary.json without a word and
+    left the earlier run's report.html, which no longer matched them."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n")
+    out = tmp_path / "out"
+    base = ["run", "agentgraphs.testing.agents:TWO_TURN", "--data", str(rows), "--engine", f"hf:{tiny_model_dir}",
+            "--max-new-tokens", "4", "--out", str(out)]
+    assert runner.invoke(app, base).exit_code == 0
+    (out / "report.html").write_text("<html>the earlier run</html>")
+    before = (out / "samples.jsonl").read_bytes()
+    r = runner.invoke(app, [*base, "--seed", "1"])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert "holds an earlier run (samples.jsonl, traces.jsonl, summary.json, report.html)" in said, r.output
+    assert "give a new directory, or pass --overwrite" in said, r.output
+    assert (out / "samples.jsonl").read_bytes() == before and (out / "report.html").exists()
+    r = runner.invoke(app, [*base, "--seed", "1", "--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert not (out / "report.html").exists() and json.loads((out / "summary.json").read_text())["seed"] == 1
+
+
+def test_run_refused_at_checkpoints_creates_no_file(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Before: `run --checkpoints DIR` was refused after empty samples.jsonl and traces.jsonl were created."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n")
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["run", "agentgraphs.testing.agents:TWO_TURN", "--data", str(rows), "--engine",
+                            f"hf:{tiny_model_dir}", "--out", str(out), "--checkpoints", str(tmp_path)])
+    assert r.exit_code == 2 and "is a directory; a checkpoints database" in " ".join(r.output.split()), r.output
+    assert not out.exists()
