@@ -376,6 +376,30 @@ def turn_problem(turn: Mapping[str, Any]) -> str | None:
     return None
 
 
+# what every reader of a Turn (the run's own checks, the viewer, the audit, a fork's edit) needs a record to hold;
+# fields added later (top_p, ...) are read with defaults
+TURN_RECORD_FIELDS: dict[str, type] = {"node": str, "prompt_ids": list, "output_ids": list, "output_logprobs": list,
+                                       "trainable": bool}
+
+
+def record_problem(obj: Any) -> str | None:
+    """What keeps `obj` from being a Turn record (None: nothing): not an object, a field of TURN_RECORD_FIELDS
+    missing or of another type, then `turn_problem`.
+
+    >>> record_problem(5)
+    "an int, not a Turn (an object with 'node', 'prompt_ids', 'output_ids', 'output_logprobs', 'trainable')"
+    """
+    if not isinstance(obj, Mapping):
+        return (f"a{'n' if type(obj).__name__[0] in 'aeiou' else ''} {type(obj).__name__}, not a Turn (an object "
+                f"with {', '.join(map(repr, TURN_RECORD_FIELDS))})")
+    for key, kind in TURN_RECORD_FIELDS.items():
+        if key not in obj:
+            return f"a Turn without {key!r}"
+        if not isinstance(obj[key], kind):
+            return f"a Turn whose {key!r} is a {type(obj[key]).__name__}, not a {kind.__name__}"
+    return turn_problem(obj)
+
+
 def check_turn(turn: Turn) -> None:
     """Lengths agree and every log-prob is a finite non-positive number (TraceError otherwise)."""
     problem = turn_problem(turn)

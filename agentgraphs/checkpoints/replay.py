@@ -39,6 +39,7 @@ from ..errors import CheckpointError, ConfigError
 from ..records import Rollout
 from ..rollout import rollout_input, run_rollout
 from ..spec import AgentSpec, MethodOptions, RolloutInput, load_spec
+from ..trace import record_problem
 from .savers import CompactAsyncSqliteSaver, compact_async_sqlite_saver
 
 # where LangGraph's own run puts the Runtime its nodes and edges read (Pregel.astream(context=...)); update_state
@@ -548,6 +549,7 @@ async def edit_checkpoint(graph: Any, thread_id: str, checkpoint_id: str, values
     gets `context` as its runtime, as the run's own steps do (without it LangGraph raises "Missing required
     config key")."""
     check_state_keys(graph, values)
+    _check_turns_edit(values)
     node = as_node if as_node is not None else await checkpoint_writer(graph, thread_id, checkpoint_id)
     if node not in graph.nodes:
         raise ConfigError(f"as_node {node!r} is no node of the graph; its nodes are {_node_names(graph)}")
@@ -562,6 +564,21 @@ async def edit_checkpoint(graph: Any, thread_id: str, checkpoint_id: str, values
                           "of its type; a key with a reducer takes what a node's update would (turns: a list of "
                           "Turns, appended)") from exc
     return _cid(new_config)
+
+
+def _check_turns_edit(values: Mapping[str, Any]) -> None:
+    """ConfigError when an edit's `turns` list holds something other than Turn records (`turns=[5]`): the reducer
+    would append it, and the rollout then fails reading it as an engine call."""
+    turns = values.get("turns")
+    if not isinstance(turns, list):
+        return  # absent, or not a list: the reducer says so (edit_checkpoint names the key)
+    for i, item in enumerate(turns):
+        problem = record_problem(item)
+        if problem is not None:
+            raise ConfigError(f"the edit of 'turns': item {i} ({str(item)[:80]}) is {problem}. Fix: 'turns' holds the "
+                              "Turns engine calls recorded (agentgraphs.trace.Turn) and an edit appends to it; to "
+                              "change what the graph does next, edit another state key (`agentgraphs history DB "
+                              "--thread T` shows them), or append a whole Turn")
 
 
 async def checkpoint_writer(graph: Any, thread_id: str, checkpoint_id: str) -> str:

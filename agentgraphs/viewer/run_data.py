@@ -21,16 +21,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ConfigError, InputError
-from ..trace import Turn
+from ..trace import TURN_RECORD_FIELDS, Turn
 
 SAMPLES = "samples.jsonl"
 TRACES = "traces.jsonl"
 SUMMARY = "summary.json"
 
 
-# what the report and the audit read from every turn (fields added later, e.g. top_p, are read with defaults)
-_TURN_FIELDS: dict[str, type] = {"node": str, "prompt_ids": list, "output_ids": list, "output_logprobs": list,
-                                 "trainable": bool}
 _OTHER_VERSION = " (a trace written by another agentgraphs version, or damaged)"
 _REWRITE = "re-run with this version (`agentgraphs run` / `replay --out`), or view it with the version that wrote it"
 
@@ -57,7 +54,7 @@ class RunRecord:
             if not isinstance(turn, dict):
                 raise InputError(TRACES, f"line {self.line}: turn {i} is a {type(turn).__name__}, not an object"
                                  f"{_OTHER_VERSION}", _REWRITE)
-            for key, kind in _TURN_FIELDS.items():
+            for key, kind in TURN_RECORD_FIELDS.items():
                 if key not in turn:
                     raise InputError(TRACES, f"line {self.line}: turn {i} has no {key!r}{_OTHER_VERSION}", _REWRITE)
                 if not isinstance(turn[key], kind):

@@ -284,6 +284,14 @@ def test_a_fork_whose_value_a_reducer_refuses_is_an_error_naming_the_key(rows_fi
     said = " ".join(r.output.split())
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     assert "error: the edit of ['turns'] does not fit the state" in said and "Fix:" in said
+    # before: `--set 'turns=[5]'` passed the reducer, then the rollout crashed with an AttributeError traceback in
+    # agentgraphs.calls._key
+    for value, what in (("[5]", "item 0 (5) is an int, not a Turn"),
+                        ('[{"node": "x"}]', "item 0 ({'node': 'x'}) is a Turn without 'prompt_ids'")):
+        r = runner.invoke(app, ["fork", str(db), thread, "--checkpoint", "1", "--set", f"turns={value}"])
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+        assert f"error: the edit of 'turns': {what}" in said and "Fix: 'turns' holds the Turns" in said, r.output
 
 
 def test_an_out_that_is_a_file_is_refused_before_the_work(rows_file: Path, tmp_path: Path,
