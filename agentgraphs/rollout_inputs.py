@@ -90,11 +90,12 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def read_input_row(value: str, line: int = 1, keys: tuple[str, str, str] = ("input", "label", "metadata"),
+def read_input_row(value: str, line: int | None = None, keys: tuple[str, str, str] = ("input", "label", "metadata"),
                    ) -> RolloutInput:
     """One rollout input from a command-line value (`agentgraphs debug --input`): a file (.json: one row;
-    .jsonl: row `line`), inline JSON, or a bare string, which is the prompt. A row follows the rules of
-    `read_rollout_inputs` (the same messages); ConfigError when it cannot be read.
+    .jsonl: row `line`, default 1), inline JSON, or a bare string, which is the prompt. A row follows the rules of
+    `read_rollout_inputs` (the same messages); ConfigError when it cannot be read, and when `line` (`--line`) is
+    given for anything but a .jsonl file, which has no rows to choose from.
 
     >>> read_input_row("What is 2+2?")
     {'prompt': 'What is 2+2?', 'label': None, 'metadata': {}, 'index': 0}
@@ -106,6 +107,11 @@ def read_input_row(value: str, line: int = 1, keys: tuple[str, str, str] = ("inp
     agentgraphs.errors.ConfigError: --input /nonexistent/rows.jsonl: no such file ...
     """
     path = Path(value)
+    if line is not None and not (_is_file(path) and path.suffix == ".jsonl"):
+        what = f"the file {path}" if _is_file(path) else "inline JSON or a prompt text"
+        raise ConfigError(f"--line {line}: --input is {what} (one row); --line picks a row of a .jsonl file. Fix: "
+                          "drop --line, or give --input ROWS.jsonl")
+    line = 1 if line is None else line
     if _is_file(path):
         lines = [raw for raw in path.read_bytes().splitlines() if raw.strip()]
         if path.suffix == ".jsonl":

@@ -30,7 +30,8 @@ def debug(
     agent: str = typer.Argument(..., help="registered agent (memagent) or package.module:attr"),
     input_: Optional[str] = typer.Option(None, "--input", help="the row: JSON ({\"input\": ..., \"label\": ...}"
                                          ", or a bare prompt string) or a .json / .jsonl file (see --line)"),
-    line: int = typer.Option(1, min=1, help="which row of a .jsonl --input"),
+    line: Optional[int] = typer.Option(None, min=1, help="which row of a .jsonl --input (default 1); only with "
+                                       "a .jsonl file"),
     engine: Optional[str] = typer.Option(None, "--engine", help="hf:MODEL_DIR, hf:tiny or sglang:URL (default: "
                                          "the thread's own engine when resuming)"),
     db: Path = typer.Option(Path("debug.sqlite"), "--db", help="checkpoints database (compact SQLite)"),

@@ -257,3 +257,18 @@ def test_debug_refuses_a_missing_input_file_and_a_db_that_is_not_one(tmp_path: P
     assert [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["users"]
     conn.close()
     assert rows.read_text() == json.dumps({"input": "What is 2+2?", "label": "4"}) + "\n"
+
+
+def test_debug_refuses_line_with_a_one_row_input(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Before: `debug --input '{...}' --line 3` debugged the inline row and ignored --line without a word."""
+    one = tmp_path / "row.json"
+    one.write_text(json.dumps({"input": "What is 2+2?", "label": "4"}))
+    for value, what in (('{"input": "What is 2+2?"}', "inline JSON or a prompt text"),
+                        ("What is 2+2?", "inline JSON or a prompt text"), (str(one), f"the file {one}")):
+        r = runner.invoke(app, ["debug", "agentgraphs.testing.agents:TWO_TURN", "--engine", f"hf:{tiny_model_dir}",
+                                "--input", value, "--line", "3", "--db", str(tmp_path / "d.sqlite")], input="")
+        said = "".join(r.output.split())  # rich wraps long paths mid-word
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+        want = f"--line 3: --input is {what} (one row); --line picks a row of a .jsonl file"
+        assert "".join(want.split()) in said, r.output
+    assert not (tmp_path / "d.sqlite").exists()

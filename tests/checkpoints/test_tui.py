@@ -118,9 +118,9 @@ def test_the_input_row_from_a_file_inline_json_or_a_bare_prompt(tmp_path: Path) 
     rows.write_text('{"input": "a", "label": "1"}\n\n{"q": "b", "label": "2", "metadata": {"k": 1}}\n')
     assert read_input_row(str(rows), 2, ("q", "label", "metadata")) == {
         "prompt": "b", "label": "2", "metadata": {"k": 1}, "index": 0}
-    assert read_input_row('{"input": "c"}', 1, keys)["prompt"] == "c"
-    assert read_input_row("What is 2+2?", 1, keys) == {"prompt": "What is 2+2?", "label": None, "metadata": {},
-                                                   "index": 0}
+    assert read_input_row('{"input": "c"}', keys=keys)["prompt"] == "c"
+    assert read_input_row("What is 2+2?", keys=keys) == {"prompt": "What is 2+2?", "label": None, "metadata": {},
+                                                         "index": 0}
     with pytest.raises(ConfigError, match="--line 3: .* has 2 rows"):
         read_input_row(str(rows), 3, keys)
     with pytest.raises(ConfigError, match="missing field 'input'"):
