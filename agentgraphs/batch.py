@@ -371,6 +371,9 @@ def run_file(agent: str, data: Path, engine: "str | Engine", out: Path, *, token
 
     spec = load_spec(agent)
     opts = spec.resolve_options(options)
+    if data.is_dir():
+        raise ConfigError(f"--data {data}: is a directory; --data is a JSONL file with one slime-style row per line: "
+                          "give the file's path")
     if not data.is_file():
         raise ConfigError(f"--data {data}: no such file")
     if limit is not None and limit < 1:

@@ -246,3 +246,11 @@ def test_run_refused_at_checkpoints_creates_no_file(tiny_model_dir: Path, tmp_pa
                             f"hf:{tiny_model_dir}", "--out", str(out), "--checkpoints", str(tmp_path)])
     assert r.exit_code == 2 and "is a directory; a checkpoints database" in " ".join(r.output.split()), r.output
     assert not out.exists()
+
+
+def test_run_data_that_is_a_directory_says_so(tmp_path: Path) -> None:
+    """Before: `run --data DIR` said `--data DIR: no such file`."""
+    r = runner.invoke(app, ["run", "memagent", "--data", str(tmp_path), "--engine", "hf:tiny",
+                            "--out", str(tmp_path / "out")])
+    said = "".join(r.output.split())
+    assert r.exit_code == 2 and "isadirectory;--dataisaJSONLfile" in said and "nosuchfile" not in said, r.output
