@@ -311,29 +311,37 @@ def kv_heads_for(num_heads: int) -> int:
     return num_heads // 2 if num_heads % 2 == 0 else num_heads
 
 
+# each size as the command line (`tiny-model`, `learn-check`) and Python (build_tiny_model) spell it, so an error
+# names the one its reader typed
+_SIZE_NAMES = {"hidden_size": "--hidden-size (hidden_size)", "num_layers": "--layers (num_layers)",
+               "num_heads": "--heads (num_heads)", "num_kv_heads": "--kv-heads (num_kv_heads)",
+               "intermediate_size": "--intermediate-size (intermediate_size)", "init_std": "--init-scale (init_std)"}
+
+
 def check_size(hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int, intermediate_size: int,
                init_std: float) -> None:
-    """Refuse a model shape Qwen2 cannot build, naming the value and the fix.
+    """Refuse a model shape Qwen2 cannot build, naming the value (by its flag and its parameter) and the fix.
 
-    >>> check_size(64, 2, 3, 3, 128, 0.02)
+    >>> check_size(64, 2, 3, 3, 128, 0.02)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: hidden_size 64 must be a multiple of heads 3 (each head gets hidden_size / heads dims)
+    ValueError: --hidden-size (hidden_size) 64 must be a multiple of --heads (num_heads) 3 (each head gets ...)
     """
-    for name, value in (("hidden_size", hidden_size), ("layers", num_layers), ("heads", num_heads),
-                        ("kv_heads", num_kv_heads), ("intermediate_size", intermediate_size)):
+    n = _SIZE_NAMES
+    for name, value in (("hidden_size", hidden_size), ("num_layers", num_layers), ("num_heads", num_heads),
+                        ("num_kv_heads", num_kv_heads), ("intermediate_size", intermediate_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise ValueError(f"{n[name]} must be a positive integer, got {value!r}")
     if hidden_size % num_heads:
-        raise ValueError(f"hidden_size {hidden_size} must be a multiple of heads {num_heads} "
+        raise ValueError(f"{n['hidden_size']} {hidden_size} must be a multiple of {n['num_heads']} {num_heads} "
                          "(each head gets hidden_size / heads dims)")
     if (hidden_size // num_heads) % 2:
         raise ValueError(f"hidden_size / heads = {hidden_size // num_heads} must be even (rotary embeddings "
-                         "rotate pairs of dims): change hidden_size or heads")
+                         f"rotate pairs of dims): change {n['hidden_size']} or {n['num_heads']}")
     if num_heads % num_kv_heads:
-        raise ValueError(f"heads {num_heads} must be a multiple of kv_heads {num_kv_heads}")
+        raise ValueError(f"{n['num_heads']} {num_heads} must be a multiple of {n['num_kv_heads']} {num_kv_heads}")
     if not isinstance(init_std, (int, float)) or isinstance(init_std, bool) or not 0.0 < init_std <= 10.0:
-        raise ValueError(f"init_std must be a number in (0, 10], got {init_std!r}")
+        raise ValueError(f"{n['init_std']} must be a number in (0, 10], got {init_std!r}")
 
 
 def size_tag(hidden_size: int = DEFAULT_HIDDEN_SIZE, num_layers: int = DEFAULT_NUM_LAYERS,

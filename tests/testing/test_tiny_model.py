@@ -161,8 +161,25 @@ def test_size_options_shape_the_model(tmp_path: Path, agentgraphs_cache: Path) -
         assert model(torch.tensor([[151644, 872]])).logits.shape == (1, 2, 151936)
 
     bad = runner.invoke(app, ["tiny-model", str(tmp_path / "bad"), "--hidden-size", "64", "--heads", "3"])
-    assert bad.exit_code == 2 and "must be a multiple of heads 3" in bad.output
+    said = " ".join(bad.output.split())
+    assert bad.exit_code == 2 and "must be a multiple of --heads (num_heads) 3" in said, bad.output
     assert not (tmp_path / "bad" / "config.json").exists()
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--init-scale", "0"], "--init-scale (init_std) must be a number in (0, 10], got 0.0"),
+    (["--heads", "8", "--kv-heads", "3"], "--heads (num_heads) 8 must be a multiple of --kv-heads (num_kv_heads) 3"),
+    (["--layers", "0"], "--layers (num_layers) must be a positive integer, got 0"),
+])
+def test_size_errors_name_the_flags(flags: list[str], words: str, tmp_path: Path) -> None:
+    """Before: `tiny-model --init-scale 0` said `init_std must be ...`, `--heads 8 --kv-heads 3` said `heads 8 must be
+    a multiple of kv_heads 3`: Python parameter names, not the flags the user typed."""
+    from typer.testing import CliRunner
+
+    from agentgraphs.cli import app
+
+    r = CliRunner().invoke(app, ["tiny-model", str(tmp_path / "m"), *flags])
+    assert r.exit_code == 2 and words in " ".join(r.output.split()), r.output
 
 
 def test_cache_key_includes_the_size(agentgraphs_cache: Path) -> None:
