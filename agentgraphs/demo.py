@@ -41,8 +41,9 @@ def run_demo(out_dir: str | Path, *, model_dir: str | Path | None = None, seed: 
 
     `seed` seeds the data and every engine call (`run_rows(seed=...)`): the same seed writes the same
     samples.jsonl. A rerun into the same `out_dir` replaces the earlier demo's files (`batch.RUN_FILES`: its
-    report.html too, which would no longer match). The summary leads with MemAgent's headline metric, `sub_em_strict`: a random model
-    scores ~0 on it, while the seed's `sub_em` (kept, with its note) gives it 1.0 for never answering.
+    report.html too, which would no longer match). The summary leads with MemAgent's headline metric,
+    `sub_em_strict`: a random model scores ~0 on it, while the seed's `sub_em` (kept, with its note) gives it 1.0
+    for never answering.
 
     >>> summary = run_demo("/tmp/agentgraphs-demo")  # doctest: +SKIP
     >>> summary["by_status"]  # doctest: +SKIP
