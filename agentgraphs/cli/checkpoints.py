@@ -22,7 +22,11 @@ EngineOpt = Annotated[Optional[str], typer.Option(help="engine to continue with 
 TokenizerOpt = Annotated[Optional[str], typer.Option(help="tokenizer dir (required for sglang:)")]
 HelperOpt = Annotated[list[str], typer.Option("--helper", help="helper engine NAME=SPEC (default: the stored ones)")]
 AgentOpt = Annotated[Optional[str], typer.Option(help="agent (default: the one stored with the thread)")]
-OutOpt = Annotated[Optional[Path], typer.Option("--out", help="write samples.jsonl / traces.jsonl of the new branch")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", help="write samples.jsonl / traces.jsonl of the new branch "
+                                                "(a new directory, or one without an earlier run's files: see "
+                                                "--overwrite)")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="--out holds an earlier run: remove its samples.jsonl, "
+                                            "traces.jsonl, summary.json and report.html before the branch is written")]
 
 
 @app.command()
@@ -81,7 +85,7 @@ def _checkpoint_arg(value: Optional[str]) -> "str | int | None":
     return int(value) if value.lstrip("-").isdigit() else value
 
 
-def _write_replay(result: Any, out: Optional[Path], db: Path) -> dict[str, Any]:
+def _write_replay(result: Any, out: Optional[Path], db: Path, overwrite: bool = False) -> dict[str, Any]:
     """Print (and with --out write as a run directory) the rollout of a replay or fork."""
     rollout = result.rollout
     summary = {"thread": result.thread_id, "from_checkpoint": result.from_checkpoint,
@@ -90,16 +94,21 @@ def _write_replay(result: Any, out: Optional[Path], db: Path) -> dict[str, Any]:
                "answer": rollout.answer, "turns": len(rollout.turns), "sequences": len(rollout.sequences),
                "path": rollout.path}
     if out is not None:
-        write_replay_dir(result, out, db)
+        write_replay_dir(result, out, db, overwrite=overwrite)
         summary["out"] = str(out)
     return summary
 
 
-def write_replay_dir(result: Any, out: Path, db: Path) -> None:
+def write_replay_dir(result: Any, out: Path, db: Path, *, overwrite: bool = False) -> None:
     """A replay or fork as `agentgraphs run` writes one row: samples.jsonl and traces.jsonl (the row's fields
     from the thread's stored row; line and group_index are not stored: null) and summary.json (engine,
-    tokenizer, options), so `agentgraphs view` and `agentgraphs check` read it like any run."""
-    from ..batch import JsonlWriter, RunSummary, lead_with_headline
+    tokenizer, options), so `agentgraphs view` and `agentgraphs check` read it like any run. `out` holding an
+    earlier run is refused as `run` refuses it (`batch.check_new_run_dir`), unless `overwrite`."""
+    from ..batch import JsonlWriter, RunSummary, check_new_run_dir, clear_run_files, lead_with_headline
+
+    check_new_run_dir(out, overwrite=overwrite)
+    if overwrite:
+        clear_run_files(out)
     from ..records import sample_fields, trace_record
 
     rollout, spec, row = result.rollout, result.spec, result.row or {}
@@ -133,17 +142,18 @@ def replay_cmd(
     helper: HelperOpt = [],  # noqa: B006 (typer copies the default)
     agent: AgentOpt = None,
     out: OutOpt = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Re-run a stored thread from one of its checkpoints (a new branch of the same thread)."""
-    from ..batch import check_out_dir
+    from ..batch import check_new_run_dir
     from ..checkpoints.replay import replay
 
     try:
         if out is not None:
-            check_out_dir(out)  # before the replay, not after its work
+            check_new_run_dir(out, overwrite=overwrite)  # before the replay, not after its work
         result = replay(db, thread, _checkpoint_arg(checkpoint), agent=agent, engine=engine_arg(engine),
                         tokenizer=tokenizer_arg(tokenizer), engines=parse_helpers(helper) or None)
-        console.print_json(json.dumps(_write_replay(result, out, db)))
+        console.print_json(json.dumps(_write_replay(result, out, db, overwrite)))
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise fail(exc) from None
 
@@ -160,20 +170,21 @@ def fork_cmd(
     helper: HelperOpt = [],  # noqa: B006 (typer copies the default)
     agent: AgentOpt = None,
     out: OutOpt = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Edit the state at a checkpoint and run the new branch to its end."""
-    from ..batch import check_out_dir
+    from ..batch import check_new_run_dir
     from ..checkpoints.replay import fork
 
     try:
         if not set_:
             raise ConfigError("--set KEY=VALUE: give at least one state key to change (else use `replay`)")
         if out is not None:
-            check_out_dir(out)  # before the fork, not after its work
+            check_new_run_dir(out, overwrite=overwrite)  # before the fork, not after its work
         result = fork(db, thread, _checkpoint_arg(checkpoint), parse_options(set_, "--set"), as_node=as_node,
                       agent=agent, engine=engine_arg(engine), tokenizer=tokenizer_arg(tokenizer),
                       engines=parse_helpers(helper) or None)
-        console.print_json(json.dumps(_write_replay(result, out, db)))
+        console.print_json(json.dumps(_write_replay(result, out, db, overwrite)))
     except (AgentGraphsError, ValueError, OSError) as exc:
         raise fail(exc) from None
 

@@ -316,3 +316,30 @@ def test_an_out_that_is_a_file_is_refused_before_the_work(rows_file: Path, tmp_p
         r = runner.invoke(app, [*cmd, "--out", str(a_file)])
         assert r.exit_code == 2 and f"--out {a_file}: is a file" in said(r), r.output
     assert len(history(db, thread)) == before and a_file.read_text() == "mine"  # no branch was run
+
+
+def test_replay_and_fork_into_an_earlier_run_are_refused_unless_overwrite(rows_file: Path, tmp_path: Path,
+                                                                          tiny_model_dir: Path) -> None:
+    # before: replay / fork --out DIR holding a run overwrote its samples.jsonl and traces.jsonl without a word and
+    # left its report.html, which then showed rollouts the directory no longer held
+    db, out = tmp_path / "ck.sqlite", tmp_path / "out"
+    assert runner.invoke(app, ["run", AGENT, "--data", str(rows_file), "--engine", f"hf:{tiny_model_dir}",
+                               "--out", str(out), "--max-new-tokens", "6", "--checkpoints", str(db)]).exit_code == 0
+    (out / "report.html").write_text("<html>the earlier run</html>")
+    earlier = (out / "samples.jsonl").read_text()
+    thread = _samples(out)[0]["metadata"]["checkpoint_thread"]
+    before = len(history(db, thread))
+    for cmd in (["replay", str(db), thread, "--checkpoint", "1"],
+                ["fork", str(db), thread, "--checkpoint", "1", "--set", 'question="3+3?"']):
+        r = runner.invoke(app, [*cmd, "--out", str(out)])
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and f"--out {out}: holds an earlier run" in said and "--overwrite" in said, r.output
+    assert len(history(db, thread)) == before and (out / "samples.jsonl").read_text() == earlier  # nothing ran
+    for cmd in (["replay", str(db), thread, "--checkpoint", "1"],
+                ["fork", str(db), thread, "--checkpoint", "1", "--set", 'question="3+3?"']):
+        r = runner.invoke(app, [*cmd, "--out", str(out), "--overwrite"])
+        assert r.exit_code == 0, r.output
+        rows = _samples(out)
+        assert len(rows) == 1 and rows[0]["metadata"]["checkpoint_thread"] == thread
+        assert not (out / "report.html").exists() and (out / "summary.json").exists()
+    assert len(history(db, thread)) > before
