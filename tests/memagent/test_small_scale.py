@@ -2857,6 +2857,17 @@ def _run21s_plan(n: int, end: str, device_seconds: int, lr: float = 5e-5, rounds
     return section, published
 
 
+def _check_clean_stop(section: str, stop: dict, args: dict, *, step: int, seconds: int) -> None:
+    """A warm start that stopped in its first attempt after 2 overshoots, under both restart rules (runs 37, 39):
+    its stop as the file holds it, and the section's sentence saying so."""
+    assert (stop["step"], stop["attempt"], stop["rejected"], round(stop["seconds"])) == (step, 0, [], seconds)
+    assert len(stop["overshoots"]) == 2
+    assert stop["reversed"] < args["restart_reversed"] == 20 and stop["flips"] < args["restart_flips"] == 10
+    assert (f"it stopped there ({round(stop['seconds'])} s), in its first attempt, after 2 overshoots, "
+            f"{stop['reversed']:.1f} % reversed (under `WS_RESTART_REVERSED=20`) and {stop['flips']:.1f} % of its "
+            "copied digits flipped (under `WS_RESTART_FLIPS=10`): neither rule began it again") in section
+
+
 def _check_more_pairs(section: str, published: dict[str, Any]) -> tuple[tuple[Any, ...], ...]:
     """The paired figures a run's section shows beyond every run's (RL and its control over all 288 documents, the
     control at 32K), from the evaluations and against publish.py's `paired_more`; returns (RL over all lengths, the
@@ -4738,11 +4749,7 @@ def test_run_37s_section_shows_what_its_files_hold() -> None:
             ) in section
     assert all(args["stop_at"] <= probes[k] <= args["stop_above"] for k in (450, 452))
     assert args["stop_at"] <= float(_confirmed(stop)) <= args["stop_above"]
-    assert (stop["step"], stop["attempt"], stop["rejected"], round(stop["seconds"])) == (452, 0, [], 286)
-    assert stop["reversed"] < args["restart_reversed"] == 20 and stop["flips"] < args["restart_flips"] == 10
-    assert (f"it stopped there ({round(stop['seconds'])} s), in its first attempt, after 2 overshoots, "
-            f"{stop['reversed']:.1f} % reversed (under `WS_RESTART_REVERSED=20`) and {stop['flips']:.1f} % of its "
-            "copied digits flipped (under `WS_RESTART_FLIPS=10`): neither rule began it again") in section
+    _check_clean_stop(section, stop, args, step=452, seconds=286)
     warm, after = published["eval_warmstart"]["results"], published["eval_rl"]["results"]
     held_back = published["eval_rl_permuted"]["results"]
     assert _warm_start_line(warm, "codes") in section
@@ -5179,11 +5186,7 @@ def test_run_39s_section_shows_what_its_files_hold() -> None:
             f"{3 * args['confirm_per_length']} new documents {_confirmed(stop)} %, in the band") in section
     assert probes[452] < args["stop_at"] <= probes[454] and probes[456] <= args["stop_above"]
     assert args["stop_at"] <= float(_confirmed(stop)) <= args["stop_above"]
-    assert (stop["step"], stop["attempt"], stop["rejected"], round(stop["seconds"])) == (456, 0, [], 288)
-    assert stop["reversed"] < args["restart_reversed"] == 20 and stop["flips"] < args["restart_flips"] == 10
-    assert (f"it stopped there ({round(stop['seconds'])} s), in its first attempt, after 2 overshoots, "
-            f"{stop['reversed']:.1f} % reversed (under `WS_RESTART_REVERSED=20`) and {stop['flips']:.1f} % of its "
-            "copied digits flipped (under `WS_RESTART_FLIPS=10`): neither rule began it again") in section
+    _check_clean_stop(section, stop, args, step=456, seconds=288)
     warm, after = published["eval_warmstart"]["results"], published["eval_rl"]["results"]
     held_back = published["eval_rl_permuted"]["results"]
     assert _warm_start_line(warm, "codes") in section
