@@ -37,7 +37,28 @@ _GRAPH_RAISED = "graph raised "  # the reason's start when the graph raised an e
 
 def rollout_input(prompt: Any, label: Any = None, metadata: Mapping[str, Any] | None = None,
                   index: int | None = None) -> RolloutInput:
-    return RolloutInput(prompt=prompt, label=label, metadata=dict(metadata or {}), index=index)
+    """One input row. Metadata that is not a mapping is kept as given: `run_rollout` refuses it
+    (`check_row_metadata`), so the row comes back FAILED naming the field instead of being reshaped."""
+    meta: Any = {} if metadata is None else dict(metadata) if isinstance(metadata, Mapping) else metadata
+    return RolloutInput(prompt=prompt, label=label, metadata=meta, index=index)
+
+
+def check_row_metadata(metadata: Any, field: str = "metadata") -> None:
+    """A row's metadata is a mapping (None is read as none, before this): anything else, "" and [] included,
+    raises InputError naming `field`. The one rule for it: `run_rollout` (every path, slime's included) and
+    the JSONL reader (`agentgraphs.rollout_inputs.parse_row`) both call it.
+
+    >>> check_row_metadata({"context": "..."})
+    >>> try:
+    ...     check_row_metadata("Paris")
+    ... except InputError as exc:
+    ...     print(exc.field, exc.problem)
+    metadata must be an object, got str 'Paris'
+    """
+    if not isinstance(metadata, Mapping):
+        raise InputError(field, f"must be an object, got {type(metadata).__name__} {metadata!r:.40}",
+                         "give each row's metadata as a JSON object (slime: the value under --metadata-key), e.g. "
+                         '{"value": ...}')
 
 
 async def run_rollout(
@@ -87,6 +108,7 @@ async def _run(
         last: dict[str, Any] = dict((await graph.aget_state(run_config)).values)
     else:
         try:
+            check_row_metadata(inp["metadata"])
             _refuse_result_keys(inp["metadata"])
             graph_input = spec.make_input(inp, opts)
             spec.check_row_engines(inp, opts, ctx.engines)  # a helper the row names: present before it generates

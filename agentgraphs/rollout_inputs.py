@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .errors import ConfigError
-from .rollout import rollout_input
+from .errors import ConfigError, InputError
+from .rollout import check_row_metadata, rollout_input
 from .spec import RolloutInput
 
 __all__ = ["ParsedRow", "RowKeys", "parse_row", "read_input_row", "read_rollout_inputs"]
@@ -76,9 +76,10 @@ def parse_row(raw: bytes, line_no: int, keys: RowKeys) -> ParsedRow:
                                         f"add it or pass --input-key")
     metadata = obj.get(keys.metadata)
     metadata = {} if metadata is None else metadata  # absent or null: no metadata
-    if not isinstance(metadata, dict):  # "", [], 0 and false too: they are not an empty object
-        return ParsedRow(line_no, None, f"line {line_no}: field {keys.metadata!r} must be an object, got "
-                                        f"{type(metadata).__name__} {metadata!r:.40}")
+    try:  # "", [], 0 and false too: they are not an empty object
+        check_row_metadata(metadata, keys.metadata)
+    except InputError as exc:
+        return ParsedRow(line_no, None, f"line {line_no}: field {keys.metadata!r} {exc.problem}")
     return ParsedRow(line_no, rollout_input(obj[keys.input], obj.get(keys.label), metadata, None))
 
 

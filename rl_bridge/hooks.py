@@ -124,12 +124,10 @@ def _describe(m: SamplingMismatch) -> str:
             f"uses {m['key']}={m['expected']} {_FLAGS[m['key']]}")
 
 
-def _row_metadata(sample: Any) -> dict[str, Any]:
+def _row_metadata(sample: Any) -> Any:
     meta = getattr(sample, "metadata", None)
-    if meta is None:
-        return {}
     if not isinstance(meta, dict):
-        return {"value": meta}
+        return meta  # None is no metadata; anything else is refused by run_rollout, naming the field
     # a Sample generate filled before (re-queued by --partial-rollout) carries our result keys: not the row's
     return row_metadata(meta) if "agentgraph" in meta else dict(meta)
 

@@ -278,6 +278,23 @@ def test_failed_placeholder_keeps_a_prompt_token(server: Any, tiny_model_dir: Pa
     assert len(s.tokens) > s.response_length == 1 and s.loss_mask == [0]
 
 
+@pytest.mark.parametrize("metadata", ["source: t", ["t"], 5])
+def test_metadata_that_is_not_a_dict_comes_back_failed_naming_it(server: Any, tiny_model_dir: Path,
+                                                                  metadata: Any) -> None:
+    """slime keeps a row's --metadata-key value as it is (only a falsy one becomes {}): a string or a list was
+    rolled out and trained as metadata {"value": ...}, a row the graph never saw, without a word (the JSONL
+    reader of `agentgraphs run` refuses the same row)."""
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    before = server.stats.generate_requests
+    s = generate(args, Sample(index=0, prompt="What is 6 * 7?", label="42", metadata=metadata))
+    assert s.status == Sample.Status.FAILED and s.remove_sample, s.metadata["status_reason"]
+    assert s.metadata["status_reason"].startswith(
+        f"bad input: input field 'metadata': must be an object, got {type(metadata).__name__}")
+    assert "--metadata-key" in s.metadata["status_reason"] and s.metadata["value"] == metadata  # kept, not lost
+    assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length < len(s.tokens) and not any(s.loss_mask)
+    assert server.stats.generate_requests == before  # refused before any generation
+
+
 @pytest.mark.parametrize("flags, words", [
     ({"apply_chat_template": True}, "--apply-chat-template"),
     ({"custom_convert_samples_to_train_data_path": None}, "--custom-convert-samples-to-train-data-path"),
