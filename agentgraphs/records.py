@@ -104,6 +104,18 @@ def row_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (metadata or {}).items() if k not in RESULT_METADATA_KEYS}
 
 
+def sample_metadata(metadata: Any) -> dict[str, Any]:
+    """A Sample's metadata as a dict the result keys can be written into: none for None, a copy of a mapping,
+    and anything else (a slime row's string or list under --metadata-key) kept under "value", never dropped.
+
+    >>> sample_metadata(None), sample_metadata({"a": 1}), sample_metadata("row text")
+    ({}, {'a': 1}, {'value': 'row text'})
+    """
+    if metadata is None:
+        return {}
+    return dict(metadata) if isinstance(metadata, Mapping) else {"value": metadata}
+
+
 def reward_input_of_sample(sample: Any) -> RewardInput:
     """Rebuild the RewardInput a rollout was scored with from the Sample rl_bridge.generate filled.
 
@@ -186,7 +198,7 @@ def fail_fields(fields: dict[str, Any], reason: str) -> None:
     fields["rollout_log_probs"] = [0.0] * n
     for seq in (fields.get("train_metadata") or {}).get("turns", []):
         mask_out(seq)
-    fields["metadata"] = {**(fields.get("metadata") or {}), "status_reason": reason}
+    fields["metadata"] = {**sample_metadata(fields.get("metadata")), "status_reason": reason}
 
 
 def sample_fields(rollout: Rollout, spec: AgentSpec, *, pad_id: int = 0) -> dict[str, Any]:
@@ -333,6 +345,7 @@ __all__ = [
     "reward_input_of_sample",
     "row_metadata",
     "sample_fields",
+    "sample_metadata",
     "scalar",
     "sibling_fields",
     "trace_record",

@@ -29,6 +29,7 @@ from agentgraphs.records import (
     reward_input_of_sample,
     row_metadata,
     sample_fields,
+    sample_metadata,
     scale_reward,
     sibling_fields,
     zero_reward,
@@ -144,9 +145,7 @@ def _apply(sample: Any, fields: dict[str, Any]) -> Any:
     for name in _SAMPLE_FIELDS:
         setattr(sample, name, fields[name])
     sample.status = type(sample).Status(fields["status"])
-    meta = getattr(sample, "metadata", None)
-    base = dict(meta) if isinstance(meta, dict) else ({} if meta is None else {"value": meta})
-    sample.metadata = {**base, **fields["metadata"]}
+    sample.metadata = {**sample_metadata(getattr(sample, "metadata", None)), **fields["metadata"]}
     sample.train_metadata = {**(getattr(sample, "train_metadata", None) or {}), **fields["train_metadata"]}
     if "trajectory_sequences" in fields["train_metadata"]:
         # siblings share one rollout id (slime >= 0.3: rollout_id; v0.3.0 named it group_id, and its Sample
@@ -173,7 +172,7 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> Any:
         done: dict[Any, tuple[Any, str | None]] = {}
         out = []
         for s in sample:
-            key = (getattr(s, "metadata", None) or {}).get("trajectory_id") or id(s)
+            key = sample_metadata(getattr(s, "metadata", None)).get("trajectory_id") or id(s)
             if key not in done:
                 done[key] = await _trajectory_reward(args, s)
             out.append(_scored(args, s, *done[key]))
@@ -309,7 +308,7 @@ def eval_metrics(data: dict[str, Any], reward_key: str | None = None) -> dict[st
             m["truncated_rate"] = sum(1 for t in truncated if t) / len(truncated)
         sums: dict[str, float] = {}
         for s in samples:
-            meta = getattr(s, "metadata", None) or {}
+            meta = sample_metadata(getattr(s, "metadata", None))
             status = getattr(getattr(s, "status", None), "value", None)
             if status:
                 m[f"status_{status}"] = m.get(f"status_{status}", 0.0) + 1

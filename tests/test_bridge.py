@@ -295,6 +295,27 @@ def test_metadata_that_is_not_a_dict_comes_back_failed_naming_it(server: Any, ti
     assert server.stats.generate_requests == before  # refused before any generation
 
 
+@pytest.mark.parametrize("as_list", [False, True])  # per sample, and --group-rm / a generate that returned a list
+def test_reward_func_on_a_sample_with_non_dict_metadata_fails_it_instead_of_raising(server: Any, tiny_model_dir: Path,
+                                                                                    as_list: bool) -> None:
+    """A Sample rl_bridge.generate did not fill (slime's own generate, an eval dataset's generate path) whose row
+    metadata is a string: reward_func raised TypeError / AttributeError out of slime's rollout instead of the
+    documented FAILED sample naming the field and the fix; eval_log raised on it too."""
+    args = make_args(server.url, tiny_model_dir, "agentgraphs.testing.agents:TWO_TURN")
+    s = Sample(index=0, prompt="What is 6 * 7?", label="42", response="\\boxed{42}", tokens=[1, 2, 3],
+               response_length=2, loss_mask=[1, 1], rollout_log_probs=[-0.1, -0.2], metadata="source: t",
+               status=Sample.Status.COMPLETED)
+    reward = asyncio.run(rl_bridge.reward_func(args, [s] if as_list else s))
+    assert reward == ([0.0] if as_list else 0.0)
+    assert s.status == Sample.Status.FAILED and s.remove_sample and s.loss_mask == [0, 0]
+    assert "input field 'metadata.answer'" in s.metadata["status_reason"]
+    assert "--custom-generate-function-path rl_bridge.generate" in s.metadata["status_reason"]
+    assert s.metadata["value"] == "source: t"  # the row's value is kept
+    raw = Sample(index=1, metadata=["a", "list"], status=Sample.Status.COMPLETED)
+    assert rl_bridge.eval_metrics({"d": {"rewards": [1.0], "samples": [raw]}}) == {
+        "d": {"count": 1.0, "accuracy": 1.0, "status_completed": 1.0}}
+
+
 @pytest.mark.parametrize("flags, words", [
     ({"apply_chat_template": True}, "--apply-chat-template"),
     ({"custom_convert_samples_to_train_data_path": None}, "--custom-convert-samples-to-train-data-path"),
