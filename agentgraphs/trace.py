@@ -392,12 +392,29 @@ def record_problem(obj: Any) -> str | None:
     if not isinstance(obj, Mapping):
         return (f"a{'n' if type(obj).__name__[0] in 'aeiou' else ''} {type(obj).__name__}, not a Turn (an object "
                 f"with {', '.join(map(repr, TURN_RECORD_FIELDS))})")
+    wrong = record_field_problem(obj)
+    if wrong is not None:
+        key, kind = wrong
+        if kind is None:
+            return f"a Turn without {key!r}"
+        return f"a Turn whose {key!r} is a {type(obj[key]).__name__}, not a {kind.__name__}"
+    return turn_problem(obj)
+
+
+def record_field_problem(obj: Mapping[str, Any]) -> tuple[str, type | None] | None:
+    """The first field of TURN_RECORD_FIELDS that `obj` lacks, as (key, None), or holds with another type, as
+    (key, its type); None when every one is there. Each reader words it in its own terms (`record_problem`, the
+    viewer's trace reader).
+
+    >>> record_field_problem({"node": "n"}), record_field_problem({"node": 1})
+    (('prompt_ids', None), ('node', <class 'str'>))
+    """
     for key, kind in TURN_RECORD_FIELDS.items():
         if key not in obj:
-            return f"a Turn without {key!r}"
+            return key, None
         if not isinstance(obj[key], kind):
-            return f"a Turn whose {key!r} is a {type(obj[key]).__name__}, not a {kind.__name__}"
-    return turn_problem(obj)
+            return key, kind
+    return None
 
 
 def check_turn(turn: Turn) -> None:

@@ -33,11 +33,11 @@ from ..trace import (
     head_index,
     output_in_place,
 )
-from ..records import STATUSES
+from ..records import SEQUENCE_KEYS, STATUSES
 from .run_data import RunRecord
 
 BreachKind = Union[SequenceBreachKind, Literal["sequence_count", "top_level", "trace_turns", "status"]]
-TOP_LEVEL_KEYS = ("tokens", "response_length", "loss_mask", "rollout_log_probs")  # what slime trains by default
+TOP_LEVEL_KEYS = SEQUENCE_KEYS  # what slime trains by default: a sequence's fields, at the top level
 
 
 class Breach(TypedDict):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ConfigError, InputError
-from ..trace import TURN_RECORD_FIELDS, Turn
+from ..trace import Turn, record_field_problem
 
 SAMPLES = "samples.jsonl"
 TRACES = "traces.jsonl"
@@ -54,12 +54,12 @@ class RunRecord:
             if not isinstance(turn, dict):
                 raise InputError(TRACES, f"line {self.line}: turn {i} is a {type(turn).__name__}, not an object"
                                  f"{_OTHER_VERSION}", _REWRITE)
-            for key, kind in TURN_RECORD_FIELDS.items():
-                if key not in turn:
-                    raise InputError(TRACES, f"line {self.line}: turn {i} has no {key!r}{_OTHER_VERSION}", _REWRITE)
-                if not isinstance(turn[key], kind):
-                    raise InputError(TRACES, f"line {self.line}: turn {i}'s {key!r} is a {type(turn[key]).__name__}"
-                                     f", not a {kind.__name__}{_OTHER_VERSION}", _REWRITE)
+            wrong = record_field_problem(turn)
+            if wrong is not None:
+                key, kind = wrong
+                what = (f"turn {i} has no {key!r}" if kind is None
+                        else f"turn {i}'s {key!r} is a {type(turn[key]).__name__}, not a {kind.__name__}")
+                raise InputError(TRACES, f"line {self.line}: {what}{_OTHER_VERSION}", _REWRITE)
         return list(turns)
 
     @property
